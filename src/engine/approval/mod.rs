@@ -1,0 +1,191 @@
+//! Approvals (DESIGN §6): classify a command or a file write, then ask the user when it
+//! is dangerous. The classifier is pure (`classify`); `Approver` performs the asking.
+
+pub mod classify;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ApprovalMode, Config};
+use crate::engine::EventSink;
+use crate::protocol::{Approval, Event};
+
+pub use classify::{classify_command, classify_write, normalise_command, Classification};
+
+/// The answer to "may this run?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Run it. `note` (e.g. "approved by the user") goes into the tool result.
+    Allowed { note: Option<String> },
+    /// Do not run it; `reason` goes into the tool result.
+    Denied { reason: String },
+}
+
+/// How unanswerable prompts are handled.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptPolicy {
+    /// Ask the front end (TUI).
+    Ask,
+    /// Headless without --yes: deny what would need a prompt.
+    DenyUnattended,
+    /// Headless with --yes: allow what would need a prompt (never hardline).
+    AllowUnattended,
+}
+
+#[derive(Clone)]
+pub struct Approver {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    mode: ApprovalMode,
+    policy: PromptPolicy,
+    timeout: Duration,
+    config_file: Option<PathBuf>,
+    allowlist: Mutex<HashSet<String>>,
+    session_categories: Mutex<HashSet<String>>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<Approval>>>,
+    next_id: AtomicU64,
+    events: EventSink,
+}
+
+impl Approver {
+    pub fn new(config: &Config, policy: PromptPolicy, config_file: Option<PathBuf>, events: EventSink) -> Approver {
+        Approver {
+            inner: Arc::new(Inner {
+                mode: config.approvals.mode,
+                policy,
+                timeout: Duration::from_secs(config.approvals.timeout_s.max(1)),
+                config_file,
+                allowlist: Mutex::new(config.approvals.allowlist.iter().map(|c| normalise_command(c)).collect()),
+                session_categories: Mutex::new(HashSet::new()),
+                pending: Mutex::new(HashMap::new()),
+                next_id: AtomicU64::new(1),
+                events,
+            }),
+        }
+    }
+
+    /// May `command` run? Asks the user when it is dangerous and not yet allowed.
+    pub async fn check_command(&self, command: &str, interrupt: &CancellationToken) -> Verdict {
+        let class = classify_command(command);
+        self.decide(class, command, interrupt).await
+    }
+
+    /// May a file tool write to `path`?
+    pub async fn check_write(&self, path: &Path, interrupt: &CancellationToken) -> Verdict {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let class = classify_write(path, home.as_deref());
+        let what = format!("write {}", path.display());
+        self.decide(class, &what, interrupt).await
+    }
+
+    async fn decide(&self, class: Classification, command: &str, interrupt: &CancellationToken) -> Verdict {
+        let (category, reason) = match class {
+            Classification::Safe => return Verdict::Allowed { note: None },
+            Classification::Hardline { reason } => {
+                return Verdict::Denied { reason: format!("refused: {reason} (this is never allowed)") }
+            }
+            Classification::Dangerous { category, reason } => (category, reason),
+        };
+        if self.inner.mode == ApprovalMode::Off {
+            return Verdict::Allowed { note: None };
+        }
+        let normalised = normalise_command(command);
+        if lock(&self.inner.allowlist).contains(&normalised) {
+            return Verdict::Allowed { note: Some("allowed by the approvals allowlist".into()) };
+        }
+        if lock(&self.inner.session_categories).contains(category) {
+            return Verdict::Allowed { note: Some(format!("{category} approved for this session")) };
+        }
+        match self.inner.policy {
+            PromptPolicy::AllowUnattended => {
+                return Verdict::Allowed { note: Some("approved by --yes".into()) };
+            }
+            PromptPolicy::DenyUnattended => {
+                return Verdict::Denied {
+                    reason: format!("needs approval ({reason}); run talaria exec with --yes to allow it"),
+                };
+            }
+            PromptPolicy::Ask => {}
+        }
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner.pending).insert(id, tx);
+        self.inner.events.send(Event::ApprovalNeeded { id, command: command.to_string(), reason: reason.clone() });
+        let answer = tokio::select! {
+            answer = rx => answer.unwrap_or(Approval::Deny),
+            _ = tokio::time::sleep(self.inner.timeout) => {
+                lock(&self.inner.pending).remove(&id);
+                return Verdict::Denied { reason: format!("approval timed out after {} s", self.inner.timeout.as_secs()) };
+            }
+            _ = interrupt.cancelled() => {
+                lock(&self.inner.pending).remove(&id);
+                return Verdict::Denied { reason: "the user interrupted the turn".into() };
+            }
+        };
+        match answer {
+            Approval::Once => Verdict::Allowed { note: Some("approved by the user".into()) },
+            Approval::Session => {
+                lock(&self.inner.session_categories).insert(category.to_string());
+                Verdict::Allowed { note: Some(format!("approved by the user for this session ({category})")) }
+            }
+            Approval::Always => {
+                lock(&self.inner.allowlist).insert(normalised.clone());
+                if let Some(path) = &self.inner.config_file {
+                    if let Err(e) = save_allowlist_entry(path, &normalised) {
+                        self.inner.events.send(Event::notice(
+                            crate::protocol::NoticeLevel::Warn,
+                            format!("could not save the approval to {}: {e}", path.display()),
+                        ));
+                    }
+                }
+                Verdict::Allowed { note: Some("approved by the user (always)".into()) }
+            }
+            Approval::Deny => Verdict::Denied { reason: "the user denied this command".into() },
+        }
+    }
+
+    /// Deliver the user's answer (from `Op::Approve`). Unknown ids are ignored.
+    pub fn answer(&self, id: u64, decision: Approval) {
+        if let Some(tx) = lock(&self.inner.pending).remove(&id) {
+            let _ = tx.send(decision);
+        }
+    }
+
+    /// Deny everything still waiting (interrupt, shutdown).
+    pub fn deny_all(&self) {
+        for (_, tx) in lock(&self.inner.pending).drain() {
+            let _ = tx.send(Approval::Deny);
+        }
+    }
+
+    /// Is an approval waiting for the user?
+    pub fn is_waiting(&self) -> bool {
+        !lock(&self.inner.pending).is_empty()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Append `command` to `approvals.allowlist` in the user's config, keeping its comments.
+pub fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result<()> {
+    crate::config_edit::edit(path, |doc| {
+        let approvals = doc.entry("approvals").or_insert(toml_edit::table());
+        let table = approvals.as_table_mut().ok_or_else(|| anyhow::anyhow!("[approvals] is not a table"))?;
+        let list = table.entry("allowlist").or_insert(toml_edit::value(toml_edit::Array::new()));
+        let array = list.as_array_mut().ok_or_else(|| anyhow::anyhow!("approvals.allowlist is not an array"))?;
+        if !array.iter().any(|v| v.as_str() == Some(command)) {
+            array.push(command);
+        }
+        Ok(())
+    })
+}

@@ -1,0 +1,385 @@
+//! Slash-command parser (DESIGN §5). Pure: text in, `SlashCommand` or a one-line usage
+//! error out. Nothing here touches the engine's state.
+
+use serde::{Deserialize, Serialize};
+
+use crate::protocol::BusyMode;
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum HeartbeatCmd {
+    Set { interval_s: u64, prompt: String },
+    Status,
+    Pause,
+    Resume,
+    Clear,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GateCmd {
+    List,
+    Add(String),
+    Remove(usize),
+    Clear,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum GoalCmd {
+    Set(String),
+    Status,
+    Pause,
+    Resume,
+    Clear,
+    Gate(GateCmd),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum JobsCmd {
+    List,
+    Log(String),
+    Poll(String),
+    Kill(String),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum SlashCommand {
+    Help,
+    New,
+    Resume(Option<String>),
+    Sessions,
+    Title(String),
+    Retry,
+    Undo(usize),
+    Stop,
+    Quit,
+    Busy(Option<BusyMode>),
+    Jobs(JobsCmd),
+    Model(Option<String>),
+    Heartbeat(HeartbeatCmd),
+    Goal(GoalCmd),
+    Pause(Option<String>),
+    Unpause,
+}
+
+/// One entry of the command list shown by `/help` and the completion popup.
+pub struct CommandHelp {
+    pub usage: &'static str,
+    pub help: &'static str,
+}
+
+/// Every command with its usage and one-line help: the single source for `/help`,
+/// completion, and usage errors.
+pub const COMMANDS: &[CommandHelp] = &[
+    CommandHelp { usage: "/help", help: "list keys and commands" },
+    CommandHelp { usage: "/new", help: "start a fresh session" },
+    CommandHelp { usage: "/resume [id|title]", help: "resume a session" },
+    CommandHelp { usage: "/sessions", help: "list sessions" },
+    CommandHelp { usage: "/title <text>", help: "name this session" },
+    CommandHelp { usage: "/retry", help: "re-send the last message" },
+    CommandHelp { usage: "/undo [n]", help: "remove the last n exchanges" },
+    CommandHelp { usage: "/stop", help: "interrupt the running turn" },
+    CommandHelp { usage: "/quit", help: "leave Talaria" },
+    CommandHelp { usage: "/busy [redirect|steer|queue]", help: "what typing while busy does" },
+    CommandHelp { usage: "/jobs [log|poll|kill <id>]", help: "background jobs" },
+    CommandHelp { usage: "/model [name]", help: "list or switch models" },
+    CommandHelp {
+        usage: "/heartbeat every <interval> <prompt>",
+        help: "recurring idle instruction (also status|pause|resume|clear; alias /hb)",
+    },
+    CommandHelp { usage: "/goal <text>", help: "standing goal (also status|pause|resume|clear)" },
+    CommandHelp { usage: "/goal gate [list|add <cmd>|remove <n>|clear]", help: "shell quality gates for the goal" },
+    CommandHelp { usage: "/pause [reason]", help: "pause all autonomous work" },
+    CommandHelp { usage: "/unpause", help: "lift the pause" },
+];
+
+/// Minimum heartbeat interval (DESIGN §5).
+pub const HEARTBEAT_FLOOR_S: u64 = 60;
+
+fn usage_of(prefix: &str) -> String {
+    let found: Vec<&str> =
+        COMMANDS.iter().filter(|c| c.usage.split_whitespace().next() == Some(prefix)).map(|c| c.usage).collect();
+    if found.is_empty() {
+        format!("usage: {prefix}")
+    } else {
+        format!("usage: {}", found.join(" · "))
+    }
+}
+
+/// True when `text` is meant as a slash command (not a path like `/etc/hosts is…`).
+pub fn is_command(text: &str) -> bool {
+    let t = text.trim_start();
+    if !t.starts_with('/') {
+        return false;
+    }
+    let word = t[1..].split_whitespace().next().unwrap_or("");
+    !word.is_empty() && !word.contains('/')
+}
+
+/// Parse one slash command. The error is a one-line message with the correct usage.
+pub fn parse(text: &str) -> Result<SlashCommand, String> {
+    let t = text.trim();
+    let (head, rest) = match t.find(char::is_whitespace) {
+        Some(i) => (&t[..i], t[i..].trim()),
+        None => (t, ""),
+    };
+    let args: Vec<&str> = rest.split_whitespace().collect();
+    let no_args = |cmd: SlashCommand| {
+        if args.is_empty() {
+            Ok(cmd)
+        } else {
+            Err(format!("{head} takes no arguments; {}", usage_of(head)))
+        }
+    };
+    match head {
+        "/help" | "/?" => no_args(SlashCommand::Help),
+        "/new" => no_args(SlashCommand::New),
+        "/resume" => Ok(SlashCommand::Resume((!rest.is_empty()).then(|| rest.to_string()))),
+        "/sessions" => no_args(SlashCommand::Sessions),
+        "/title" => {
+            if rest.is_empty() {
+                Err(usage_of("/title"))
+            } else {
+                Ok(SlashCommand::Title(rest.to_string()))
+            }
+        }
+        "/retry" => no_args(SlashCommand::Retry),
+        "/undo" => match args.as_slice() {
+            [] => Ok(SlashCommand::Undo(1)),
+            [n] => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(SlashCommand::Undo(n)),
+                _ => Err(format!("not a positive number: {n}; {}", usage_of("/undo"))),
+            },
+            _ => Err(usage_of("/undo")),
+        },
+        "/stop" => no_args(SlashCommand::Stop),
+        "/quit" | "/exit" | "/q" => no_args(SlashCommand::Quit),
+        "/busy" => match args.as_slice() {
+            [] => Ok(SlashCommand::Busy(None)),
+            [m] => BusyMode::parse(m)
+                .map(|m| SlashCommand::Busy(Some(m)))
+                .ok_or_else(|| format!("unknown mode '{m}'; {}", usage_of("/busy"))),
+            _ => Err(usage_of("/busy")),
+        },
+        "/jobs" => match args.as_slice() {
+            [] | ["list"] => Ok(SlashCommand::Jobs(JobsCmd::List)),
+            ["log", id] => Ok(SlashCommand::Jobs(JobsCmd::Log(job_id(id)))),
+            ["poll", id] => Ok(SlashCommand::Jobs(JobsCmd::Poll(job_id(id)))),
+            ["kill", id] => Ok(SlashCommand::Jobs(JobsCmd::Kill(job_id(id)))),
+            _ => Err(usage_of("/jobs")),
+        },
+        "/model" => match args.as_slice() {
+            [] => Ok(SlashCommand::Model(None)),
+            [m] => Ok(SlashCommand::Model(Some(m.to_string()))),
+            _ => Err(usage_of("/model")),
+        },
+        "/heartbeat" | "/hb" => parse_heartbeat(rest).map(SlashCommand::Heartbeat),
+        "/goal" => parse_goal(rest).map(SlashCommand::Goal),
+        "/pause" => Ok(SlashCommand::Pause((!rest.is_empty()).then(|| rest.to_string()))),
+        "/unpause" => no_args(SlashCommand::Unpause),
+        _ => Err(format!("unknown command {head}; type /help for the list")),
+    }
+}
+
+/// Accept `3` as shorthand for `job_3`.
+fn job_id(s: &str) -> String {
+    if s.chars().all(|c| c.is_ascii_digit()) {
+        format!("job_{s}")
+    } else {
+        s.to_string()
+    }
+}
+
+fn parse_heartbeat(rest: &str) -> Result<HeartbeatCmd, String> {
+    let usage = || usage_of("/heartbeat") + " · /heartbeat [status|pause|resume|clear]";
+    let mut words = rest.split_whitespace();
+    match words.next() {
+        None | Some("status") if rest.split_whitespace().count() <= 1 => Ok(HeartbeatCmd::Status),
+        Some("pause") if words.next().is_none() => Ok(HeartbeatCmd::Pause),
+        Some("resume") if words.next().is_none() => Ok(HeartbeatCmd::Resume),
+        Some("clear") if words.next().is_none() => Ok(HeartbeatCmd::Clear),
+        Some("every") => {
+            let after: Vec<&str> = words.collect();
+            let (interval_s, used) = parse_interval_words(&after).ok_or_else(|| {
+                format!("could not read an interval (e.g. 90s, 10m, 2h, 1d, 90 minutes); {}", usage())
+            })?;
+            if interval_s < HEARTBEAT_FLOOR_S {
+                return Err(format!(
+                    "interval {} is too short: the minimum is {}",
+                    format_interval(interval_s),
+                    format_interval(HEARTBEAT_FLOOR_S)
+                ));
+            }
+            let prompt = after[used..].join(" ");
+            if prompt.trim().is_empty() {
+                return Err(format!("a heartbeat needs a prompt; {}", usage()));
+            }
+            Ok(HeartbeatCmd::Set { interval_s, prompt })
+        }
+        _ => Err(usage()),
+    }
+}
+
+/// Read an interval from the start of `words`: `90s`, `10m`, `2h`, `1d`, or `90 minutes`.
+/// Returns the seconds and how many words it used.
+pub fn parse_interval_words(words: &[&str]) -> Option<(u64, usize)> {
+    let first = words.first()?;
+    let digits: String = first.chars().take_while(|c| c.is_ascii_digit()).collect();
+    if digits.is_empty() {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    let unit_inline = &first[digits.len()..];
+    let (unit, used) = if unit_inline.is_empty() { (*words.get(1)?, 2) } else { (unit_inline, 1) };
+    let mult = match unit.to_ascii_lowercase().as_str() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hr" | "hrs" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        _ => return None,
+    };
+    Some((n.checked_mul(mult)?, used))
+}
+
+/// Canonical form of an interval: the largest whole unit (`90s`, `10m`, `2h`, `1d`).
+pub fn format_interval(secs: u64) -> String {
+    if secs > 0 && secs % 86_400 == 0 {
+        format!("{}d", secs / 86_400)
+    } else if secs > 0 && secs % 3600 == 0 {
+        format!("{}h", secs / 3600)
+    } else if secs > 0 && secs % 60 == 0 {
+        format!("{}m", secs / 60)
+    } else {
+        format!("{secs}s")
+    }
+}
+
+fn parse_goal(rest: &str) -> Result<GoalCmd, String> {
+    let mut words = rest.split_whitespace();
+    let first = words.next();
+    let single = rest.split_whitespace().count() == 1;
+    match first {
+        None => Ok(GoalCmd::Status),
+        Some("status") if single => Ok(GoalCmd::Status),
+        Some("pause") if single => Ok(GoalCmd::Pause),
+        Some("resume") if single => Ok(GoalCmd::Resume),
+        Some("clear") if single => Ok(GoalCmd::Clear),
+        Some("gate") => {
+            let gate_usage = || usage_of("/goal").replace("/goal <text> · ", "");
+            let sub = words.next();
+            let tail = rest.trim_start().strip_prefix("gate").unwrap_or("").trim_start();
+            match sub {
+                None | Some("list") if words.next().is_none() => Ok(GoalCmd::Gate(GateCmd::List)),
+                Some("clear") if words.next().is_none() => Ok(GoalCmd::Gate(GateCmd::Clear)),
+                Some("add") => {
+                    let cmd = tail.strip_prefix("add").unwrap_or("").trim();
+                    if cmd.is_empty() {
+                        Err(format!("a gate needs a command; {}", gate_usage()))
+                    } else {
+                        Ok(GoalCmd::Gate(GateCmd::Add(cmd.to_string())))
+                    }
+                }
+                Some("remove") => match (words.next(), words.next()) {
+                    (Some(n), None) => match n.parse::<usize>() {
+                        Ok(n) if n >= 1 => Ok(GoalCmd::Gate(GateCmd::Remove(n))),
+                        _ => Err(format!("not a gate number: {n}; {}", gate_usage())),
+                    },
+                    _ => Err(gate_usage()),
+                },
+                _ => Err(gate_usage()),
+            }
+        }
+        Some(_) => Ok(GoalCmd::Set(rest.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn simple_commands() {
+        assert_eq!(parse("/help"), Ok(SlashCommand::Help));
+        assert_eq!(parse("/new"), Ok(SlashCommand::New));
+        assert_eq!(parse("/quit"), Ok(SlashCommand::Quit));
+        assert_eq!(parse("/stop"), Ok(SlashCommand::Stop));
+        assert_eq!(parse("/retry"), Ok(SlashCommand::Retry));
+        assert_eq!(parse("/undo"), Ok(SlashCommand::Undo(1)));
+        assert_eq!(parse("/undo 3"), Ok(SlashCommand::Undo(3)));
+        assert!(parse("/undo zero").unwrap_err().contains("usage: /undo [n]"));
+        assert!(parse("/new now").unwrap_err().contains("takes no arguments"));
+        assert_eq!(parse("/resume"), Ok(SlashCommand::Resume(None)));
+        assert_eq!(parse("/resume my title"), Ok(SlashCommand::Resume(Some("my title".into()))));
+        assert_eq!(parse("/title  Fix the build "), Ok(SlashCommand::Title("Fix the build".into())));
+        assert!(parse("/title").is_err());
+    }
+
+    #[test]
+    fn busy_and_jobs() {
+        assert_eq!(parse("/busy"), Ok(SlashCommand::Busy(None)));
+        assert_eq!(parse("/busy steer"), Ok(SlashCommand::Busy(Some(BusyMode::Steer))));
+        assert!(parse("/busy sideways").unwrap_err().contains("redirect|steer|queue"));
+        assert_eq!(parse("/jobs"), Ok(SlashCommand::Jobs(JobsCmd::List)));
+        assert_eq!(parse("/jobs kill 3"), Ok(SlashCommand::Jobs(JobsCmd::Kill("job_3".into()))));
+        assert_eq!(parse("/jobs log job_2"), Ok(SlashCommand::Jobs(JobsCmd::Log("job_2".into()))));
+        assert!(parse("/jobs frob").is_err());
+    }
+
+    #[test]
+    fn unknown_command_is_an_error() {
+        assert!(parse("/frobnicate").unwrap_err().contains("unknown command /frobnicate"));
+        assert!(is_command("/help"));
+        assert!(!is_command("/etc/hosts is broken"));
+        assert!(!is_command("hello"));
+    }
+
+    #[test]
+    fn heartbeat_intervals() {
+        assert_eq!(
+            parse("/heartbeat every 10m check the build"),
+            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 600, prompt: "check the build".into() }))
+        );
+        assert_eq!(
+            parse("/hb every 90 minutes look"),
+            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 5400, prompt: "look".into() }))
+        );
+        assert_eq!(
+            parse("/hb every 2h x"),
+            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 7200, prompt: "x".into() }))
+        );
+        assert_eq!(
+            parse("/hb every 1d x"),
+            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 86400, prompt: "x".into() }))
+        );
+        let err = parse("/hb every 30s x").unwrap_err();
+        assert!(err.contains("minimum is 1m"), "{err}");
+        assert!(parse("/hb every 10m").unwrap_err().contains("needs a prompt"));
+        assert!(parse("/hb every soon x").is_err());
+        assert_eq!(parse("/hb"), Ok(SlashCommand::Heartbeat(HeartbeatCmd::Status)));
+        assert_eq!(parse("/heartbeat pause"), Ok(SlashCommand::Heartbeat(HeartbeatCmd::Pause)));
+        assert_eq!(parse("/heartbeat clear"), Ok(SlashCommand::Heartbeat(HeartbeatCmd::Clear)));
+        assert_eq!(format_interval(90), "90s");
+        assert_eq!(format_interval(600), "10m");
+        assert_eq!(format_interval(5400), "90m");
+        assert_eq!(format_interval(7200), "2h");
+    }
+
+    #[test]
+    fn goals_and_gates() {
+        assert_eq!(parse("/goal"), Ok(SlashCommand::Goal(GoalCmd::Status)));
+        assert_eq!(
+            parse("/goal make the tests pass"),
+            Ok(SlashCommand::Goal(GoalCmd::Set("make the tests pass".into())))
+        );
+        assert_eq!(parse("/goal pause"), Ok(SlashCommand::Goal(GoalCmd::Pause)));
+        assert_eq!(parse("/goal gate"), Ok(SlashCommand::Goal(GoalCmd::Gate(GateCmd::List))));
+        assert_eq!(
+            parse("/goal gate add cargo test  --quiet"),
+            Ok(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Add("cargo test  --quiet".into()))))
+        );
+        assert_eq!(parse("/goal gate remove 2"), Ok(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Remove(2)))));
+        assert!(parse("/goal gate remove x").is_err());
+        assert!(parse("/goal gate add").unwrap_err().contains("needs a command"));
+        assert_eq!(parse("/pause lunch"), Ok(SlashCommand::Pause(Some("lunch".into()))));
+        assert_eq!(parse("/unpause"), Ok(SlashCommand::Unpause));
+    }
+}

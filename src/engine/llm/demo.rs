@@ -1,0 +1,1 @@
+//! SKELETON — the llm helper replaces this.

@@ -1,0 +1,187 @@
+//! Talking to models: the `Provider` trait, the OpenAI-compatible wire types, the
+//! streaming client, and the built-in demo model.
+
+pub mod client;
+pub mod demo;
+pub mod provider;
+pub mod scripted;
+pub mod sse;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::System => "system",
+            Role::User => "user",
+            Role::Assistant => "assistant",
+            Role::Tool => "tool",
+        }
+    }
+}
+
+/// A function call requested by the model, as it appears in the history.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type", default = "function_kind")]
+    pub kind: String,
+    pub function: FunctionCall,
+}
+
+fn function_kind() -> String {
+    "function".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FunctionCall {
+    pub name: String,
+    /// JSON text, exactly as the model produced it.
+    pub arguments: String,
+}
+
+impl ToolCall {
+    pub fn new(id: impl Into<String>, name: impl Into<String>, arguments: impl Into<String>) -> ToolCall {
+        ToolCall {
+            id: id.into(),
+            kind: function_kind(),
+            function: FunctionCall { name: name.into(), arguments: arguments.into() },
+        }
+    }
+}
+
+/// One Chat Completions message, serialised exactly as the server expects it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    pub role: Role,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<ToolCall>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+}
+
+impl ChatMessage {
+    pub fn system(text: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: Role::System, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    pub fn user(text: impl Into<String>) -> ChatMessage {
+        ChatMessage { role: Role::User, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+    }
+
+    pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> ChatMessage {
+        let text = text.into();
+        ChatMessage {
+            role: Role::Assistant,
+            content: (!text.is_empty() || tool_calls.is_empty()).then_some(text),
+            tool_calls,
+            tool_call_id: None,
+        }
+    }
+
+    pub fn tool(call_id: impl Into<String>, content: impl Into<String>) -> ChatMessage {
+        ChatMessage {
+            role: Role::Tool,
+            content: Some(content.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: Some(call_id.into()),
+        }
+    }
+
+    pub fn text(&self) -> &str {
+        self.content.as_deref().unwrap_or("")
+    }
+}
+
+/// What the engine asks a provider for.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct ChatRequest {
+    pub model: String,
+    pub messages: Vec<ChatMessage>,
+    /// OpenAI function-tool definitions; empty means no `tools` key is sent.
+    pub tools: Vec<serde_json::Value>,
+    pub temperature: Option<f32>,
+}
+
+/// A piece of a streaming response, for live display.
+#[derive(Debug, Clone, PartialEq)]
+pub enum StreamDelta {
+    Content(String),
+    Reasoning(String),
+    /// A tool call began (its name is known) at `index`.
+    ToolCallStarted {
+        index: usize,
+        name: String,
+    },
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// A complete model answer.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Completion {
+    pub content: String,
+    pub reasoning: String,
+    pub tool_calls: Vec<ToolCall>,
+    pub finish_reason: Option<String>,
+    pub usage: Option<Usage>,
+}
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum LlmError {
+    #[error("cannot reach the model server at {url}: {message}")]
+    Connect { url: String, message: String },
+    #[error("the model server answered {status}: {body}")]
+    Http { status: u16, body: String, retry_after_s: Option<f64> },
+    #[error("the model server sent an error: {0}")]
+    Server(String),
+    #[error("no data from the model server for {0} s")]
+    IdleTimeout(u64),
+    #[error("the response stream broke: {0}")]
+    Stream(String),
+    #[error("the model server sent something unreadable: {0}")]
+    Protocol(String),
+}
+
+impl LlmError {
+    /// Worth another attempt (only ever before the first content delta).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Connect { .. } | LlmError::Stream(_) | LlmError::IdleTimeout(_) => true,
+            LlmError::Http { status, .. } => *status == 429 || *status >= 500,
+            LlmError::Server(_) | LlmError::Protocol(_) => false,
+        }
+    }
+}
+
+/// Something that answers chat requests by streaming.
+///
+/// `on_delta` is called for each piece as it arrives. Dropping the returned future aborts
+/// the request (that is how an interrupt or redirect stops a stream).
+#[async_trait]
+pub trait Provider: Send + Sync {
+    async fn stream_chat(
+        &self,
+        request: &ChatRequest,
+        on_delta: &mut (dyn FnMut(StreamDelta) + Send),
+    ) -> Result<Completion, LlmError>;
+
+    /// Model names the server offers (`GET /v1/models`).
+    async fn list_models(&self) -> Result<Vec<String>, LlmError>;
+}

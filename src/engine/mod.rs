@@ -1,0 +1,33 @@
+//! The agent: owns the session, receives `Op`, emits `Event`. Never draws.
+
+pub mod approval;
+pub mod commands;
+pub mod jobs;
+pub mod llm;
+pub mod store;
+pub mod tools;
+
+use tokio::sync::mpsc;
+
+use crate::protocol::Event;
+
+/// Where the engine (and its tools and jobs) send events. Never blocks.
+#[derive(Clone, Debug)]
+pub struct EventSink(mpsc::UnboundedSender<Event>);
+
+impl EventSink {
+    pub fn new(tx: mpsc::UnboundedSender<Event>) -> EventSink {
+        EventSink(tx)
+    }
+
+    /// A sink and the receiving end (tests, exec).
+    pub fn channel() -> (EventSink, mpsc::UnboundedReceiver<Event>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        (EventSink(tx), rx)
+    }
+
+    /// Send, ignoring a closed receiver (the front end is gone; nothing to tell).
+    pub fn send(&self, event: Event) {
+        let _ = self.0.send(event);
+    }
+}

@@ -1,0 +1,196 @@
+//! Tools the model can call. Each tool turns JSON arguments into a JSON result the model
+//! reads (DESIGN §4a); errors are results (`{"error": ...}`), never a crashed turn.
+
+pub mod files;
+pub mod process;
+pub mod search;
+pub mod terminal;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::engine::approval::Approver;
+use crate::engine::jobs::JobsHandle;
+use crate::engine::EventSink;
+
+/// How a tool may be scheduled within one model response (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    /// May run alongside other `Parallel` tools from the same response.
+    Parallel,
+    /// Runs alone, in the order given (a `cd` must carry over).
+    Sequential,
+}
+
+/// Signals a running tool listens to.
+#[derive(Clone)]
+pub struct ToolSignals {
+    /// Cancelled when the turn is interrupted: kill foreground work, return at once.
+    pub interrupt: CancellationToken,
+    /// Bumped each time the user asks running tools to yield (redirect, Ctrl+B). A tool
+    /// compares against the value it saw when its work started.
+    pub yield_gen: watch::Receiver<u64>,
+    /// Bumped when a message arrives that should release a `process wait` early (any mode).
+    pub release_gen: watch::Receiver<u64>,
+}
+
+impl ToolSignals {
+    /// Signals that never fire (tests, headless helpers).
+    pub fn inert() -> ToolSignals {
+        let (_, yield_gen) = watch::channel(0);
+        let (_, release_gen) = watch::channel(0);
+        ToolSignals { interrupt: CancellationToken::new(), yield_gen, release_gen }
+    }
+}
+
+/// Everything a tool call may use.
+#[derive(Clone)]
+pub struct ToolCtx {
+    pub call_id: String,
+    pub session_id: String,
+    pub config: Arc<Config>,
+    /// The session's working directory; `terminal` updates it after each command.
+    pub cwd: Arc<Mutex<PathBuf>>,
+    pub jobs: JobsHandle,
+    pub approvals: Approver,
+    pub signals: ToolSignals,
+    pub events: EventSink,
+}
+
+impl ToolCtx {
+    pub fn cwd(&self) -> PathBuf {
+        self.cwd.lock().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
+    }
+
+    /// Resolve a path argument against the session's working directory (`~` expanded).
+    pub fn resolve(&self, path: &str) -> PathBuf {
+        resolve_path(&self.cwd(), path)
+    }
+}
+
+pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
+    let expanded = if let Some(rest) = path.strip_prefix("~/") {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)).unwrap_or_else(|| PathBuf::from(path))
+    } else if path == "~" {
+        std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from(path))
+    } else {
+        PathBuf::from(path)
+    };
+    if expanded.is_absolute() {
+        expanded
+    } else {
+        cwd.join(expanded)
+    }
+}
+
+/// What a tool returns: the JSON the model sees plus display facts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolResult {
+    pub value: Value,
+    pub ok: bool,
+    pub exit_code: Option<i32>,
+    /// "interrupted", "yielded", "timeout", "denied", …
+    pub status: Option<String>,
+}
+
+impl ToolResult {
+    pub fn ok(value: Value) -> ToolResult {
+        ToolResult { value, ok: true, exit_code: None, status: None }
+    }
+
+    pub fn error(message: impl Into<String>) -> ToolResult {
+        ToolResult { value: json!({ "error": message.into() }), ok: false, exit_code: None, status: None }
+    }
+
+    pub fn with_status(mut self, status: &str) -> ToolResult {
+        self.status = Some(status.to_string());
+        self
+    }
+}
+
+#[async_trait]
+pub trait Tool: Send + Sync {
+    fn name(&self) -> &'static str;
+    fn description(&self) -> &'static str;
+    /// JSON Schema of the arguments object.
+    fn parameters(&self) -> Value;
+    fn concurrency(&self) -> Concurrency;
+    /// One line for the UI's tool cell.
+    fn summary(&self, args: &Value) -> String;
+    async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult;
+}
+
+/// All tools by name.
+#[derive(Clone, Default)]
+pub struct Registry {
+    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+}
+
+impl Registry {
+    /// The standard tool set.
+    pub fn standard() -> Registry {
+        let mut r = Registry::default();
+        r.add(Arc::new(terminal::TerminalTool));
+        r.add(Arc::new(process::ProcessTool));
+        r.add(Arc::new(files::ReadFile));
+        r.add(Arc::new(files::WriteFile));
+        r.add(Arc::new(files::EditFile));
+        r.add(Arc::new(search::SearchFiles));
+        r
+    }
+
+    pub fn add(&mut self, tool: Arc<dyn Tool>) {
+        self.tools.insert(tool.name(), tool);
+    }
+
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.get(name).cloned()
+    }
+
+    /// The `tools` array of a Chat Completions request.
+    pub fn definitions(&self) -> Vec<Value> {
+        self.tools
+            .values()
+            .map(|t| {
+                json!({
+                    "type": "function",
+                    "function": {
+                        "name": t.name(),
+                        "description": t.description(),
+                        "parameters": t.parameters(),
+                    }
+                })
+            })
+            .collect()
+    }
+}
+
+/// Read an optional string argument.
+pub fn arg_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
+    args.get(key).and_then(Value::as_str)
+}
+
+/// Read an optional non-negative integer argument (accepts `"12"` too; models do that).
+pub fn arg_u64(args: &Value, key: &str) -> Option<u64> {
+    match args.get(key)? {
+        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// Read an optional boolean argument (accepts `"true"`).
+pub fn arg_bool(args: &Value, key: &str) -> Option<bool> {
+    match args.get(key)? {
+        Value::Bool(b) => Some(*b),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}

@@ -1,0 +1,303 @@
+//! The only types the engine and its front ends share.
+//!
+//! `Op` flows from a front end (TUI, `talaria exec`, tests) to the engine; `Event` flows
+//! back. Both are matched exhaustively everywhere, so a new variant shows every place
+//! that must handle it. `talaria exec --json` prints each `Event` as
+//! `{"type":"<Variant>","data":{...}}`.
+
+use serde::{Deserialize, Serialize};
+
+pub use crate::engine::commands::SlashCommand;
+
+/// A background job id as the model and the user see it: `job_<n>`.
+pub type JobId = String;
+
+/// What a message typed while the agent is busy does (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum BusyMode {
+    /// Abort the stream / yield running tools, deliver the message at once.
+    #[default]
+    Redirect,
+    /// Deliver after the next tool results, without yielding.
+    Steer,
+    /// Run as the next turn.
+    Queue,
+}
+
+impl BusyMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BusyMode::Redirect => "redirect",
+            BusyMode::Steer => "steer",
+            BusyMode::Queue => "queue",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<BusyMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "redirect" => Some(BusyMode::Redirect),
+            "steer" => Some(BusyMode::Steer),
+            "queue" => Some(BusyMode::Queue),
+            _ => None,
+        }
+    }
+}
+
+/// The user's answer to an approval prompt (DESIGN §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Approval {
+    Once,
+    Session,
+    Always,
+    Deny,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "action")]
+pub enum JobAction {
+    Poll,
+    Kill,
+    Write { data: String },
+    Close,
+    Log { offset: Option<u64>, limit: Option<u64> },
+}
+
+/// Front end -> engine.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Op {
+    /// A message from the user. `mode` None = the configured busy mode.
+    Submit {
+        text: String,
+        mode: Option<BusyMode>,
+    },
+    /// Esc / Ctrl+C while busy / `/stop`: abort the turn, kill foreground commands.
+    Interrupt,
+    /// Ctrl+B: move running foreground commands to background jobs, no message.
+    YieldForeground,
+    Approve {
+        id: u64,
+        decision: Approval,
+    },
+    Command(SlashCommand),
+    Job {
+        id: JobId,
+        action: JobAction,
+    },
+    Shutdown,
+}
+
+/// Why a turn started.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnTrigger {
+    User,
+    Queued,
+    JobNotification,
+    Heartbeat,
+    Goal,
+    Retry,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TurnOutcome {
+    Completed,
+    Interrupted,
+    Failed,
+    /// The iteration budget ran out before the model stopped calling tools.
+    BudgetExhausted,
+}
+
+impl TurnOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TurnOutcome::Completed => "completed",
+            TurnOutcome::Interrupted => "interrupted",
+            TurnOutcome::Failed => "failed",
+            TurnOutcome::BudgetExhausted => "budget_exhausted",
+        }
+    }
+}
+
+/// How a tool call ended, for display.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolOutcome {
+    /// True when the tool did what it was asked (exit code 0 for commands).
+    pub ok: bool,
+    pub exit_code: Option<i32>,
+    /// e.g. "interrupted", "yielded", "timeout", "denied".
+    pub status: Option<String>,
+    pub duration_ms: u64,
+    /// The JSON text the model sees (already capped).
+    pub result: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NoticeLevel {
+    Info,
+    Warn,
+    Error,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase", tag = "state", content = "code")]
+pub enum JobStatus {
+    Running,
+    Exited(i32),
+    Killed,
+    Lost,
+}
+
+impl JobStatus {
+    pub fn is_running(&self) -> bool {
+        matches!(self, JobStatus::Running)
+    }
+
+    pub fn label(&self) -> String {
+        match self {
+            JobStatus::Running => "running".into(),
+            JobStatus::Exited(code) => format!("exited {code}"),
+            JobStatus::Killed => "killed".into(),
+            JobStatus::Lost => "lost".into(),
+        }
+    }
+}
+
+/// A job as the UI lists it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobInfo {
+    pub id: JobId,
+    pub command: String,
+    pub pid: u32,
+    pub cwd: String,
+    /// Unix time in milliseconds.
+    pub started_at_ms: u64,
+    pub status: JobStatus,
+    /// False while a foreground tool call is still awaiting it.
+    pub background: bool,
+    pub has_stdin: bool,
+    pub last_line: String,
+}
+
+/// One message of a session as the UI shows it (on resume).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "kind")]
+pub enum HistoryItem {
+    User { text: String },
+    Assistant { text: String, reasoning: Option<String> },
+    Tool { call_id: String, name: String, summary: String, outcome: ToolOutcome },
+    Notice { level: NoticeLevel, text: String },
+}
+
+/// Slow-changing facts for the status line.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct StatusInfo {
+    pub model: String,
+    pub session_id: String,
+    pub busy_mode: Option<BusyMode>,
+    pub paused: bool,
+    /// e.g. "♥ every 10m · next in 4m"
+    pub heartbeat: Option<String>,
+    /// e.g. "goal 3/20 · gate ✓"
+    pub goal: Option<String>,
+    /// Context window use in percent, when known.
+    pub context_pct: Option<u8>,
+}
+
+/// Engine -> front end.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum Event {
+    SessionReady {
+        session_id: String,
+        title: Option<String>,
+        model: String,
+        provider: String,
+        demo: bool,
+        cwd: String,
+        busy_mode: BusyMode,
+        history: Vec<HistoryItem>,
+    },
+    TurnStarted {
+        trigger: TurnTrigger,
+    },
+    /// A user-role message reached the model's context (submitted, delivered mid-turn,
+    /// or injected by a heartbeat / goal / job notification).
+    UserMessage {
+        text: String,
+        trigger: TurnTrigger,
+    },
+    /// Messages typed while busy that have not reached the model yet.
+    PendingChanged {
+        pending: Vec<String>,
+    },
+    /// Text the front end should put back into its input box (after an interrupt).
+    RestoreInput {
+        text: String,
+    },
+    AssistantDelta(String),
+    ReasoningDelta(String),
+    AssistantDone {
+        text: String,
+        reasoning: Option<String>,
+    },
+    ToolStarted {
+        call_id: String,
+        name: String,
+        summary: String,
+    },
+    ToolOutput {
+        call_id: String,
+        chunk: String,
+    },
+    ToolFinished {
+        call_id: String,
+        outcome: ToolOutcome,
+    },
+    ApprovalNeeded {
+        id: u64,
+        command: String,
+        reason: String,
+    },
+    JobStarted {
+        job: JobInfo,
+    },
+    JobUpdated {
+        id: JobId,
+        status: JobStatus,
+        tail: String,
+    },
+    JobFinished {
+        id: JobId,
+        status: JobStatus,
+    },
+    JobLog {
+        id: JobId,
+        text: String,
+        first_line: u64,
+        total_lines: u64,
+    },
+    TurnFinished {
+        outcome: TurnOutcome,
+    },
+    Notice {
+        level: NoticeLevel,
+        text: String,
+    },
+    Status(StatusInfo),
+    Usage {
+        prompt_tokens: u64,
+        completion_tokens: u64,
+    },
+    /// The engine has finished shutting down; nothing follows.
+    ShutdownComplete,
+}
+
+impl Event {
+    pub fn notice(level: NoticeLevel, text: impl Into<String>) -> Event {
+        Event::Notice { level, text: text.into() }
+    }
+}
