@@ -31,3 +31,9 @@ impl EventSink {
         let _ = self.0.send(event);
     }
 }
+
+/// A front end's end of the engine: send `Op`s, receive `Event`s.
+pub struct EngineHandle {
+    pub ops: mpsc::UnboundedSender<crate::protocol::Op>,
+    pub events: mpsc::UnboundedReceiver<Event>,
+}
