@@ -5,7 +5,7 @@
 /// except `\n` and `\t`. `\r\n` becomes `\n`; a lone `\r` starts the line again, as a
 /// terminal would show it.
 pub fn strip_ansi(input: &str) -> String {
-    let mut performer = Strip { out: String::with_capacity(input.len()), line_start: 0 };
+    let mut performer = Strip { out: String::with_capacity(input.len()), line_start: 0, after_cr: false };
     let mut parser = vte::Parser::new();
     parser.advance(&mut performer, input.as_bytes());
     performer.out
@@ -14,22 +14,29 @@ pub fn strip_ansi(input: &str) -> String {
 struct Strip {
     out: String,
     line_start: usize,
+    /// A `\r` was seen: the next printed text replaces the current line (progress bars).
+    after_cr: bool,
 }
 
 impl vte::Perform for Strip {
     fn print(&mut self, c: char) {
+        if self.after_cr {
+            self.out.truncate(self.line_start);
+            self.after_cr = false;
+        }
         self.out.push(c);
     }
 
     fn execute(&mut self, byte: u8) {
         match byte {
             b'\n' => {
-                // A `\r` right before `\n` left the line as it was.
+                // A `\r` right before `\n` leaves the line as it was.
+                self.after_cr = false;
                 self.out.push('\n');
                 self.line_start = self.out.len();
             }
             b'\t' => self.out.push('\t'),
-            b'\r' => self.out.truncate(self.line_start),
+            b'\r' => self.after_cr = true,
             _ => {}
         }
     }
