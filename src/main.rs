@@ -1,1 +1,232 @@
-fn main() {}
+//! The `talaria` binary: parse the command line, load config, start logging, pick a mode.
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use talaria::config::Config;
+use talaria::engine::approval::PromptPolicy;
+use talaria::engine::llm::provider;
+use talaria::engine::store::Store;
+use talaria::engine::{EngineOptions, SessionChoice};
+use talaria::paths::Paths;
+
+#[derive(Parser, Debug)]
+#[command(name = "talaria", version, about = "A full-screen terminal AI agent you never wait for")]
+struct Cli {
+    /// Model name for this run (overrides `[model] name`).
+    #[arg(long, global = true, value_name = "NAME")]
+    model: Option<String>,
+    /// OpenAI-compatible base URL for this run, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long, global = true, value_name = "URL")]
+    base_url: Option<String>,
+    /// Continue the most recent session started in this directory.
+    #[arg(short = 'c', long = "continue")]
+    continue_session: bool,
+    /// Resume a session by id, id prefix or title.
+    #[arg(long, value_name = "ID|TITLE", conflicts_with = "continue_session")]
+    resume: Option<String>,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run one prompt headless: the answer on stdout, tool activity on stderr.
+    Exec {
+        /// Print every event as one JSON line.
+        #[arg(long)]
+        json: bool,
+        /// Allow commands that would need approval (hardline ones are still refused).
+        #[arg(long)]
+        yes: bool,
+        /// Continue the most recent session started in this directory.
+        #[arg(short = 'c', long = "continue")]
+        continue_session: bool,
+        /// The prompt; `-` reads it from stdin.
+        #[arg(required = true, num_args = 1.., value_name = "PROMPT")]
+        prompt: Vec<String>,
+    },
+    /// List or search saved sessions.
+    Sessions {
+        #[command(subcommand)]
+        action: Option<SessionsAction>,
+    },
+    /// Pause all autonomous work (heartbeats, goals, queued messages) in every talaria.
+    Pause {
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Lift a pause.
+    Unpause,
+}
+
+#[derive(Subcommand, Debug)]
+enum SessionsAction {
+    /// The most recent sessions.
+    List {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+    },
+    /// Full-text search over every message.
+    Search { query: Vec<String> },
+}
+
+fn main() {
+    if std::env::args().nth(1).as_deref() == Some("__reaper") {
+        talaria::engine::jobs::reaper::run();
+    }
+    let cli = Cli::parse();
+    let code = match real_main(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("talaria: {e:#}");
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+fn real_main(cli: Cli) -> anyhow::Result<i32> {
+    let paths = Paths::from_env()?;
+    let config = match Config::load(&paths.config_file) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("talaria: {e}");
+            return Ok(2);
+        }
+    };
+    match &cli.command {
+        Some(Command::Pause { reason }) => {
+            talaria::engine::estop::pause(&paths.estop, reason.as_deref())?;
+            println!("paused ({}); `talaria unpause` lifts it", paths.estop.display());
+            return Ok(0);
+        }
+        Some(Command::Unpause) => {
+            talaria::engine::estop::unpause(&paths.estop)?;
+            println!("unpaused");
+            return Ok(0);
+        }
+        _ => {}
+    }
+    paths.check_test_guard()?;
+    paths.ensure_dirs().with_context(|| format!("cannot create {}", paths.jobs_dir.display()))?;
+    let _log_guard = talaria::logging::init(&paths.logs_dir)?;
+    tracing::info!(version = env!("CARGO_PKG_VERSION"), "talaria starting");
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
+    let result = runtime.block_on(async_main(cli, paths, Arc::new(config)));
+    // Do not wait for stray blocking tasks (a stuck stdin read) on the way out.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(200));
+    result
+}
+
+async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
+    let store = Store::open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;
+    match cli.command {
+        Some(Command::Sessions { action }) => {
+            let text = match action {
+                None => talaria::engine::store::cli::cli_list(&store, 20).await?,
+                Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(&store, limit).await?,
+                Some(SessionsAction::Search { query }) => {
+                    talaria::engine::store::cli::cli_search(&store, &query.join(" ")).await?
+                }
+            };
+            print!("{text}");
+            Ok(0)
+        }
+        Some(Command::Exec { json, yes, continue_session, prompt }) => {
+            let prompt = if prompt == ["-"] {
+                let mut text = String::new();
+                std::io::stdin().read_to_string(&mut text).context("cannot read the prompt from stdin")?;
+                text
+            } else {
+                prompt.join(" ")
+            };
+            if prompt.trim().is_empty() {
+                anyhow::bail!("the prompt is empty");
+            }
+            let session = if continue_session || cli.continue_session {
+                SessionChoice::Continue
+            } else if let Some(key) = cli.resume.clone() {
+                SessionChoice::Resume(key)
+            } else {
+                SessionChoice::New
+            };
+            let policy = if yes { PromptPolicy::AllowUnattended } else { PromptPolicy::DenyUnattended };
+            let (engine, resolved) = start_engine(&cli.model, &cli.base_url, &paths, &config, store, session, policy).await?;
+            if resolved.demo {
+                eprintln!("{}", talaria::engine::llm::demo::DEMO_BANNER);
+            }
+            let code = talaria::exec::run(engine, prompt, talaria::exec::ExecOptions { json }).await?;
+            drop(resolved);
+            Ok(code)
+        }
+        None => {
+            if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+                anyhow::bail!("not a terminal; use `talaria exec`");
+            }
+            let session = if cli.continue_session {
+                SessionChoice::Continue
+            } else if let Some(key) = cli.resume.clone() {
+                SessionChoice::Resume(key)
+            } else {
+                SessionChoice::New
+            };
+            let (engine, resolved) =
+                start_engine(&cli.model, &cli.base_url, &paths, &config, store, session, PromptPolicy::Ask).await?;
+            let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
+            let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner };
+            let exit = talaria::tui::run(options, engine).await?;
+            if let Some(id) = exit.session_id {
+                println!("Resume this session with: talaria --resume {id}");
+            }
+            drop(resolved);
+            Ok(0)
+        }
+        Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
+    }
+}
+
+async fn start_engine(
+    cli_model: &Option<String>,
+    cli_base_url: &Option<String>,
+    paths: &Paths,
+    config: &Arc<Config>,
+    store: Store,
+    session: SessionChoice,
+    policy: PromptPolicy,
+) -> anyhow::Result<(talaria::engine::EngineHandle, provider::ResolvedProvider)> {
+    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    let resolved =
+        provider::resolve(&config.model, cli_model.as_deref(), cli_base_url.as_deref(), &config.agent, &env).await?;
+    tracing::info!(provider = %resolved.label, model = %resolved.model, "model resolved");
+    let cwd: PathBuf = std::env::current_dir().context("cannot read the working directory")?;
+    let options = EngineOptions {
+        config: config.clone(),
+        paths: paths.clone(),
+        provider: resolved.provider.clone(),
+        model: resolved.model.clone(),
+        provider_label: resolved.label.clone(),
+        demo: resolved.demo,
+        store,
+        session,
+        cwd,
+        approval_policy: policy,
+        reaper: true,
+    };
+    let (handle, join) = talaria::engine::start(options).await?;
+    // A panic in the engine task is fatal: the reaper kills every child group once we exit.
+    tokio::spawn(async move {
+        if let Err(e) = join.await {
+            if e.is_panic() {
+                let _ = talaria::tui::restore();
+                eprintln!("talaria: the engine crashed; see the log. Exiting.");
+                std::process::exit(101);
+            }
+        }
+    });
+    Ok((handle, resolved))
+}

@@ -37,3 +37,9 @@ pub struct EngineHandle {
     pub ops: mpsc::UnboundedSender<crate::protocol::Op>,
     pub events: mpsc::UnboundedReceiver<Event>,
 }
+
+pub mod history;
+pub mod session;
+pub mod turn;
+
+pub use session::{start, EngineOptions, SessionChoice};

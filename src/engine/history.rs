@@ -1,0 +1,151 @@
+//! Turning stored rows into the model's context and into what a resumed transcript shows.
+
+use std::collections::{HashMap, HashSet};
+
+use serde_json::Value;
+
+use crate::engine::llm::{ChatMessage, Role, ToolCall};
+use crate::engine::store::StoredMessage;
+use crate::engine::tools::Registry;
+use crate::engine::turn::outcome_from_kind;
+use crate::protocol::HistoryItem;
+
+/// The result given to a tool call that never got one (talaria died mid-tool).
+pub const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
+
+pub fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
+    let role = match row.role.as_str() {
+        "user" => Role::User,
+        "assistant" => Role::Assistant,
+        "tool" => Role::Tool,
+        "system" => Role::System,
+        _ => return None,
+    };
+    Some(ChatMessage {
+        role,
+        content: row.content.clone(),
+        tool_calls: row.tool_calls.clone(),
+        tool_call_id: row.tool_call_id.clone(),
+    })
+}
+
+/// Tool calls in `history` without a result, in order. Each needs a filler so the history
+/// sent to the model stays valid.
+pub fn missing_results(history: &[ChatMessage]) -> Vec<(usize, ToolCall)> {
+    let answered: HashSet<&str> =
+        history.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.as_deref()).collect();
+    let mut missing = Vec::new();
+    for (i, m) in history.iter().enumerate() {
+        for call in &m.tool_calls {
+            if !answered.contains(call.id.as_str()) {
+                missing.push((i, call.clone()));
+            }
+        }
+    }
+    missing
+}
+
+/// Insert `LOST_RESULT` tool messages right after the results of the same assistant message.
+/// Returns the repaired history and the filler messages (to persist).
+pub fn repair(history: Vec<ChatMessage>) -> (Vec<ChatMessage>, Vec<ChatMessage>) {
+    let missing = missing_results(&history);
+    if missing.is_empty() {
+        return (history, Vec::new());
+    }
+    let mut by_index: HashMap<usize, Vec<ToolCall>> = HashMap::new();
+    for (i, call) in missing {
+        by_index.entry(i).or_default().push(call);
+    }
+    let mut out = Vec::with_capacity(history.len() + by_index.len());
+    let mut fillers = Vec::new();
+    let mut pending: Option<Vec<ToolCall>> = None;
+    for (i, m) in history.into_iter().enumerate() {
+        // Flush fillers once the run of tool results after their assistant message ends.
+        if m.role != Role::Tool {
+            if let Some(calls) = pending.take() {
+                for call in calls {
+                    let filler = ChatMessage::tool(call.id, LOST_RESULT);
+                    fillers.push(filler.clone());
+                    out.push(filler);
+                }
+            }
+        }
+        if let Some(calls) = by_index.remove(&i) {
+            pending = Some(calls);
+        }
+        out.push(m);
+    }
+    if let Some(calls) = pending.take() {
+        for call in calls {
+            let filler = ChatMessage::tool(call.id, LOST_RESULT);
+            fillers.push(filler.clone());
+            out.push(filler);
+        }
+    }
+    (out, fillers)
+}
+
+/// What the transcript shows for stored rows.
+pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem> {
+    let mut calls: HashMap<String, (String, String)> = HashMap::new();
+    let mut items = Vec::with_capacity(rows.len());
+    for row in rows {
+        match row.role.as_str() {
+            "user" => items.push(HistoryItem::User { text: row.content.clone().unwrap_or_default() }),
+            "assistant" => {
+                let text = row.content.clone().unwrap_or_default();
+                if !text.is_empty() {
+                    items.push(HistoryItem::Assistant { text, reasoning: None });
+                }
+                for call in &row.tool_calls {
+                    let args: Value = serde_json::from_str(&call.function.arguments).unwrap_or(Value::Null);
+                    let summary =
+                        registry.get(&call.function.name).map(|t| t.summary(&args)).unwrap_or_default();
+                    calls.insert(call.id.clone(), (call.function.name.clone(), summary));
+                }
+            }
+            "tool" => {
+                let call_id = row.tool_call_id.clone().unwrap_or_default();
+                let (name, summary) = calls
+                    .get(&call_id)
+                    .cloned()
+                    .unwrap_or_else(|| (row.tool_name.clone().unwrap_or_else(|| "tool".into()), String::new()));
+                let result = row.content.clone().unwrap_or_default();
+                let outcome = outcome_from_kind(row.display_kind.as_deref(), &result);
+                items.push(HistoryItem::Tool { call_id, name, summary, outcome });
+            }
+            _ => {}
+        }
+    }
+    items
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_call_without_result_gets_the_lost_filler() {
+        let history = vec![
+            ChatMessage::user("go"),
+            ChatMessage::assistant("", vec![ToolCall::new("a", "terminal", "{}"), ToolCall::new("b", "terminal", "{}")]),
+            ChatMessage::tool("a", "{}"),
+            ChatMessage::user("next"),
+        ];
+        let (fixed, fillers) = repair(history);
+        assert_eq!(fillers, vec![ChatMessage::tool("b", LOST_RESULT)]);
+        assert_eq!(fixed[3], ChatMessage::tool("b", LOST_RESULT));
+        assert_eq!(fixed[4], ChatMessage::user("next"));
+        assert!(missing_results(&fixed).is_empty());
+    }
+
+    #[test]
+    fn a_trailing_call_is_filled_at_the_end() {
+        let history =
+            vec![ChatMessage::user("go"), ChatMessage::assistant("", vec![ToolCall::new("a", "terminal", "{}")])];
+        let (fixed, fillers) = repair(history);
+        assert_eq!(fillers.len(), 1);
+        assert_eq!(fixed.last(), Some(&ChatMessage::tool("a", LOST_RESULT)));
+    }
+}

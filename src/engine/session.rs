@@ -1,0 +1,652 @@
+//! The engine task: owns the session, receives `Op`, starts turns, emits `Event`.
+//! All effects happen here; deciding what a typed message does while busy is
+//! `route_busy_message` (pure).
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::json;
+use tokio::sync::mpsc;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::engine::approval::{Approver, PromptPolicy};
+use crate::engine::commands::{JobsCmd, SlashCommand, COMMANDS};
+use crate::engine::history;
+use crate::engine::jobs::JobsHandle;
+use crate::engine::llm::{ChatMessage, Provider};
+use crate::engine::store::Store;
+use crate::engine::tools::Registry;
+use crate::engine::turn::{lock, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
+use crate::engine::{EngineHandle, EventSink};
+use crate::paths::Paths;
+use crate::protocol::{
+    BusyMode, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
+};
+
+pub const SYSTEM_PROMPT: &str = include_str!("../../assets/system_prompt.md");
+
+/// Which session to open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SessionChoice {
+    New,
+    /// The most recent session started in this working directory (a new one if none).
+    Continue,
+    /// By id, id prefix or title.
+    Resume(String),
+}
+
+pub struct EngineOptions {
+    pub config: Arc<Config>,
+    pub paths: Paths,
+    pub provider: Arc<dyn Provider>,
+    pub model: String,
+    pub provider_label: String,
+    pub demo: bool,
+    pub store: Store,
+    pub session: SessionChoice,
+    pub cwd: PathBuf,
+    pub approval_policy: PromptPolicy,
+    /// Start the `talaria __reaper` guard process (off in library tests).
+    pub reaper: bool,
+}
+
+/// What a message typed while a turn runs does (DESIGN §3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BusyRoute {
+    /// Add to the messages delivered at the next delivery point.
+    pub pending: bool,
+    /// Add to the messages run as later turns.
+    pub queue: bool,
+    /// Abort a model stream in progress.
+    pub abort_stream: bool,
+    /// Ask running tools to yield (foreground commands become jobs).
+    pub yield_tools: bool,
+    /// Release a `process wait` early.
+    pub release_wait: bool,
+}
+
+pub fn route_busy_message(mode: BusyMode) -> BusyRoute {
+    match mode {
+        BusyMode::Redirect => {
+            BusyRoute { pending: true, queue: false, abort_stream: true, yield_tools: true, release_wait: true }
+        }
+        BusyMode::Steer => {
+            BusyRoute { pending: true, queue: false, abort_stream: false, yield_tools: false, release_wait: true }
+        }
+        BusyMode::Queue => {
+            BusyRoute { pending: false, queue: true, abort_stream: false, yield_tools: false, release_wait: false }
+        }
+    }
+}
+
+struct RunningTurn {
+    control: TurnControl,
+    join: JoinHandle<TurnResult>,
+}
+
+struct Engine {
+    env: TurnEnv,
+    paths: Paths,
+    provider_label: String,
+    demo: bool,
+    ops: mpsc::UnboundedReceiver<Op>,
+    job_done: mpsc::UnboundedReceiver<JobId>,
+    history: Vec<ChatMessage>,
+    turn: Option<RunningTurn>,
+    pending: Arc<Mutex<Vec<String>>>,
+    queued: VecDeque<String>,
+    busy_mode: BusyMode,
+    title: Option<String>,
+}
+
+/// Open (or create) the session and start the engine task.
+pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHandle<()>)> {
+    let (op_tx, op_rx) = mpsc::unbounded_channel();
+    let (events, event_rx) = EventSink::channel();
+    let cwd = opts.cwd.canonicalize().unwrap_or_else(|_| opts.cwd.clone());
+    let cwd_text = cwd.display().to_string();
+    let store = opts.store.clone();
+    let existing = match &opts.session {
+        SessionChoice::New => None,
+        SessionChoice::Continue => store.latest_in_cwd(&cwd_text).await?,
+        SessionChoice::Resume(key) => Some(
+            store
+                .find_session(key)
+                .await?
+                .ok_or_else(|| anyhow::anyhow!("no session matches '{key}'; `talaria sessions list` shows them"))?,
+        ),
+    };
+    let (session_id, title) = match existing {
+        Some(s) => (s.id, s.title),
+        None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
+    };
+    let (jobs, job_done) = JobsHandle::start(&opts.paths, opts.config.clone(), events.clone());
+    let approver = Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
+    let env = TurnEnv {
+        provider: opts.provider,
+        model: opts.model,
+        registry: Registry::standard(),
+        config: opts.config.clone(),
+        store,
+        events: events.clone(),
+        jobs,
+        approver,
+        cwd: Arc::new(Mutex::new(cwd.clone())),
+        session_id,
+        system_prompt: system_prompt(&opts.config, &cwd),
+    };
+    let mut engine = Engine {
+        busy_mode: opts.config.agent.busy_input_mode,
+        env,
+        paths: opts.paths,
+        provider_label: opts.provider_label,
+        demo: opts.demo,
+        ops: op_rx,
+        job_done,
+        history: Vec::new(),
+        turn: None,
+        pending: Arc::new(Mutex::new(Vec::new())),
+        queued: VecDeque::new(),
+        title,
+    };
+    engine.load_session().await?;
+    let join = tokio::spawn(async move { engine.run().await });
+    Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
+}
+
+fn system_prompt(config: &Config, cwd: &std::path::Path) -> String {
+    let mut prompt = SYSTEM_PROMPT.trim_end().to_string();
+    prompt.push_str(&format!("\n\nWorking directory: {}\n", cwd.display()));
+    if !config.agent.system_prompt_extra.trim().is_empty() {
+        prompt.push('\n');
+        prompt.push_str(config.agent.system_prompt_extra.trim());
+        prompt.push('\n');
+    }
+    prompt
+}
+
+/// Await the running turn, or never (so `select!` can include it unconditionally).
+async fn turn_done(turn: &mut Option<RunningTurn>) -> Result<TurnResult, tokio::task::JoinError> {
+    match turn {
+        Some(t) => (&mut t.join).await,
+        None => std::future::pending().await,
+    }
+}
+
+impl Engine {
+    fn events(&self) -> &EventSink {
+        &self.env.events
+    }
+
+    fn notice(&self, level: NoticeLevel, text: impl Into<String>) {
+        self.events().send(Event::notice(level, text));
+    }
+
+    fn is_busy(&self) -> bool {
+        self.turn.is_some()
+    }
+
+    fn is_paused(&self) -> bool {
+        self.paths.estop.exists()
+    }
+
+    async fn run(mut self) {
+        loop {
+            tokio::select! {
+                op = self.ops.recv() => {
+                    let Some(op) = op else { break };
+                    if let Op::Shutdown = op {
+                        break;
+                    }
+                    self.handle_op(op).await;
+                }
+                result = turn_done(&mut self.turn) => {
+                    self.turn = None;
+                    self.on_turn_finished(result).await;
+                }
+                Some(_) = self.job_done.recv() => {}
+            }
+            self.start_next_turn().await;
+        }
+        self.shutdown().await;
+    }
+
+    async fn shutdown(&mut self) {
+        if let Some(turn) = self.turn.take() {
+            turn.control.interrupt.cancel();
+            self.env.approver.deny_all();
+            if let Ok(Ok(result)) = tokio::time::timeout(Duration::from_secs(5), turn.join).await {
+                self.history = result.history;
+            }
+        }
+        let killed = self.env.jobs.shutdown().await;
+        if killed > 0 {
+            self.notice(NoticeLevel::Info, format!("killed {killed} running job(s)"));
+        }
+        self.events().send(Event::ShutdownComplete);
+    }
+
+    async fn load_session(&mut self) -> anyhow::Result<()> {
+        let rows = self.env.store.load_messages(&self.env.session_id).await?;
+        let history: Vec<ChatMessage> = rows.iter().filter_map(history::to_chat).collect();
+        let (history, fillers) = history::repair(history);
+        for filler in &fillers {
+            crate::engine::turn::persist(&self.env, filler, None).await;
+        }
+        self.history = history;
+        let mut rows = rows;
+        if !fillers.is_empty() {
+            rows = self.env.store.load_messages(&self.env.session_id).await?;
+        }
+        let items = history::to_items(&rows, &self.env.registry);
+        self.events().send(Event::SessionReady {
+            session_id: self.env.session_id.clone(),
+            title: self.title.clone(),
+            model: self.env.model.clone(),
+            provider: self.provider_label.clone(),
+            demo: self.demo,
+            cwd: self.env.cwd().display().to_string(),
+            busy_mode: self.busy_mode,
+            history: items,
+        });
+        // Messages typed but not delivered before talaria last stopped.
+        if let Ok(Some(saved)) = self.env.store.meta_get(&self.pending_key()).await {
+            if let Ok(messages) = serde_json::from_str::<Vec<String>>(&saved) {
+                if !messages.is_empty() {
+                    self.events().send(Event::RestoreInput { text: messages.join("\n\n") });
+                    self.notice(NoticeLevel::Info, "messages you typed before talaria stopped are back in the input");
+                }
+            }
+            let _ = self.env.store.meta_delete(&self.pending_key()).await;
+        }
+        self.send_status();
+        Ok(())
+    }
+
+    fn pending_key(&self) -> String {
+        format!("pending:{}", self.env.session_id)
+    }
+
+    fn send_status(&self) {
+        self.events().send(Event::Status(StatusInfo {
+            model: self.env.model.clone(),
+            session_id: self.env.session_id.clone(),
+            busy_mode: Some(self.busy_mode),
+            paused: self.is_paused(),
+            heartbeat: None,
+            goal: None,
+            context_pct: None,
+        }));
+    }
+
+    async fn publish_pending(&self) {
+        let mut all = lock(&self.pending).clone();
+        all.extend(self.queued.iter().cloned());
+        self.events().send(Event::PendingChanged { pending: all.clone() });
+        let key = self.pending_key();
+        if all.is_empty() {
+            let _ = self.env.store.meta_delete(&key).await;
+        } else {
+            let _ = self.env.store.meta_set(&key, &json!(all).to_string()).await;
+        }
+    }
+
+    async fn handle_op(&mut self, op: Op) {
+        match op {
+            Op::Submit { text, mode } => self.submit(text, mode).await,
+            Op::Interrupt => self.interrupt(),
+            Op::YieldForeground => match &self.turn {
+                Some(turn) => TurnControl::bump(&turn.control.yield_tx),
+                None => self.notice(NoticeLevel::Info, "nothing is running in the foreground"),
+            },
+            Op::Approve { id, decision } => self.env.approver.answer(id, decision),
+            Op::Command(command) => self.command(command).await,
+            Op::Job { id, action } => self.job_action(id, action).await,
+            Op::Shutdown => {}
+        }
+    }
+
+    fn interrupt(&mut self) {
+        match &self.turn {
+            Some(turn) => {
+                turn.control.interrupt.cancel();
+                self.env.approver.deny_all();
+            }
+            None => self.notice(NoticeLevel::Info, "nothing to interrupt"),
+        }
+    }
+
+    async fn submit(&mut self, text: String, mode: Option<BusyMode>) {
+        if text.trim().is_empty() {
+            return;
+        }
+        let Some(turn) = &self.turn else {
+            if self.is_paused() {
+                self.notice(NoticeLevel::Warn, "paused: nothing is sent to the model until `/unpause` (or `talaria unpause`)");
+                self.events().send(Event::RestoreInput { text });
+                return;
+            }
+            self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
+            return;
+        };
+        let route = route_busy_message(mode.unwrap_or(self.busy_mode));
+        let control = turn.control.clone();
+        if route.queue {
+            self.queued.push_back(text);
+        } else if route.pending {
+            lock(&self.pending).push(text);
+        }
+        if route.release_wait {
+            TurnControl::bump(&control.release_tx);
+        }
+        if route.abort_stream {
+            TurnControl::bump(&control.redirect_tx);
+        }
+        if route.yield_tools {
+            TurnControl::bump(&control.yield_tx);
+        }
+        self.publish_pending().await;
+    }
+
+    fn begin_turn(&mut self, inputs: Vec<TurnInput>, trigger: TurnTrigger) {
+        let control = TurnControl::new(self.pending.clone());
+        let history = std::mem::take(&mut self.history);
+        let env = self.env.clone();
+        let ctl = control.clone();
+        let join = tokio::spawn(async move { run_turn(env, ctl, history, inputs, trigger).await });
+        self.turn = Some(RunningTurn { control, join });
+    }
+
+    async fn on_turn_finished(&mut self, result: Result<TurnResult, tokio::task::JoinError>) {
+        let result = match result {
+            Ok(r) => r,
+            Err(e) => {
+                // The turn task itself panicked: the history it owned is lost from memory but
+                // every completed message is in the store, so reload from there.
+                tracing::error!(error = %e, "turn task failed");
+                self.notice(NoticeLevel::Error, format!("the turn crashed: {e}; reloading the session from the database"));
+                let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
+                self.history = history::repair(rows.iter().filter_map(history::to_chat).collect()).0;
+                self.events().send(Event::TurnFinished { outcome: TurnOutcome::Failed });
+                return;
+            }
+        };
+        self.history = result.history;
+        if result.usage.prompt_tokens + result.usage.completion_tokens > 0 {
+            let _ = self
+                .env
+                .store
+                .add_usage(&self.env.session_id, result.usage.prompt_tokens, result.usage.completion_tokens)
+                .await;
+        }
+        if result.outcome == TurnOutcome::Interrupted {
+            // Never dropped, never auto-sent: typed messages go back into the input box.
+            let mut back: Vec<String> = std::mem::take(&mut *lock(&self.pending));
+            back.extend(self.queued.drain(..));
+            if !back.is_empty() {
+                self.events().send(Event::RestoreInput { text: back.join("\n\n") });
+            }
+            self.publish_pending().await;
+        }
+    }
+
+    /// When idle: leftover pending messages, then queued ones, then job notices.
+    async fn start_next_turn(&mut self) {
+        if self.is_busy() || self.is_paused() {
+            return;
+        }
+        let pending: Vec<String> = std::mem::take(&mut *lock(&self.pending));
+        if !pending.is_empty() {
+            self.publish_pending().await;
+            self.begin_turn(vec![TurnInput { text: pending.join("\n\n"), display_kind: None }], TurnTrigger::Queued);
+            return;
+        }
+        if let Some(text) = self.queued.pop_front() {
+            self.publish_pending().await;
+            self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Queued);
+            return;
+        }
+        if self.env.config.jobs.notify_starts_turn {
+            let notices = self.env.jobs.take_exit_notices(&self.env.session_id).await;
+            if !notices.is_empty() {
+                let inputs = notices
+                    .into_iter()
+                    .map(|n| TurnInput { text: n.text, display_kind: Some("job_notice".into()) })
+                    .collect();
+                self.begin_turn(inputs, TurnTrigger::JobNotification);
+            }
+        }
+    }
+
+    async fn job_action(&mut self, id: JobId, action: JobAction) {
+        let args = match &action {
+            JobAction::Poll => json!({"action": "poll", "session_id": id}),
+            JobAction::Kill => json!({"action": "kill", "session_id": id}),
+            JobAction::Write { data } => json!({"action": "write", "session_id": id, "data": data}),
+            JobAction::Close => json!({"action": "close", "session_id": id}),
+            JobAction::Log { offset, limit } => {
+                json!({"action": "log", "session_id": id, "offset": offset, "limit": limit.unwrap_or(2000)})
+            }
+        };
+        let (_, release) = tokio::sync::watch::channel(0u64);
+        let cap = Duration::from_secs(self.env.config.terminal.timeout_s);
+        let value = self.env.jobs.process_action(&args, release, cap).await;
+        if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
+            self.notice(NoticeLevel::Error, format!("{id}: {error}"));
+            return;
+        }
+        match action {
+            JobAction::Log { .. } => self.events().send(Event::JobLog {
+                id,
+                text: value.get("output").and_then(|v| v.as_str()).unwrap_or("").to_string(),
+                first_line: value.get("first_line").and_then(|v| v.as_u64()).unwrap_or(1),
+                total_lines: value.get("total_lines").and_then(|v| v.as_u64()).unwrap_or(0),
+            }),
+            JobAction::Poll => {
+                let status = value.get("status").and_then(|v| v.as_str()).unwrap_or("?");
+                let tail = value.get("output_tail").and_then(|v| v.as_str()).unwrap_or("");
+                let last = tail.lines().last().unwrap_or("");
+                self.notice(NoticeLevel::Info, format!("{id}: {status} · {last}"));
+            }
+            JobAction::Kill => {
+                let status = value.get("status").and_then(|v| v.as_str()).unwrap_or("killed");
+                self.notice(NoticeLevel::Info, format!("{id}: {status}"));
+            }
+            JobAction::Write { .. } | JobAction::Close => {}
+        }
+    }
+
+    async fn command(&mut self, command: SlashCommand) {
+        let busy = self.is_busy();
+        let refuse = |name: &str| format!("{name} is not available while a turn runs; press Esc to stop it first");
+        match command {
+            SlashCommand::Help => {
+                let lines: Vec<String> = COMMANDS.iter().map(|c| format!("{:<42} {}", c.usage, c.help)).collect();
+                self.notice(NoticeLevel::Info, lines.join("\n"));
+            }
+            SlashCommand::Stop => self.interrupt(),
+            SlashCommand::Quit => {}
+            SlashCommand::New if busy => self.notice(NoticeLevel::Warn, refuse("/new")),
+            SlashCommand::New => {
+                let cwd = self.env.cwd().display().to_string();
+                match self.env.store.create_session(&self.env.model, &cwd, None).await {
+                    Ok(id) => {
+                        self.env.session_id = id;
+                        self.title = None;
+                        self.queued.clear();
+                        lock(&self.pending).clear();
+                        if let Err(e) = self.load_session().await {
+                            self.notice(NoticeLevel::Error, format!("could not open the new session: {e}"));
+                        }
+                    }
+                    Err(e) => self.notice(NoticeLevel::Error, format!("could not create a session: {e}")),
+                }
+            }
+            SlashCommand::Resume(_) if busy => self.notice(NoticeLevel::Warn, refuse("/resume")),
+            SlashCommand::Resume(None) | SlashCommand::Sessions => self.list_sessions().await,
+            SlashCommand::Resume(Some(key)) => match self.env.store.find_session(&key).await {
+                Ok(Some(s)) => {
+                    self.env.session_id = s.id;
+                    self.title = s.title;
+                    if let Err(e) = self.load_session().await {
+                        self.notice(NoticeLevel::Error, format!("could not resume: {e}"));
+                    }
+                }
+                Ok(None) => self.notice(NoticeLevel::Error, format!("no session matches '{key}'")),
+                Err(e) => self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
+            },
+            SlashCommand::Title(title) => match self.env.store.set_title(&self.env.session_id, &title).await {
+                Ok(()) => {
+                    self.title = Some(title.clone());
+                    self.notice(NoticeLevel::Info, format!("session titled \"{title}\""));
+                }
+                Err(e) => self.notice(NoticeLevel::Error, format!("could not set the title: {e}")),
+            },
+            SlashCommand::Retry if busy => self.notice(NoticeLevel::Warn, refuse("/retry")),
+            SlashCommand::Retry => self.retry().await,
+            SlashCommand::Undo(_) if busy => self.notice(NoticeLevel::Warn, refuse("/undo")),
+            SlashCommand::Undo(n) => self.undo(n).await,
+            SlashCommand::Busy(None) => self.notice(
+                NoticeLevel::Info,
+                format!("busy mode: {} (redirect | steer | queue)", self.busy_mode.as_str()),
+            ),
+            SlashCommand::Busy(Some(mode)) => {
+                self.busy_mode = mode;
+                let saved = crate::config_edit::set_string(
+                    &self.paths.config_file,
+                    "agent",
+                    "busy_input_mode",
+                    mode.as_str(),
+                );
+                match saved {
+                    Ok(()) => self.notice(NoticeLevel::Info, format!("busy mode: {} (saved)", mode.as_str())),
+                    Err(e) => self.notice(NoticeLevel::Warn, format!("busy mode: {} (not saved: {e})", mode.as_str())),
+                }
+                self.send_status();
+            }
+            SlashCommand::Jobs(JobsCmd::List) => {
+                let jobs = self.env.jobs.list().await;
+                if jobs.is_empty() {
+                    self.notice(NoticeLevel::Info, "no background jobs");
+                } else {
+                    let lines: Vec<String> = jobs
+                        .iter()
+                        .map(|j| format!("{}  {:<10} {}  {}", j.id, j.status.label(), j.command, j.last_line))
+                        .collect();
+                    self.notice(NoticeLevel::Info, lines.join("\n"));
+                }
+            }
+            SlashCommand::Jobs(JobsCmd::Log(id)) => self.job_action(id, JobAction::Log { offset: None, limit: None }).await,
+            SlashCommand::Jobs(JobsCmd::Poll(id)) => self.job_action(id, JobAction::Poll).await,
+            SlashCommand::Jobs(JobsCmd::Kill(id)) => self.job_action(id, JobAction::Kill).await,
+            SlashCommand::Model(None) => match self.env.provider.list_models().await {
+                Ok(models) => self.notice(
+                    NoticeLevel::Info,
+                    format!("model: {} · available: {}", self.env.model, models.join(", ")),
+                ),
+                Err(e) => self.notice(NoticeLevel::Warn, format!("model: {} · could not list models: {e}", self.env.model)),
+            },
+            SlashCommand::Model(Some(_)) if busy => self.notice(NoticeLevel::Warn, refuse("/model")),
+            SlashCommand::Model(Some(name)) => {
+                self.env.model = name.clone();
+                self.notice(NoticeLevel::Info, format!("model for this session: {name}"));
+                self.send_status();
+            }
+            SlashCommand::Heartbeat(_) | SlashCommand::Goal(_) => {
+                self.notice(NoticeLevel::Warn, "heartbeats and goals are not wired into this build yet")
+            }
+            SlashCommand::Pause(reason) => {
+                match std::fs::write(
+                    &self.paths.estop,
+                    json!({"reason": reason, "at": chrono_now_s()}).to_string(),
+                ) {
+                    Ok(()) => self.notice(NoticeLevel::Warn, "paused: no heartbeat, goal or queued message runs until /unpause"),
+                    Err(e) => self.notice(NoticeLevel::Error, format!("could not pause: {e}")),
+                }
+                self.send_status();
+            }
+            SlashCommand::Unpause => {
+                let _ = std::fs::remove_file(&self.paths.estop);
+                self.notice(NoticeLevel::Info, "unpaused");
+                self.send_status();
+            }
+        }
+    }
+
+    async fn list_sessions(&self) {
+        match self.env.store.list_sessions(20).await {
+            Ok(sessions) if sessions.is_empty() => self.notice(NoticeLevel::Info, "no sessions yet"),
+            Ok(sessions) => {
+                let lines: Vec<String> = sessions
+                    .iter()
+                    .map(|s| {
+                        format!(
+                            "{}  {:<30} {:>4} msgs  {}",
+                            s.id,
+                            s.title.clone().unwrap_or_else(|| "(untitled)".into()),
+                            s.message_count,
+                            s.first_line
+                        )
+                    })
+                    .collect();
+                self.notice(NoticeLevel::Info, format!("{}\n/resume <id|title> to open one", lines.join("\n")));
+            }
+            Err(e) => self.notice(NoticeLevel::Error, format!("could not list sessions: {e}")),
+        }
+    }
+
+    async fn reload_history(&mut self) -> anyhow::Result<()> {
+        self.load_session().await
+    }
+
+    async fn retry(&mut self) {
+        match self.env.store.deactivate_last_exchanges(&self.env.session_id, 1).await {
+            Ok(Some(text)) => {
+                if let Err(e) = self.reload_history().await {
+                    self.notice(NoticeLevel::Error, format!("could not reload the session: {e}"));
+                    return;
+                }
+                self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Retry);
+            }
+            Ok(None) => self.notice(NoticeLevel::Info, "nothing to retry"),
+            Err(e) => self.notice(NoticeLevel::Error, format!("could not retry: {e}")),
+        }
+    }
+
+    async fn undo(&mut self, n: usize) {
+        match self.env.store.deactivate_last_exchanges(&self.env.session_id, n).await {
+            Ok(Some(text)) => {
+                if let Err(e) = self.reload_history().await {
+                    self.notice(NoticeLevel::Error, format!("could not reload the session: {e}"));
+                    return;
+                }
+                self.events().send(Event::RestoreInput { text });
+                self.notice(NoticeLevel::Info, format!("removed the last {n} exchange(s); the message is back in the input"));
+            }
+            Ok(None) => self.notice(NoticeLevel::Info, "nothing to undo"),
+            Err(e) => self.notice(NoticeLevel::Error, format!("could not undo: {e}")),
+        }
+    }
+}
+
+fn chrono_now_s() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busy_routing_matches_the_design_table() {
+        let r = route_busy_message(BusyMode::Redirect);
+        assert!(r.pending && r.abort_stream && r.yield_tools && r.release_wait && !r.queue);
+        let s = route_busy_message(BusyMode::Steer);
+        assert!(s.pending && !s.abort_stream && !s.yield_tools && s.release_wait && !s.queue);
+        let q = route_busy_message(BusyMode::Queue);
+        assert!(!q.pending && !q.abort_stream && !q.yield_tools && !q.release_wait && q.queue);
+    }
+}

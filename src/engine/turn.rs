@@ -1,0 +1,479 @@
+//! The turn loop (DESIGN §3): model -> tools -> model until the model answers without
+//! tool calls, the iteration budget is spent, or the turn is interrupted. Messages typed
+//! while it runs are delivered at the boundaries this loop defines.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde_json::{json, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::engine::approval::Approver;
+use crate::engine::jobs::JobsHandle;
+use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
+use crate::engine::store::{Store, StoredMessage};
+use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
+use crate::engine::EventSink;
+use crate::protocol::{Event, NoticeLevel, ToolOutcome, TurnOutcome, TurnTrigger};
+
+/// The marker around messages delivered mid-turn (DESIGN §3).
+pub const OOB_OPEN: &str = "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]";
+pub const OOB_CLOSE: &str = "[/OUT-OF-BAND USER MESSAGE]";
+
+/// Wrap messages typed while the agent was busy into one out-of-band user message.
+pub fn wrap_out_of_band(messages: &[String]) -> String {
+    format!("{OOB_OPEN}\n{}\n{OOB_CLOSE}", messages.join("\n\n"))
+}
+
+/// What stays the same for every turn of a session.
+#[derive(Clone)]
+pub struct TurnEnv {
+    pub provider: Arc<dyn Provider>,
+    pub model: String,
+    pub registry: Registry,
+    pub config: Arc<Config>,
+    pub store: Store,
+    pub events: EventSink,
+    pub jobs: JobsHandle,
+    pub approver: Approver,
+    pub cwd: Arc<Mutex<std::path::PathBuf>>,
+    pub session_id: String,
+    pub system_prompt: String,
+}
+
+/// How the engine reaches into a running turn.
+#[derive(Clone)]
+pub struct TurnControl {
+    pub interrupt: CancellationToken,
+    /// Bumped to make running tools yield (redirect while tools run, Ctrl+B).
+    pub yield_tx: Arc<watch::Sender<u64>>,
+    /// Bumped to release a `process wait` early (any message typed while busy).
+    pub release_tx: Arc<watch::Sender<u64>>,
+    /// Bumped to abort a model stream (redirect while streaming).
+    pub redirect_tx: Arc<watch::Sender<u64>>,
+    /// Messages typed while busy that wait for the next delivery point.
+    pub pending: Arc<Mutex<Vec<String>>>,
+}
+
+impl TurnControl {
+    pub fn new(pending: Arc<Mutex<Vec<String>>>) -> TurnControl {
+        TurnControl {
+            interrupt: CancellationToken::new(),
+            yield_tx: Arc::new(watch::channel(0).0),
+            release_tx: Arc::new(watch::channel(0).0),
+            redirect_tx: Arc::new(watch::channel(0).0),
+            pending,
+        }
+    }
+
+    pub fn bump(tx: &watch::Sender<u64>) {
+        tx.send_modify(|v| *v = v.wrapping_add(1));
+    }
+
+    fn signals(&self) -> ToolSignals {
+        ToolSignals {
+            interrupt: self.interrupt.clone(),
+            yield_gen: self.yield_tx.subscribe(),
+            release_gen: self.release_tx.subscribe(),
+        }
+    }
+}
+
+/// A user-role message that starts a turn.
+#[derive(Debug, Clone)]
+pub struct TurnInput {
+    pub text: String,
+    /// Stored in `display_kind` so a resumed transcript shows where it came from.
+    pub display_kind: Option<String>,
+}
+
+pub struct TurnResult {
+    pub history: Vec<ChatMessage>,
+    pub outcome: TurnOutcome,
+    pub usage: crate::engine::llm::Usage,
+}
+
+impl TurnEnv {
+    pub fn cwd(&self) -> std::path::PathBuf {
+        lock(&self.cwd).clone()
+    }
+}
+
+pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Run one turn. Owns the history while it runs and hands it back.
+pub async fn run_turn(
+    env: TurnEnv,
+    control: TurnControl,
+    mut history: Vec<ChatMessage>,
+    inputs: Vec<TurnInput>,
+    trigger: TurnTrigger,
+) -> TurnResult {
+    env.events.send(Event::TurnStarted { trigger: trigger.clone() });
+    let mut usage = crate::engine::llm::Usage::default();
+    for input in inputs {
+        push_user(&env, &mut history, input.text, trigger.clone(), input.display_kind).await;
+    }
+    let max_iterations = env.config.agent.max_iterations.max(1);
+    let mut outcome = TurnOutcome::BudgetExhausted;
+    // Messages typed during streaming are plain user messages; after tools they are wrapped.
+    let mut deliver_wrapped = false;
+    for _ in 0..max_iterations {
+        // Interrupted: pending messages go back to the input box, not to the model.
+        if control.interrupt.is_cancelled() {
+            outcome = TurnOutcome::Interrupted;
+            break;
+        }
+        deliver_pending(&env, &control, &mut history, deliver_wrapped).await;
+        deliver_job_notices(&env, &mut history).await;
+        match stream_once(&env, &control, &history).await {
+            StreamEnd::Done(completion) => {
+                if let Some(u) = completion.usage {
+                    usage.prompt_tokens += u.prompt_tokens;
+                    usage.completion_tokens += u.completion_tokens;
+                    env.events.send(Event::Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+                }
+                let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
+                let message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
+                persist(&env, &message, None).await;
+                history.push(message);
+                env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
+                if completion.tool_calls.is_empty() {
+                    outcome = TurnOutcome::Completed;
+                    break;
+                }
+                run_tools(&env, &control, &mut history, &completion.tool_calls).await;
+                if control.interrupt.is_cancelled() {
+                    outcome = TurnOutcome::Interrupted;
+                    break;
+                }
+                deliver_wrapped = true;
+            }
+            StreamEnd::Redirected(partial) => {
+                keep_partial(&env, &mut history, partial).await;
+                deliver_wrapped = false;
+            }
+            StreamEnd::Interrupted(partial) => {
+                keep_partial(&env, &mut history, partial).await;
+                outcome = TurnOutcome::Interrupted;
+                break;
+            }
+            StreamEnd::Failed(partial, error) => {
+                keep_partial(&env, &mut history, partial).await;
+                env.events.send(Event::notice(NoticeLevel::Error, failure_text(&error)));
+                outcome = TurnOutcome::Failed;
+                break;
+            }
+        }
+    }
+    if outcome == TurnOutcome::BudgetExhausted {
+        env.events.send(Event::notice(
+            NoticeLevel::Warn,
+            format!(
+                "stopped after {max_iterations} model calls in one turn (agent.max_iterations); send a message to go on"
+            ),
+        ));
+    }
+    env.events.send(Event::TurnFinished { outcome });
+    TurnResult { history, outcome, usage }
+}
+
+fn failure_text(error: &LlmError) -> String {
+    format!("model request failed: {error}. Your message is kept; press Enter on an empty input or /retry to try again.")
+}
+
+async fn push_user(
+    env: &TurnEnv,
+    history: &mut Vec<ChatMessage>,
+    text: String,
+    trigger: TurnTrigger,
+    display_kind: Option<String>,
+) {
+    let message = ChatMessage::user(text.clone());
+    persist(env, &message, display_kind).await;
+    history.push(message);
+    env.events.send(Event::UserMessage { text, trigger });
+}
+
+/// Deliver messages typed while busy: one user message, wrapped when delivered after tools.
+async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatMessage>, wrapped: bool) {
+    let messages: Vec<String> = std::mem::take(&mut *lock(&control.pending));
+    if messages.is_empty() {
+        return;
+    }
+    env.events.send(Event::PendingChanged { pending: Vec::new() });
+    let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
+    let (text, kind) = if wrapped {
+        (wrap_out_of_band(&messages), Some("oob".to_string()))
+    } else {
+        (messages.join("\n\n"), None)
+    };
+    push_user(env, history, text, TurnTrigger::User, kind).await;
+}
+
+/// Job exits the model has not seen yet, as separate user messages (no wrapper).
+async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) {
+    for notice in env.jobs.take_exit_notices(&env.session_id).await {
+        push_user(env, history, notice.text, TurnTrigger::JobNotification, Some("job_notice".into())).await;
+    }
+}
+
+async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Partial) {
+    if partial.text.is_empty() {
+        return;
+    }
+    // Partial tool calls are dropped: a call without its full arguments cannot be run.
+    let message = ChatMessage::assistant(partial.text.clone(), Vec::new());
+    persist(env, &message, Some("partial".into())).await;
+    history.push(message);
+    let reasoning = (!partial.reasoning.is_empty()).then_some(partial.reasoning);
+    env.events.send(Event::AssistantDone { text: partial.text, reasoning });
+}
+
+pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<String>) {
+    let stored = to_stored(message, display_kind);
+    if let Err(e) = env.store.append_message(&env.session_id, stored).await {
+        tracing::error!(error = %e, "could not persist a message");
+        env.events.send(Event::notice(NoticeLevel::Error, format!("could not save a message: {e}")));
+    }
+}
+
+pub fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
+    StoredMessage {
+        role: message.role.as_str().to_string(),
+        content: message.content.clone(),
+        tool_calls: message.tool_calls.clone(),
+        tool_call_id: message.tool_call_id.clone(),
+        tool_name: None,
+        display_kind,
+    }
+}
+
+#[derive(Default)]
+struct Partial {
+    text: String,
+    reasoning: String,
+}
+
+enum StreamEnd {
+    Done(Completion),
+    Redirected(Partial),
+    Interrupted(Partial),
+    Failed(Partial, LlmError),
+}
+
+async fn stream_once(env: &TurnEnv, control: &TurnControl, history: &[ChatMessage]) -> StreamEnd {
+    let mut messages = Vec::with_capacity(history.len() + 1);
+    messages.push(ChatMessage::system(env.system_prompt.clone()));
+    messages.extend_from_slice(history);
+    let request =
+        ChatRequest { model: env.model.clone(), messages, tools: env.registry.definitions(), temperature: None };
+    let mut partial = Partial::default();
+    let mut redirect = control.redirect_tx.subscribe();
+    redirect.borrow_and_update();
+    let events = env.events.clone();
+    let result = {
+        let mut on_delta = |delta: StreamDelta| match delta {
+            StreamDelta::Content(text) => {
+                partial.text.push_str(&text);
+                events.send(Event::AssistantDelta(text));
+            }
+            StreamDelta::Reasoning(text) => {
+                partial.reasoning.push_str(&text);
+                events.send(Event::ReasoningDelta(text));
+            }
+            StreamDelta::ToolCallStarted { .. } => {}
+        };
+        tokio::select! {
+            result = env.provider.stream_chat(&request, &mut on_delta) => Raced::Finished(result),
+            _ = control.interrupt.cancelled() => Raced::Interrupted,
+            _ = redirect.changed() => Raced::Redirected,
+        }
+    };
+    // The stream future is dropped by now: an interrupt or redirect has aborted the request.
+    match result {
+        Raced::Interrupted => StreamEnd::Interrupted(partial),
+        Raced::Redirected => StreamEnd::Redirected(partial),
+        Raced::Finished(Ok(completion)) => StreamEnd::Done(completion),
+        Raced::Finished(Err(error)) => StreamEnd::Failed(partial, error),
+    }
+}
+
+enum Raced {
+    Finished(Result<Completion, LlmError>),
+    Interrupted,
+    Redirected,
+}
+
+/// Run the tool calls of one response: `Parallel` tools in a run together, `Sequential`
+/// ones alone and in order. Every call gets exactly one result message, in order.
+async fn run_tools(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatMessage>, calls: &[ToolCall]) {
+    let mut i = 0;
+    while i < calls.len() {
+        let parallel = |c: &ToolCall| {
+            env.registry.get(&c.function.name).map(|t| t.concurrency() == Concurrency::Parallel).unwrap_or(true)
+        };
+        let mut end = i + 1;
+        if parallel(&calls[i]) {
+            while end < calls.len() && parallel(&calls[end]) {
+                end += 1;
+            }
+        }
+        let batch = &calls[i..end];
+        let handles: Vec<_> = batch.iter().map(|call| start_tool(env, control, call)).collect();
+        for (call, handle) in batch.iter().zip(handles) {
+            let (result, started) = match handle {
+                Started::Running(join, started) => {
+                    let result = match join.await {
+                        Ok(result) => result,
+                        Err(e) if e.is_panic() => {
+                            tracing::error!(tool = %call.function.name, "tool panicked");
+                            ToolResult::error(format!("the {} tool crashed: {}", call.function.name, panic_text(e)))
+                        }
+                        Err(_) => ToolResult::error("the tool was cancelled"),
+                    };
+                    (result, started)
+                }
+                Started::Immediate(result) => (result, Instant::now()),
+            };
+            finish_tool(env, history, call, result, started).await;
+        }
+        i = end;
+    }
+}
+
+enum Started {
+    Running(tokio::task::JoinHandle<ToolResult>, Instant),
+    Immediate(ToolResult),
+}
+
+fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall) -> Started {
+    let name = call.function.name.as_str();
+    let Some(tool) = env.registry.get(name) else {
+        env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary: String::new() });
+        return Started::Immediate(ToolResult::error(format!("unknown tool '{name}'")));
+    };
+    let args: Value = match parse_arguments(&call.function.arguments) {
+        Ok(v) => v,
+        Err(message) => {
+            env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary: String::new() });
+            return Started::Immediate(ToolResult::error(message));
+        }
+    };
+    let summary = tool.summary(&args);
+    env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary });
+    if control.interrupt.is_cancelled() {
+        return Started::Immediate(interrupted_before_start());
+    }
+    let ctx = ToolCtx {
+        call_id: call.id.clone(),
+        session_id: env.session_id.clone(),
+        config: env.config.clone(),
+        cwd: env.cwd.clone(),
+        jobs: env.jobs.clone(),
+        approvals: env.approver.clone(),
+        signals: control.signals(),
+        events: env.events.clone(),
+    };
+    // A task per tool: a panic becomes that tool's error result instead of ending the turn.
+    Started::Running(tokio::spawn(async move { tool.call(args, ctx).await }), Instant::now())
+}
+
+fn interrupted_before_start() -> ToolResult {
+    ToolResult {
+        value: json!({"output": "[Command interrupted]", "exit_code": 130, "error": "the user interrupted the turn before this tool ran"}),
+        ok: false,
+        exit_code: Some(130),
+        status: Some("interrupted".into()),
+    }
+}
+
+fn parse_arguments(text: &str) -> Result<Value, String> {
+    if text.trim().is_empty() {
+        return Ok(json!({}));
+    }
+    match serde_json::from_str::<Value>(text) {
+        Ok(v @ Value::Object(_)) => Ok(v),
+        Ok(_) => Err("tool arguments must be a JSON object".into()),
+        Err(e) => Err(format!("tool arguments are not valid JSON ({e}); send a JSON object")),
+    }
+}
+
+fn panic_text(e: tokio::task::JoinError) -> String {
+    let payload = e.into_panic();
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+async fn finish_tool(env: &TurnEnv, history: &mut Vec<ChatMessage>, call: &ToolCall, result: ToolResult, started: Instant) {
+    let text = result.value.to_string();
+    let outcome = ToolOutcome {
+        ok: result.ok,
+        exit_code: result.exit_code,
+        status: result.status.clone(),
+        duration_ms: started.elapsed().as_millis() as u64,
+        result: text.clone(),
+    };
+    let message = ChatMessage::tool(call.id.clone(), text);
+    let mut stored = to_stored(&message, Some(outcome_kind(&outcome)));
+    stored.tool_name = Some(call.function.name.clone());
+    if let Err(e) = env.store.append_message(&env.session_id, stored).await {
+        tracing::error!(error = %e, "could not persist a tool result");
+    }
+    history.push(message);
+    env.events.send(Event::ToolFinished { call_id: call.id.clone(), outcome });
+}
+
+/// Display facts of a tool result, kept with the row so a resumed transcript shows them.
+fn outcome_kind(outcome: &ToolOutcome) -> String {
+    json!({"ok": outcome.ok, "exit_code": outcome.exit_code, "status": outcome.status, "duration_ms": outcome.duration_ms})
+        .to_string()
+}
+
+/// Parse what `outcome_kind` stored.
+pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
+    let v: Value = kind.and_then(|k| serde_json::from_str(k).ok()).unwrap_or(Value::Null);
+    ToolOutcome {
+        ok: v.get("ok").and_then(Value::as_bool).unwrap_or(true),
+        exit_code: v.get("exit_code").and_then(Value::as_i64).map(|c| c as i32),
+        status: v.get("status").and_then(Value::as_str).map(str::to_string),
+        duration_ms: v.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
+        result: result.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn out_of_band_wrapper_joins_messages_in_order() {
+        let text = wrap_out_of_band(&["first".into(), "second".into()]);
+        assert_eq!(
+            text,
+            format!("{OOB_OPEN}\nfirst\n\nsecond\n{OOB_CLOSE}"),
+        );
+        assert!(text.starts_with("[OUT-OF-BAND USER MESSAGE — a direct message from the user"));
+    }
+
+    #[test]
+    fn arguments_must_be_an_object() {
+        assert_eq!(parse_arguments("").unwrap(), json!({}));
+        assert!(parse_arguments("[1]").is_err());
+        assert!(parse_arguments("{bad").unwrap_err().contains("not valid JSON"));
+        assert_eq!(parse_arguments("{\"a\":1}").unwrap(), json!({"a":1}));
+    }
+
+    #[test]
+    fn outcome_round_trips_through_display_kind() {
+        let o = ToolOutcome { ok: false, exit_code: Some(2), status: Some("timeout".into()), duration_ms: 12, result: "{}".into() };
+        assert_eq!(outcome_from_kind(Some(&outcome_kind(&o)), "{}"), o);
+    }
+}
