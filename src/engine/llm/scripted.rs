@@ -299,7 +299,7 @@ struct Shared {
     arrived: Notify,
     queue: Mutex<VecDeque<ScriptedResponse>>,
     responder: Option<Responder>,
-    models: Mutex<Vec<String>>,
+    models: Mutex<ScriptedResponse>,
 }
 
 #[derive(Default)]
@@ -353,7 +353,7 @@ impl ScriptedServer {
             arrived: Notify::new(),
             queue: Mutex::new(queue),
             responder,
-            models: Mutex::new(vec!["scripted-model".to_string()]),
+            models: Mutex::new(ScriptedResponse::models(["scripted-model"])),
         });
         let cancel = CancellationToken::new();
         tokio::spawn(accept_loop(listener, shared.clone(), cancel.clone()));
@@ -380,7 +380,12 @@ impl ScriptedServer {
         I: IntoIterator<Item = S>,
         S: Into<String>,
     {
-        *lock(&self.shared.models) = ids.into_iter().map(Into::into).collect();
+        *lock(&self.shared.models) = ScriptedResponse::models(ids);
+    }
+
+    /// Answer `GET …/models` with this instead (an error, a hang, …).
+    pub fn set_models_response(&self, response: ScriptedResponse) {
+        *lock(&self.shared.models) = response;
     }
 
     /// Stop keeping request bodies (a long demo session should not grow memory); the count
@@ -489,7 +494,7 @@ async fn serve(mut stream: TcpStream, shared: Arc<Shared>) {
 
 fn answer(shared: &Shared, request: &RecordedRequest) -> ScriptedResponse {
     if request.method == "GET" && request.path.trim_end_matches('/').ends_with("/models") {
-        return ScriptedResponse::status(200, models_body(lock(&shared.models).iter().cloned()).to_string());
+        return lock(&shared.models).clone();
     }
     if let Some(queued) = lock(&shared.queue).pop_front() {
         return queued;
