@@ -52,7 +52,10 @@ fn content_of(deltas: &[StreamDelta]) -> String {
 async fn events_split_anywhere_with_keep_alives_and_crlf() {
     // "é" is two bytes and "✓" three: the splits below cut through both.
     let first = text_chunks("héllo ✓", 100).remove(0);
-    let body = format!(": keep-alive\r\n\r\ndata: {first}\r\n\r\n: ping\n\ndata: {}\n\ndata: [DONE]\n\n", finish_chunk("stop"));
+    let body = format!(
+        ": keep-alive\r\n\r\ndata: {first}\r\n\r\n: ping\n\ndata: {}\n\ndata: [DONE]\n\n",
+        finish_chunk("stop")
+    );
     let bytes = body.into_bytes();
     let e_acute = bytes.windows(2).position(|w| w == "é".as_bytes()).unwrap();
     let tick = bytes.windows(3).position(|w| w == "✓".as_bytes()).unwrap();
@@ -174,7 +177,8 @@ async fn an_error_object_before_any_output_is_not_retried_either() {
 async fn rate_limited_with_retry_after_then_success() {
     let server =
         ScriptedServer::start([ScriptedResponse::rate_limited(1), ScriptedResponse::text("ok")]).await.unwrap();
-    let client = OpenAiClient::new(settings(&server).backoff(Duration::from_millis(10), Duration::from_secs(2))).unwrap();
+    let client =
+        OpenAiClient::new(settings(&server).backoff(Duration::from_millis(10), Duration::from_secs(2))).unwrap();
     let (_, result) = chat(&client, &request()).await;
     assert_eq!(result.unwrap().content, "ok");
     assert_eq!(server.chat_requests().len(), 2);
@@ -182,8 +186,9 @@ async fn rate_limited_with_retry_after_then_success() {
 
 #[tokio::test]
 async fn server_error_then_success() {
-    let server =
-        ScriptedServer::start([ScriptedResponse::error(500, "boom"), ScriptedResponse::text("recovered")]).await.unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::error(500, "boom"), ScriptedResponse::text("recovered")])
+        .await
+        .unwrap();
     let (_, result) = chat(&client(&server), &request()).await;
     assert_eq!(result.unwrap().content, "recovered");
     assert_eq!(server.chat_requests().len(), 2);
@@ -191,13 +196,11 @@ async fn server_error_then_success() {
 
 #[tokio::test]
 async fn retries_run_out() {
-    let server = ScriptedServer::with_responder(|_| ScriptedResponse::error(503, "down for maintenance")).await.unwrap();
+    let server =
+        ScriptedServer::with_responder(|_| ScriptedResponse::error(503, "down for maintenance")).await.unwrap();
     let client = OpenAiClient::new(settings(&server).max_retries(2)).unwrap();
     let (_, result) = chat(&client, &request()).await;
-    assert_eq!(
-        result,
-        Err(LlmError::Http { status: 503, body: "down for maintenance".into(), retry_after_s: None })
-    );
+    assert_eq!(result, Err(LlmError::Http { status: 503, body: "down for maintenance".into(), retry_after_s: None }));
     assert_eq!(server.chat_requests().len(), 3);
 }
 
@@ -245,14 +248,18 @@ async fn a_stream_that_ends_without_finishing_counts_as_broken() {
     let server = ScriptedServer::start([ScriptedResponse::sse(text_chunks("cut", 100))]).await.unwrap();
     let client = OpenAiClient::new(settings(&server).max_retries(0)).unwrap();
     let (_, result) = chat(&client, &request()).await;
-    assert!(matches!(result, Err(LlmError::Stream(ref m)) if m.contains("before the answer was complete")), "{result:?}");
+    assert!(
+        matches!(result, Err(LlmError::Stream(ref m)) if m.contains("before the answer was complete")),
+        "{result:?}"
+    );
 }
 
 #[tokio::test]
 async fn silence_hits_the_idle_timeout() {
     // Silent after the first delta: an error at once, no retry.
     let server = ScriptedServer::start([ScriptedResponse::text("tick tock").stall_after(1)]).await.unwrap();
-    let client = OpenAiClient::new(settings(&server).timeouts(Duration::from_secs(10), Duration::from_millis(300))).unwrap();
+    let client =
+        OpenAiClient::new(settings(&server).timeouts(Duration::from_secs(10), Duration::from_millis(300))).unwrap();
     let (deltas, result) = chat(&client, &request()).await;
     assert_eq!(result, Err(LlmError::IdleTimeout(1)));
     assert_eq!(content_of(&deltas), "tick toc");
@@ -302,7 +309,8 @@ async fn authorization_only_with_a_key() {
 async fn the_exact_request_body() {
     let server = ScriptedServer::start([ScriptedResponse::text("a"), ScriptedResponse::text("b")]).await.unwrap();
     let client = client(&server);
-    let tool = json!({"type":"function","function":{"name":"terminal","description":"run","parameters":{"type":"object"}}});
+    let tool =
+        json!({"type":"function","function":{"name":"terminal","description":"run","parameters":{"type":"object"}}});
     let history = vec![
         ChatMessage::user("list files"),
         ChatMessage::assistant("", vec![ToolCall::new("c1", "terminal", r#"{"command":"ls"}"#)]),

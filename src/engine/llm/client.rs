@@ -281,7 +281,10 @@ pub async fn fetch_models(
         }
         let bytes = response.bytes().await.map_err(|e| LlmError::Stream(describe(&e)))?;
         let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-            LlmError::Protocol(format!("{url} did not answer with JSON ({e}): {}", clip(&String::from_utf8_lossy(&bytes), 200)))
+            LlmError::Protocol(format!(
+                "{url} did not answer with JSON ({e}): {}",
+                clip(&String::from_utf8_lossy(&bytes), 200)
+            ))
         })?;
         let data = value.get("data").and_then(Value::as_array).ok_or_else(|| {
             LlmError::Protocol(format!("{url} answered without a \"data\" list: {}", clip(&value.to_string(), 200)))
@@ -322,7 +325,8 @@ fn plain_completion(value: &Value, on_delta: &mut dyn FnMut(StreamDelta)) -> Res
     })?;
     let message = choice.get("message").cloned().unwrap_or(Value::Null);
     let text = |key: &str| message.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
-    let reasoning = if message.get("reasoning_content").is_some() { text("reasoning_content") } else { text("reasoning") };
+    let reasoning =
+        if message.get("reasoning_content").is_some() { text("reasoning_content") } else { text("reasoning") };
     let tool_calls: Vec<ToolCall> =
         message.get("tool_calls").and_then(|t| serde_json::from_value(t.clone()).ok()).unwrap_or_default();
     let completion = Completion {

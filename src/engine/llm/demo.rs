@@ -122,7 +122,8 @@ fn answer_user(messages: &[ChatMessage], text: &str, can_run: bool) -> DemoReply
         Some(inner) => (inner, true),
         None => (text, false),
     };
-    let preface = if mid_turn { "Got your message mid-turn — that is how typing while I work reaches me.\n\n" } else { "" };
+    let preface =
+        if mid_turn { "Got your message mid-turn — that is how typing while I work reaches me.\n\n" } else { "" };
     let words = words(text);
     let has = |test: &dyn Fn(&str) -> bool| words.iter().any(|w| test(w));
 
@@ -358,7 +359,10 @@ mod tests {
         let yielded = json!({"status": "yielded_to_background", "session_id": "job_3", "output": "tick 1\ntick 2",
                              "exit_code": null, "error": null});
         let history = [
-            ChatMessage::assistant("", vec![ToolCall::new("c9", "terminal", json!({"command": LONG_COMMAND}).to_string())]),
+            ChatMessage::assistant(
+                "",
+                vec![ToolCall::new("c9", "terminal", json!({"command": LONG_COMMAND}).to_string())],
+            ),
             ChatMessage::tool("c9", yielded.to_string()),
         ];
         let reply = reply(&history, &tools(), None);
@@ -391,7 +395,11 @@ mod tests {
     fn an_out_of_band_message_is_read_from_inside_the_wrapper() {
         let text = "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]\n\
                     tell me about goals\n[/OUT-OF-BAND USER MESSAGE]";
-        let reply = reply(&[ChatMessage::user("hi"), ChatMessage::assistant("x", vec![]), ChatMessage::user(text)], &tools(), None);
+        let reply = reply(
+            &[ChatMessage::user("hi"), ChatMessage::assistant("x", vec![]), ChatMessage::user(text)],
+            &tools(),
+            None,
+        );
         assert!(reply.text.starts_with("Got your message mid-turn"), "{}", reply.text);
         assert!(reply.text.contains("/goal gate add"));
     }
@@ -417,7 +425,10 @@ mod tests {
         let mut deltas = Vec::new();
         let done = client.stream_chat(&request, &mut |d| deltas.push(d)).await.unwrap();
         assert!(done.content.contains("built-in demo model"));
-        assert_eq!(done.tool_calls, vec![ToolCall::new("call_demo_1", "terminal", json!({"command": FIRST_COMMAND}).to_string())]);
+        assert_eq!(
+            done.tool_calls,
+            vec![ToolCall::new("call_demo_1", "terminal", json!({"command": FIRST_COMMAND}).to_string())]
+        );
         assert!(deltas.len() > 5, "small pieces: {}", deltas.len());
         assert!(deltas.contains(&StreamDelta::ToolCallStarted { index: 0, name: "terminal".into() }));
     }

@@ -193,7 +193,8 @@ pub async fn resolve_with(
     probe: &LocalProbe,
 ) -> anyhow::Result<ResolvedProvider> {
     if let Some(endpoint) = choose_endpoint(model, cli_model, cli_base_url, env)? {
-        let client = OpenAiClient::new(ClientSettings::from_agent(&endpoint.base_url, endpoint.api_key.clone(), agent))?;
+        let client =
+            OpenAiClient::new(ClientSettings::from_agent(&endpoint.base_url, endpoint.api_key.clone(), agent))?;
         let model_name = match endpoint.model {
             Some(name) => name,
             None => first_model(&client, &endpoint.base_url).await?,
@@ -245,17 +246,15 @@ pub async fn resolve_with(
 /// The first model an explicitly configured server lists, for when no name is configured.
 async fn first_model(client: &OpenAiClient, base_url: &str) -> anyhow::Result<String> {
     let http = http_client(client.settings().connect_timeout)?;
-    let ask = fetch_models(
-        &http,
-        base_url,
-        client.settings().api_key.as_deref(),
-        client.settings().connect_timeout,
-    );
+    let ask = fetch_models(&http, base_url, client.settings().api_key.as_deref(), client.settings().connect_timeout);
     match ask.await {
         Ok(models) => models.into_iter().next().with_context(|| {
             format!("{base_url}/models lists no models; set [model] name in config.toml or pass --model")
         }),
-        Err(e) => bail!("no model name is configured and asking {base_url}/models failed ({e}); set [model] name in config.toml or pass --model"),
+        Err(e) => bail!(
+            "no model name is configured and asking {base_url}/models failed ({e}); \
+             set [model] name in config.toml or pass --model"
+        ),
     }
 }
 
@@ -359,9 +358,13 @@ mod tests {
     fn openai_key_first_then_openrouter() {
         let chosen = choose_endpoint(&config("", "", ""), None, None, &env_of(BOTH_KEYS)).unwrap();
         assert_eq!(chosen, endpoint(OPENAI_BASE_URL, Some("sk-openai"), Some(OPENAI_DEFAULT_MODEL), "OpenAI"));
-        let chosen =
-            choose_endpoint(&config("", "", ""), None, None, &env_of(&[("OPENAI_API_KEY", ""), ("OPENROUTER_API_KEY", "sk-or")]))
-                .unwrap();
+        let chosen = choose_endpoint(
+            &config("", "", ""),
+            None,
+            None,
+            &env_of(&[("OPENAI_API_KEY", ""), ("OPENROUTER_API_KEY", "sk-or")]),
+        )
+        .unwrap();
         assert_eq!(chosen, endpoint(OPENROUTER_BASE_URL, Some("sk-or"), Some(OPENROUTER_DEFAULT_MODEL), "OpenRouter"));
         let chosen = choose_endpoint(&config("", "gpt-5", ""), None, None, &env_of(BOTH_KEYS)).unwrap();
         assert_eq!(chosen.unwrap().model.as_deref(), Some("gpt-5"));

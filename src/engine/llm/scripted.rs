@@ -66,11 +66,7 @@ impl RecordedRequest {
     /// The names of the function tools offered.
     pub fn tool_names(&self) -> Vec<String> {
         let tools = self.body.get("tools").and_then(Value::as_array).map(Vec::as_slice).unwrap_or(&[]);
-        tools
-            .iter()
-            .filter_map(|t| t.pointer("/function/name").and_then(Value::as_str))
-            .map(str::to_string)
-            .collect()
+        tools.iter().filter_map(|t| t.pointer("/function/name").and_then(Value::as_str)).map(str::to_string).collect()
     }
 
     pub fn temperature(&self) -> Option<f64> {
@@ -105,7 +101,11 @@ pub struct SseStream {
 #[derive(Debug, Clone, PartialEq)]
 pub enum ScriptedResponse {
     Stream(SseStream),
-    Status { status: u16, headers: Vec<(String, String)>, body: String },
+    Status {
+        status: u16,
+        headers: Vec<(String, String)>,
+        body: String,
+    },
     /// Read the request, then never answer (until the client goes away or the server drops).
     Hang,
 }
@@ -225,11 +225,7 @@ pub fn text_chunks(text: &str, piece_chars: usize) -> Vec<String> {
         .into_iter()
         .enumerate()
         .map(|(i, piece)| {
-            let delta = if i == 0 {
-                json!({"role": "assistant", "content": piece})
-            } else {
-                json!({"content": piece})
-            };
+            let delta = if i == 0 { json!({"role": "assistant", "content": piece}) } else { json!({"content": piece}) };
             chunk(delta, Value::Null)
         })
         .collect()
@@ -237,7 +233,10 @@ pub fn text_chunks(text: &str, piece_chars: usize) -> Vec<String> {
 
 /// Reasoning delta chunks (`reasoning_content`), `piece_chars` characters each.
 pub fn reasoning_chunks(text: &str, piece_chars: usize) -> Vec<String> {
-    split_chars(text, piece_chars).into_iter().map(|piece| chunk(json!({"reasoning_content": piece}), Value::Null)).collect()
+    split_chars(text, piece_chars)
+        .into_iter()
+        .map(|piece| chunk(json!({"reasoning_content": piece}), Value::Null))
+        .collect()
 }
 
 /// One tool call as a server streams it: id and name in the first piece, the arguments
@@ -247,9 +246,11 @@ pub fn tool_call_chunks(index: usize, id: &str, name: &str, arguments: &str, pie
         "index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}
     }]});
     let mut out = vec![chunk(first, Value::Null)];
-    out.extend(split_chars(arguments, piece_chars).into_iter().map(|piece| {
-        chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}), Value::Null)
-    }));
+    out.extend(
+        split_chars(arguments, piece_chars).into_iter().map(|piece| {
+            chunk(json!({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}), Value::Null)
+        }),
+    );
     out
 }
 
@@ -345,7 +346,10 @@ impl ScriptedServer {
         ScriptedServer::launch(VecDeque::new(), Some(Box::new(responder))).await
     }
 
-    async fn launch(queue: VecDeque<ScriptedResponse>, responder: Option<Responder>) -> std::io::Result<ScriptedServer> {
+    async fn launch(
+        queue: VecDeque<ScriptedResponse>,
+        responder: Option<Responder>,
+    ) -> std::io::Result<ScriptedServer> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let addr = listener.local_addr()?;
         let shared = Arc::new(Shared {
@@ -570,7 +574,12 @@ async fn respond(stream: &mut TcpStream, response: ScriptedResponse) -> std::io:
     }
 }
 
-async fn write_status(stream: &mut TcpStream, status: u16, headers: &[(String, String)], body: &str) -> std::io::Result<()> {
+async fn write_status(
+    stream: &mut TcpStream,
+    status: u16,
+    headers: &[(String, String)],
+    body: &str,
+) -> std::io::Result<()> {
     let mut head = format!(
         "HTTP/1.1 {status} {}\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n",
         reason_phrase(status),
@@ -682,7 +691,10 @@ mod tests {
         let recorded = server.wait_for_requests(1, Duration::from_secs(10)).await;
         assert_eq!(recorded.len(), 1);
         let r = &recorded[0];
-        assert_eq!((r.method.as_str(), r.path.as_str(), r.header("x-test")), ("POST", "/v1/chat/completions", Some("yes")));
+        assert_eq!(
+            (r.method.as_str(), r.path.as_str(), r.header("x-test")),
+            ("POST", "/v1/chat/completions", Some("yes"))
+        );
         assert!(r.is_chat());
         assert_eq!(r.messages(), vec![ChatMessage::user("hi")]);
         let reply = raw_exchange(server.addr(), "POST /v1/chat/completions HTTP/1.1\r\n\r\n").await;
