@@ -1,1 +1,474 @@
-//! SKELETON — the llm helper replaces this.
+//! The OpenAI-compatible streaming client (`POST {base}/chat/completions`, `stream: true`).
+//!
+//! A request is retried with backoff (connect errors, 429 honouring `Retry-After`, 5xx, a
+//! broken or silent stream) only while nothing has been handed to `on_delta`; after the
+//! first delta a failure is returned, and the caller keeps what it already showed.
+
+use std::error::Error as StdError;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+use super::sse::{clip, error_message, ChunkAccumulator, SseParser};
+use super::{ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
+use crate::config::AgentConfig;
+
+/// A single SSE line longer than this is refused rather than buffered without end.
+const MAX_SSE_BUFFER: usize = 16 * 1024 * 1024;
+/// How much of an error body is read and kept.
+const MAX_ERROR_BODY: usize = 64 * 1024;
+/// A non-SSE body (some servers ignore `stream: true`) is kept up to this size.
+const MAX_PLAIN_BODY: usize = 4 * 1024 * 1024;
+
+/// How to reach a server and how patiently.
+#[derive(Clone)]
+pub struct ClientSettings {
+    /// Ends in `/v1` (no trailing slash needed).
+    pub base_url: String,
+    /// Sent as `Authorization: Bearer …`; `None` sends no Authorization header at all.
+    pub api_key: Option<String>,
+    /// Extra attempts after the first (`agent.api_max_retries`).
+    pub max_retries: u32,
+    pub connect_timeout: Duration,
+    /// Longest silence while waiting for response headers or the next body bytes.
+    pub idle_timeout: Duration,
+    /// The first backoff; it doubles on each retry.
+    pub backoff_initial: Duration,
+    /// Cap on any single wait, including a server's `Retry-After`.
+    pub backoff_max: Duration,
+}
+
+impl std::fmt::Debug for ClientSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientSettings")
+            .field("base_url", &self.base_url)
+            .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
+            .field("max_retries", &self.max_retries)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("idle_timeout", &self.idle_timeout)
+            .field("backoff_initial", &self.backoff_initial)
+            .field("backoff_max", &self.backoff_max)
+            .finish()
+    }
+}
+
+impl ClientSettings {
+    /// The documented defaults: 3 retries, connect 10 s, idle read 120 s, backoff 1 s … 30 s.
+    pub fn new(base_url: impl Into<String>) -> ClientSettings {
+        ClientSettings {
+            base_url: base_url.into(),
+            api_key: None,
+            max_retries: 3,
+            connect_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(120),
+            backoff_initial: Duration::from_secs(1),
+            backoff_max: Duration::from_secs(30),
+        }
+    }
+
+    /// Retries and timeouts from `[agent]`.
+    pub fn from_agent(base_url: impl Into<String>, api_key: Option<String>, agent: &AgentConfig) -> ClientSettings {
+        ClientSettings {
+            api_key,
+            max_retries: agent.api_max_retries,
+            connect_timeout: Duration::from_secs(agent.connect_timeout_s.max(1)),
+            idle_timeout: Duration::from_secs(agent.idle_read_timeout_s.max(1)),
+            ..ClientSettings::new(base_url)
+        }
+    }
+
+    pub fn api_key(mut self, key: impl Into<String>) -> ClientSettings {
+        self.api_key = Some(key.into());
+        self
+    }
+
+    pub fn max_retries(mut self, n: u32) -> ClientSettings {
+        self.max_retries = n;
+        self
+    }
+
+    pub fn timeouts(mut self, connect: Duration, idle: Duration) -> ClientSettings {
+        self.connect_timeout = connect;
+        self.idle_timeout = idle;
+        self
+    }
+
+    pub fn backoff(mut self, initial: Duration, max: Duration) -> ClientSettings {
+        self.backoff_initial = initial;
+        self.backoff_max = max;
+        self
+    }
+}
+
+/// Builds the HTTP client every provider uses (rustls with the ring provider).
+pub fn http_client(connect_timeout: Duration) -> anyhow::Result<reqwest::Client> {
+    // Installing twice is harmless; the first provider stays.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+        .connect_timeout(connect_timeout)
+        .user_agent(concat!("talaria/", env!("CARGO_PKG_VERSION")))
+        .build()
+        .map_err(|e| anyhow::anyhow!("cannot set up the HTTP client: {}", describe(&e)))
+}
+
+/// A [`Provider`] for any OpenAI-compatible Chat Completions server.
+pub struct OpenAiClient {
+    http: reqwest::Client,
+    settings: ClientSettings,
+}
+
+impl std::fmt::Debug for OpenAiClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpenAiClient").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl OpenAiClient {
+    pub fn new(settings: ClientSettings) -> anyhow::Result<OpenAiClient> {
+        let http = http_client(settings.connect_timeout)?;
+        Ok(OpenAiClient { http, settings })
+    }
+
+    pub fn settings(&self) -> &ClientSettings {
+        &self.settings
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}/{path}", self.settings.base_url.trim_end_matches('/'))
+    }
+
+    fn authorise(&self, request: reqwest::RequestBuilder) -> reqwest::RequestBuilder {
+        match &self.settings.api_key {
+            Some(key) => request.bearer_auth(key),
+            None => request,
+        }
+    }
+
+    /// How long to wait before retry number `attempt + 1`.
+    fn backoff(&self, attempt: u32, error: &LlmError) -> Duration {
+        let max = self.settings.backoff_max;
+        if let LlmError::Http { retry_after_s: Some(s), .. } = error {
+            if s.is_finite() && *s >= 0.0 {
+                return Duration::from_secs_f64(*s).min(max);
+            }
+        }
+        self.settings.backoff_initial.saturating_mul(2u32.saturating_pow(attempt)).min(max)
+    }
+
+    /// One attempt. `delivered` turns true as soon as anything reaches `on_delta`.
+    async fn attempt(
+        &self,
+        url: &str,
+        body: &Value,
+        on_delta: &mut (dyn FnMut(StreamDelta) + Send),
+        delivered: &mut bool,
+    ) -> Result<Completion, LlmError> {
+        let idle = self.settings.idle_timeout;
+        let request =
+            self.authorise(self.http.post(url).header(reqwest::header::ACCEPT, "text/event-stream").json(body));
+        let response = match tokio::time::timeout(idle, request.send()).await {
+            Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
+            Ok(Err(e)) => return Err(send_error(url, &e)),
+            Ok(Ok(response)) => response,
+        };
+        if !response.status().is_success() {
+            return Err(http_error(response, idle).await);
+        }
+
+        let mut stream = response.bytes_stream();
+        let mut parser = SseParser::new();
+        let mut acc = ChunkAccumulator::new();
+        let mut seen_event = false;
+        let mut plain = Vec::new();
+        let mut handle = |events: Vec<String>, acc: &mut ChunkAccumulator| -> Result<(), LlmError> {
+            for data in events {
+                for delta in acc.push(&data)? {
+                    *delivered = true;
+                    on_delta(delta);
+                }
+            }
+            Ok(())
+        };
+        loop {
+            let bytes = match tokio::time::timeout(idle, stream.next()).await {
+                Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
+                Ok(None) => break,
+                Ok(Some(Err(e))) => return Err(LlmError::Stream(describe(&e))),
+                Ok(Some(Ok(bytes))) => bytes,
+            };
+            if !seen_event && plain.len() < MAX_PLAIN_BODY {
+                plain.extend_from_slice(&bytes);
+            }
+            let events = parser.push(&bytes);
+            seen_event |= !events.is_empty();
+            handle(events, &mut acc)?;
+            if acc.is_done() {
+                return Ok(acc.finish());
+            }
+            if parser.buffered_len() > MAX_SSE_BUFFER {
+                return Err(LlmError::Protocol("an event in the stream is larger than 16 MiB".into()));
+            }
+        }
+        let events = parser.finish();
+        seen_event |= !events.is_empty();
+        handle(events, &mut acc)?;
+        if acc.is_complete() {
+            return Ok(acc.finish());
+        }
+        if !seen_event {
+            if let Ok(value) = serde_json::from_slice::<Value>(&plain) {
+                return plain_completion(&value, &mut |d| {
+                    *delivered = true;
+                    on_delta(d)
+                });
+            }
+        }
+        Err(LlmError::Stream("the server closed the stream before the answer was complete".into()))
+    }
+}
+
+#[async_trait]
+impl Provider for OpenAiClient {
+    async fn stream_chat(
+        &self,
+        request: &ChatRequest,
+        on_delta: &mut (dyn FnMut(StreamDelta) + Send),
+    ) -> Result<Completion, LlmError> {
+        let url = self.url("chat/completions");
+        let body = request_body(request);
+        let mut attempt = 0;
+        loop {
+            let mut delivered = false;
+            let error = match self.attempt(&url, &body, on_delta, &mut delivered).await {
+                Ok(completion) => return Ok(completion),
+                Err(error) => error,
+            };
+            if delivered || !error.is_retryable() || attempt >= self.settings.max_retries {
+                return Err(error);
+            }
+            let wait = self.backoff(attempt, &error);
+            attempt += 1;
+            tracing::warn!(%error, attempt, max = self.settings.max_retries, wait_ms = wait.as_millis() as u64,
+                "model request failed before any output; retrying");
+            tokio::time::sleep(wait).await;
+        }
+    }
+
+    async fn list_models(&self) -> Result<Vec<String>, LlmError> {
+        fetch_models(&self.http, &self.settings.base_url, self.settings.api_key.as_deref(), self.settings.idle_timeout)
+            .await
+    }
+}
+
+/// `GET {base_url}/models` → model ids, the whole exchange bounded by `timeout`.
+pub async fn fetch_models(
+    http: &reqwest::Client,
+    base_url: &str,
+    api_key: Option<&str>,
+    timeout: Duration,
+) -> Result<Vec<String>, LlmError> {
+    let url = format!("{}/models", base_url.trim_end_matches('/'));
+    let mut request = http.get(&url);
+    if let Some(key) = api_key {
+        request = request.bearer_auth(key);
+    }
+    let exchange = async {
+        let response = request.send().await.map_err(|e| send_error(&url, &e))?;
+        if !response.status().is_success() {
+            return Err(http_error(response, timeout).await);
+        }
+        let bytes = response.bytes().await.map_err(|e| LlmError::Stream(describe(&e)))?;
+        let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
+            LlmError::Protocol(format!(
+                "{url} did not answer with JSON ({e}): {}",
+                clip(&String::from_utf8_lossy(&bytes), 200)
+            ))
+        })?;
+        let data = value.get("data").and_then(Value::as_array).ok_or_else(|| {
+            LlmError::Protocol(format!("{url} answered without a \"data\" list: {}", clip(&value.to_string(), 200)))
+        })?;
+        Ok(data.iter().filter_map(|m| m.get("id").and_then(Value::as_str)).map(str::to_string).collect())
+    };
+    match tokio::time::timeout(timeout, exchange).await {
+        Ok(result) => result,
+        Err(_) => Err(LlmError::IdleTimeout(whole_seconds(timeout))),
+    }
+}
+
+/// The JSON body sent for `request`.
+pub fn request_body(request: &ChatRequest) -> Value {
+    let mut body = json!({
+        "model": request.model,
+        "messages": request.messages,
+        "stream": true,
+        "stream_options": {"include_usage": true},
+    });
+    if !request.tools.is_empty() {
+        body["tools"] = Value::Array(request.tools.clone());
+    }
+    if let Some(t) = request.temperature {
+        // Through text, so 0.2f32 is sent as 0.2 rather than 0.20000000298023224.
+        body["temperature"] = t.to_string().parse::<f64>().map(Value::from).unwrap_or(Value::Null);
+    }
+    body
+}
+
+/// A server that ignored `stream: true` and sent one JSON object.
+fn plain_completion(value: &Value, on_delta: &mut dyn FnMut(StreamDelta)) -> Result<Completion, LlmError> {
+    if let Some(error) = value.get("error").filter(|e| !e.is_null()) {
+        return Err(LlmError::Server(error_message(error)));
+    }
+    let choice = value.pointer("/choices/0").ok_or_else(|| {
+        LlmError::Protocol(format!("expected an event stream, got: {}", clip(&value.to_string(), 200)))
+    })?;
+    let message = choice.get("message").cloned().unwrap_or(Value::Null);
+    let text = |key: &str| message.get(key).and_then(Value::as_str).unwrap_or_default().to_string();
+    let reasoning =
+        if message.get("reasoning_content").is_some() { text("reasoning_content") } else { text("reasoning") };
+    let tool_calls: Vec<ToolCall> =
+        message.get("tool_calls").and_then(|t| serde_json::from_value(t.clone()).ok()).unwrap_or_default();
+    let completion = Completion {
+        content: text("content"),
+        reasoning,
+        finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(str::to_string),
+        usage: value.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()),
+        tool_calls,
+    };
+    if !completion.reasoning.is_empty() {
+        on_delta(StreamDelta::Reasoning(completion.reasoning.clone()));
+    }
+    if !completion.content.is_empty() {
+        on_delta(StreamDelta::Content(completion.content.clone()));
+    }
+    for (index, call) in completion.tool_calls.iter().enumerate() {
+        on_delta(StreamDelta::ToolCallStarted { index, name: call.function.name.clone() });
+    }
+    Ok(completion)
+}
+
+fn send_error(url: &str, error: &reqwest::Error) -> LlmError {
+    if error.is_connect() || error.is_timeout() {
+        LlmError::Connect { url: url.to_string(), message: describe(error) }
+    } else {
+        LlmError::Stream(describe(error))
+    }
+}
+
+/// A non-success status: the server's own error text, and `Retry-After` in seconds.
+async fn http_error(response: reqwest::Response, timeout: Duration) -> LlmError {
+    let status = response.status().as_u16();
+    let retry_after_s = response
+        .headers()
+        .get(reqwest::header::RETRY_AFTER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| s.is_finite() && *s >= 0.0);
+    let mut body = Vec::new();
+    let mut stream = response.bytes_stream();
+    let read = async {
+        while let Some(Ok(bytes)) = stream.next().await {
+            body.extend_from_slice(&bytes);
+            if body.len() >= MAX_ERROR_BODY {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(timeout, read).await;
+    let text = String::from_utf8_lossy(&body);
+    let message = match serde_json::from_str::<Value>(&text) {
+        Ok(value) => match value.get("error") {
+            Some(error) => error_message(error),
+            None => value.to_string(),
+        },
+        Err(_) => text.trim().to_string(),
+    };
+    let body = if message.is_empty() {
+        reqwest::StatusCode::from_u16(status)
+            .ok()
+            .and_then(|s| s.canonical_reason())
+            .unwrap_or("no details")
+            .to_string()
+    } else {
+        clip(&message, 500)
+    };
+    LlmError::Http { status, body, retry_after_s }
+}
+
+/// An error and its causes on one line, without repeats.
+fn describe(error: &(dyn StdError + 'static)) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    let mut current = Some(error);
+    while let Some(e) = current {
+        let text = e.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        current = e.source();
+    }
+    parts.join(": ")
+}
+
+fn whole_seconds(d: Duration) -> u64 {
+    d.as_secs_f64().ceil() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::llm::ChatMessage;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn body_omits_empty_tools_and_missing_temperature() {
+        let request = ChatRequest {
+            model: "m".into(),
+            messages: vec![ChatMessage::user("hi")],
+            tools: Vec::new(),
+            temperature: None,
+        };
+        assert_eq!(
+            request_body(&request),
+            json!({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,
+                   "stream_options":{"include_usage":true}})
+        );
+        let request = ChatRequest { tools: vec![json!({"type":"function"})], temperature: Some(0.2), ..request };
+        let body = request_body(&request);
+        assert_eq!(body["tools"], json!([{"type":"function"}]));
+        assert_eq!(body["temperature"], json!(0.2));
+    }
+
+    #[test]
+    fn backoff_doubles_and_honours_retry_after_within_the_cap() {
+        let client = OpenAiClient::new(
+            ClientSettings::new("http://127.0.0.1:1/v1").backoff(Duration::from_secs(1), Duration::from_secs(30)),
+        )
+        .unwrap();
+        let stream = LlmError::Stream("x".into());
+        assert_eq!(client.backoff(0, &stream), Duration::from_secs(1));
+        assert_eq!(client.backoff(2, &stream), Duration::from_secs(4));
+        assert_eq!(client.backoff(10, &stream), Duration::from_secs(30));
+        let limited = |s| LlmError::Http { status: 429, body: String::new(), retry_after_s: Some(s) };
+        assert_eq!(client.backoff(0, &limited(7.0)), Duration::from_secs(7));
+        assert_eq!(client.backoff(0, &limited(3600.0)), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn settings_debug_hides_the_key() {
+        let settings = ClientSettings::new("http://x/v1").api_key("sk-secret");
+        assert!(!format!("{settings:?}").contains("sk-secret"));
+    }
+
+    #[test]
+    fn a_plain_json_answer_is_accepted() {
+        let mut deltas = Vec::new();
+        let value = json!({"choices":[{"message":{"role":"assistant","content":"hi"},"finish_reason":"stop"}],
+                           "usage":{"prompt_tokens":1,"completion_tokens":2}});
+        let done = plain_completion(&value, &mut |d| deltas.push(d)).unwrap();
+        assert_eq!(done.content, "hi");
+        assert_eq!(deltas, vec![StreamDelta::Content("hi".into())]);
+        let err = plain_completion(&json!({"error":{"message":"bad model"}}), &mut |_| {}).unwrap_err();
+        assert_eq!(err, LlmError::Server("bad model".into()));
+    }
+}
