@@ -6,7 +6,11 @@
 //! `nice`, `nohup`, `/bin/…`) peeled off. Rules then look at the command name, its flags
 //! and its operands. Quoted data stays data: `echo "rm -rf /"` is an echo.
 
+mod lex;
+
 use std::path::Path;
+
+use lex::{parse, Segment};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Classification {
@@ -112,379 +116,6 @@ fn hardline(reason: impl Into<String>) -> Classification {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Lexing: shell words, separators, redirections, substitutions, heredocs.
-
-/// One simple command.
-#[derive(Debug, Default, Clone)]
-struct Segment {
-    words: Vec<String>,
-    /// (operator, target) — `>`, `>>`, `&>`, `<`, …
-    redirects: Vec<(String, String)>,
-    /// Heredoc bodies and here-strings: text on this command's stdin.
-    stdin_docs: Vec<String>,
-    /// Inner text of `$(...)`, backticks, `<(...)`, `>(...)`.
-    substitutions: Vec<String>,
-    /// Its stdin is the previous segment's stdout.
-    piped: bool,
-}
-
-struct Lexer {
-    chars: Vec<char>,
-    i: usize,
-    segments: Vec<Segment>,
-    cur: Segment,
-    word: Option<String>,
-    pending_redirect: Option<String>,
-    /// Heredoc delimiters waiting for the next newline: (delimiter, strip leading tabs).
-    pending_heredocs: Vec<(String, bool)>,
-    /// Index in `segments` of the command each pending heredoc belongs to.
-    heredoc_owner: Option<usize>,
-}
-
-fn parse(command: &str) -> Vec<Segment> {
-    let mut lx = Lexer {
-        chars: command.chars().collect(),
-        i: 0,
-        segments: Vec::new(),
-        cur: Segment::default(),
-        word: None,
-        pending_redirect: None,
-        pending_heredocs: Vec::new(),
-        heredoc_owner: None,
-    };
-    lx.run();
-    lx.segments
-}
-
-impl Lexer {
-    fn peek(&self, off: usize) -> Option<char> {
-        self.chars.get(self.i + off).copied()
-    }
-
-    fn push_char(&mut self, c: char) {
-        self.word.get_or_insert_with(String::new).push(c);
-    }
-
-    fn push_str(&mut self, s: &str) {
-        self.word.get_or_insert_with(String::new).push_str(s);
-    }
-
-    fn end_word(&mut self) {
-        let Some(word) = self.word.take() else { return };
-        match self.pending_redirect.take() {
-            Some(op) if op == "<<" || op == "<<-" => self.pending_heredocs.push((word, op == "<<-")),
-            Some(op) if op == "<<<" => self.cur.stdin_docs.push(word),
-            Some(op) => self.cur.redirects.push((op, word)),
-            None => self.cur.words.push(word),
-        }
-    }
-
-    fn end_segment(&mut self, next_piped: bool) {
-        self.end_word();
-        let seg = std::mem::take(&mut self.cur);
-        let has_heredoc = !self.pending_heredocs.is_empty() && self.heredoc_owner.is_none();
-        if !seg.words.is_empty()
-            || !seg.redirects.is_empty()
-            || !seg.stdin_docs.is_empty()
-            || !seg.substitutions.is_empty()
-        {
-            self.segments.push(seg);
-        }
-        if has_heredoc {
-            self.heredoc_owner = self.segments.len().checked_sub(1);
-        }
-        self.cur.piped = next_piped;
-    }
-
-    fn run(&mut self) {
-        while let Some(c) = self.peek(0) {
-            match c {
-                ' ' | '\t' => {
-                    self.end_word();
-                    self.i += 1;
-                }
-                '\n' => {
-                    self.i += 1;
-                    self.end_segment(false);
-                    self.read_heredoc_bodies();
-                }
-                '\\' => {
-                    match self.peek(1) {
-                        Some('\n') => {}
-                        Some(next) => self.push_char(next),
-                        None => {}
-                    }
-                    self.i += 2;
-                }
-                '\'' => {
-                    self.i += 1;
-                    let text = self.read_until('\'');
-                    self.push_str(&text);
-                }
-                '"' => {
-                    self.i += 1;
-                    self.read_double_quoted();
-                }
-                '`' => {
-                    self.i += 1;
-                    let inner = self.read_backtick();
-                    self.push_str(&format!("`{inner}`"));
-                    self.cur.substitutions.push(inner);
-                }
-                '$' if self.peek(1) == Some('(') => {
-                    self.i += 2;
-                    let inner = self.read_paren();
-                    self.push_str(&format!("$({inner})"));
-                    self.cur.substitutions.push(inner);
-                }
-                '$' if self.peek(1) == Some('\'') => {
-                    self.i += 2;
-                    let text = self.read_ansi_c();
-                    self.push_str(&text);
-                }
-                '<' | '>' if self.peek(1) == Some('(') && self.word.is_none() => {
-                    self.i += 2;
-                    let inner = self.read_paren();
-                    self.push_str(&format!("{c}({inner})"));
-                    self.cur.substitutions.push(inner);
-                }
-                '#' if self.word.is_none() => {
-                    while self.peek(0).is_some_and(|c| c != '\n') {
-                        self.i += 1;
-                    }
-                }
-                ';' | '(' | ')' => {
-                    self.i += 1;
-                    self.end_segment(false);
-                }
-                '&' => match self.peek(1) {
-                    Some('&') => {
-                        self.i += 2;
-                        self.end_segment(false);
-                    }
-                    Some('>') => {
-                        self.end_word();
-                        let op = if self.peek(2) == Some('>') { "&>>" } else { "&>" };
-                        self.i += op.len();
-                        self.pending_redirect = Some(op.to_string());
-                    }
-                    _ => {
-                        self.i += 1;
-                        self.end_segment(false);
-                    }
-                },
-                '|' => match self.peek(1) {
-                    Some('|') => {
-                        self.i += 2;
-                        self.end_segment(false);
-                    }
-                    Some('&') => {
-                        self.i += 2;
-                        self.end_segment(true);
-                    }
-                    _ => {
-                        self.i += 1;
-                        self.end_segment(true);
-                    }
-                },
-                '<' | '>' => self.read_redirect(c),
-                _ => {
-                    self.push_char(c);
-                    self.i += 1;
-                }
-            }
-        }
-        self.end_segment(false);
-        self.read_heredoc_bodies();
-    }
-
-    fn read_redirect(&mut self, first: char) {
-        // `2>file`: the digits just before the operator name a file descriptor.
-        if self.word.as_deref().is_some_and(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit())) {
-            self.word = None;
-        }
-        self.end_word();
-        let mut op = String::from(first);
-        self.i += 1;
-        while let Some(c) = self.peek(0) {
-            let more = matches!((op.as_str(), c), (">", '>' | '|' | '&') | ("<", '<' | '&' | '>') | ("<<", '<' | '-'));
-            if !more {
-                break;
-            }
-            op.push(c);
-            self.i += 1;
-        }
-        self.pending_redirect = Some(op);
-    }
-
-    fn read_until(&mut self, end: char) -> String {
-        let mut out = String::new();
-        while let Some(c) = self.peek(0) {
-            self.i += 1;
-            if c == end {
-                break;
-            }
-            out.push(c);
-        }
-        out
-    }
-
-    fn read_double_quoted(&mut self) {
-        self.word.get_or_insert_with(String::new);
-        while let Some(c) = self.peek(0) {
-            match c {
-                '"' => {
-                    self.i += 1;
-                    return;
-                }
-                '\\' => {
-                    match self.peek(1) {
-                        Some(n @ ('$' | '`' | '"' | '\\')) => self.push_char(n),
-                        Some('\n') => {}
-                        Some(n) => {
-                            self.push_char('\\');
-                            self.push_char(n);
-                        }
-                        None => {}
-                    }
-                    self.i += 2;
-                }
-                '$' if self.peek(1) == Some('(') => {
-                    self.i += 2;
-                    let inner = self.read_paren();
-                    self.push_str(&format!("$({inner})"));
-                    self.cur.substitutions.push(inner);
-                }
-                '`' => {
-                    self.i += 1;
-                    let inner = self.read_backtick();
-                    self.push_str(&format!("`{inner}`"));
-                    self.cur.substitutions.push(inner);
-                }
-                _ => {
-                    self.push_char(c);
-                    self.i += 1;
-                }
-            }
-        }
-    }
-
-    /// After `$(` or `<(`: the text up to the matching `)`, quotes respected.
-    fn read_paren(&mut self) -> String {
-        let mut depth = 1usize;
-        let mut out = String::new();
-        let mut quote: Option<char> = None;
-        while let Some(c) = self.peek(0) {
-            self.i += 1;
-            match (quote, c) {
-                (Some(q), _) if c == q => quote = None,
-                (Some('"'), '\\') | (None, '\\') => {
-                    out.push(c);
-                    if let Some(n) = self.peek(0) {
-                        out.push(n);
-                        self.i += 1;
-                    }
-                    continue;
-                }
-                (Some(_), _) => {}
-                (None, '\'' | '"') => quote = Some(c),
-                (None, '(') => depth += 1,
-                (None, ')') => {
-                    depth -= 1;
-                    if depth == 0 {
-                        return out;
-                    }
-                }
-                (None, _) => {}
-            }
-            out.push(c);
-        }
-        out
-    }
-
-    fn read_backtick(&mut self) -> String {
-        let mut out = String::new();
-        while let Some(c) = self.peek(0) {
-            self.i += 1;
-            match c {
-                '`' => break,
-                '\\' => {
-                    if let Some(n) = self.peek(0) {
-                        if !matches!(n, '`' | '\\' | '$') {
-                            out.push('\\');
-                        }
-                        out.push(n);
-                        self.i += 1;
-                    }
-                }
-                _ => out.push(c),
-            }
-        }
-        out
-    }
-
-    /// `$'...'` with its backslash escapes (`\x72m` is `rm`).
-    fn read_ansi_c(&mut self) -> String {
-        let mut out = String::new();
-        while let Some(c) = self.peek(0) {
-            self.i += 1;
-            match c {
-                '\'' => break,
-                '\\' => {
-                    let Some(n) = self.peek(0) else { break };
-                    self.i += 1;
-                    match n {
-                        'n' => out.push('\n'),
-                        't' => out.push('\t'),
-                        'x' => {
-                            let hex: String =
-                                self.chars[self.i..].iter().take(2).take_while(|c| c.is_ascii_hexdigit()).collect();
-                            self.i += hex.len();
-                            out.extend(u32::from_str_radix(&hex, 16).ok().and_then(char::from_u32));
-                        }
-                        '0'..='7' => {
-                            let mut oct = String::from(n);
-                            oct.extend(self.chars[self.i..].iter().take(2).take_while(|c| matches!(c, '0'..='7')));
-                            self.i += oct.len() - 1;
-                            out.extend(u32::from_str_radix(&oct, 8).ok().and_then(char::from_u32));
-                        }
-                        other => out.push(other),
-                    }
-                }
-                _ => out.push(c),
-            }
-        }
-        out
-    }
-
-    /// After a newline: the bodies of heredocs opened on the line just ended.
-    fn read_heredoc_bodies(&mut self) {
-        let pending = std::mem::take(&mut self.pending_heredocs);
-        let owner = self.heredoc_owner.take();
-        for (delim, strip_tabs) in pending {
-            let mut body = String::new();
-            while self.i < self.chars.len() {
-                let start = self.i;
-                while self.peek(0).is_some_and(|c| c != '\n') {
-                    self.i += 1;
-                }
-                let line: String = self.chars[start..self.i].iter().collect();
-                self.i += 1;
-                let line = if strip_tabs { line.trim_start_matches('\t').to_string() } else { line };
-                if line == delim {
-                    break;
-                }
-                body.push_str(&line);
-                body.push('\n');
-            }
-            if let Some(seg) = owner.and_then(|o| self.segments.get_mut(o)) {
-                seg.stdin_docs.push(body);
-            }
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
 // Analysis of one simple command.
 
 /// What a pipeline stage is, once wrappers are peeled off.
@@ -540,6 +171,18 @@ fn is_assignment(word: &str) -> bool {
     }
 }
 
+/// Options of `sudo`/`doas` and `xargs` that take a value (skipped to find the command).
+#[rustfmt::skip]
+const SUDO_VALUE_OPTS: &[&str] = &[
+    "-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U", "-T", "--user", "--group", "--prompt", "--chdir", "--host",
+    "--role", "--type", "--close-from", "--other-user", "--command-timeout",
+];
+#[rustfmt::skip]
+const XARGS_VALUE_OPTS: &[&str] = &[
+    "-I", "-n", "-P", "-d", "-L", "-s", "-E", "-a", "--max-args", "--max-procs", "--delimiter", "--arg-file",
+    "--replace", "--max-lines", "--max-chars", "--eof",
+];
+
 /// Peel `VAR=x`, `sudo`, `env`, `nice`, `nohup`, `time`, `command`, `xargs`, shell keywords…
 /// Returns the words of the command that actually runs and whether `xargs` feeds it.
 fn strip_wrappers(words: &[String]) -> (Vec<String>, bool) {
@@ -551,52 +194,14 @@ fn strip_wrappers(words: &[String]) -> (Vec<String>, bool) {
         let Some(first) = words.first() else { break };
         let name = command_name(first).to_string();
         let with_value: &[&str] = match name.as_str() {
-            "sudo" | "doas" => &[
-                "-u",
-                "-g",
-                "-C",
-                "-D",
-                "-h",
-                "-p",
-                "-r",
-                "-t",
-                "-U",
-                "-T",
-                "--user",
-                "--group",
-                "--prompt",
-                "--chdir",
-                "--host",
-                "--role",
-                "--type",
-                "--close-from",
-                "--other-user",
-                "--command-timeout",
-            ],
+            "sudo" | "doas" => SUDO_VALUE_OPTS,
             "env" => &["-u", "--unset", "-C", "--chdir"],
             "nice" => &["-n", "--adjustment"],
             "ionice" => &["-c", "-n", "--class", "--classdata"],
             "stdbuf" => &["-i", "-o", "-e", "--input", "--output", "--error"],
             "timeout" => &["-s", "-k", "--signal", "--kill-after"],
             "exec" => &["-a"],
-            "xargs" => &[
-                "-I",
-                "-n",
-                "-P",
-                "-d",
-                "-L",
-                "-s",
-                "-E",
-                "-a",
-                "--max-args",
-                "--max-procs",
-                "--delimiter",
-                "--arg-file",
-                "--replace",
-                "--max-lines",
-                "--max-chars",
-                "--eof",
-            ],
+            "xargs" => XARGS_VALUE_OPTS,
             "command" | "builtin" | "nohup" | "setsid" | "unbuffer" | "time" | "busybox" | "then" | "else" | "do"
             | "if" | "elif" | "while" | "until" | "!" | "{" => &[],
             _ => break,
@@ -1398,16 +1003,5 @@ mod tests {
     fn normalised_commands_fold_whitespace() {
         assert_eq!(normalise_command("  git   push\t--force \n"), "git push --force");
         assert_eq!(normalise_command("rm -rf build"), normalise_command("rm  -rf   build"));
-    }
-
-    #[test]
-    fn lexer_removes_quotes_and_splits_commands() {
-        let segs = parse("a 'b c' \"d$(e f)\" g\\ h | i >> out 2>&1; j");
-        let words: Vec<Vec<String>> = segs.iter().map(|s| s.words.clone()).collect();
-        assert_eq!(words, vec![vec!["a", "b c", "d$(e f)", "g h"], vec!["i"], vec!["j"]]);
-        assert_eq!(segs[0].substitutions, vec!["e f".to_string()]);
-        assert!(segs[1].piped);
-        assert_eq!(segs[1].redirects, vec![(">>".to_string(), "out".to_string()), (">&".to_string(), "1".to_string())]);
-        assert!(!segs[2].piped);
     }
 }
