@@ -24,28 +24,64 @@ struct Lexer {
     cur: Segment,
     word: Option<String>,
     pending_redirect: Option<String>,
-    /// Heredoc delimiters waiting for the next newline: (delimiter, strip leading tabs).
-    pending_heredocs: Vec<(String, bool)>,
+    /// Heredocs whose bodies start after the next newline.
+    pending_heredocs: Vec<Heredoc>,
+    /// The current word had quoting in it (a quoted heredoc delimiter means no expansion).
+    word_quoted: bool,
     /// Index in `segments` of the command each pending heredoc belongs to.
     heredoc_owner: Option<usize>,
 }
 
+struct Heredoc {
+    delimiter: String,
+    /// `<<-`: leading tabs are removed from body lines.
+    strip_tabs: bool,
+    /// An unquoted delimiter: the shell runs `$(...)` and backticks in the body.
+    expands: bool,
+}
+
 pub(super) fn parse(command: &str) -> Vec<Segment> {
-    let mut lx = Lexer {
-        chars: command.chars().collect(),
-        i: 0,
-        segments: Vec::new(),
-        cur: Segment::default(),
-        word: None,
-        pending_redirect: None,
-        pending_heredocs: Vec::new(),
-        heredoc_owner: None,
-    };
+    let mut lx = Lexer::new(command);
     lx.run();
     lx.segments
 }
 
+/// `$(...)` and backtick substitutions in text the shell expands (an unquoted heredoc body).
+fn substitutions_in(text: &str) -> Vec<String> {
+    let mut lx = Lexer::new(text);
+    let mut found = Vec::new();
+    while let Some(c) = lx.peek(0) {
+        match c {
+            '\\' => lx.i += 2,
+            '$' if lx.peek(1) == Some('(') => {
+                lx.i += 2;
+                found.push(lx.read_paren());
+            }
+            '`' => {
+                lx.i += 1;
+                found.push(lx.read_backtick());
+            }
+            _ => lx.i += 1,
+        }
+    }
+    found
+}
+
 impl Lexer {
+    fn new(text: &str) -> Lexer {
+        Lexer {
+            chars: text.chars().collect(),
+            i: 0,
+            segments: Vec::new(),
+            cur: Segment::default(),
+            word: None,
+            pending_redirect: None,
+            pending_heredocs: Vec::new(),
+            word_quoted: false,
+            heredoc_owner: None,
+        }
+    }
+
     fn peek(&self, off: usize) -> Option<char> {
         self.chars.get(self.i + off).copied()
     }
@@ -59,9 +95,12 @@ impl Lexer {
     }
 
     fn end_word(&mut self) {
+        let quoted = std::mem::take(&mut self.word_quoted);
         let Some(word) = self.word.take() else { return };
         match self.pending_redirect.take() {
-            Some(op) if op == "<<" || op == "<<-" => self.pending_heredocs.push((word, op == "<<-")),
+            Some(op) if op == "<<" || op == "<<-" => {
+                self.pending_heredocs.push(Heredoc { delimiter: word, strip_tabs: op == "<<-", expands: !quoted })
+            }
             Some(op) if op == "<<<" => self.cur.stdin_docs.push(word),
             Some(op) => self.cur.redirects.push((op, word)),
             None => self.cur.words.push(word),
@@ -98,6 +137,7 @@ impl Lexer {
                     self.read_heredoc_bodies();
                 }
                 '\\' => {
+                    self.word_quoted = true;
                     match self.peek(1) {
                         Some('\n') => {}
                         Some(next) => self.push_char(next),
@@ -107,11 +147,13 @@ impl Lexer {
                 }
                 '\'' => {
                     self.i += 1;
+                    self.word_quoted = true;
                     let text = self.read_until('\'');
                     self.push_str(&text);
                 }
                 '"' => {
                     self.i += 1;
+                    self.word_quoted = true;
                     self.read_double_quoted();
                 }
                 '`' => {
@@ -350,7 +392,7 @@ impl Lexer {
     fn read_heredoc_bodies(&mut self) {
         let pending = std::mem::take(&mut self.pending_heredocs);
         let owner = self.heredoc_owner.take();
-        for (delim, strip_tabs) in pending {
+        for Heredoc { delimiter, strip_tabs, expands } in pending {
             let mut body = String::new();
             while self.i < self.chars.len() {
                 let start = self.i;
@@ -360,13 +402,16 @@ impl Lexer {
                 let line: String = self.chars[start..self.i].iter().collect();
                 self.i += 1;
                 let line = if strip_tabs { line.trim_start_matches('\t').to_string() } else { line };
-                if line == delim {
+                if line == delimiter {
                     break;
                 }
                 body.push_str(&line);
                 body.push('\n');
             }
             if let Some(seg) = owner.and_then(|o| self.segments.get_mut(o)) {
+                if expands {
+                    seg.substitutions.extend(substitutions_in(&body));
+                }
                 seg.stdin_docs.push(body);
             }
         }
@@ -395,6 +440,16 @@ mod tests {
         assert_eq!(segs.len(), 3);
         assert_eq!(segs[0].stdin_docs, vec!["rm -rf /\n".to_string()]);
         assert_eq!(segs[2].words, vec!["echo".to_string(), "after".to_string()]);
+    }
+
+    #[test]
+    fn only_unquoted_heredocs_expand_substitutions() {
+        let segs = parse("cat <<EOF > f\n$(date) `id` \\$(not)\nEOF");
+        assert_eq!(segs[0].substitutions, vec!["date".to_string(), "id".to_string()]);
+        let segs = parse("cat <<'EOF' > f\n$(date)\nEOF");
+        assert_eq!(segs[0].substitutions, Vec::<String>::new());
+        let segs = parse("cat <<\\EOF > f\n$(date)\nEOF");
+        assert_eq!(segs[0].substitutions, Vec::<String>::new());
     }
 
     #[test]
