@@ -934,6 +934,22 @@ mod tests {
     }
 
     #[test]
+    fn truncated_and_odd_input_never_panics() {
+        let samples = [
+            "bash -c \"echo $(printf '%s' `id`) <<EOF\" | sh\nrm -rf / # x\nEOF",
+            "$'\\x7\\1' \\ 'unterminated \"also $(( 1 + (2 ",
+            "a <<- X\n\tb\n\tX\n|& tee -a ~/.ssh/x >(cat) <(ls) 2>&- ;; &> /dev/sda",
+            "sudo -u env -S timeout xargs -I find . -exec ; kill -s git -C push +x",
+        ];
+        for sample in samples {
+            for (i, _) in sample.char_indices() {
+                let _ = classify_command(&sample[..i]);
+            }
+        }
+        assert_eq!(kind(&classify_command("rm -rf \"/")), HARD);
+    }
+
+    #[test]
     fn reasons_are_human_sentences() {
         match classify_command("rm -rf build") {
             Classification::Dangerous { category, reason } => {
