@@ -1,8 +1,419 @@
-//! SKELETON — the files helper replaces this.
-use async_trait::async_trait;
-use serde_json::Value;
+//! `read_file`, `write_file` and `edit_file` (DESIGN §4a). The `Tool` impls are thin: they
+//! resolve the path against the session's working directory and call the `*_at` functions,
+//! which tests drive directly.
 
-use super::{Concurrency, Tool, ToolCtx, ToolResult};
+use std::io::ErrorKind;
+use std::path::{Path, PathBuf};
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+use tokio_util::sync::CancellationToken;
+
+use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
+use crate::engine::approval::{classify_write, Approver, Classification, Verdict};
+
+/// Lines shown when the model gives no `limit`.
+pub const DEFAULT_READ_LIMIT: usize = 2_000;
+/// Files larger than this are not read (nor edited) whole.
+pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// A longer line is cut, with a marker saying how long it was.
+pub const MAX_LINE_CHARS: usize = 2_000;
+/// How much of the start of a file is checked for NUL bytes.
+const BINARY_SNIFF_BYTES: usize = 8 * 1024;
+
+// ---------------------------------------------------------------------------------------------
+// read_file
+
+/// Read `limit` lines from 1-based line `offset`, numbered like `    12│text`, keeping the
+/// content under `max_chars` characters.
+pub fn read_file_at(path: &Path, offset: Option<u64>, limit: Option<u64>, max_chars: usize) -> ToolResult {
+    let bytes = match load_text_file(path) {
+        Ok(bytes) => bytes,
+        Err(message) => return ToolResult::error(message),
+    };
+    let text = String::from_utf8_lossy(&bytes);
+    let lines = split_lines(&text);
+    let total = lines.len();
+    let shown_path = path.display().to_string();
+    if total == 0 {
+        return ToolResult::ok(json!({
+            "path": shown_path,
+            "content": "",
+            "total_lines": 0,
+            "showing": "empty file",
+        }));
+    }
+    let first = offset.unwrap_or(1).max(1) as usize;
+    if first > total {
+        return ToolResult::error(format!(
+            "offset {first} is past the end of {shown_path}, which has {total} lines; use an offset from 1 to {total}"
+        ));
+    }
+    let limit = match limit {
+        Some(0) | None => DEFAULT_READ_LIMIT,
+        Some(n) => n as usize,
+    };
+    let last_wanted = first.saturating_add(limit - 1).min(total);
+    let width = number_width(last_wanted);
+    let mut content = String::new();
+    let mut used_chars = 0usize;
+    let mut last = first - 1;
+    for (idx, line) in lines.iter().enumerate().take(last_wanted).skip(first - 1) {
+        let numbered = numbered_line(idx + 1, width, line);
+        let len = numbered.chars().count();
+        if used_chars + len > max_chars && last >= first {
+            break;
+        }
+        used_chars += len;
+        content.push_str(&numbered);
+        last = idx + 1;
+    }
+    if content.ends_with('\n') {
+        content.pop();
+    }
+    let mut value = json!({
+        "path": shown_path,
+        "content": content,
+        "total_lines": total,
+        "showing": format!("lines {first}-{last} of {total}"),
+    });
+    if last < total {
+        let why =
+            if last < last_wanted { format!(" (output capped at {max_chars} characters)") } else { String::new() };
+        value["note"] =
+            json!(format!("Showing lines {first}-{last} of {total}{why}. Use offset={} to read more.", last + 1));
+    }
+    ToolResult::ok(value)
+}
+
+fn number_width(last_line: usize) -> usize {
+    last_line.to_string().len().max(6)
+}
+
+fn numbered_line(n: usize, width: usize, line: &str) -> String {
+    let count = line.chars().count();
+    if count > MAX_LINE_CHARS {
+        let cut: String = line.chars().take(MAX_LINE_CHARS).collect();
+        format!("{n:>width$}│{cut}… [line cut: {count} characters]\n")
+    } else {
+        format!("{n:>width$}│{line}\n")
+    }
+}
+
+/// Lines without their terminators; a final newline does not start another line.
+fn split_lines(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    let body = text.strip_suffix('\n').unwrap_or(text);
+    body.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect()
+}
+
+/// The bytes of a text file, or an error the model can act on (missing, a directory, too
+/// big, binary, unreadable).
+fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| io_problem(path, &e, "read"))?;
+    if meta.is_dir() {
+        return Err(format!(
+            "{} is a directory, not a file; use search_files or the terminal (ls) to look inside it",
+            path.display()
+        ));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "{} is {:.1} MiB, over the {} MiB limit for reading a whole file; use search_files, or the terminal \
+             (head, tail, sed -n 'a,bp') to read parts of it",
+            path.display(),
+            meta.len() as f64 / (1024.0 * 1024.0),
+            MAX_FILE_BYTES / (1024 * 1024)
+        ));
+    }
+    let bytes = std::fs::read(path).map_err(|e| io_problem(path, &e, "read"))?;
+    if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+        return Err(format!(
+            "{} looks like a binary file (it contains NUL bytes); these tools only handle text — use the terminal \
+             (file, xxd, strings) to inspect it",
+            path.display()
+        ));
+    }
+    Ok(bytes)
+}
+
+/// An I/O error as a sentence that says what to do next.
+fn io_problem(path: &Path, err: &std::io::Error, verb: &str) -> String {
+    match err.kind() {
+        ErrorKind::NotFound => {
+            let mut msg = format!("File not found: {}. Check the path", path.display());
+            match path.parent() {
+                Some(dir) if !dir.as_os_str().is_empty() && !dir.is_dir() => {
+                    msg.push_str(&format!(" (the directory {} does not exist either)", dir.display()));
+                }
+                _ => {
+                    let similar = similar_names(path);
+                    if !similar.is_empty() {
+                        msg.push_str(&format!(" — similar names there: {}", similar.join(", ")));
+                    }
+                }
+            }
+            msg.push_str("; relative paths start from the session's working directory.");
+            msg
+        }
+        ErrorKind::PermissionDenied => format!("Permission denied: cannot {verb} {}", path.display()),
+        _ => format!("Could not {verb} {}: {err}", path.display()),
+    }
+}
+
+/// Up to five entries next to a missing file whose names look like it (case, extension).
+fn similar_names(path: &Path) -> Vec<String> {
+    let (Some(dir), Some(name)) = (path.parent(), path.file_name()) else { return Vec::new() };
+    let name = name.to_string_lossy().to_lowercase();
+    let stem = name.split('.').next().unwrap_or(&name).to_string();
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let mut found: Vec<String> = entries
+        .filter_map(Result::ok)
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|candidate| {
+            let lower = candidate.to_lowercase();
+            lower == name || (!stem.is_empty() && lower.split('.').next() == Some(stem.as_str()))
+        })
+        .collect();
+    found.sort();
+    found.truncate(5);
+    found
+}
+
+// ---------------------------------------------------------------------------------------------
+// write_file and edit_file
+
+/// Ask the approver whether `path` may be written. A symlink that leads into a protected
+/// place is judged by where it leads.
+async fn approve_write(
+    path: &Path,
+    approvals: &Approver,
+    interrupt: &CancellationToken,
+) -> Result<Option<String>, ToolResult> {
+    let real = real_path(path);
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let checked = match (classify_write(path, home.as_deref()), real) {
+        (Classification::Safe, Some(real)) if classify_write(&real, home.as_deref()) != Classification::Safe => real,
+        _ => path.to_path_buf(),
+    };
+    match approvals.check_write(&checked, interrupt).await {
+        Verdict::Allowed { note } => Ok(note),
+        Verdict::Denied { reason } => Err(ToolResult {
+            value: json!({ "error": format!("Writing {} was not allowed: {reason}", path.display()), "status": "denied" }),
+            ok: false,
+            exit_code: None,
+            status: Some("denied".into()),
+        }),
+    }
+}
+
+/// The path with symlinks resolved, for a file that may not exist yet (its nearest existing
+/// ancestor is resolved and the rest appended).
+fn real_path(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    loop {
+        if let Ok(real) = std::fs::canonicalize(existing) {
+            return Some(rest.iter().rev().fold(real, |acc: PathBuf, part| acc.join(part)));
+        }
+        rest.push(existing.file_name()?.to_owned());
+        existing = existing.parent()?;
+    }
+}
+
+/// Write `content` to `path`, creating parent directories, after the approval check.
+pub async fn write_file_at(
+    path: &Path,
+    content: &str,
+    approvals: &Approver,
+    interrupt: &CancellationToken,
+) -> ToolResult {
+    if path.is_dir() {
+        return ToolResult::error(format!("{} is a directory; give write_file a file path", path.display()));
+    }
+    let note = match approve_write(path, approvals, interrupt).await {
+        Ok(note) => note,
+        Err(denied) => return denied,
+    };
+    let created = std::fs::symlink_metadata(path).is_err();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        if let Err(e) = tokio::fs::create_dir_all(parent).await {
+            return ToolResult::error(format!("Could not create the directory {}: {e}", parent.display()));
+        }
+    }
+    if let Err(e) = tokio::fs::write(path, content).await {
+        return ToolResult::error(io_problem(path, &e, "write"));
+    }
+    let mut value = json!({
+        "status": "ok",
+        "path": path.display().to_string(),
+        "bytes": content.len(),
+        "lines": split_lines(content).len(),
+        "created": created,
+    });
+    if let Some(note) = note {
+        value["approval"] = json!(note);
+    }
+    ToolResult::ok(value)
+}
+
+/// One `edit_file` request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edit {
+    pub old_string: String,
+    pub new_string: String,
+    pub replace_all: bool,
+}
+
+/// A successful edit, before it is written.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Edited {
+    pub content: String,
+    pub replacements: usize,
+    /// 1-based line where the first replacement starts.
+    pub first_line: usize,
+}
+
+/// Apply `edit` to `content` in memory. Errors say why the edit cannot be made and what to
+/// do instead (`path` names the file in them).
+pub fn apply_edit(content: &str, edit: &Edit, path: &str) -> Result<Edited, String> {
+    if edit.old_string.is_empty() {
+        return Err("old_string is empty; to create a file or replace all of it use write_file".into());
+    }
+    if edit.old_string == edit.new_string {
+        return Err("old_string and new_string are the same, so there is nothing to change".into());
+    }
+    let (old, new) = match_line_endings(content, edit);
+    let positions: Vec<usize> = content.match_indices(old.as_str()).map(|(i, _)| i).collect();
+    let line_of = |pos: usize| content[..pos].matches('\n').count() + 1;
+    match positions.len() {
+        0 => Err(not_found_message(content, &edit.old_string, path)),
+        n if n > 1 && !edit.replace_all => {
+            let mut lines: Vec<usize> = positions.iter().map(|p| line_of(*p)).collect();
+            lines.dedup();
+            let mut shown: Vec<String> = lines.iter().take(10).map(usize::to_string).collect();
+            if lines.len() > 10 {
+                shown.push("…".into());
+            }
+            let label = if lines.len() == 1 { "line" } else { "lines" };
+            Err(format!(
+                "old_string is ambiguous: {n} matches in {path} ({label} {}); add context or set replace_all",
+                shown.join(", ")
+            ))
+        }
+        n => {
+            let replaced = if edit.replace_all {
+                content.replace(old.as_str(), &new)
+            } else {
+                content.replacen(old.as_str(), &new, 1)
+            };
+            Ok(Edited { content: replaced, replacements: n, first_line: line_of(positions[0]) })
+        }
+    }
+}
+
+/// A file with CRLF line endings edited with `\n` strings: match and write CRLF.
+fn match_line_endings(content: &str, edit: &Edit) -> (String, String) {
+    let crlf_file = content.contains("\r\n");
+    if crlf_file
+        && edit.old_string.contains('\n')
+        && !edit.old_string.contains("\r\n")
+        && !content.contains(&edit.old_string)
+    {
+        (edit.old_string.replace('\n', "\r\n"), edit.new_string.replace("\r\n", "\n").replace('\n', "\r\n"))
+    } else {
+        (edit.old_string.clone(), edit.new_string.clone())
+    }
+}
+
+fn not_found_message(content: &str, old: &str, path: &str) -> String {
+    let mut msg = format!("old_string was not found in {path}");
+    // A passage equal line by line once indentation and trailing spaces are ignored.
+    let want: Vec<&str> = old.lines().map(str::trim).collect();
+    let have: Vec<&str> = content.lines().map(str::trim).collect();
+    let near = if want.is_empty() || want.iter().all(|l| l.is_empty()) {
+        None
+    } else {
+        (0..have.len().saturating_sub(want.len() - 1)).find(|&i| have[i..i + want.len()] == want[..])
+    };
+    match near {
+        Some(i) => msg.push_str(&format!(
+            "; a passage that differs only in whitespace or indentation starts at line {} — copy it exactly as \
+             read_file shows it (the text after │)",
+            i + 1
+        )),
+        None => msg.push_str("; read the file again and copy the exact text, including whitespace and indentation"),
+    }
+    msg
+}
+
+/// Replace `old_string` with `new_string` in an existing file, after the approval check.
+pub async fn edit_file_at(path: &Path, edit: &Edit, approvals: &Approver, interrupt: &CancellationToken) -> ToolResult {
+    let shown = path.display().to_string();
+    let prepare = |path: &Path| -> Result<Edited, String> {
+        let bytes = load_text_file(path).map_err(|e| {
+            if path.exists() {
+                e
+            } else {
+                format!("{e} edit_file changes existing files; use write_file to create a new one.")
+            }
+        })?;
+        let text = String::from_utf8(bytes)
+            .map_err(|_| format!("{shown} is not valid UTF-8 text; edit_file only edits UTF-8 files"))?;
+        apply_edit(&text, edit, &shown)
+    };
+    // Check first so the user is not asked to approve an edit that cannot be made.
+    if let Err(message) = prepare(path) {
+        return ToolResult::error(message);
+    }
+    let note = match approve_write(path, approvals, interrupt).await {
+        Ok(note) => note,
+        Err(denied) => return denied,
+    };
+    // The file may have changed while the approval waited: apply the edit to what is there now.
+    let edited = match prepare(path) {
+        Ok(edited) => edited,
+        Err(message) => return ToolResult::error(message),
+    };
+    if let Err(e) = tokio::fs::write(path, &edited.content).await {
+        return ToolResult::error(io_problem(path, &e, "write"));
+    }
+    let mut value = json!({
+        "status": "ok",
+        "path": shown,
+        "replacements": edited.replacements,
+        "line": edited.first_line,
+        "snippet": snippet(&edited.content, edited.first_line, edit.new_string.lines().count().max(1)),
+    });
+    if let Some(note) = note {
+        value["approval"] = json!(note);
+    }
+    ToolResult::ok(value)
+}
+
+/// The changed lines with two lines of context, numbered as read_file numbers them.
+fn snippet(content: &str, first_line: usize, changed_lines: usize) -> String {
+    let lines = split_lines(content);
+    let start = first_line.saturating_sub(2).max(1);
+    let end = (first_line + changed_lines + 1).min(lines.len()).min(start + 20);
+    let width = number_width(end);
+    let mut out = String::new();
+    for n in start..=end {
+        if let Some(line) = lines.get(n - 1) {
+            out.push_str(&numbered_line(n, width, line));
+        }
+    }
+    out.trim_end_matches('\n').to_string()
+}
+
+// ---------------------------------------------------------------------------------------------
+// The tools.
+
+fn missing(tool: &str, arg: &str) -> ToolResult {
+    ToolResult::error(format!("{tool} needs a `{arg}` argument (a string)"))
+}
 
 pub struct ReadFile;
 
@@ -12,21 +423,47 @@ impl Tool for ReadFile {
         "read_file"
     }
     fn description(&self) -> &'static str {
-        ""
+        "Read a text file. Returns numbered lines (`    12│text`; the text after │ is the file's content), \
+         `total_lines` and which lines are shown. Reads up to 2000 lines from `offset` (1-based); use `offset` and \
+         `limit` to page through long files. Binary files and files over 10 MiB are refused."
     }
     fn parameters(&self) -> Value {
-        Value::Null
+        json!({
+            "type": "object",
+            "properties": {
+                "path": { "type": "string", "description": "File path, absolute or relative to the working directory" },
+                "offset": { "type": "integer", "minimum": 1, "description": "First line to show, 1-based (default 1)" },
+                "limit": { "type": "integer", "minimum": 1, "description": "Maximum number of lines (default 2000)" }
+            },
+            "required": ["path"],
+            "additionalProperties": false
+        })
     }
     fn concurrency(&self) -> Concurrency {
         Concurrency::Parallel
     }
-    fn summary(&self, _args: &Value) -> String {
-        String::new()
+    fn summary(&self, args: &Value) -> String {
+        let path = arg_str(args, "path").unwrap_or("?");
+        match (arg_u64(args, "offset"), arg_u64(args, "limit")) {
+            (None, None) => path.to_string(),
+            (offset, Some(limit)) => {
+                let from = offset.unwrap_or(1).max(1);
+                format!("{path}:{from}-{}", from + limit.max(1) - 1)
+            }
+            (Some(offset), None) => format!("{path}:{offset}-"),
+        }
     }
-    async fn call(&self, _args: Value, _ctx: ToolCtx) -> ToolResult {
-        todo!()
+    async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
+        let Some(path) = arg_str(&args, "path") else { return missing("read_file", "path") };
+        let path = ctx.resolve(path);
+        let (offset, limit) = (arg_u64(&args, "offset"), arg_u64(&args, "limit"));
+        let max_chars = ctx.config.tool_output.max_chars.max(1_000);
+        tokio::task::spawn_blocking(move || read_file_at(&path, offset, limit, max_chars))
+            .await
+            .unwrap_or_else(|e| ToolResult::error(format!("read_file failed unexpectedly: {e}")))
     }
 }
+
 pub struct WriteFile;
 
 #[async_trait]
@@ -35,21 +472,37 @@ impl Tool for WriteFile {
         "write_file"
     }
     fn description(&self) -> &'static str {
-        ""
+        "Create a file or replace its whole content. Parent directories are created. To change part of an \
+         existing file prefer edit_file. Writes under system directories or ~/.ssh need the user's approval."
     }
     fn parameters(&self) -> Value {
-        Value::Null
+        json!({
+            "type": "object",
+            "properties": {
+                "path": { "type": "string", "description": "File path, absolute or relative to the working directory" },
+                "content": { "type": "string", "description": "The complete new content of the file" }
+            },
+            "required": ["path", "content"],
+            "additionalProperties": false
+        })
     }
     fn concurrency(&self) -> Concurrency {
         Concurrency::Sequential
     }
-    fn summary(&self, _args: &Value) -> String {
-        String::new()
+    fn summary(&self, args: &Value) -> String {
+        let path = arg_str(args, "path").unwrap_or("?");
+        match arg_str(args, "content") {
+            Some(content) => format!("{path} ({} lines)", split_lines(content).len()),
+            None => path.to_string(),
+        }
     }
-    async fn call(&self, _args: Value, _ctx: ToolCtx) -> ToolResult {
-        todo!()
+    async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
+        let Some(path) = arg_str(&args, "path") else { return missing("write_file", "path") };
+        let Some(content) = arg_str(&args, "content") else { return missing("write_file", "content") };
+        write_file_at(&ctx.resolve(path), content, &ctx.approvals, &ctx.signals.interrupt).await
     }
 }
+
 pub struct EditFile;
 
 #[async_trait]
@@ -58,18 +511,101 @@ impl Tool for EditFile {
         "edit_file"
     }
     fn description(&self) -> &'static str {
-        ""
+        "Replace text in an existing file. `old_string` must match the file exactly (whitespace and indentation \
+         included; copy it from read_file without the line-number prefix) and must be unique unless \
+         `replace_all` is true — add surrounding lines to make it unique. Returns the number of replacements and \
+         the changed lines."
     }
     fn parameters(&self) -> Value {
-        Value::Null
+        json!({
+            "type": "object",
+            "properties": {
+                "path": { "type": "string", "description": "File path, absolute or relative to the working directory" },
+                "old_string": { "type": "string", "description": "The exact text to replace" },
+                "new_string": { "type": "string", "description": "The text to put in its place" },
+                "replace_all": { "type": "boolean", "description": "Replace every occurrence (default false)" }
+            },
+            "required": ["path", "old_string", "new_string"],
+            "additionalProperties": false
+        })
     }
     fn concurrency(&self) -> Concurrency {
         Concurrency::Sequential
     }
-    fn summary(&self, _args: &Value) -> String {
-        String::new()
+    fn summary(&self, args: &Value) -> String {
+        let path = arg_str(args, "path").unwrap_or("?");
+        if arg_bool(args, "replace_all") == Some(true) {
+            format!("{path} (replace all)")
+        } else {
+            path.to_string()
+        }
     }
-    async fn call(&self, _args: Value, _ctx: ToolCtx) -> ToolResult {
-        todo!()
+    async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
+        let Some(path) = arg_str(&args, "path") else { return missing("edit_file", "path") };
+        let Some(old_string) = arg_str(&args, "old_string") else { return missing("edit_file", "old_string") };
+        let Some(new_string) = arg_str(&args, "new_string") else { return missing("edit_file", "new_string") };
+        let edit = Edit {
+            old_string: old_string.to_string(),
+            new_string: new_string.to_string(),
+            replace_all: arg_bool(&args, "replace_all").unwrap_or(false),
+        };
+        edit_file_at(&ctx.resolve(path), &edit, &ctx.approvals, &ctx.signals.interrupt).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn edit(old: &str, new: &str, all: bool) -> Edit {
+        Edit { old_string: old.into(), new_string: new.into(), replace_all: all }
+    }
+
+    #[test]
+    fn lines_split_like_an_editor() {
+        assert_eq!(split_lines(""), Vec::<&str>::new());
+        assert_eq!(split_lines("a"), vec!["a"]);
+        assert_eq!(split_lines("a\n"), vec!["a"]);
+        assert_eq!(split_lines("a\r\nb\r\n"), vec!["a", "b"]);
+        assert_eq!(split_lines("a\n\n"), vec!["a", ""]);
+    }
+
+    #[test]
+    fn edits_apply_once_or_everywhere() {
+        let got = apply_edit("a b a", &edit("b", "c", false), "f").map(|e| e.content);
+        assert_eq!(got, Ok("a c a".to_string()));
+        let got = apply_edit("x\ny a\na", &edit("a", "z", true), "f");
+        assert_eq!(got, Ok(Edited { content: "x\ny z\nz".into(), replacements: 2, first_line: 2 }));
+    }
+
+    #[test]
+    fn edit_errors_say_why() {
+        let err = apply_edit("a b a", &edit("a", "c", false), "f.txt").unwrap_err();
+        assert_eq!(err, "old_string is ambiguous: 2 matches in f.txt (line 1); add context or set replace_all");
+        assert!(apply_edit("a", &edit("a", "a", false), "f").unwrap_err().contains("the same"));
+        assert!(apply_edit("a", &edit("", "b", false), "f").unwrap_err().contains("write_file"));
+        let err =
+            apply_edit("fn main() {\n    go();\n}\n", &edit("fn main() {\n  go();", "x", false), "m.rs").unwrap_err();
+        assert!(err.contains("whitespace or indentation starts at line 1"), "{err}");
+        let err = apply_edit("abc", &edit("zzz", "y", false), "m.rs").unwrap_err();
+        assert!(err.starts_with("old_string was not found in m.rs; read the file again"), "{err}");
+    }
+
+    #[test]
+    fn crlf_files_keep_their_line_endings() {
+        let got = apply_edit("one\r\ntwo\r\nthree\r\n", &edit("one\ntwo", "1\n2", false), "f").map(|e| e.content);
+        assert_eq!(got, Ok("1\r\n2\r\nthree\r\n".to_string()));
+    }
+
+    #[test]
+    fn summaries_are_one_line() {
+        assert_eq!(ReadFile.summary(&json!({"path": "src/a.rs", "offset": 10, "limit": 5})), "src/a.rs:10-14");
+        assert_eq!(ReadFile.summary(&json!({"path": "src/a.rs"})), "src/a.rs");
+        assert_eq!(WriteFile.summary(&json!({"path": "x", "content": "a\nb\n"})), "x (2 lines)");
+        assert_eq!(
+            EditFile.summary(&json!({"path": "x", "old_string": "a", "new_string": "b", "replace_all": true})),
+            "x (replace all)"
+        );
     }
 }
