@@ -16,6 +16,11 @@ pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
     messages.iter().map(estimate_message).sum()
 }
 
+/// The same heuristic for loose text (tool definitions, a system prompt), no overhead.
+pub fn estimate_text_tokens(text: &str) -> u64 {
+    (text.chars().count() as u64).div_ceil(4)
+}
+
 fn estimate_message(message: &ChatMessage) -> u64 {
     let mut chars = message.text().chars().count() as u64;
     let mut overhead = MESSAGE_OVERHEAD_TOKENS;
@@ -136,6 +141,8 @@ mod tests {
         // Characters, not bytes.
         assert_eq!(estimate_tokens(&[ChatMessage::user("éééé")]), 5);
         assert_eq!(estimate_tokens(&[ChatMessage::user("abcd"), ChatMessage::user("abcd")]), 10);
+        assert_eq!(estimate_text_tokens(""), 0);
+        assert_eq!(estimate_text_tokens("abcde"), 2);
     }
 
     #[test]
