@@ -1,7 +1,11 @@
 //! The agent: owns the session, receives `Op`, emits `Event`. Never draws.
 
 pub mod approval;
+pub mod bang;
 pub mod commands;
+pub mod compact;
+pub mod context;
+pub mod instructions;
 pub mod jobs;
 pub mod llm;
 pub mod store;
