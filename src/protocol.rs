@@ -292,6 +292,11 @@ pub enum Event {
         prompt_tokens: u64,
         completion_tokens: u64,
     },
+    /// How full the model's context is: `label` is e.g. `ctx 42%`.
+    Context {
+        label: String,
+        percent: Option<u8>,
+    },
     /// The engine has finished shutting down; nothing follows.
     ShutdownComplete,
 }

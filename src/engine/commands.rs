@@ -58,6 +58,13 @@ pub enum SlashCommand {
     Goal(GoalCmd),
     Pause(Option<String>),
     Unpause,
+    /// Summarise older turns; the optional text says what to focus on.
+    Compact(Option<String>),
+    Usage,
+    /// Toggle mouse capture (so the terminal's own selection works).
+    Mouse,
+    /// Copy the last answer to the clipboard (OSC 52).
+    Copy,
 }
 
 /// One entry of the command list shown by `/help` and the completion popup.
@@ -89,6 +96,10 @@ pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/goal gate [list|add <cmd>|remove <n>|clear]", help: "shell quality gates for the goal" },
     CommandHelp { usage: "/pause [reason]", help: "pause all autonomous work" },
     CommandHelp { usage: "/unpause", help: "lift the pause" },
+    CommandHelp { usage: "/compact [focus]", help: "summarise older turns to free context" },
+    CommandHelp { usage: "/usage", help: "tokens used by this session and the last turn" },
+    CommandHelp { usage: "/mouse", help: "toggle mouse capture (off: select text with the mouse)" },
+    CommandHelp { usage: "/copy", help: "copy the last answer to the clipboard" },
 ];
 
 /// Minimum heartbeat interval (DESIGN §5).
@@ -175,6 +186,10 @@ pub fn parse(text: &str) -> Result<SlashCommand, String> {
         "/goal" => parse_goal(rest).map(SlashCommand::Goal),
         "/pause" => Ok(SlashCommand::Pause((!rest.is_empty()).then(|| rest.to_string()))),
         "/unpause" => no_args(SlashCommand::Unpause),
+        "/compact" => Ok(SlashCommand::Compact((!rest.is_empty()).then(|| rest.to_string()))),
+        "/usage" => no_args(SlashCommand::Usage),
+        "/mouse" => no_args(SlashCommand::Mouse),
+        "/copy" => no_args(SlashCommand::Copy),
         _ => Err(format!("unknown command {head}; type /help for the list")),
     }
 }
@@ -381,5 +396,18 @@ mod tests {
         assert!(parse("/goal gate add").unwrap_err().contains("needs a command"));
         assert_eq!(parse("/pause lunch"), Ok(SlashCommand::Pause(Some("lunch".into()))));
         assert_eq!(parse("/unpause"), Ok(SlashCommand::Unpause));
+        assert_eq!(parse("/compact"), Ok(SlashCommand::Compact(None)));
+        assert_eq!(parse("/compact the db schema"), Ok(SlashCommand::Compact(Some("the db schema".into()))));
+        assert_eq!(parse("/usage"), Ok(SlashCommand::Usage));
+    }
+
+    #[test]
+    fn every_listed_command_parses() {
+        for c in COMMANDS {
+            let head = c.usage.split_whitespace().next().unwrap();
+            if let Err(e) = parse(head) {
+                assert!(!e.contains("unknown command"), "{head} is listed but not parsed: {e}");
+            }
+        }
     }
 }

@@ -3,6 +3,7 @@
 pub mod approval;
 pub mod bang;
 pub mod commands;
+pub mod compaction;
 pub mod compact;
 pub mod context;
 pub mod instructions;

@@ -558,6 +558,19 @@ impl Engine {
             SlashCommand::Heartbeat(_) | SlashCommand::Goal(_) => {
                 self.notice(NoticeLevel::Warn, "heartbeats and goals are not wired into this build yet")
             }
+            SlashCommand::Usage => {
+                let (p, c) = self.session_usage;
+                let (lp, lc) = self.last_turn_usage;
+                self.notice(
+                    NoticeLevel::Info,
+                    format!("tokens — this session: {p} in / {c} out · last turn: {lp} in / {lc} out · {}", self.meter.label()),
+                );
+            }
+            SlashCommand::Compact(_) if busy => self.notice(NoticeLevel::Warn, refuse("/compact")),
+            SlashCommand::Compact(focus) => self.compact(focus.as_deref(), false).await,
+            SlashCommand::Mouse | SlashCommand::Copy => {
+                self.notice(NoticeLevel::Info, "/mouse and /copy work in the full-screen UI")
+            }
             SlashCommand::Pause(reason) => {
                 match std::fs::write(
                     &self.paths.estop,

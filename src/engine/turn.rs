@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::approval::Approver;
+use crate::engine::context::ContextMeter;
 use crate::engine::jobs::JobsHandle;
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
 use crate::engine::store::{Store, StoredMessage};
@@ -93,6 +94,7 @@ pub struct TurnResult {
     pub history: Vec<ChatMessage>,
     pub outcome: TurnOutcome,
     pub usage: crate::engine::llm::Usage,
+    pub meter: ContextMeter,
 }
 
 impl TurnEnv {
@@ -112,6 +114,7 @@ pub async fn run_turn(
     mut history: Vec<ChatMessage>,
     inputs: Vec<TurnInput>,
     trigger: TurnTrigger,
+    mut meter: ContextMeter,
 ) -> TurnResult {
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
@@ -119,6 +122,8 @@ pub async fn run_turn(
         push_user(&env, &mut history, input.text, trigger.clone(), input.display_kind).await;
     }
     let max_iterations = env.config.agent.max_iterations.max(1);
+    // Messages already counted by the meter.
+    let mut counted = history.len();
     let mut outcome = TurnOutcome::BudgetExhausted;
     // Messages typed during streaming are plain user messages; after tools they are wrapped.
     let mut deliver_wrapped = false;
@@ -130,13 +135,25 @@ pub async fn run_turn(
         }
         deliver_pending(&env, &control, &mut history, deliver_wrapped).await;
         deliver_job_notices(&env, &mut history).await;
+        meter.add_estimate(&history[counted..]);
+        counted = history.len();
+        if meter.should_compact(env.config.agent.compact_at) {
+            history = auto_compact(&env, history, &mut meter).await;
+            counted = history.len();
+        }
+        let request_len = history.len();
         match stream_once(&env, &control, &history).await {
             StreamEnd::Done(completion) => {
                 if let Some(u) = completion.usage {
                     usage.prompt_tokens += u.prompt_tokens;
                     usage.completion_tokens += u.completion_tokens;
                     env.events.send(Event::Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+                    if u.prompt_tokens > 0 {
+                        meter.observe_usage(u.prompt_tokens);
+                        counted = request_len;
+                    }
                 }
+                send_context(&env, &meter);
                 let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
                 let message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
                 persist(&env, &message, None).await;
@@ -178,8 +195,42 @@ pub async fn run_turn(
             ),
         ));
     }
+    meter.add_estimate(&history[counted.min(history.len())..]);
+    send_context(&env, &meter);
     env.events.send(Event::TurnFinished { outcome });
-    TurnResult { history, outcome, usage }
+    TurnResult { history, outcome, usage, meter }
+}
+
+pub fn send_context(env: &TurnEnv, meter: &ContextMeter) {
+    let percent = (meter.window > 0).then(|| meter.percent());
+    env.events.send(Event::Context { label: meter.label(), percent });
+}
+
+/// The system prompt and the tool definitions, as messages the meter can estimate.
+pub fn fixed_context(env: &TurnEnv) -> Vec<ChatMessage> {
+    let tools = serde_json::to_string(&env.registry.definitions()).unwrap_or_default();
+    vec![ChatMessage::system(env.system_prompt.clone()), ChatMessage::system(tools)]
+}
+
+/// Compact before a request would overflow the window, and say so in the transcript.
+async fn auto_compact(env: &TurnEnv, history: Vec<ChatMessage>, meter: &mut ContextMeter) -> Vec<ChatMessage> {
+    env.events.send(Event::notice(NoticeLevel::Info, format!("{} — compacting older turns…", meter.label())));
+    match crate::engine::compaction::compact_history(env, history, None).await {
+        Ok(done) => {
+            let mut all = fixed_context(env);
+            all.extend_from_slice(&done.history);
+            meter.reset(&all);
+            env.events.send(Event::notice(
+                NoticeLevel::Info,
+                format!("context compacted: {} earlier messages summarised ({})", done.summarised, meter.label()),
+            ));
+            done.history
+        }
+        Err((history, why)) => {
+            env.events.send(Event::notice(NoticeLevel::Warn, format!("compaction failed: {why}")));
+            history
+        }
+    }
 }
 
 fn failure_text(error: &LlmError) -> String {

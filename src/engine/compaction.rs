@@ -1,0 +1,97 @@
+//! Compaction glue: summarise older turns through the model, persist the summary, and
+//! rebuild the model's context from the database. The pure parts are in `compact`.
+//!
+//! In the database a compaction is a `display_kind = "compaction"` user row holding the
+//! summary, followed by copies of the kept recent messages (`display_kind = "copy:…"`).
+//! The model's context is everything from the last compaction row on; the transcript
+//! shows every original row, so nothing is lost.
+
+use crate::engine::compact;
+use crate::engine::llm::ChatMessage;
+use crate::engine::store::StoredMessage;
+use crate::engine::turn::{to_stored, TurnEnv};
+
+pub const COMPACTION_KIND: &str = "compaction";
+pub const COPY_PREFIX: &str = "copy:";
+
+/// Rows that make up the model's context: from the last compaction on.
+pub fn context_rows(rows: &[StoredMessage]) -> &[StoredMessage] {
+    match rows.iter().rposition(|r| r.display_kind.as_deref() == Some(COMPACTION_KIND)) {
+        Some(i) => &rows[i..],
+        None => rows,
+    }
+}
+
+/// A row re-stored as part of a compaction's kept tail (not shown twice).
+pub fn is_copy(row: &StoredMessage) -> bool {
+    row.display_kind.as_deref().is_some_and(|k| k.starts_with(COPY_PREFIX))
+}
+
+/// Strip the copy marker to get the original display kind.
+pub fn original_kind(kind: Option<&str>) -> Option<&str> {
+    kind.map(|k| k.strip_prefix(COPY_PREFIX).unwrap_or(k))
+}
+
+/// How a compaction went.
+pub struct Compacted {
+    pub history: Vec<ChatMessage>,
+    pub summarised: usize,
+}
+
+/// Summarise all but the most recent turns of `history`. Errors leave the history as it was.
+pub async fn compact_history(
+    env: &TurnEnv,
+    history: Vec<ChatMessage>,
+    focus: Option<&str>,
+) -> Result<Compacted, (Vec<ChatMessage>, String)> {
+    let plan = compact::plan(&history, compact::DEFAULT_KEEP_USER_TURNS).or_else(|| compact::plan(&history, 0));
+    let Some(plan) = plan else {
+        return Err((history, "nothing to compact yet".into()));
+    };
+    let window_chars = (env.config.model.context_window as usize).saturating_mul(2).max(20_000);
+    let request = compact::summary_request_within(&env.model, &history[..plan.cut], focus, window_chars);
+    let summary = match compact::summarise(env.provider.as_ref(), &request).await {
+        Ok(s) => s,
+        Err(e) => return Err((history, format!("could not summarise: {e}"))),
+    };
+    let kept_from = plan.cut;
+    let new_history = compact::apply(history.clone(), plan.cut, &summary);
+    // new_history = [summary] + history[kept_from..]
+    let summary_message = &new_history[0];
+    let mut rows = vec![to_stored(summary_message, Some(COMPACTION_KIND.into()))];
+    for m in &history[kept_from..] {
+        rows.push(to_stored(m, Some(format!("{COPY_PREFIX}{}", "kept"))));
+    }
+    for row in rows {
+        if let Err(e) = env.store.append_message(&env.session_id, row).await {
+            return Err((history, format!("could not save the compaction: {e}")));
+        }
+    }
+    Ok(Compacted { history: new_history, summarised: kept_from })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(kind: Option<&str>) -> StoredMessage {
+        StoredMessage {
+            role: "user".into(),
+            content: Some("x".into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            display_kind: kind.map(str::to_string),
+        }
+    }
+
+    #[test]
+    fn context_starts_at_the_last_compaction() {
+        let rows = vec![row(None), row(Some("compaction")), row(Some("copy:kept")), row(None), row(Some("compaction")), row(None)];
+        assert_eq!(context_rows(&rows).len(), 2);
+        assert_eq!(context_rows(&rows[..4]).len(), 3);
+        assert_eq!(context_rows(&rows[..1]).len(), 1);
+        assert!(is_copy(&rows[2]));
+        assert_eq!(original_kind(Some("copy:kept")), Some("kept"));
+    }
+}

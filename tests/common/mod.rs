@@ -1,0 +1,61 @@
+//! Helpers shared by the integration tests: an isolated TALARIA_HOME and the real binary.
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::Output;
+use std::time::Duration;
+
+/// A temporary TALARIA_HOME (and working directory) for one test.
+pub struct Home {
+    pub dir: tempfile::TempDir,
+}
+
+impl Home {
+    pub fn new() -> Home {
+        let dir = tempfile::tempdir().expect("tempdir");
+        std::fs::create_dir_all(dir.path().join("work")).expect("work dir");
+        Home { dir }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A working directory for the commands the tests run.
+    pub fn work(&self) -> PathBuf {
+        self.dir.path().join("work")
+    }
+
+    pub fn write_config(&self, text: &str) {
+        std::fs::write(self.path().join("config.toml"), text).expect("write config");
+    }
+
+    /// `talaria` with this home, the test guard, and no provider keys from the environment.
+    pub fn command(&self) -> tokio::process::Command {
+        let mut cmd = tokio::process::Command::new(env!("CARGO_BIN_EXE_talaria"));
+        cmd.env("TALARIA_HOME", self.path())
+            .env("TALARIA_TEST_GUARD", "1")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("OPENROUTER_API_KEY")
+            .current_dir(self.work())
+            .kill_on_drop(true);
+        cmd
+    }
+
+    /// Run talaria with `args` to completion (60 s deadline).
+    pub async fn run(&self, args: &[&str]) -> Output {
+        let child = self.command().args(args).stdin(std::process::Stdio::null()).output();
+        tokio::time::timeout(Duration::from_secs(60), child)
+            .await
+            .expect("talaria did not finish within 60 s")
+            .expect("talaria runs")
+    }
+}
+
+pub fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+pub fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}

@@ -1,0 +1,193 @@
+//! `talaria exec` end to end: the real binary against a scripted OpenAI-compatible server.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{stderr, stdout, Home};
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_prints_the_streamed_answer_and_sends_the_exact_request() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("Hello from the scripted model.")]).await.unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), "--model", "m1", "say hi"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out).trim(), "Hello from the scripted model.");
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1);
+    let body = &requests[0].body;
+    assert_eq!(body["model"], "m1");
+    assert_eq!(body["stream"], true);
+    let messages = body["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2);
+    assert_eq!(messages[0]["role"], "system");
+    assert_eq!(messages[1], json!({"role": "user", "content": "say hi"}));
+    let mut tools = requests[0].tool_names();
+    tools.sort();
+    assert_eq!(tools, ["edit_file", "process", "read_file", "search_files", "terminal", "write_file"]);
+    assert_eq!(requests[0].header("authorization"), None, "no key configured, no Authorization header");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_read_file_call_comes_back_with_its_tool_call_id() {
+    let home = Home::new();
+    std::fs::write(home.work().join("notes.txt"), "alpha\nbeta\n").unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_7", "read_file", r#"{"path":"notes.txt"}"#),
+        ScriptedResponse::text("The file has two lines."),
+    ])
+    .await
+    .unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), "read notes.txt"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("The file has two lines."));
+    assert!(stderr(&out).contains("read_file"), "tool activity goes to stderr: {}", stderr(&out));
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2);
+    let messages = requests[1].body["messages"].as_array().unwrap().clone();
+    let assistant = &messages[messages.len() - 2];
+    assert_eq!(assistant["role"], "assistant");
+    assert_eq!(assistant["tool_calls"][0]["id"], "call_7");
+    assert_eq!(assistant["tool_calls"][0]["function"]["name"], "read_file");
+    let tool = messages.last().unwrap();
+    assert_eq!(tool["role"], "tool");
+    assert_eq!(tool["tool_call_id"], "call_7");
+    let result: Value = serde_json::from_str(tool["content"].as_str().unwrap()).unwrap();
+    let content = result["content"].as_str().unwrap();
+    assert!(content.contains("alpha") && content.contains("beta"), "{content}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_client_error_fails_with_one_line_and_keeps_the_message() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::error(400, "model 'nope' does not exist")]).await.unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), "remember this message"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    let err = stderr(&out);
+    assert!(err.contains("model 'nope' does not exist"), "{err}");
+    assert_eq!(server.chat_requests().len(), 1, "a 4xx is not retried");
+
+    let search = home.run(&["sessions", "search", "remember"]).await;
+    assert!(stdout(&search).contains("remember"), "the user's message was stored: {}", stdout(&search));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn json_mode_prints_one_event_per_line() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("ok")]).await.unwrap();
+    let out = home.run(&["exec", "--json", "--base-url", &server.base_url(), "hi"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let types: Vec<String> = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+        .map(|v| v["type"].as_str().unwrap().to_string())
+        .collect();
+    for expected in ["SessionReady", "TurnStarted", "UserMessage", "AssistantDelta", "AssistantDone", "TurnFinished"] {
+        assert!(types.iter().any(|t| t == expected), "missing {expected} in {types:?}");
+    }
+    let delta = stdout(&out).lines().find(|l| l.contains("AssistantDelta")).unwrap().to_string();
+    let v: Value = serde_json::from_str(&delta).unwrap();
+    assert!(v["data"].is_string(), "a tuple variant carries its value as data: {delta}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn continue_sends_the_earlier_exchange() {
+    let home = Home::new();
+    let server =
+        ScriptedServer::start([ScriptedResponse::text("first answer"), ScriptedResponse::text("second answer")])
+            .await
+            .unwrap();
+    let url = server.base_url();
+    assert_eq!(home.run(&["exec", "--base-url", &url, "first question"]).await.status.code(), Some(0));
+    let out = home.run(&["exec", "-c", "--base-url", &url, "second question"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let messages = server.chat_requests()[1].body["messages"].clone();
+    let texts: Vec<(String, String)> = messages
+        .as_array()
+        .unwrap()
+        .iter()
+        .skip(1)
+        .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or("").to_string()))
+        .collect();
+    assert_eq!(
+        texts,
+        [
+            ("user".to_string(), "first question".to_string()),
+            ("assistant".to_string(), "first answer".to_string()),
+            ("user".to_string(), "second question".to_string()),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_prompt_can_come_from_stdin() {
+    use tokio::io::AsyncWriteExt;
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("got it")]).await.unwrap();
+    let mut child = home
+        .command()
+        .args(["exec", "--base-url", &server.base_url(), "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(b"a prompt\nfrom stdin\n").await.unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let messages = server.chat_requests()[0].body["messages"].clone();
+    assert_eq!(messages[1]["content"], "a prompt\nfrom stdin\n");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bad_config_is_a_one_line_error() {
+    let home = Home::new();
+    home.write_config("[model]\nname = \"x\"\ncolour = \"blue\"\n");
+    let out = home.run(&["exec", "hi"]).await;
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    assert!(err.contains("config.toml:3") && err.contains("colour"), "{err}");
+
+    home.write_config("[jobs]\nmax_jobs = \"lots\"\n");
+    let err = stderr(&home.run(&["exec", "hi"]).await);
+    assert!(err.contains("config.toml:2") && err.contains("expected"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn with_no_key_the_demo_model_answers_over_http() {
+    let home = Home::new();
+    let out = home.run(&["exec", "hello"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.to_lowercase().contains("demo"), "the banner says it is the demo model: {err}");
+    assert!(!stdout(&out).trim().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn sigint_during_a_slow_stream_exits_130() {
+    let home = Home::new();
+    let mut payloads = talaria::engine::llm::scripted::text_chunks(&"slow ".repeat(200), 5);
+    payloads.push("[DONE]".into());
+    let server =
+        ScriptedServer::start([ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))]).await.unwrap();
+    let child = home
+        .command()
+        .args(["exec", "--base-url", &server.base_url(), "go slowly"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    server.wait_for_chat_requests(1, Duration::from_secs(30)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let pid = child.id().unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
+    let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr(&out));
+    assert!(stdout(&out).contains("slow"), "the partial answer was printed");
+}
