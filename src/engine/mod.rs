@@ -1,7 +1,11 @@
 //! The agent: owns the session, receives `Op`, emits `Event`. Never draws.
 
+pub mod activity;
 pub mod approval;
 pub mod commands;
+pub mod estop;
+pub mod goal;
+pub mod heartbeat;
 pub mod jobs;
 pub mod llm;
 pub mod store;
