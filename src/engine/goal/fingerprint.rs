@@ -90,15 +90,12 @@ async fn compute(cwd: &Path) -> Result<String, String> {
                     let target = std::fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default();
                     stdin.write_all(format!("\nLINK {target}").as_bytes()).await.map_err(w)?;
                 }
-                Ok(meta) => {
+                Ok(meta) if meta.is_file() => {
                     stdin.write_all(format!("\nFILE {}\n", meta.len()).as_bytes()).await.map_err(w)?;
-                    match tokio::fs::File::open(&path).await {
-                        Ok(mut file) => {
-                            tokio::io::copy(&mut file, &mut stdin).await.map_err(w)?;
-                        }
-                        Err(e) => stdin.write_all(format!("UNREADABLE {e}").as_bytes()).await.map_err(w)?,
-                    }
+                    copy_contents(&path, &mut stdin).await.map_err(w)?;
                 }
+                // An embedded repository or other non-file: its name is all we hash.
+                Ok(_) => stdin.write_all(b"\nOTHER").await.map_err(w)?,
                 Err(_) => stdin.write_all(b"\nMISSING").await.map_err(w)?,
             }
         }
@@ -121,6 +118,23 @@ async fn compute(cwd: &Path) -> Result<String, String> {
         return Err(format!("git hash-object failed ({status})"));
     }
     Ok(hex.to_string())
+}
+
+/// Stream a file into the hasher. A read error is hashed as a marker (the same failure
+/// gives the same fingerprint); only a write error — git went away — is an error.
+async fn copy_contents(path: &Path, out: &mut tokio::process::ChildStdin) -> std::io::Result<()> {
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) => return out.write_all(format!("UNREADABLE {}", e.kind()).as_bytes()).await,
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf).await {
+            Ok(0) => return Ok(()),
+            Ok(n) => out.write_all(&buf[..n]).await?,
+            Err(e) => return out.write_all(format!("UNREADABLE {}", e.kind()).as_bytes()).await,
+        }
+    }
 }
 
 #[cfg(test)]
@@ -210,6 +224,19 @@ mod tests {
         assert_eq!(fingerprint(r.path()).await.unwrap(), edited);
         // The same answer from a subdirectory (gates may run there).
         assert_eq!(fingerprint(&r.path().join("sub")).await.unwrap(), edited);
+    }
+
+    #[tokio::test]
+    async fn an_embedded_repository_does_not_break_it() {
+        let r = repo();
+        std::fs::write(r.path().join("a"), "1").unwrap();
+        commit_all(r.path());
+        let inner = r.path().join("vendor");
+        std::fs::create_dir(&inner).unwrap();
+        run_git(&inner, &["init", "-q"]);
+        let fp = fingerprint(r.path()).await;
+        assert!(fp.is_some());
+        assert_eq!(fingerprint(r.path()).await, fp);
     }
 
     #[tokio::test]
