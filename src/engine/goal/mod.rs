@@ -391,11 +391,14 @@ impl GoalMachine {
         if unchanged {
             gate.attempts += 1;
             let n = g.gates.len();
-            let mut fx = vec![info(format!(
-                "gate {}/{n} ✗ $ {} — not re-run: the workspace has not changed since it failed",
-                idx + 1,
-                g.gates[idx].cmd
-            ))];
+            let mut fx = vec![GoalEffect::Notice {
+                level: NoticeLevel::Warn,
+                text: format!(
+                    "gate {}/{n} ✗ $ {} — not re-run: the workspace has not changed since it failed",
+                    idx + 1,
+                    g.gates[idx].cmd
+                ),
+            }];
             fx.extend(self.gate_failed(idx));
             return fx;
         }
