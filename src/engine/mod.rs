@@ -1,5 +1,6 @@
 //! The agent: owns the session, receives `Op`, emits `Event`. Never draws.
 
+pub mod activity;
 pub mod approval;
 pub mod bang;
 pub mod commands;
@@ -7,6 +8,9 @@ pub mod compaction;
 pub mod compact;
 pub mod context;
 pub mod instructions;
+pub mod estop;
+pub mod goal;
+pub mod heartbeat;
 pub mod jobs;
 pub mod llm;
 pub mod store;

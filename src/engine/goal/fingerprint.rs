@@ -1,0 +1,252 @@
+//! Workspace fingerprint for the unchanged-workspace gate skip (DESIGN §5): HEAD, a hash of
+//! `git diff HEAD`, and the paths and contents of untracked (not ignored) files. Any change
+//! to the content of the workspace changes it — unlike `git status --porcelain`, which
+//! reads the same after a second edit to an already-modified file. Outside a repository,
+//! before the first commit, or when git fails, there is no fingerprint and gates re-run.
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::process::Command;
+
+/// The whole fingerprint must be computed within this, or there is none.
+pub const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The workspace fingerprint of `cwd` as a hex string, or None (gates always re-run).
+pub async fn fingerprint(cwd: &Path) -> Option<String> {
+    match tokio::time::timeout(FINGERPRINT_TIMEOUT, compute(cwd)).await {
+        Ok(Ok(fp)) => Some(fp),
+        Ok(Err(why)) => {
+            tracing::debug!(cwd = %cwd.display(), why, "no workspace fingerprint; gates will re-run");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(cwd = %cwd.display(), "workspace fingerprint took too long; gates will re-run");
+            None
+        }
+    }
+}
+
+fn git(cwd: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(cwd)
+        .stdin(Stdio::null())
+        .stderr(Stdio::null())
+        // Read-only: never take the index lock another git process may want.
+        .env("GIT_OPTIONAL_LOCKS", "0")
+        .env("GIT_TERMINAL_PROMPT", "0")
+        .env("LC_ALL", "C")
+        .kill_on_drop(true);
+    c
+}
+
+async fn output(cwd: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
+    let out = git(cwd).args(args).stdout(Stdio::piped()).output().await.map_err(|e| format!("git: {e}"))?;
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(format!("git {} exited with {}", args.join(" "), out.status))
+    }
+}
+
+async fn compute(cwd: &Path) -> Result<String, String> {
+    let head = output(cwd, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).await?;
+    let diff = output(
+        cwd,
+        &["-c", "core.quotepath=false", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv"],
+    )
+    .await?;
+    let top = output(cwd, &["rev-parse", "--show-toplevel"]).await?;
+    let top = Path::new(OsStr::from_bytes(top.strip_suffix(b"\n").unwrap_or(&top))).to_path_buf();
+    // From the top, so a gate run in a subdirectory still sees every untracked file.
+    let untracked = output(&top, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+
+    // Hash everything with git itself: a stable hash with no extra dependency, and file
+    // contents are streamed rather than held in memory.
+    let mut hasher = git(cwd)
+        .args(["hash-object", "--stdin"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("git hash-object: {e}"))?;
+    let mut stdin = hasher.stdin.take().ok_or("git hash-object has no stdin")?;
+    let mut stdout = hasher.stdout.take().ok_or("git hash-object has no stdout")?;
+    let feed = async move {
+        let w = |e: std::io::Error| format!("writing to git hash-object: {e}");
+        stdin.write_all(b"talaria-fingerprint 1\nHEAD ").await.map_err(w)?;
+        stdin.write_all(&head).await.map_err(w)?;
+        stdin.write_all(format!("DIFF {}\n", diff.len()).as_bytes()).await.map_err(w)?;
+        stdin.write_all(&diff).await.map_err(w)?;
+        for rel in untracked.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+            let path = top.join(OsStr::from_bytes(rel));
+            stdin.write_all(format!("\nUNTRACKED {}\n", rel.len()).as_bytes()).await.map_err(w)?;
+            stdin.write_all(rel).await.map_err(w)?;
+            match std::fs::symlink_metadata(&path) {
+                Ok(meta) if meta.file_type().is_symlink() => {
+                    let target = std::fs::read_link(&path).map(|t| t.display().to_string()).unwrap_or_default();
+                    stdin.write_all(format!("\nLINK {target}").as_bytes()).await.map_err(w)?;
+                }
+                Ok(meta) if meta.is_file() => {
+                    stdin.write_all(format!("\nFILE {}\n", meta.len()).as_bytes()).await.map_err(w)?;
+                    copy_contents(&path, &mut stdin).await.map_err(w)?;
+                }
+                // An embedded repository or other non-file: its name is all we hash.
+                Ok(_) => stdin.write_all(b"\nOTHER").await.map_err(w)?,
+                Err(_) => stdin.write_all(b"\nMISSING").await.map_err(w)?,
+            }
+        }
+        stdin.write_all(b"\nTOP ").await.map_err(w)?;
+        stdin.write_all(top.as_os_str().as_bytes()).await.map_err(w)?;
+        stdin.shutdown().await.map_err(w)?;
+        Ok::<(), String>(())
+    };
+    let read = async move {
+        let mut hex = String::new();
+        stdout.read_to_string(&mut hex).await.map_err(|e| format!("reading git hash-object: {e}"))?;
+        Ok::<String, String>(hex)
+    };
+    let (fed, hex) = tokio::join!(feed, read);
+    fed?;
+    let hex = hex?;
+    let status = hasher.wait().await.map_err(|e| format!("git hash-object: {e}"))?;
+    let hex = hex.trim();
+    if !status.success() || hex.is_empty() || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(format!("git hash-object failed ({status})"));
+    }
+    Ok(hex.to_string())
+}
+
+/// Stream a file into the hasher. A read error is hashed as a marker (the same failure
+/// gives the same fingerprint); only a write error — git went away — is an error.
+async fn copy_contents(path: &Path, out: &mut tokio::process::ChildStdin) -> std::io::Result<()> {
+    let mut file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) => return out.write_all(format!("UNREADABLE {}", e.kind()).as_bytes()).await,
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        match file.read(&mut buf).await {
+            Ok(0) => return Ok(()),
+            Ok(n) => out.write_all(&buf[..n]).await?,
+            Err(e) => return out.write_all(format!("UNREADABLE {}", e.kind()).as_bytes()).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run_git(dir: &Path, args: &[&str]) {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_AUTHOR_NAME", "Talaria Test")
+            .env("GIT_AUTHOR_EMAIL", "test@example.invalid")
+            .env("GIT_COMMITTER_NAME", "Talaria Test")
+            .env("GIT_COMMITTER_EMAIL", "test@example.invalid")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?} failed");
+    }
+
+    fn repo() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        run_git(dir.path(), &["init", "-q", "-b", "main"]);
+        dir
+    }
+
+    fn commit_all(dir: &Path) {
+        run_git(dir, &["add", "-A"]);
+        run_git(dir, &["commit", "-q", "-m", "c"]);
+    }
+
+    #[tokio::test]
+    async fn none_outside_a_repository_or_before_the_first_commit() {
+        let plain = tempfile::tempdir().unwrap();
+        std::fs::write(plain.path().join("a"), "x").unwrap();
+        assert_eq!(fingerprint(plain.path()).await, None);
+        let fresh = repo();
+        std::fs::write(fresh.path().join("a"), "x").unwrap();
+        assert_eq!(fingerprint(fresh.path()).await, None);
+    }
+
+    #[tokio::test]
+    async fn stable_when_nothing_changes() {
+        let r = repo();
+        std::fs::write(r.path().join("lib.rs"), "fn a() {}\n").unwrap();
+        commit_all(r.path());
+        let a = fingerprint(r.path()).await.expect("fingerprint");
+        assert!(a.len() >= 40, "{a}");
+        assert_eq!(fingerprint(r.path()).await, Some(a.clone()));
+        std::fs::write(r.path().join("lib.rs"), "fn a() { 1 }\n").unwrap();
+        let b = fingerprint(r.path()).await.unwrap();
+        assert_ne!(a, b);
+        assert_eq!(fingerprint(r.path()).await, Some(b));
+    }
+
+    #[tokio::test]
+    async fn second_edit_to_a_modified_file_changes_it() {
+        let r = repo();
+        std::fs::write(r.path().join("lib.rs"), "one\n").unwrap();
+        commit_all(r.path());
+        std::fs::write(r.path().join("lib.rs"), "two\n").unwrap();
+        let first = fingerprint(r.path()).await.unwrap();
+        // `git status --porcelain` reads ` M lib.rs` both times; the fingerprint must not.
+        std::fs::write(r.path().join("lib.rs"), "three\n").unwrap();
+        let second = fingerprint(r.path()).await.unwrap();
+        assert_ne!(first, second);
+    }
+
+    #[tokio::test]
+    async fn untracked_contents_change_it_and_ignored_files_do_not() {
+        let r = repo();
+        std::fs::write(r.path().join(".gitignore"), "target/\n").unwrap();
+        commit_all(r.path());
+        let clean = fingerprint(r.path()).await.unwrap();
+        std::fs::create_dir(r.path().join("sub")).unwrap();
+        std::fs::write(r.path().join("sub").join("new.rs"), "a\n").unwrap();
+        let with_new = fingerprint(r.path()).await.unwrap();
+        assert_ne!(clean, with_new);
+        std::fs::write(r.path().join("sub").join("new.rs"), "b\n").unwrap();
+        let edited = fingerprint(r.path()).await.unwrap();
+        assert_ne!(with_new, edited);
+        std::fs::create_dir(r.path().join("target")).unwrap();
+        std::fs::write(r.path().join("target").join("out.o"), "bin").unwrap();
+        assert_eq!(fingerprint(r.path()).await.unwrap(), edited);
+        // The same answer from a subdirectory (gates may run there).
+        assert_eq!(fingerprint(&r.path().join("sub")).await.unwrap(), edited);
+    }
+
+    #[tokio::test]
+    async fn an_embedded_repository_does_not_break_it() {
+        let r = repo();
+        std::fs::write(r.path().join("a"), "1").unwrap();
+        commit_all(r.path());
+        let inner = r.path().join("vendor");
+        std::fs::create_dir(&inner).unwrap();
+        run_git(&inner, &["init", "-q"]);
+        let fp = fingerprint(r.path()).await;
+        assert!(fp.is_some());
+        assert_eq!(fingerprint(r.path()).await, fp);
+    }
+
+    #[tokio::test]
+    async fn a_new_commit_changes_it() {
+        let r = repo();
+        std::fs::write(r.path().join("a"), "1").unwrap();
+        commit_all(r.path());
+        let before = fingerprint(r.path()).await.unwrap();
+        std::fs::write(r.path().join("a"), "2").unwrap();
+        commit_all(r.path());
+        assert_ne!(fingerprint(r.path()).await.unwrap(), before);
+    }
+}

@@ -1,0 +1,424 @@
+//! `/heartbeat` (DESIGN §5): one recurring instruction per session, fired only when the
+//! session is idle. Pure: the engine passes the time in (unix milliseconds) and performs
+//! what comes back — injecting the turn, saving the state under `heartbeat:<session_id>`.
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::commands::{format_interval, HeartbeatCmd, HEARTBEAT_FLOOR_S};
+
+/// `state_meta` key of a session's heartbeat.
+pub fn state_key(session_id: &str) -> String {
+    format!("heartbeat:{session_id}")
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HeartbeatStatus {
+    Active,
+    Paused,
+}
+
+/// A session's heartbeat. Times are unix milliseconds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub prompt: String,
+    pub interval_s: u64,
+    pub status: HeartbeatStatus,
+    /// When it was last set, resumed or fired: the next fire is `anchor + interval`.
+    pub anchor_ms: u64,
+    #[serde(default)]
+    pub last_fired_at: Option<u64>,
+    #[serde(default)]
+    pub fire_count: u64,
+}
+
+/// What applying a `/heartbeat` command did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HeartbeatReply {
+    /// The session's heartbeat afterwards (None: there is none; delete the state key).
+    pub state: Option<Heartbeat>,
+    /// One line to show the user.
+    pub message: String,
+    /// The state changed and should be saved.
+    pub changed: bool,
+    /// True when the command was refused (show as an error).
+    pub error: bool,
+}
+
+/// Apply a `/heartbeat` command at `now_ms`. `utc_offset_s` turns times into the user's
+/// wall-clock `HH:MM` (see [`local_utc_offset_s`]).
+pub fn apply(current: Option<&Heartbeat>, cmd: &HeartbeatCmd, now_ms: u64, utc_offset_s: i64) -> HeartbeatReply {
+    let keep =
+        |message: String, error: bool| HeartbeatReply { state: current.cloned(), message, changed: false, error };
+    const NONE: &str = "no heartbeat; set one with /heartbeat every <interval> <prompt>";
+    match cmd {
+        HeartbeatCmd::Set { interval_s, prompt } => {
+            if *interval_s < HEARTBEAT_FLOOR_S {
+                return keep(
+                    format!(
+                        "interval {} is too short: the minimum is {}",
+                        format_interval(*interval_s),
+                        format_interval(HEARTBEAT_FLOOR_S)
+                    ),
+                    true,
+                );
+            }
+            let prompt = prompt.trim();
+            if prompt.is_empty() {
+                return keep("a heartbeat needs a prompt".into(), true);
+            }
+            let hb = Heartbeat {
+                prompt: prompt.to_string(),
+                interval_s: *interval_s,
+                status: HeartbeatStatus::Active,
+                anchor_ms: now_ms,
+                last_fired_at: None,
+                fire_count: 0,
+            };
+            let verb = if current.is_some() { "replaced" } else { "set" };
+            let message = format!(
+                "♥ heartbeat {verb}: every {} — first at {}",
+                format_interval(hb.interval_s),
+                clock_hhmm(hb.next_fire_ms(), utc_offset_s)
+            );
+            HeartbeatReply { state: Some(hb), message, changed: true, error: false }
+        }
+        HeartbeatCmd::Status => match current {
+            None => keep(NONE.into(), false),
+            Some(hb) => {
+                let fired = match hb.last_fired_at {
+                    Some(at) => format!(", fired {}× (last at {})", hb.fire_count, clock_hhmm(at, utc_offset_s)),
+                    None => ", not fired yet".to_string(),
+                };
+                keep(format!("{}{fired} — {}", hb.status_text(now_ms), hb.prompt), false)
+            }
+        },
+        HeartbeatCmd::Pause => match current {
+            None => keep(NONE.into(), true),
+            Some(hb) if hb.status == HeartbeatStatus::Paused => keep("♥ heartbeat is already paused".into(), false),
+            Some(hb) => {
+                let mut hb = hb.clone();
+                hb.status = HeartbeatStatus::Paused;
+                HeartbeatReply {
+                    state: Some(hb),
+                    message: "♥ heartbeat paused; /heartbeat resume to restart it".into(),
+                    changed: true,
+                    error: false,
+                }
+            }
+        },
+        HeartbeatCmd::Resume => match current {
+            None => keep(NONE.into(), true),
+            Some(hb) if hb.status == HeartbeatStatus::Active => keep("♥ heartbeat is already active".into(), false),
+            Some(hb) => {
+                // Resuming restarts the interval: a pause must not end in an immediate fire.
+                let mut hb = hb.clone();
+                hb.status = HeartbeatStatus::Active;
+                hb.anchor_ms = now_ms;
+                let message = format!(
+                    "♥ heartbeat resumed: every {} — next at {}",
+                    format_interval(hb.interval_s),
+                    clock_hhmm(hb.next_fire_ms(), utc_offset_s)
+                );
+                HeartbeatReply { state: Some(hb), message, changed: true, error: false }
+            }
+        },
+        HeartbeatCmd::Clear => match current {
+            None => keep("no heartbeat to clear".into(), false),
+            Some(_) => {
+                HeartbeatReply { state: None, message: "♥ heartbeat cleared".into(), changed: true, error: false }
+            }
+        },
+    }
+}
+
+impl Heartbeat {
+    pub fn to_json(&self) -> String {
+        // A struct of plain fields always serialises.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    pub fn from_json(text: &str) -> Result<Heartbeat, String> {
+        let hb: Heartbeat = serde_json::from_str(text).map_err(|e| format!("stored heartbeat is unreadable: {e}"))?;
+        if hb.interval_s < HEARTBEAT_FLOOR_S {
+            return Err(format!(
+                "stored heartbeat interval {}s is below the {}s minimum",
+                hb.interval_s, HEARTBEAT_FLOOR_S
+            ));
+        }
+        Ok(hb)
+    }
+
+    fn interval_ms(&self) -> u64 {
+        self.interval_s.max(HEARTBEAT_FLOOR_S).saturating_mul(1000)
+    }
+
+    fn next_fire_ms(&self) -> u64 {
+        self.anchor_ms.saturating_add(self.interval_ms())
+    }
+
+    /// When the engine's timer should next look (None while paused). A due heartbeat
+    /// that is waiting for the session to go idle returns a time in the past.
+    pub fn next_due_at(&self) -> Option<u64> {
+        (self.status == HeartbeatStatus::Active).then(|| self.next_fire_ms())
+    }
+
+    /// Fire now? Only when active, the interval has passed since the anchor, and the
+    /// session is idle (a real user message always wins).
+    pub fn due(&self, now_ms: u64, idle: bool) -> bool {
+        idle && self.status == HeartbeatStatus::Active && now_ms >= self.next_fire_ms()
+    }
+
+    /// Record a fire at `now_ms` and return the user turn to inject. However many ticks
+    /// were missed, the anchor moves to now: one fire, never a backlog.
+    pub fn fire(&mut self, now_ms: u64) -> String {
+        self.anchor_ms = now_ms;
+        self.last_fired_at = Some(now_ms);
+        self.fire_count += 1;
+        self.injected_text()
+    }
+
+    /// The injected user turn of DESIGN §5.
+    pub fn injected_text(&self) -> String {
+        format!(
+            "[Heartbeat — recurring instruction, fires every {}]\n{}\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work.",
+            format_interval(self.interval_s),
+            self.prompt
+        )
+    }
+
+    /// Status-line text: `♥ every 10m · next in 4m`, `♥ every 10m · due`, `♥ every 10m · paused`.
+    /// Minutes are rounded up, so the text changes at most once a minute.
+    pub fn status_text(&self, now_ms: u64) -> String {
+        let every = format!("♥ every {}", format_interval(self.interval_s));
+        if self.status == HeartbeatStatus::Paused {
+            return format!("{every} · paused");
+        }
+        let next = self.next_fire_ms();
+        if now_ms >= next {
+            return format!("{every} · due");
+        }
+        let minutes = (next - now_ms).div_ceil(60_000);
+        format!("{every} · next in {}", format_minutes(minutes))
+    }
+
+    /// When `status_text` may next read differently (None: not until the state changes).
+    /// The engine schedules one wake-up for it instead of polling.
+    pub fn next_change_at(&self, now_ms: u64) -> Option<u64> {
+        if self.status == HeartbeatStatus::Paused {
+            return None;
+        }
+        let next = self.next_fire_ms();
+        if now_ms >= next {
+            return None;
+        }
+        // The shown minute count m = ceil(rem / 1 min) drops when rem reaches (m-1) min.
+        let minutes = (next - now_ms).div_ceil(60_000);
+        Some(next - (minutes - 1) * 60_000)
+    }
+}
+
+fn format_minutes(minutes: u64) -> String {
+    match minutes {
+        m if m < 60 => format!("{m}m"),
+        m if m < 24 * 60 => match m % 60 {
+            0 => format!("{}h", m / 60),
+            r => format!("{}h {r}m", m / 60),
+        },
+        m => match (m / 60) % 24 {
+            0 => format!("{}d", m / 1440),
+            h => format!("{}d {h}h", m / 1440),
+        },
+    }
+}
+
+/// `HH:MM` of a unix-ms time at a UTC offset.
+pub fn clock_hhmm(unix_ms: u64, utc_offset_s: i64) -> String {
+    let secs = (unix_ms / 1000) as i64 + utc_offset_s;
+    let of_day = secs.rem_euclid(86_400);
+    format!("{:02}:{:02}", of_day / 3600, (of_day % 3600) / 60)
+}
+
+/// The local time zone's offset from UTC at `unix_ms`, in seconds (0 when unknown).
+pub fn local_utc_offset_s(unix_ms: u64) -> i64 {
+    let t = (unix_ms / 1000) as libc::time_t;
+    // SAFETY: localtime_r only writes into the `tm` we own; both pointers are valid.
+    unsafe {
+        let mut tm: libc::tm = std::mem::zeroed();
+        if libc::localtime_r(&t, &mut tm).is_null() {
+            0
+        } else {
+            tm.tm_gmtoff
+        }
+    }
+}
+
+/// Now, in unix milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    const MIN: u64 = 60_000;
+    // 2024-01-01 17:30:00 UTC
+    const T0: u64 = 1_704_130_200_000;
+
+    fn set(interval_s: u64, prompt: &str) -> HeartbeatCmd {
+        HeartbeatCmd::Set { interval_s, prompt: prompt.into() }
+    }
+
+    fn active(interval_s: u64) -> Heartbeat {
+        apply(None, &set(interval_s, "check the build"), T0, 0).state.unwrap()
+    }
+
+    #[test]
+    fn set_message_names_canonical_interval_and_first_fire() {
+        let r = apply(None, &set(600, "check the build"), T0, 0);
+        assert_eq!(r.message, "♥ heartbeat set: every 10m — first at 17:40");
+        assert!(r.changed && !r.error);
+        let again = apply(r.state.as_ref(), &set(3600, "other"), T0, 3600);
+        assert_eq!(again.message, "♥ heartbeat replaced: every 1h — first at 19:30");
+        assert_eq!(again.state.unwrap().prompt, "other");
+    }
+
+    #[test]
+    fn floor_is_enforced_by_the_state_machine_too() {
+        let r = apply(None, &set(30, "x"), T0, 0);
+        assert!(r.error);
+        assert_eq!(r.state, None);
+        assert!(r.message.contains("minimum is 1m"), "{}", r.message);
+        let stored = r#"{"prompt":"x","interval_s":5,"status":"active","anchor_ms":0}"#;
+        assert!(Heartbeat::from_json(stored).unwrap_err().contains("minimum"));
+    }
+
+    #[test]
+    fn first_fire_is_at_set_time_plus_interval() {
+        let hb = active(600);
+        assert_eq!(hb.next_due_at(), Some(T0 + 10 * MIN));
+        assert!(!hb.due(T0 + 10 * MIN - 1, true));
+        assert!(hb.due(T0 + 10 * MIN, true));
+    }
+
+    #[test]
+    fn fires_only_when_idle_and_user_wins() {
+        let hb = active(600);
+        let later = T0 + 15 * MIN;
+        assert!(!hb.due(later, false), "a busy session never gets a heartbeat");
+        assert!(hb.due(later, true));
+        let mut paused = hb.clone();
+        paused.status = HeartbeatStatus::Paused;
+        assert!(!paused.due(later, true));
+        assert_eq!(paused.next_due_at(), None);
+    }
+
+    #[test]
+    fn missed_ticks_coalesce_and_the_anchor_resets() {
+        let mut hb = active(600);
+        // Busy for an hour and a half: nine ticks missed, one fire.
+        let now = T0 + 95 * MIN;
+        assert!(hb.due(now, true));
+        let text = hb.fire(now);
+        assert!(text.starts_with("[Heartbeat — recurring instruction, fires every 10m]\ncheck the build\n\n"));
+        assert!(!hb.due(now, true));
+        assert!(!hb.due(now + 10 * MIN - 1, true));
+        assert!(hb.due(now + 10 * MIN, true));
+        assert_eq!((hb.fire_count, hb.last_fired_at, hb.anchor_ms), (1, Some(now), now));
+    }
+
+    #[test]
+    fn injected_text_is_exact() {
+        let mut hb = active(5400);
+        assert_eq!(
+            hb.fire(T0 + 90 * MIN),
+            "[Heartbeat — recurring instruction, fires every 90m]\ncheck the build\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work."
+        );
+    }
+
+    #[test]
+    fn after_restart_a_due_heartbeat_fires_once() {
+        let hb = active(600);
+        let stored = hb.to_json();
+        // Talaria was down for three hours.
+        let mut loaded = Heartbeat::from_json(&stored).unwrap();
+        assert_eq!(loaded, hb);
+        let now = T0 + 180 * MIN;
+        assert!(loaded.due(now, true));
+        loaded.fire(now);
+        assert!(!loaded.due(now + 1000, true));
+    }
+
+    #[test]
+    fn status_text_is_coarse_and_says_when_it_changes() {
+        let hb = active(600);
+        assert_eq!(hb.status_text(T0), "♥ every 10m · next in 10m");
+        assert_eq!(hb.status_text(T0 + 1), "♥ every 10m · next in 10m");
+        assert_eq!(hb.next_change_at(T0 + 1), Some(T0 + MIN));
+        assert_eq!(hb.status_text(T0 + MIN), "♥ every 10m · next in 9m");
+        assert_eq!(hb.status_text(T0 + 6 * MIN + 30_000), "♥ every 10m · next in 4m");
+        assert_eq!(hb.status_text(T0 + 9 * MIN + 59_999), "♥ every 10m · next in 1m");
+        assert_eq!(hb.next_change_at(T0 + 9 * MIN + 1), Some(T0 + 10 * MIN));
+        assert_eq!(hb.status_text(T0 + 10 * MIN), "♥ every 10m · due");
+        assert_eq!(hb.next_change_at(T0 + 10 * MIN), None);
+        // Between two change points the text is constant.
+        let mut t = T0;
+        while let Some(next) = hb.next_change_at(t) {
+            assert_eq!(hb.status_text(t), hb.status_text(next - 1));
+            assert_ne!(hb.status_text(t), hb.status_text(next));
+            t = next;
+        }
+        assert_eq!(active(7200).status_text(T0 + 30 * MIN), "♥ every 2h · next in 1h 30m");
+        assert_eq!(active(2 * 86_400).status_text(T0), "♥ every 2d · next in 2d");
+    }
+
+    #[test]
+    fn pause_resume_clear() {
+        let hb = active(600);
+        let p = apply(Some(&hb), &HeartbeatCmd::Pause, T0 + MIN, 0);
+        let paused = p.state.clone().unwrap();
+        assert_eq!(paused.status, HeartbeatStatus::Paused);
+        assert_eq!(paused.status_text(T0 + 30 * MIN), "♥ every 10m · paused");
+        assert!(!paused.due(T0 + 30 * MIN, true));
+        let r = apply(Some(&paused), &HeartbeatCmd::Resume, T0 + 30 * MIN, 0);
+        let resumed = r.state.unwrap();
+        assert_eq!(r.message, "♥ heartbeat resumed: every 10m — next at 18:10");
+        assert!(!resumed.due(T0 + 30 * MIN, true), "resuming does not fire at once");
+        assert!(resumed.due(T0 + 40 * MIN, true));
+        let c = apply(Some(&resumed), &HeartbeatCmd::Clear, T0, 0);
+        assert_eq!((c.state, c.changed), (None, true));
+        let s = apply(None, &HeartbeatCmd::Status, T0, 0);
+        assert!(s.message.starts_with("no heartbeat"));
+        assert!(apply(None, &HeartbeatCmd::Pause, T0, 0).error);
+    }
+
+    #[test]
+    fn status_command_reports_fires() {
+        let mut hb = active(600);
+        hb.fire(T0 + 10 * MIN);
+        let r = apply(Some(&hb), &HeartbeatCmd::Status, T0 + 14 * MIN, 0);
+        assert_eq!(r.message, "♥ every 10m · next in 6m, fired 1× (last at 17:40) — check the build");
+        assert!(!r.changed);
+    }
+
+    #[test]
+    fn persistence_round_trip() {
+        let mut hb = active(600);
+        hb.fire(T0 + 11 * MIN);
+        hb.status = HeartbeatStatus::Paused;
+        let json = hb.to_json();
+        assert!(json.contains(r#""status":"paused""#), "{json}");
+        assert_eq!(Heartbeat::from_json(&json).unwrap(), hb);
+        assert_eq!(state_key("s1"), "heartbeat:s1");
+        assert!(Heartbeat::from_json("{").is_err());
+    }
+
+    #[test]
+    fn clock_formatting() {
+        assert_eq!(clock_hhmm(T0, 0), "17:30");
+        assert_eq!(clock_hhmm(T0, -18 * 3600), "23:30");
+        assert_eq!(clock_hhmm(T0, 7 * 3600), "00:30");
+    }
+}
