@@ -113,7 +113,9 @@ impl Printer {
                 let status = outcome.status.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
                 eprintln!("  {mark}{code}{status} ({:.1}s)", outcome.duration_ms as f64 / 1000.0);
             }
-            Event::ApprovalNeeded { command, reason, .. } => eprintln!("talaria: approval needed for `{command}`: {reason}"),
+            Event::ApprovalNeeded { command, reason, .. } => {
+                eprintln!("talaria: approval needed for `{command}`: {reason}")
+            }
             Event::JobStarted { job } => eprintln!("  ↳ {} running in the background: {}", job.id, job.command),
             Event::JobFinished { id, status } => eprintln!("  ↳ {id} {}", status.label()),
             Event::Notice { level, text } => {
@@ -137,6 +139,7 @@ impl Printer {
             | Event::TurnFinished { .. }
             | Event::Status(_)
             | Event::Usage { .. }
+            | Event::Context { .. }
             | Event::ShutdownComplete => {}
         }
         Ok(())

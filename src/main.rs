@@ -156,7 +156,8 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
                 SessionChoice::New
             };
             let policy = if yes { PromptPolicy::AllowUnattended } else { PromptPolicy::DenyUnattended };
-            let (engine, resolved) = start_engine(&cli.model, &cli.base_url, &paths, &config, store, session, policy).await?;
+            let (engine, resolved) =
+                start_engine(&cli.model, &cli.base_url, &paths, &config, store, session, policy).await?;
             if resolved.demo {
                 eprintln!("{}", talaria::engine::llm::demo::DEMO_BANNER);
             }

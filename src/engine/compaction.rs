@@ -87,7 +87,14 @@ mod tests {
 
     #[test]
     fn context_starts_at_the_last_compaction() {
-        let rows = vec![row(None), row(Some("compaction")), row(Some("copy:kept")), row(None), row(Some("compaction")), row(None)];
+        let rows = vec![
+            row(None),
+            row(Some("compaction")),
+            row(Some("copy:kept")),
+            row(None),
+            row(Some("compaction")),
+            row(None),
+        ];
         assert_eq!(context_rows(&rows).len(), 2);
         assert_eq!(context_rows(&rows[..4]).len(), 3);
         assert_eq!(context_rows(&rows[..1]).len(), 1);

@@ -99,8 +99,7 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
                 }
                 for call in &row.tool_calls {
                     let args: Value = serde_json::from_str(&call.function.arguments).unwrap_or(Value::Null);
-                    let summary =
-                        registry.get(&call.function.name).map(|t| t.summary(&args)).unwrap_or_default();
+                    let summary = registry.get(&call.function.name).map(|t| t.summary(&args)).unwrap_or_default();
                     calls.insert(call.id.clone(), (call.function.name.clone(), summary));
                 }
             }
@@ -129,7 +128,10 @@ mod tests {
     fn a_call_without_result_gets_the_lost_filler() {
         let history = vec![
             ChatMessage::user("go"),
-            ChatMessage::assistant("", vec![ToolCall::new("a", "terminal", "{}"), ToolCall::new("b", "terminal", "{}")]),
+            ChatMessage::assistant(
+                "",
+                vec![ToolCall::new("a", "terminal", "{}"), ToolCall::new("b", "terminal", "{}")],
+            ),
             ChatMessage::tool("a", "{}"),
             ChatMessage::user("next"),
         ];

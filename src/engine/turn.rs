@@ -10,6 +10,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::engine::activity::Activity;
 use crate::engine::approval::Approver;
 use crate::engine::context::ContextMeter;
 use crate::engine::jobs::JobsHandle;
@@ -20,7 +21,8 @@ use crate::engine::EventSink;
 use crate::protocol::{Event, NoticeLevel, ToolOutcome, TurnOutcome, TurnTrigger};
 
 /// The marker around messages delivered mid-turn (DESIGN §3).
-pub const OOB_OPEN: &str = "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]";
+pub const OOB_OPEN: &str =
+    "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]";
 pub const OOB_CLOSE: &str = "[/OUT-OF-BAND USER MESSAGE]";
 
 /// Wrap messages typed while the agent was busy into one out-of-band user message.
@@ -56,12 +58,16 @@ pub struct TurnControl {
     pub redirect_tx: Arc<watch::Sender<u64>>,
     /// Messages typed while busy that wait for the next delivery point.
     pub pending: Arc<Mutex<Vec<String>>>,
+    /// Stamped by stream bytes and held while tools run (turn liveness, DESIGN §5).
+    pub activity: Option<Activity>,
 }
 
 impl TurnControl {
     pub fn new(pending: Arc<Mutex<Vec<String>>>) -> TurnControl {
+        let interrupt = CancellationToken::new();
         TurnControl {
-            interrupt: CancellationToken::new(),
+            activity: Some(Activity::new(interrupt.clone())),
+            interrupt,
             yield_tx: Arc::new(watch::channel(0).0),
             release_tx: Arc::new(watch::channel(0).0),
             redirect_tx: Arc::new(watch::channel(0).0),
@@ -147,7 +153,8 @@ pub async fn run_turn(
                 if let Some(u) = completion.usage {
                     usage.prompt_tokens += u.prompt_tokens;
                     usage.completion_tokens += u.completion_tokens;
-                    env.events.send(Event::Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+                    env.events
+                        .send(Event::Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
                     if u.prompt_tokens > 0 {
                         meter.observe_usage(u.prompt_tokens);
                         counted = request_len;
@@ -234,7 +241,9 @@ async fn auto_compact(env: &TurnEnv, history: Vec<ChatMessage>, meter: &mut Cont
 }
 
 fn failure_text(error: &LlmError) -> String {
-    format!("model request failed: {error}. Your message is kept; press Enter on an empty input or /retry to try again.")
+    format!(
+        "model request failed: {error}. Your message is kept; press Enter on an empty input or /retry to try again."
+    )
 }
 
 async fn push_user(
@@ -258,11 +267,8 @@ async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec
     }
     env.events.send(Event::PendingChanged { pending: Vec::new() });
     let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
-    let (text, kind) = if wrapped {
-        (wrap_out_of_band(&messages), Some("oob".to_string()))
-    } else {
-        (messages.join("\n\n"), None)
-    };
+    let (text, kind) =
+        if wrapped { (wrap_out_of_band(&messages), Some("oob".to_string())) } else { (messages.join("\n\n"), None) };
     push_user(env, history, text, TurnTrigger::User, kind).await;
 }
 
@@ -327,17 +333,23 @@ async fn stream_once(env: &TurnEnv, control: &TurnControl, history: &[ChatMessag
     let mut redirect = control.redirect_tx.subscribe();
     redirect.borrow_and_update();
     let events = env.events.clone();
+    let activity = control.activity.clone();
     let result = {
-        let mut on_delta = |delta: StreamDelta| match delta {
-            StreamDelta::Content(text) => {
-                partial.text.push_str(&text);
-                events.send(Event::AssistantDelta(text));
+        let mut on_delta = |delta: StreamDelta| {
+            if let Some(a) = &activity {
+                a.stamp();
             }
-            StreamDelta::Reasoning(text) => {
-                partial.reasoning.push_str(&text);
-                events.send(Event::ReasoningDelta(text));
+            match delta {
+                StreamDelta::Content(text) => {
+                    partial.text.push_str(&text);
+                    events.send(Event::AssistantDelta(text));
+                }
+                StreamDelta::Reasoning(text) => {
+                    partial.reasoning.push_str(&text);
+                    events.send(Event::ReasoningDelta(text));
+                }
+                StreamDelta::ToolCallStarted { .. } => {}
             }
-            StreamDelta::ToolCallStarted { .. } => {}
         };
         tokio::select! {
             result = env.provider.stream_chat(&request, &mut on_delta) => Raced::Finished(result),
@@ -375,6 +387,8 @@ async fn run_tools(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatM
             }
         }
         let batch = &calls[i..end];
+        // A tool inside its own deadline keeps the turn alive.
+        let _hold = control.activity.as_ref().map(|a| a.hold());
         let handles: Vec<_> = batch.iter().map(|call| start_tool(env, control, call)).collect();
         for (call, handle) in batch.iter().zip(handles) {
             let (result, started) = match handle {
@@ -463,7 +477,13 @@ fn panic_text(e: tokio::task::JoinError) -> String {
         .unwrap_or_else(|| "panic".into())
 }
 
-async fn finish_tool(env: &TurnEnv, history: &mut Vec<ChatMessage>, call: &ToolCall, result: ToolResult, started: Instant) {
+async fn finish_tool(
+    env: &TurnEnv,
+    history: &mut Vec<ChatMessage>,
+    call: &ToolCall,
+    result: ToolResult,
+    started: Instant,
+) {
     let text = result.value.to_string();
     let outcome = ToolOutcome {
         ok: result.ok,
@@ -507,10 +527,7 @@ mod tests {
     #[test]
     fn out_of_band_wrapper_joins_messages_in_order() {
         let text = wrap_out_of_band(&["first".into(), "second".into()]);
-        assert_eq!(
-            text,
-            format!("{OOB_OPEN}\nfirst\n\nsecond\n{OOB_CLOSE}"),
-        );
+        assert_eq!(text, format!("{OOB_OPEN}\nfirst\n\nsecond\n{OOB_CLOSE}"),);
         assert!(text.starts_with("[OUT-OF-BAND USER MESSAGE — a direct message from the user"));
     }
 
@@ -524,7 +541,13 @@ mod tests {
 
     #[test]
     fn outcome_round_trips_through_display_kind() {
-        let o = ToolOutcome { ok: false, exit_code: Some(2), status: Some("timeout".into()), duration_ms: 12, result: "{}".into() };
+        let o = ToolOutcome {
+            ok: false,
+            exit_code: Some(2),
+            status: Some("timeout".into()),
+            duration_ms: 12,
+            result: "{}".into(),
+        };
         assert_eq!(outcome_from_kind(Some(&outcome_kind(&o)), "{}"), o);
     }
 }

@@ -2,6 +2,8 @@
 //! All effects happen here; deciding what a typed message does while busy is
 //! `route_busy_message` (pure).
 
+mod standing;
+
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -14,19 +16,20 @@ use tokio::task::JoinHandle;
 use crate::config::Config;
 use crate::engine::approval::{Approver, PromptPolicy};
 use crate::engine::commands::{JobsCmd, SlashCommand, COMMANDS};
-use crate::engine::history;
+use crate::engine::context::ContextMeter;
+use crate::engine::goal::GoalMachine;
+use crate::engine::heartbeat::Heartbeat;
 use crate::engine::jobs::JobsHandle;
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::store::Store;
 use crate::engine::tools::Registry;
 use crate::engine::turn::{lock, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
+use crate::engine::{compaction, history, instructions};
 use crate::engine::{EngineHandle, EventSink};
 use crate::paths::Paths;
-use crate::protocol::{
-    BusyMode, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
-};
+use crate::protocol::{BusyMode, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger};
 
-pub const SYSTEM_PROMPT: &str = include_str!("../../assets/system_prompt.md");
+pub const SYSTEM_PROMPT: &str = include_str!("../../../assets/system_prompt.md");
 
 /// Which session to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -100,6 +103,18 @@ struct Engine {
     queued: VecDeque<String>,
     busy_mode: BusyMode,
     title: Option<String>,
+    meter: ContextMeter,
+    session_usage: (u64, u64),
+    last_turn_usage: (u64, u64),
+    heartbeat: Option<Heartbeat>,
+    goal: GoalMachine,
+    /// A goal continuation waiting for the session to be idle (and unpaused).
+    goal_continuation: Option<String>,
+    /// Goal effects produced where they could not be awaited (performed by the loop).
+    pending_effects: Vec<crate::engine::goal::GoalEffect>,
+    boundary: standing::Boundary,
+    paused: tokio::sync::watch::Receiver<bool>,
+    instruction_files: Vec<instructions::InstructionFile>,
 }
 
 /// Open (or create) the session and start the engine task.
@@ -124,7 +139,10 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
     };
     let (jobs, job_done) = JobsHandle::start(&opts.paths, opts.config.clone(), events.clone());
-    let approver = Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
+    let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
+    let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
+    let approver =
+        Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
     let env = TurnEnv {
         provider: opts.provider,
         model: opts.model,
@@ -136,7 +154,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         approver,
         cwd: Arc::new(Mutex::new(cwd.clone())),
         session_id,
-        system_prompt: system_prompt(&opts.config, &cwd),
+        system_prompt: system_prompt(&opts.config, &cwd, &instruction_files),
     };
     let mut engine = Engine {
         busy_mode: opts.config.agent.busy_input_mode,
@@ -151,15 +169,31 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         pending: Arc::new(Mutex::new(Vec::new())),
         queued: VecDeque::new(),
         title,
+        meter: ContextMeter::new(opts.config.model.context_window),
+        session_usage: (0, 0),
+        last_turn_usage: (0, 0),
+        heartbeat: None,
+        goal: GoalMachine::new(opts.config.goals.clone()),
+        goal_continuation: None,
+        pending_effects: Vec::new(),
+        boundary: standing::Boundary::new(),
+        paused,
+        instruction_files,
     };
     engine.load_session().await?;
     let join = tokio::spawn(async move { engine.run().await });
     Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
 }
 
-fn system_prompt(config: &Config, cwd: &std::path::Path) -> String {
+fn system_prompt(config: &Config, cwd: &std::path::Path, files: &[instructions::InstructionFile]) -> String {
     let mut prompt = SYSTEM_PROMPT.trim_end().to_string();
     prompt.push_str(&format!("\n\nWorking directory: {}\n", cwd.display()));
+    let section = instructions::system_prompt_section(files);
+    if !section.is_empty() {
+        prompt.push('\n');
+        prompt.push_str(&section);
+        prompt.push('\n');
+    }
     if !config.agent.system_prompt_extra.trim().is_empty() {
         prompt.push('\n');
         prompt.push_str(config.agent.system_prompt_extra.trim());
@@ -190,11 +224,23 @@ impl Engine {
     }
 
     fn is_paused(&self) -> bool {
-        self.paths.estop.exists()
+        *self.paused.borrow() || crate::engine::estop::is_paused(&self.paths.estop)
+    }
+
+    /// DESIGN §3: no turn, gate run, judge call or approval in progress; no queued or
+    /// pending message; no goal continuation due; not paused.
+    fn is_idle(&self) -> bool {
+        self.turn.is_none()
+            && !self.goal.in_boundary()
+            && lock(&self.pending).is_empty()
+            && self.queued.is_empty()
+            && self.goal_continuation.is_none()
+            && !self.is_paused()
     }
 
     async fn run(mut self) {
         loop {
+            let wake = self.next_wake_ms();
             tokio::select! {
                 op = self.ops.recv() => {
                     let Some(op) = op else { break };
@@ -208,7 +254,21 @@ impl Engine {
                     self.on_turn_finished(result).await;
                 }
                 Some(_) = self.job_done.recv() => {}
+                Some(result) = self.boundary.results.recv() => self.on_boundary_result(result).await,
+                changed = self.paused.changed() => {
+                    if changed.is_ok() {
+                        let paused = *self.paused.borrow();
+                        self.notice(
+                            if paused { NoticeLevel::Warn } else { NoticeLevel::Info },
+                            if paused { "PAUSED: no heartbeat, goal, queued message or job notice runs until unpaused" } else { "unpaused" },
+                        );
+                        self.send_status();
+                    }
+                }
+                _ = standing::sleep_until_ms(wake) => self.on_timer().await,
             }
+            let effects = std::mem::take(&mut self.pending_effects);
+            self.perform_goal_effects(effects).await;
             self.start_next_turn().await;
         }
         self.shutdown().await;
@@ -231,7 +291,7 @@ impl Engine {
 
     async fn load_session(&mut self) -> anyhow::Result<()> {
         let rows = self.env.store.load_messages(&self.env.session_id).await?;
-        let history: Vec<ChatMessage> = rows.iter().filter_map(history::to_chat).collect();
+        let history: Vec<ChatMessage> = compaction::context_rows(&rows).iter().filter_map(history::to_chat).collect();
         let (history, fillers) = history::repair(history);
         for filler in &fillers {
             crate::engine::turn::persist(&self.env, filler, None).await;
@@ -242,6 +302,9 @@ impl Engine {
             rows = self.env.store.load_messages(&self.env.session_id).await?;
         }
         let items = history::to_items(&rows, &self.env.registry);
+        let mut all = crate::engine::turn::fixed_context(&self.env);
+        all.extend_from_slice(&self.history);
+        self.meter.reset(&all);
         self.events().send(Event::SessionReady {
             session_id: self.env.session_id.clone(),
             title: self.title.clone(),
@@ -262,6 +325,11 @@ impl Engine {
             }
             let _ = self.env.store.meta_delete(&self.pending_key()).await;
         }
+        if !self.instruction_files.is_empty() {
+            self.notice(NoticeLevel::Info, instructions::describe(&self.instruction_files));
+        }
+        self.load_standing().await;
+        crate::engine::turn::send_context(&self.env, &self.meter);
         self.send_status();
         Ok(())
     }
@@ -276,9 +344,9 @@ impl Engine {
             session_id: self.env.session_id.clone(),
             busy_mode: Some(self.busy_mode),
             paused: self.is_paused(),
-            heartbeat: None,
-            goal: None,
-            context_pct: None,
+            heartbeat: self.heartbeat.as_ref().map(|h| h.status_text(crate::engine::heartbeat::now_ms())),
+            goal: self.goal.row(),
+            context_pct: (self.meter.window > 0).then(|| self.meter.percent()),
         }));
     }
 
@@ -315,6 +383,11 @@ impl Engine {
                 turn.control.interrupt.cancel();
                 self.env.approver.deny_all();
             }
+            None if self.goal.in_boundary() => {
+                let effects = self.goal.on_interrupt();
+                self.boundary.cancel();
+                self.pending_effects.extend(effects);
+            }
             None => self.notice(NoticeLevel::Info, "nothing to interrupt"),
         }
     }
@@ -325,7 +398,10 @@ impl Engine {
         }
         let Some(turn) = &self.turn else {
             if self.is_paused() {
-                self.notice(NoticeLevel::Warn, "paused: nothing is sent to the model until `/unpause` (or `talaria unpause`)");
+                self.notice(
+                    NoticeLevel::Warn,
+                    "paused: nothing is sent to the model until `/unpause` (or `talaria unpause`)",
+                );
                 self.events().send(Event::RestoreInput { text });
                 return;
             }
@@ -356,7 +432,9 @@ impl Engine {
         let history = std::mem::take(&mut self.history);
         let env = self.env.clone();
         let ctl = control.clone();
-        let join = tokio::spawn(async move { run_turn(env, ctl, history, inputs, trigger).await });
+        let meter = self.meter;
+        self.spawn_watchdog(&control);
+        let join = tokio::spawn(async move { run_turn(env, ctl, history, inputs, trigger, meter).await });
         self.turn = Some(RunningTurn { control, join });
     }
 
@@ -367,7 +445,10 @@ impl Engine {
                 // The turn task itself panicked: the history it owned is lost from memory but
                 // every completed message is in the store, so reload from there.
                 tracing::error!(error = %e, "turn task failed");
-                self.notice(NoticeLevel::Error, format!("the turn crashed: {e}; reloading the session from the database"));
+                self.notice(
+                    NoticeLevel::Error,
+                    format!("the turn crashed: {e}; reloading the session from the database"),
+                );
                 let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
                 self.history = history::repair(rows.iter().filter_map(history::to_chat).collect()).0;
                 self.events().send(Event::TurnFinished { outcome: TurnOutcome::Failed });
@@ -375,6 +456,19 @@ impl Engine {
             }
         };
         self.history = result.history;
+        self.meter = result.meter;
+        self.last_turn_usage = (result.usage.prompt_tokens, result.usage.completion_tokens);
+        self.session_usage.0 += result.usage.prompt_tokens;
+        self.session_usage.1 += result.usage.completion_tokens;
+        let last_reply = self
+            .history
+            .iter()
+            .rev()
+            .find(|m| m.role == crate::engine::llm::Role::Assistant)
+            .map(|m| m.text().to_string())
+            .unwrap_or_default();
+        let effects = self.goal.on_turn_end(result.outcome, &last_reply);
+        self.pending_effects.extend(effects);
         if result.usage.prompt_tokens + result.usage.completion_tokens > 0 {
             let _ = self
                 .env
@@ -409,6 +503,14 @@ impl Engine {
             self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Queued);
             return;
         }
+        if self.goal.in_boundary() {
+            return;
+        }
+        if let Some(prompt) = self.goal_continuation.take() {
+            self.begin_turn(vec![TurnInput { text: prompt, display_kind: Some("goal".into()) }], TurnTrigger::Goal);
+            self.send_status();
+            return;
+        }
         if self.env.config.jobs.notify_starts_turn {
             let notices = self.env.jobs.take_exit_notices(&self.env.session_id).await;
             if !notices.is_empty() {
@@ -417,8 +519,10 @@ impl Engine {
                     .map(|n| TurnInput { text: n.text, display_kind: Some("job_notice".into()) })
                     .collect();
                 self.begin_turn(inputs, TurnTrigger::JobNotification);
+                return;
             }
         }
+        self.maybe_fire_heartbeat().await;
     }
 
     async fn job_action(&mut self, id: JobId, action: JobAction) {
@@ -515,12 +619,8 @@ impl Engine {
             ),
             SlashCommand::Busy(Some(mode)) => {
                 self.busy_mode = mode;
-                let saved = crate::config_edit::set_string(
-                    &self.paths.config_file,
-                    "agent",
-                    "busy_input_mode",
-                    mode.as_str(),
-                );
+                let saved =
+                    crate::config_edit::set_string(&self.paths.config_file, "agent", "busy_input_mode", mode.as_str());
                 match saved {
                     Ok(()) => self.notice(NoticeLevel::Info, format!("busy mode: {} (saved)", mode.as_str())),
                     Err(e) => self.notice(NoticeLevel::Warn, format!("busy mode: {} (not saved: {e})", mode.as_str())),
@@ -539,15 +639,17 @@ impl Engine {
                     self.notice(NoticeLevel::Info, lines.join("\n"));
                 }
             }
-            SlashCommand::Jobs(JobsCmd::Log(id)) => self.job_action(id, JobAction::Log { offset: None, limit: None }).await,
+            SlashCommand::Jobs(JobsCmd::Log(id)) => {
+                self.job_action(id, JobAction::Log { offset: None, limit: None }).await
+            }
             SlashCommand::Jobs(JobsCmd::Poll(id)) => self.job_action(id, JobAction::Poll).await,
             SlashCommand::Jobs(JobsCmd::Kill(id)) => self.job_action(id, JobAction::Kill).await,
             SlashCommand::Model(None) => match self.env.provider.list_models().await {
-                Ok(models) => self.notice(
-                    NoticeLevel::Info,
-                    format!("model: {} · available: {}", self.env.model, models.join(", ")),
-                ),
-                Err(e) => self.notice(NoticeLevel::Warn, format!("model: {} · could not list models: {e}", self.env.model)),
+                Ok(models) => self
+                    .notice(NoticeLevel::Info, format!("model: {} · available: {}", self.env.model, models.join(", "))),
+                Err(e) => {
+                    self.notice(NoticeLevel::Warn, format!("model: {} · could not list models: {e}", self.env.model))
+                }
             },
             SlashCommand::Model(Some(_)) if busy => self.notice(NoticeLevel::Warn, refuse("/model")),
             SlashCommand::Model(Some(name)) => {
@@ -555,35 +657,45 @@ impl Engine {
                 self.notice(NoticeLevel::Info, format!("model for this session: {name}"));
                 self.send_status();
             }
-            SlashCommand::Heartbeat(_) | SlashCommand::Goal(_) => {
-                self.notice(NoticeLevel::Warn, "heartbeats and goals are not wired into this build yet")
-            }
+            SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
             SlashCommand::Usage => {
                 let (p, c) = self.session_usage;
                 let (lp, lc) = self.last_turn_usage;
                 self.notice(
                     NoticeLevel::Info,
-                    format!("tokens — this session: {p} in / {c} out · last turn: {lp} in / {lc} out · {}", self.meter.label()),
+                    format!(
+                        "tokens — this session: {p} in / {c} out · last turn: {lp} in / {lc} out · {}",
+                        self.meter.label()
+                    ),
                 );
             }
             SlashCommand::Compact(_) if busy => self.notice(NoticeLevel::Warn, refuse("/compact")),
-            SlashCommand::Compact(focus) => self.compact(focus.as_deref(), false).await,
+            SlashCommand::Compact(focus) => self.compact(focus.as_deref()).await,
             SlashCommand::Mouse | SlashCommand::Copy => {
                 self.notice(NoticeLevel::Info, "/mouse and /copy work in the full-screen UI")
             }
+            SlashCommand::Goal(cmd) => {
+                let idle = self.is_idle();
+                let effects = self.goal.command(&cmd, idle);
+                self.perform_goal_effects(effects).await;
+                self.send_status();
+            }
             SlashCommand::Pause(reason) => {
-                match std::fs::write(
-                    &self.paths.estop,
-                    json!({"reason": reason, "at": chrono_now_s()}).to_string(),
-                ) {
-                    Ok(()) => self.notice(NoticeLevel::Warn, "paused: no heartbeat, goal or queued message runs until /unpause"),
+                match crate::engine::estop::pause(&self.paths.estop, reason.as_deref()) {
+                    Ok(_) => self.notice(
+                        NoticeLevel::Warn,
+                        "paused: no heartbeat, goal, queued message or job notice runs until /unpause",
+                    ),
                     Err(e) => self.notice(NoticeLevel::Error, format!("could not pause: {e}")),
                 }
                 self.send_status();
             }
             SlashCommand::Unpause => {
-                let _ = std::fs::remove_file(&self.paths.estop);
-                self.notice(NoticeLevel::Info, "unpaused");
+                match crate::engine::estop::unpause(&self.paths.estop) {
+                    Ok(true) => self.notice(NoticeLevel::Info, "unpaused"),
+                    Ok(false) => self.notice(NoticeLevel::Info, "not paused"),
+                    Err(e) => self.notice(NoticeLevel::Error, format!("could not unpause: {e}")),
+                }
                 self.send_status();
             }
         }
@@ -637,16 +749,15 @@ impl Engine {
                     return;
                 }
                 self.events().send(Event::RestoreInput { text });
-                self.notice(NoticeLevel::Info, format!("removed the last {n} exchange(s); the message is back in the input"));
+                self.notice(
+                    NoticeLevel::Info,
+                    format!("removed the last {n} exchange(s); the message is back in the input"),
+                );
             }
             Ok(None) => self.notice(NoticeLevel::Info, "nothing to undo"),
             Err(e) => self.notice(NoticeLevel::Error, format!("could not undo: {e}")),
         }
     }
-}
-
-fn chrono_now_s() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
 }
 
 #[cfg(test)]

@@ -1,0 +1,268 @@
+//! The engine's effects for standing work: heartbeats, goals with gates and a judge,
+//! the turn-liveness watchdog, and compaction on request. The decisions are made by the
+//! pure state machines in `heartbeat` and `goal`; this file only performs their effects.
+
+use std::time::Duration;
+
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::Engine;
+use crate::engine::activity;
+use crate::engine::commands::HeartbeatCmd;
+use crate::engine::goal::{self, GateOutcome, GoalEffect, GoalMachine};
+use crate::engine::heartbeat::{self, Heartbeat};
+use crate::engine::llm::{ChatMessage, ChatRequest};
+use crate::engine::turn::{TurnControl, TurnInput};
+use crate::protocol::{Event, NoticeLevel, TurnTrigger};
+
+/// Results of work done at a goal's turn boundary, coming back to the engine loop.
+pub enum BoundaryResult {
+    Fingerprint(Option<String>),
+    Gate { idx: usize, outcome: GateOutcome },
+    Judge(Result<String, String>),
+}
+
+/// Gate runs and judge calls in flight: they run as tasks so the engine keeps handling
+/// ops (gate edits, interrupts) meanwhile.
+pub struct Boundary {
+    tx: mpsc::UnboundedSender<BoundaryResult>,
+    pub results: mpsc::UnboundedReceiver<BoundaryResult>,
+    cancel: CancellationToken,
+}
+
+impl Boundary {
+    pub fn new() -> Boundary {
+        let (tx, results) = mpsc::unbounded_channel();
+        Boundary { tx, results, cancel: CancellationToken::new() }
+    }
+
+    /// Stop whatever runs (a gate is killed); later results are ignored by the machine.
+    pub fn cancel(&mut self) {
+        self.cancel.cancel();
+        self.cancel = CancellationToken::new();
+    }
+}
+
+/// Sleep until a unix time in ms, or forever when there is none.
+pub async fn sleep_until_ms(at: Option<u64>) {
+    match at {
+        Some(at) => {
+            let now = heartbeat::now_ms();
+            tokio::time::sleep(Duration::from_millis(at.saturating_sub(now))).await
+        }
+        None => std::future::pending().await,
+    }
+}
+
+impl Engine {
+    /// When the engine must wake by itself: a heartbeat falling due, or its status text
+    /// changing (so the status line is redrawn only when its text changes).
+    pub(super) fn next_wake_ms(&self) -> Option<u64> {
+        let hb = self.heartbeat.as_ref()?;
+        let now = heartbeat::now_ms();
+        let due = hb.next_due_at().map(|d| d.max(now));
+        let change = hb.next_change_at(now);
+        match (due, change) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    pub(super) async fn on_timer(&mut self) {
+        self.send_status();
+        self.maybe_fire_heartbeat().await;
+    }
+
+    pub(super) async fn maybe_fire_heartbeat(&mut self) {
+        let idle = self.is_idle();
+        let now = heartbeat::now_ms();
+        let Some(hb) = self.heartbeat.as_mut() else { return };
+        if !hb.due(now, idle) {
+            return;
+        }
+        let text = hb.fire(now);
+        let json = hb.to_json();
+        let _ = self.env.store.meta_set(&heartbeat::state_key(&self.env.session_id), &json).await;
+        self.begin_turn(vec![TurnInput { text, display_kind: Some("heartbeat".into()) }], TurnTrigger::Heartbeat);
+        self.send_status();
+    }
+
+    pub(super) async fn heartbeat_command(&mut self, cmd: &HeartbeatCmd) {
+        let now = heartbeat::now_ms();
+        let reply = heartbeat::apply(self.heartbeat.as_ref(), cmd, now, heartbeat::local_utc_offset_s(now));
+        let key = heartbeat::state_key(&self.env.session_id);
+        if reply.changed {
+            let saved = match &reply.state {
+                Some(state) => self.env.store.meta_set(&key, &state.to_json()).await,
+                None => self.env.store.meta_delete(&key).await,
+            };
+            if let Err(e) = saved {
+                self.notice(NoticeLevel::Error, format!("could not save the heartbeat: {e}"));
+            }
+        }
+        self.heartbeat = reply.state;
+        self.notice(if reply.error { NoticeLevel::Error } else { NoticeLevel::Info }, reply.message);
+        self.send_status();
+    }
+
+    /// Heartbeat and goal of the session just opened (a resumed active goal comes back paused).
+    pub(super) async fn load_standing(&mut self) {
+        let sid = self.env.session_id.clone();
+        self.heartbeat = match self.env.store.meta_get(&heartbeat::state_key(&sid)).await {
+            Ok(Some(json)) => Heartbeat::from_json(&json).ok(),
+            _ => None,
+        };
+        self.boundary.cancel();
+        self.goal_continuation = None;
+        self.goal = match self.env.store.meta_get(&goal::state_key(&sid)).await {
+            Ok(Some(json)) => GoalMachine::from_json(self.env.config.goals.clone(), &json)
+                .unwrap_or_else(|_| GoalMachine::new(self.env.config.goals.clone())),
+            _ => GoalMachine::new(self.env.config.goals.clone()),
+        };
+        let effects = self.goal.on_session_resumed();
+        self.perform_goal_effects(effects).await;
+    }
+
+    pub(super) async fn on_boundary_result(&mut self, result: BoundaryResult) {
+        let effects = match result {
+            BoundaryResult::Fingerprint(fp) => self.goal.start_gates(fp),
+            BoundaryResult::Gate { idx, outcome } => self.goal.on_gate_result(idx, &outcome),
+            BoundaryResult::Judge(Ok(text)) => self.goal.on_judge_reply(&text),
+            BoundaryResult::Judge(Err(e)) => self.goal.on_judge_error(&e),
+        };
+        self.perform_goal_effects(effects).await;
+        self.send_status();
+    }
+
+    /// Perform what the goal machine asked for, in order.
+    pub(super) async fn perform_goal_effects(&mut self, effects: Vec<GoalEffect>) {
+        if effects.is_empty() {
+            return;
+        }
+        for effect in effects {
+            match effect {
+                GoalEffect::Notice { level, text } => self.notice(level, text),
+                GoalEffect::Save => {
+                    let key = goal::state_key(&self.env.session_id);
+                    let saved = match self.goal.to_json() {
+                        Some(json) => self.env.store.meta_set(&key, &json).await,
+                        None => self.env.store.meta_delete(&key).await,
+                    };
+                    if let Err(e) = saved {
+                        self.notice(NoticeLevel::Error, format!("could not save the goal: {e}"));
+                    }
+                }
+                GoalEffect::RunGates => {
+                    let cwd = self.env.cwd();
+                    let tx = self.boundary.tx.clone();
+                    tokio::spawn(async move {
+                        let _ = tx.send(BoundaryResult::Fingerprint(goal::fingerprint(&cwd).await));
+                    });
+                }
+                GoalEffect::RunGate { idx, cmd } => self.spawn_gate(idx, cmd),
+                GoalEffect::Judge { system, prompt } => self.spawn_judge(system, prompt),
+                GoalEffect::Continue { prompt } => self.goal_continuation = Some(prompt),
+                GoalEffect::Abandon => {
+                    self.boundary.cancel();
+                    self.goal_continuation = None;
+                }
+                GoalEffect::Paused { message, .. } => {
+                    self.goal_continuation = None;
+                    self.notice(NoticeLevel::Warn, message);
+                }
+                GoalEffect::Done { message } => self.notice(NoticeLevel::Info, message),
+            }
+        }
+        self.send_status();
+    }
+
+    fn spawn_gate(&self, idx: usize, cmd: String) {
+        let config = &self.env.config;
+        let mut env_remove = crate::engine::llm::provider::secret_env_vars(&config.model);
+        env_remove.sort();
+        let options = goal::GateOptions {
+            shell: config.terminal.shell.clone(),
+            kill_grace: Duration::from_secs_f64(config.terminal.kill_grace_s),
+            env_remove,
+        };
+        let timeout = Duration::from_secs(config.goals.gate_timeout_s.max(1));
+        let cwd = self.env.cwd();
+        let cancel = self.boundary.cancel.clone();
+        let tx = self.boundary.tx.clone();
+        self.notice(NoticeLevel::Info, format!("gate {}: $ {cmd}", idx + 1));
+        tokio::spawn(async move {
+            let outcome = goal::run_gate_with(&options, &cmd, &cwd, timeout, &cancel).await;
+            let _ = tx.send(BoundaryResult::Gate { idx, outcome });
+        });
+    }
+
+    fn spawn_judge(&self, system: String, prompt: String) {
+        let provider = self.env.provider.clone();
+        let request = ChatRequest {
+            model: self.env.model.clone(),
+            messages: vec![ChatMessage::system(system), ChatMessage::user(prompt)],
+            tools: Vec::new(),
+            temperature: Some(0.0),
+        };
+        let tx = self.boundary.tx.clone();
+        let cancel = self.boundary.cancel.clone();
+        tokio::spawn(async move {
+            let mut ignore = |_| {};
+            let result = tokio::select! {
+                r = provider.stream_chat(&request, &mut ignore) => r.map(|c| c.content).map_err(|e| e.to_string()),
+                _ = cancel.cancelled() => return,
+            };
+            let _ = tx.send(BoundaryResult::Judge(result));
+        });
+    }
+
+    /// The turn-liveness watchdog for one turn (DESIGN §5): a turn with no activity for
+    /// `agent.turn_liveness.timeout_s` is interrupted, loudly.
+    pub(super) fn spawn_watchdog(&self, control: &TurnControl) {
+        let live = &self.env.config.agent.turn_liveness;
+        let Some(timeout) = activity::liveness_timeout(live) else { return };
+        let poll = activity::liveness_poll(live);
+        let Some(activity) = control.activity.clone() else { return };
+        let events = self.env.events.clone();
+        tokio::spawn(async move {
+            if let Some(idle) = activity::watchdog(activity, timeout, poll).await {
+                events.send(Event::notice(
+                    NoticeLevel::Error,
+                    format!(
+                        "the turn made no progress for {} s (agent.turn_liveness.timeout_s) and was interrupted",
+                        idle.as_secs()
+                    ),
+                ));
+            }
+        });
+    }
+
+    /// `/compact [focus]`.
+    pub(super) async fn compact(&mut self, focus: Option<&str>) {
+        self.notice(NoticeLevel::Info, "compacting older turns…");
+        let history = std::mem::take(&mut self.history);
+        match crate::engine::compaction::compact_history(&self.env, history, focus).await {
+            Ok(done) => {
+                self.history = done.history;
+                let mut all = crate::engine::turn::fixed_context(&self.env);
+                all.extend_from_slice(&self.history);
+                self.meter.reset(&all);
+                self.notice(
+                    NoticeLevel::Info,
+                    format!(
+                        "context compacted: {} earlier messages summarised ({})",
+                        done.summarised,
+                        self.meter.label()
+                    ),
+                );
+                crate::engine::turn::send_context(&self.env, &self.meter);
+                self.send_status();
+            }
+            Err((history, why)) => {
+                self.history = history;
+                self.notice(NoticeLevel::Warn, format!("not compacted: {why}"));
+            }
+        }
+    }
+}
