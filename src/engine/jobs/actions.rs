@@ -43,7 +43,9 @@ pub fn notice_text(id: &str, status: &JobStatus, runtime: Duration, command: &st
     let dur = format_duration(runtime);
     match status {
         JobStatus::Exited(code) => {
-            format!("[Background job {id} exited with code {code} after {dur}. Command: {command}. Output tail: {tail}]")
+            format!(
+                "[Background job {id} exited with code {code} after {dur}. Command: {command}. Output tail: {tail}]"
+            )
         }
         JobStatus::Killed => {
             format!("[Background job {id} was killed after {dur}. Command: {command}. Output tail: {tail}]")

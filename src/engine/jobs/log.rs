@@ -18,6 +18,8 @@ pub struct Segment {
     /// Absolute (1-based) number of the line this segment starts in.
     pub start_line: u64,
     pub bytes: u64,
+    /// The segment starts in the middle of a line (a line longer than the room left).
+    pub mid_line: bool,
 }
 
 /// Where the kept log is; cheap to clone (at most two segments).
@@ -30,8 +32,13 @@ pub struct LogIndex {
 
 impl LogIndex {
     /// Absolute number of the first line of the kept log.
+    /// A partial first line (its start was dropped) is not shown.
     pub fn first_line(&self) -> u64 {
-        self.segments.first().map(|s| s.start_line).unwrap_or(1)
+        self.segments.first().map(|s| s.start_line + u64::from(self.skips_partial_line())).unwrap_or(1)
+    }
+
+    fn skips_partial_line(&self) -> bool {
+        self.dropped_bytes > 0 && self.segments.first().is_some_and(|s| s.mid_line)
     }
 
     pub fn remove_files(&self) {
@@ -50,6 +57,7 @@ pub struct LogWriter {
     next_index: u64,
     file: Option<File>,
     newlines: u64,
+    at_line_start: bool,
     index: LogIndex,
     failed: bool,
 }
@@ -64,6 +72,7 @@ impl LogWriter {
             next_index: 0,
             file: None,
             newlines: 0,
+            at_line_start: true,
             index: LogIndex::default(),
             failed: false,
         }
@@ -88,7 +97,9 @@ impl LogWriter {
                 let fit = &text[..floor_char_boundary(text, room)];
                 match fit.rfind('\n') {
                     Some(i) => &text[..=i],
-                    None if fit.is_empty() && used == 0 => &text[..text.chars().next().map_or(0, char::len_utf8)],
+                    // Start the line in a fresh segment rather than split it.
+                    None if used > 0 => "",
+                    None if fit.is_empty() => &text[..text.chars().next().map_or(0, char::len_utf8)],
                     None => fit,
                 }
             };
@@ -109,6 +120,7 @@ impl LogWriter {
             return;
         }
         self.newlines += memchr_count(piece.as_bytes(), b'\n');
+        self.at_line_start = piece.ends_with('\n');
         if let Some(seg) = self.index.segments.last_mut() {
             seg.bytes += piece.len() as u64;
         }
@@ -125,7 +137,8 @@ impl LogWriter {
         match std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&path) {
             Ok(file) => {
                 self.file = Some(file);
-                self.index.segments.push(Segment { path, start_line: self.newlines + 1, bytes: 0 });
+                let mid_line = !self.at_line_start;
+                self.index.segments.push(Segment { path, start_line: self.newlines + 1, bytes: 0, mid_line });
             }
             Err(e) => {
                 tracing::warn!(error = %e, path = %path.display(), "cannot create the job log");
@@ -162,7 +175,8 @@ pub fn read_lines(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogVie
     let limit = limit.max(1);
     let mut lines: std::collections::VecDeque<(u64, String)> = std::collections::VecDeque::new();
     let start = offset.map(|o| o.max(first_line));
-    let mut lineno = first_line;
+    let mut skip_partial = index.skips_partial_line();
+    let mut lineno = index.segments.first().map(|s| s.start_line).unwrap_or(1);
     let mut current = String::new();
     let mut cut = false;
     let mut done = false;
@@ -197,6 +211,11 @@ pub fn read_lines(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogVie
             while let Some(pos) = carry[from..].iter().position(|b| *b == b'\n') {
                 push_capped(&mut current, &mut cut, &carry[from..from + pos]);
                 let line = finish_line(&mut current, &mut cut);
+                if std::mem::take(&mut skip_partial) {
+                    lineno += 1;
+                    from += pos + 1;
+                    continue;
+                }
                 if !keep(lineno, line, &mut lines) {
                     done = true;
                     break 'segments;
@@ -293,7 +312,11 @@ mod tests {
         assert!(first > 1);
         let view = read_lines(&index, Some(first), 3);
         assert!(view.text.starts_with("[... "), "{}", view.text);
-        assert!(view.text.ends_with(&format!("line {}\nline {}\nline {}", first, first + 1, first + 2)), "{}", view.text);
+        assert!(
+            view.text.ends_with(&format!("line {}\nline {}\nline {}", first, first + 1, first + 2)),
+            "{}",
+            view.text
+        );
         let last = read_lines(&index, None, 1);
         assert_eq!(last.text, "line 1000");
         assert_eq!((last.from, last.to), (1000, 1000));

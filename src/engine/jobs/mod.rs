@@ -30,7 +30,7 @@ use self::log::LogIndex;
 use self::output::OutputBuf;
 use self::reaper::ReaperLink;
 
-pub use self::actions::format_duration;
+pub use self::actions::{changed_from, format_duration, status_str, JobLog};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -218,7 +218,11 @@ impl JobsHandle {
     /// Start the registry with the default options (reaper = this executable, sweep).
     /// The receiver gets the id of each background job that ends (a wake-up: call
     /// `take_exit_notices` to learn what the model should be told). Needs a tokio runtime.
-    pub fn start(paths: &Paths, config: Arc<Config>, events: EventSink) -> (JobsHandle, mpsc::UnboundedReceiver<JobId>) {
+    pub fn start(
+        paths: &Paths,
+        config: Arc<Config>,
+        events: EventSink,
+    ) -> (JobsHandle, mpsc::UnboundedReceiver<JobId>) {
         JobsHandle::start_with(paths, config, events, JobsOptions::default())
     }
 
@@ -402,11 +406,8 @@ impl Registry {
             if jobs.len() < max {
                 return Ok(());
             }
-            let mut finished: Vec<(bool, u64)> = jobs
-                .values()
-                .filter(|j| !j.is_running())
-                .map(|j| (unseen.contains(&j.id), j.num))
-                .collect();
+            let mut finished: Vec<(bool, u64)> =
+                jobs.values().filter(|j| !j.is_running()).map(|j| (unseen.contains(&j.id), j.num)).collect();
             finished.sort();
             finished.into_iter().take(jobs.len() + 1 - max).map(|(_, num)| num).collect()
         };
@@ -517,7 +518,7 @@ impl Registry {
             for path in segments {
                 let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
                 let newlines = std::fs::read(&path).map(|b| output::memchr_count(&b, b'\n')).unwrap_or(0);
-                index.segments.push(log::Segment { path, start_line: line, bytes });
+                index.segments.push(log::Segment { path, start_line: line, bytes, mid_line: false });
                 line += newlines;
             }
             let num = self.next_num.fetch_add(1, Ordering::SeqCst);
