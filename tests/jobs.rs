@@ -618,3 +618,47 @@ async fn shutdown_kills_running_jobs() {
     let r = env.terminal(json!({"command": "true"})).await;
     assert!(r.value["error"].as_str().unwrap().contains("shutting down"));
 }
+
+#[tokio::test]
+async fn background_jobs_tell_the_ui_as_they_go() {
+    let mut env = setup(|_| {});
+    let r = env
+        .terminal(json!({"command": "for i in $(seq 1 30); do echo $i; sleep 0.01; done", "background": true}))
+        .await;
+    let id = str_of(&r.value, "session_id").to_string();
+    let mut last_tail = None;
+    let finished = tokio::time::timeout(DEADLINE, async {
+        while let Some(event) = env.events.recv().await {
+            match event {
+                Event::JobUpdated { id: i, tail, .. } if i == id => last_tail = Some(tail),
+                Event::JobFinished { id: i, status } if i == id => return Some(status),
+                _ => {}
+            }
+        }
+        None
+    })
+    .await
+    .expect("the job finished in time");
+    assert_eq!(finished, Some(JobStatus::Exited(0)));
+    let tail = last_tail.expect("at least one JobUpdated");
+    assert!(tail.ends_with("29\n30\n"), "{tail:?}");
+}
+
+#[tokio::test]
+async fn a_command_that_leaves_a_daemon_holding_the_pipe_still_returns() {
+    let env = setup(|_| {});
+    // The daemon is in another session (setsid), so it is not part of the job's group; it
+    // keeps the output pipe open, and the call must not wait for it.
+    let r = env.terminal(json!({"command": "setsid sleep 100 & echo pid=$!; echo done", "timeout": 60})).await;
+    assert_eq!(r.value["exit_code"], json!(0), "{}", r.value);
+    assert_eq!(r.value.get("session_id"), None, "{}", r.value);
+    let daemon = pid_line(output(&r));
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon), nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+#[tokio::test]
+async fn commands_get_default_sigpipe_and_no_stdin() {
+    let env = setup(|_| {});
+    let r = env.terminal(json!({"command": "yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}; cat; echo end"})).await;
+    assert_eq!(output(&r), "141\nend\n");
+}

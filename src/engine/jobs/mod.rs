@@ -20,6 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, oneshot, watch};
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::EventSink;
@@ -153,6 +154,9 @@ struct Job {
     done: watch::Sender<Option<ExitInfo>>,
     /// True once the output pipe reached end of file.
     reader_eof: watch::Sender<bool>,
+    /// Cancelled when the job leaves the registry: its reader stops even if a process
+    /// outside the group (a daemon) still holds the pipe.
+    forgotten: CancellationToken,
     kill_requested: AtomicBool,
     /// The model saw the exit through `process`: no notification.
     exit_seen: AtomicBool,
@@ -389,6 +393,7 @@ impl Registry {
     fn remove(&self, num: u64) {
         let job = lock(&self.jobs).remove(&num);
         if let Some(job) = job {
+            job.forgotten.cancel();
             job.state().log.remove_files();
             if let Some(record) = &job.record {
                 let _ = std::fs::remove_file(record);
@@ -548,6 +553,7 @@ impl Registry {
                 stdin: tokio::sync::Mutex::new(None),
                 done,
                 reader_eof,
+                forgotten: CancellationToken::new(),
                 kill_requested: AtomicBool::new(false),
                 exit_seen: AtomicBool::new(true),
                 record: None,

@@ -133,6 +133,7 @@ pub(super) fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawned, Str
         stdin: tokio::sync::Mutex::new(stdin),
         done,
         reader_eof,
+        forgotten: tokio_util::sync::CancellationToken::new(),
         kill_requested: AtomicBool::new(false),
         exit_seen: AtomicBool::new(false),
         record: record_path,
@@ -195,6 +196,7 @@ async fn read_output(job: Arc<Job>, mut pipe: pipe::Receiver, mut log: LogWriter
                     break;
                 }
             },
+            _ = job.forgotten.cancelled() => break,
             _ = tokio::time::sleep_until(flush_at), if dirty => {
                 emit(&job, &events, &mut chunk);
                 last_emit = Instant::now();
@@ -202,10 +204,12 @@ async fn read_output(job: Arc<Job>, mut pipe: pipe::Receiver, mut log: LogWriter
             }
         }
     }
-    let rest = decoder.finish();
-    take_text(&job, &mut log, &mut chunk, &rest);
-    if dirty || !rest.is_empty() {
-        emit(&job, &events, &mut chunk);
+    if !job.forgotten.is_cancelled() {
+        let rest = decoder.finish();
+        take_text(&job, &mut log, &mut chunk, &rest);
+        if dirty || !rest.is_empty() {
+            emit(&job, &events, &mut chunk);
+        }
     }
     job.reader_eof.send_replace(true);
 }

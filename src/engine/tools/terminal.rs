@@ -207,12 +207,7 @@ impl Tool for TerminalTool {
                 ctx.jobs.kill(&spawned.id).await;
                 let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
                 ctx.jobs.forget(&spawned.id).await;
-                let approved = approval.as_deref().is_some_and(|n| n.starts_with("approved by the user"));
-                let marker = if approved {
-                    "[Command interrupted] (approved by the user, then interrupted)"
-                } else {
-                    "[Command interrupted]"
-                };
+                let marker = interrupted_marker(approval.as_deref());
                 let mut value = base(with_marker(output, marker), Some(130), &cwd);
                 value["status"] = json!("interrupted");
                 ToolResult { value, ok: false, exit_code: Some(130), status: Some("interrupted".into()) }
@@ -242,6 +237,16 @@ impl Tool for TerminalTool {
                 ToolResult { value, ok: true, exit_code: None, status: Some("yielded".into()) }
             }
         }
+    }
+}
+
+/// What an interrupted command's output ends with. A command the user approved and then
+/// interrupted says so, so the model does not read the kill as a refusal.
+fn interrupted_marker(approval: Option<&str>) -> &'static str {
+    if approval.is_some_and(|n| n.starts_with("approved by the user")) {
+        "[Command interrupted] (approved by the user, then interrupted)"
+    } else {
+        "[Command interrupted]"
     }
 }
 
@@ -282,5 +287,29 @@ impl Drop for ForegroundGuard {
                 group::signal_group(self.pgid, nix::sys::signal::Signal::SIGKILL);
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interrupted_output_names_a_user_approval() {
+        assert_eq!(interrupted_marker(None), "[Command interrupted]");
+        assert_eq!(interrupted_marker(Some("allowed by the approvals allowlist")), "[Command interrupted]");
+        assert_eq!(
+            interrupted_marker(Some("approved by the user for this session (recursive-delete)")),
+            "[Command interrupted] (approved by the user, then interrupted)"
+        );
+        assert_eq!(with_marker("out".into(), "[m]"), "out\n[m]");
+        assert_eq!(with_marker("out\n".into(), "[m]"), "out\n[m]");
+        assert_eq!(with_marker(String::new(), "[m]"), "[m]");
+    }
+
+    #[test]
+    fn summaries() {
+        assert_eq!(TerminalTool.summary(&json!({"command": "ls -la"})), "ls -la");
+        assert_eq!(TerminalTool.summary(&json!({"command": "a\nb", "background": true})), "a …  (background)");
     }
 }
