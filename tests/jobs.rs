@@ -392,9 +392,13 @@ async fn interrupt_and_yield_reach_every_running_tool() {
             tokio::spawn(async move { TerminalTool.call(json!({"command": "echo go; sleep 100"}), ctx).await })
         })
         .collect();
-    for i in 0..2 {
-        let call_id = format!("call_{i}");
-        env.wait_event("output", |e| matches!(e, Event::ToolOutput { call_id: c, .. } if *c == call_id)).await;
+    let mut started = std::collections::BTreeSet::new();
+    while started.len() < 2 {
+        if let Event::ToolOutput { call_id, .. } =
+            env.wait_event("output of both calls", |e| matches!(e, Event::ToolOutput { .. })).await
+        {
+            started.insert(call_id);
+        }
     }
     signals.bump_yield();
     let mut ids = Vec::new();
