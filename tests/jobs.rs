@@ -607,6 +607,7 @@ async fn jobs_of_a_dead_talaria_are_swept_and_listed_lost() {
     assert_eq!(listed[0].command, "sleep 300");
     let log = jobs.log(&listed[0].id, None, None).await.unwrap();
     assert_eq!(log.text, "tick\ntock");
+    assert_eq!(listed[0].last_line, "tock");
     assert_group_gone(pgid).await;
     let _ = orphan.wait();
     assert!(!paths.jobs_dir.join(format!("record-{dead_owner}-job_7.json")).exists());

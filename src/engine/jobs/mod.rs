@@ -176,6 +176,22 @@ struct JobState {
     call_id: Option<String>,
 }
 
+/// The end of a lost job's log, so `poll` and the UI have something to show.
+fn lost_tail(index: &LogIndex) -> OutputBuf {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut buf = OutputBuf::new(0, 4096);
+    if let Some(seg) = index.segments.last() {
+        if let Ok(mut file) = std::fs::File::open(&seg.path) {
+            let from = seg.bytes.saturating_sub(4096);
+            let mut bytes = Vec::new();
+            if file.seek(SeekFrom::Start(from)).is_ok() && file.read_to_end(&mut bytes).is_ok() {
+                buf.push(&String::from_utf8_lossy(&bytes));
+            }
+        }
+    }
+    buf
+}
+
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -546,7 +562,7 @@ impl Registry {
                     announced: true,
                     has_stdin: false,
                     finished_at: Some(started),
-                    output: OutputBuf::new(0, 4096),
+                    output: lost_tail(&index),
                     log: index,
                     call_id: None,
                 }),

@@ -139,14 +139,15 @@ pub(super) fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawned, Str
         record: record_path,
     });
     lock(&reg.jobs).insert(num, job.clone());
+    if spec.background {
+        // Announce before the tasks run, so even a job that ends at once is seen starting.
+        reg.make_background(&job);
+    }
 
     let writer = LogWriter::new(&reg.dir, &base, reg.config.jobs.log_max_bytes);
     tokio::spawn(read_output(job.clone(), receiver, writer, reg.events.clone()));
     let (exit_tx, exit_rx) = oneshot::channel();
     tokio::spawn(supervise(reg.clone(), job.clone(), child, exit_tx, cwd_file));
-    if spec.background {
-        reg.make_background(&job);
-    }
     Ok(Spawned { id, pid, exit: exit_rx })
 }
 
