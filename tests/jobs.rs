@@ -667,3 +667,11 @@ async fn commands_get_default_sigpipe_and_no_stdin() {
     let r = env.terminal(json!({"command": "yes | head -1 >/dev/null; echo ${PIPESTATUS[0]}; cat; echo end"})).await;
     assert_eq!(output(&r), "141\nend\n");
 }
+
+#[tokio::test]
+async fn commands_inherit_no_extra_file_descriptors() {
+    // In particular not the reaper's pipe, which would keep it from noticing a crash.
+    let env = setup(|_| {});
+    let r = env.terminal(json!({"command": "ls /proc/$$/fd"})).await;
+    assert_eq!(output(&r), "0\n1\n2\n");
+}

@@ -91,6 +91,7 @@ impl ReaperLink {
         unsafe {
             cmd.pre_exec(|| {
                 nix::unistd::setsid().map_err(std::io::Error::from)?;
+                super::run::close_inherited_fds_on_exec();
                 Ok(())
             });
         }

@@ -73,6 +73,7 @@ pub(super) fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawned, Str
     unsafe {
         cmd.pre_exec(|| {
             nix::unistd::setsid().map_err(std::io::Error::from)?;
+            close_inherited_fds_on_exec();
             Ok(())
         });
     }
@@ -149,6 +150,18 @@ pub(super) fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawned, Str
     let (exit_tx, exit_rx) = oneshot::channel();
     tokio::spawn(supervise(reg.clone(), job.clone(), child, exit_tx, cwd_file));
     Ok(Spawned { id, pid, exit: exit_rx })
+}
+
+/// Mark every fd above 2 close-on-exec in a freshly forked child, so a command never
+/// inherits descriptors talaria itself inherited without CLOEXEC (a daemon would hold
+/// them open). Marking rather than closing keeps std's exec-error pipe working. Only
+/// async-signal-safe calls: this runs between fork and exec. Old kernels without
+/// close_range simply skip it.
+pub(super) fn close_inherited_fds_on_exec() {
+    // SAFETY: a raw syscall with integer arguments; it touches no memory.
+    unsafe {
+        libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    }
 }
 
 /// `<shell> -c` script: remember the final working directory in `cwd_file` on exit
