@@ -1,8 +1,12 @@
-//! SKELETON — the jobs helper replaces this.
-use async_trait::async_trait;
-use serde_json::Value;
+//! `process {action, session_id?, data?, timeout?, offset?, limit?}` (DESIGN §4a): list,
+//! poll, read, wait for, kill and feed background jobs.
 
-use super::{Concurrency, Tool, ToolCtx, ToolResult};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult};
 
 pub struct ProcessTool;
 
@@ -11,19 +15,52 @@ impl Tool for ProcessTool {
     fn name(&self) -> &'static str {
         "process"
     }
+
     fn description(&self) -> &'static str {
-        ""
+        "Manage background jobs (started with terminal(background=true), or foreground commands \
+         the user moved to the background). Actions: list (all jobs); poll (status and last \
+         output); log (output lines; offset = absolute line number to start at, limit = how many, \
+         default the last 200); wait (until the job exits, at most `timeout` seconds, default 30); \
+         kill (the job's whole process group); write (send `data` to its stdin); close (close its \
+         stdin). session_id is the job id, e.g. job_3. You are told when a background job exits."
     }
+
     fn parameters(&self) -> Value {
-        Value::Null
+        json!({
+            "type": "object",
+            "properties": {
+                "action": {
+                    "type": "string",
+                    "enum": ["list", "poll", "log", "wait", "kill", "write", "close"]
+                },
+                "session_id": { "type": "string", "description": "The job id (job_N)." },
+                "data": { "type": "string", "description": "For write: text sent to the job's stdin as is." },
+                "timeout": { "type": "integer", "description": "For wait: seconds to wait at most (default 30)." },
+                "offset": { "type": "integer", "description": "For log: the absolute line number to start at." },
+                "limit": { "type": "integer", "description": "For log: how many lines (default 200)." }
+            },
+            "required": ["action"]
+        })
     }
+
     fn concurrency(&self) -> Concurrency {
         Concurrency::Parallel
     }
-    fn summary(&self, _args: &Value) -> String {
-        String::new()
+
+    fn summary(&self, args: &Value) -> String {
+        let action = arg_str(args, "action").unwrap_or("?");
+        match arg_str(args, "session_id") {
+            Some(id) => format!("{action} {id}"),
+            None => action.to_string(),
+        }
     }
-    async fn call(&self, _args: Value, _ctx: ToolCtx) -> ToolResult {
-        todo!()
+
+    async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
+        let cap = Duration::from_secs(ctx.config.terminal.timeout_s.max(1));
+        let value = ctx.jobs.process_action(&args, &ctx.signals, cap).await;
+        let failed = value.get("error").is_some_and(|e| !e.is_null());
+        let status = value.get("status").and_then(Value::as_str).map(str::to_string);
+        let exit_code = value.get("exit_code").and_then(Value::as_i64).map(|c| c as i32);
+        ToolResult { value, ok: !failed, exit_code, status }
     }
 }

@@ -1,8 +1,17 @@
-//! SKELETON — the jobs helper replaces this.
-use async_trait::async_trait;
-use serde_json::Value;
+//! `terminal {command, timeout?, workdir?, background?}` (DESIGN §4a): run a shell command
+//! as a job and await it, unless it is interrupted (killed, 130), times out (killed, 124)
+//! or the user yields it (it goes on as a background job, not killed).
 
-use super::{Concurrency, Tool, ToolCtx, ToolResult};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{json, Value};
+
+use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
+use crate::engine::approval::Verdict;
+use crate::engine::jobs::{changed_from, group, ExitInfo, JobsHandle, SpawnSpec};
+
+pub const YIELD_NOTE: &str = "The user sent a message while this command was running, so it was moved to the background without being killed. Use process(action='poll'|'wait'|'log', session_id=...) to follow it.";
 
 pub struct TerminalTool;
 
@@ -11,19 +20,296 @@ impl Tool for TerminalTool {
     fn name(&self) -> &'static str {
         "terminal"
     }
+
     fn description(&self) -> &'static str {
-        ""
+        "Run a shell command (bash -c) in the session's working directory and return its output \
+         (stdout and stderr together) and exit code. The working directory carries over between \
+         calls (`cd` works). Use background=true for servers, watchers and anything long-running: \
+         it returns a session_id at once; follow it with the process tool. A foreground command \
+         is killed after `timeout` seconds. Commands have no terminal and no stdin; never run \
+         interactive programs in the foreground."
     }
+
     fn parameters(&self) -> Value {
-        Value::Null
+        json!({
+            "type": "object",
+            "properties": {
+                "command": { "type": "string", "description": "The shell command to run." },
+                "timeout": {
+                    "type": "integer",
+                    "description": "Seconds before a foreground command is killed (default 180, at most 600)."
+                },
+                "workdir": {
+                    "type": "string",
+                    "description": "Directory to run in, instead of the current working directory."
+                },
+                "background": {
+                    "type": "boolean",
+                    "description": "Start as a background job and return its session_id at once."
+                }
+            },
+            "required": ["command"]
+        })
     }
+
     fn concurrency(&self) -> Concurrency {
         Concurrency::Sequential
     }
-    fn summary(&self, _args: &Value) -> String {
-        String::new()
+
+    fn summary(&self, args: &Value) -> String {
+        let command = arg_str(args, "command").unwrap_or("").trim();
+        let first = command.lines().next().unwrap_or("");
+        let mut s = if command.lines().nth(1).is_some() { format!("{first} …") } else { first.to_string() };
+        if arg_bool(args, "background") == Some(true) {
+            s.push_str("  (background)");
+        }
+        s
     }
-    async fn call(&self, _args: Value, _ctx: ToolCtx) -> ToolResult {
-        todo!()
+
+    async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
+        let Some(command) = arg_str(&args, "command").filter(|c| !c.trim().is_empty()) else {
+            return ToolResult::error("terminal needs a non-empty \"command\" string");
+        };
+        let background = arg_bool(&args, "background").unwrap_or(false);
+        let terminal = &ctx.config.terminal;
+        let timeout_s = arg_u64(&args, "timeout")
+            .unwrap_or(terminal.timeout_s)
+            .min(terminal.max_foreground_timeout_s.max(1))
+            .max(1);
+        let cwd = match arg_str(&args, "workdir").map(str::trim).filter(|w| !w.is_empty()) {
+            Some(w) => ctx.resolve(w),
+            None => ctx.cwd(),
+        };
+        if !cwd.is_dir() {
+            return ToolResult::error(format!(
+                "working directory {} does not exist or is not a directory",
+                cwd.display()
+            ));
+        }
+
+        let approval = match ctx.approvals.check_command(command, &ctx.signals.interrupt).await {
+            Verdict::Allowed { note } => note,
+            Verdict::Denied { reason } => {
+                let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
+                return ToolResult { value, ok: false, exit_code: None, status: Some("denied".into()) };
+            }
+        };
+        if ctx.signals.interrupt.is_cancelled() {
+            let value = json!({
+                "output": "[Command interrupted]",
+                "exit_code": 130,
+                "error": null,
+                "status": "interrupted",
+                "note": "The turn was interrupted before the command started; it did not run.",
+            });
+            return ToolResult { value, ok: false, exit_code: Some(130), status: Some("interrupted".into()) };
+        }
+
+        let spec = SpawnSpec {
+            command: command.to_string(),
+            cwd: cwd.clone(),
+            background,
+            session_id: ctx.session_id.clone(),
+            track_cwd: !background,
+            call_id: Some(ctx.call_id.clone()),
+        };
+        let spawned = match ctx.jobs.spawn(spec).await {
+            Ok(s) => s,
+            Err(e) => return ToolResult::error(e),
+        };
+        if background {
+            let mut value = json!({
+                "output": "Background process started",
+                "session_id": spawned.id,
+                "pid": spawned.pid,
+                "exit_code": null,
+                "error": null,
+            });
+            if let Some(note) = &approval {
+                value["approval"] = json!(note);
+            }
+            return ToolResult { value, ok: true, exit_code: None, status: Some("background".into()) };
+        }
+
+        let mut guard =
+            ForegroundGuard { jobs: ctx.jobs.clone(), id: spawned.id.clone(), pgid: spawned.pid as i32, armed: true };
+        let mut yield_rx = ctx.signals.yield_gen.clone();
+        let yield_start = *yield_rx.borrow_and_update();
+        let mut exit_rx = spawned.exit;
+
+        enum Ending {
+            Exited(ExitInfo),
+            Lost,
+            Interrupted,
+            TimedOut,
+            Yielded,
+        }
+        let ending = tokio::select! {
+            // An exit that races an interrupt wins: a command that exits 130 by itself is
+            // not labelled interrupted.
+            biased;
+            exit = &mut exit_rx => exit.map(Ending::Exited).unwrap_or(Ending::Lost),
+            _ = ctx.signals.interrupt.cancelled() => Ending::Interrupted,
+            _ = changed_from(&mut yield_rx, yield_start) => Ending::Yielded,
+            _ = tokio::time::sleep(Duration::from_secs(timeout_s)) => Ending::TimedOut,
+        };
+        let ending = match ending {
+            Ending::Yielded if !ctx.jobs.adopt(&spawned.id).await => {
+                // It finished just as the yield came: report the exit.
+                exit_rx.await.map(Ending::Exited).unwrap_or(Ending::Lost)
+            }
+            other => other,
+        };
+
+        let base = |output: String, exit_code: Option<i32>, cwd: &std::path::Path| {
+            let mut v =
+                json!({ "output": output, "exit_code": exit_code, "error": null, "cwd": cwd.display().to_string() });
+            if let Some(note) = &approval {
+                v["approval"] = json!(note);
+            }
+            v
+        };
+        match ending {
+            Ending::Exited(exit) => {
+                let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
+                let new_cwd = exit.cwd.clone().unwrap_or(cwd);
+                if let Ok(mut c) = ctx.cwd.lock() {
+                    *c = new_cwd.clone();
+                }
+                let code = exit.exit_code();
+                let mut value = base(output, Some(code), &new_cwd);
+                if exit.leftover {
+                    guard.armed = false;
+                    value["session_id"] = json!(spawned.id);
+                    value["pid"] = json!(spawned.pid);
+                    value["note"] = json!(format!(
+                        "The command exited, but processes it started are still running as background job {id}. \
+                         Use process(action='poll'|'log'|'kill', session_id='{id}') to follow or stop them.",
+                        id = spawned.id
+                    ));
+                } else {
+                    guard.armed = false;
+                    ctx.jobs.forget(&spawned.id).await;
+                }
+                ToolResult { value, ok: code == 0, exit_code: Some(code), status: None }
+            }
+            Ending::Lost => {
+                guard.armed = false;
+                let exit = ctx.jobs.kill(&spawned.id).await;
+                ctx.jobs.forget(&spawned.id).await;
+                let code = exit.map(|e| e.exit_code());
+                let mut value = base(String::new(), code, &cwd);
+                value["error"] = json!("lost track of the command's exit status");
+                ToolResult { value, ok: false, exit_code: code, status: Some("failed".into()) }
+            }
+            Ending::Interrupted => {
+                guard.armed = false;
+                ctx.jobs.kill(&spawned.id).await;
+                let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
+                ctx.jobs.forget(&spawned.id).await;
+                let marker = interrupted_marker(approval.as_deref());
+                let mut value = base(with_marker(output, marker), Some(130), &cwd);
+                value["status"] = json!("interrupted");
+                ToolResult { value, ok: false, exit_code: Some(130), status: Some("interrupted".into()) }
+            }
+            Ending::TimedOut => {
+                guard.armed = false;
+                ctx.jobs.kill(&spawned.id).await;
+                let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
+                ctx.jobs.forget(&spawned.id).await;
+                let marker = format!("[Command timed out after {timeout_s}s]");
+                let mut value = base(with_marker(output, &marker), Some(124), &cwd);
+                value["status"] = json!("timeout");
+                ToolResult { value, ok: false, exit_code: Some(124), status: Some("timeout".into()) }
+            }
+            Ending::Yielded => {
+                guard.armed = false;
+                let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
+                let value = json!({
+                    "status": "yielded_to_background",
+                    "session_id": spawned.id,
+                    "pid": spawned.pid,
+                    "output": output,
+                    "exit_code": null,
+                    "error": null,
+                    "note": YIELD_NOTE,
+                });
+                ToolResult { value, ok: true, exit_code: None, status: Some("yielded".into()) }
+            }
+        }
+    }
+}
+
+/// What an interrupted command's output ends with. A command the user approved and then
+/// interrupted says so, so the model does not read the kill as a refusal.
+fn interrupted_marker(approval: Option<&str>) -> &'static str {
+    if approval.is_some_and(|n| n.starts_with("approved by the user")) {
+        "[Command interrupted] (approved by the user, then interrupted)"
+    } else {
+        "[Command interrupted]"
+    }
+}
+
+fn with_marker(output: String, marker: &str) -> String {
+    if output.is_empty() {
+        marker.to_string()
+    } else if output.ends_with('\n') {
+        format!("{output}{marker}")
+    } else {
+        format!("{output}\n{marker}")
+    }
+}
+
+/// Kills the job's group when the tool call is dropped before the command ended or was
+/// yielded (the turn was aborted, the task panicked).
+struct ForegroundGuard {
+    jobs: JobsHandle,
+    id: String,
+    pgid: i32,
+    armed: bool,
+}
+
+impl Drop for ForegroundGuard {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let jobs = self.jobs.clone();
+                let id = std::mem::take(&mut self.id);
+                rt.spawn(async move {
+                    jobs.kill(&id).await;
+                    jobs.forget(&id).await;
+                });
+            }
+            Err(_) => {
+                group::signal_group(self.pgid, nix::sys::signal::Signal::SIGKILL);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn interrupted_output_names_a_user_approval() {
+        assert_eq!(interrupted_marker(None), "[Command interrupted]");
+        assert_eq!(interrupted_marker(Some("allowed by the approvals allowlist")), "[Command interrupted]");
+        assert_eq!(
+            interrupted_marker(Some("approved by the user for this session (recursive-delete)")),
+            "[Command interrupted] (approved by the user, then interrupted)"
+        );
+        assert_eq!(with_marker("out".into(), "[m]"), "out\n[m]");
+        assert_eq!(with_marker("out\n".into(), "[m]"), "out\n[m]");
+        assert_eq!(with_marker(String::new(), "[m]"), "[m]");
+    }
+
+    #[test]
+    fn summaries() {
+        assert_eq!(TerminalTool.summary(&json!({"command": "ls -la"})), "ls -la");
+        assert_eq!(TerminalTool.summary(&json!({"command": "a\nb", "background": true})), "a …  (background)");
     }
 }

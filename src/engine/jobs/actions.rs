@@ -1,0 +1,392 @@
+//! What the `process` tool and the UI can do with a job, and the JSON the model sees
+//! (DESIGN §4a).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use super::log::read_lines;
+use super::{Job, JobsHandle};
+use crate::engine::tools::{arg_str, arg_u64, ToolSignals};
+use crate::protocol::{Event, JobAction, JobId, JobStatus, NoticeLevel};
+
+/// Lines `process log` shows by default, and at most.
+const LOG_DEFAULT_LINES: u64 = 200;
+const LOG_MAX_LINES: u64 = 2000;
+/// Characters of output `poll` and `wait` show.
+const POLL_TAIL: usize = 1000;
+/// A write to a job that does not read its stdin gives up after this long.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+const ACTIONS: &str = "list, poll, log, wait, kill, write, close";
+
+/// A window of a job's log for the UI's log view (ANSI kept).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobLog {
+    pub id: JobId,
+    pub text: String,
+    pub first_line: u64,
+    pub total_lines: u64,
+    /// First and last line shown (0, 0 when nothing was shown).
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The notification text of DESIGN §4.
+pub fn notice_text(id: &str, status: &JobStatus, runtime: Duration, command: &str, tail: &str) -> String {
+    let command = crate::text::truncate_for_model(command, 300).replace('\n', " ");
+    let tail = tail.trim();
+    let tail = if tail.is_empty() { "(no output)" } else { tail };
+    let dur = format_duration(runtime);
+    match status {
+        JobStatus::Exited(code) => {
+            format!(
+                "[Background job {id} exited with code {code} after {dur}. Command: {command}. Output tail: {tail}]"
+            )
+        }
+        JobStatus::Killed => {
+            format!("[Background job {id} was killed after {dur}. Command: {command}. Output tail: {tail}]")
+        }
+        JobStatus::Running | JobStatus::Lost => {
+            format!("[Background job {id} was lost after {dur}. Command: {command}. Output tail: {tail}]")
+        }
+    }
+}
+
+/// `4.2s`, `3m 12s`, `2h 5m`.
+pub fn format_duration(d: Duration) -> String {
+    let secs = d.as_secs();
+    if secs < 60 {
+        format!("{:.1}s", d.as_secs_f64())
+    } else if secs < 3600 {
+        format!("{}m {}s", secs / 60, secs % 60)
+    } else {
+        format!("{}h {}m", secs / 3600, (secs % 3600) / 60)
+    }
+}
+
+/// Resolve when the watched counter differs from `start`; never when its sender is gone.
+pub async fn changed_from(rx: &mut watch::Receiver<u64>, start: u64) {
+    loop {
+        if *rx.borrow_and_update() != start {
+            return;
+        }
+        if rx.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+pub fn status_str(status: &JobStatus) -> &'static str {
+    match status {
+        JobStatus::Running => "running",
+        JobStatus::Exited(_) => "exited",
+        JobStatus::Killed => "killed",
+        JobStatus::Lost => "lost",
+    }
+}
+
+fn exit_code_value(status: &JobStatus) -> Value {
+    match status {
+        JobStatus::Exited(code) => json!(code),
+        JobStatus::Running | JobStatus::Killed | JobStatus::Lost => Value::Null,
+    }
+}
+
+fn runtime_s(job: &Job) -> f64 {
+    (job.runtime().as_secs_f64() * 10.0).round() / 10.0
+}
+
+fn not_found(id: &str) -> Value {
+    json!({
+        "status": "not_found",
+        "error": format!("No job with id {id}; process(action='list') shows the jobs there are"),
+    })
+}
+
+fn error(message: impl Into<String>) -> Value {
+    json!({ "error": message.into() })
+}
+
+impl JobsHandle {
+    /// The `process` tool's actions; returns the JSON shapes of DESIGN §4a. `wait` returns
+    /// early on an interrupt, a yield or a release (a user message).
+    pub async fn process_action(&self, args: &Value, signals: &ToolSignals, timeout_cap: Duration) -> Value {
+        let action = arg_str(args, "action").unwrap_or("").trim().to_ascii_lowercase();
+        if action == "list" {
+            return self.list_value();
+        }
+        if !["poll", "log", "wait", "kill", "write", "close"].contains(&action.as_str()) {
+            return error(format!("unknown action {action:?}; use one of {ACTIONS}"));
+        }
+        let Some(id) = arg_str(args, "session_id").map(str::trim).filter(|s| !s.is_empty()) else {
+            return error(format!(
+                "process {action} needs a session_id (a job id such as job_3; process(action='list') lists them)"
+            ));
+        };
+        let Some(job) = self.inner.get(id) else { return not_found(id) };
+        match action.as_str() {
+            "poll" => self.poll_value(&job),
+            "log" => self.log_value(&job, arg_u64(args, "offset"), arg_u64(args, "limit")),
+            "wait" => {
+                let asked = arg_u64(args, "timeout").map(Duration::from_secs).unwrap_or(Duration::from_secs(30));
+                self.wait_value(&job, asked.min(timeout_cap).max(Duration::from_secs(1)), signals).await
+            }
+            "kill" => self.kill_value(&job).await,
+            "write" => match arg_str(args, "data") {
+                Some(data) => match self.write_job(&job, data).await {
+                    Ok(()) => json!({ "status": "ok" }),
+                    Err(e) => error(e),
+                },
+                None => error("process write needs data (the text to send to the job's stdin)"),
+            },
+            "close" => match self.close_job(&job).await {
+                Ok(()) => json!({ "status": "ok" }),
+                Err(e) => error(e),
+            },
+            _ => error(format!("unknown action {action:?}; use one of {ACTIONS}")),
+        }
+    }
+
+    fn list_value(&self) -> Value {
+        let jobs: Vec<Value> = self
+            .inner
+            .all()
+            .iter()
+            .filter(|j| j.state().background)
+            .map(|job| {
+                let (status, last_line) = {
+                    let st = job.state();
+                    (st.status.clone(), st.output.last_line(200))
+                };
+                json!({
+                    "session_id": job.id,
+                    "command": job.command,
+                    "status": status_str(&status),
+                    "pid": job.pid,
+                    "exit_code": exit_code_value(&status),
+                    "runtime_s": runtime_s(job),
+                    "last_line": last_line,
+                })
+            })
+            .collect();
+        json!({ "jobs": jobs })
+    }
+
+    fn poll_value(&self, job: &Job) -> Value {
+        let (status, tail) = {
+            let st = job.state();
+            (st.status.clone(), st.output.clean_tail(POLL_TAIL))
+        };
+        if !status.is_running() {
+            self.inner.mark_seen(job);
+        }
+        json!({
+            "session_id": job.id,
+            "status": status_str(&status),
+            "exit_code": exit_code_value(&status),
+            "runtime_s": runtime_s(job),
+            "output_tail": tail,
+        })
+    }
+
+    fn log_value(&self, job: &Job, offset: Option<u64>, limit: Option<u64>) -> Value {
+        let log = self.job_log(job, offset, limit);
+        let max = self.inner.config.tool_output.max_chars;
+        let output = crate::text::truncate_for_model(&crate::text::strip_ansi(&log.text), max);
+        let showing = if log.to == 0 {
+            "no output yet".to_string()
+        } else {
+            format!("lines {}-{} of {}", log.from, log.to, log.total_lines)
+        };
+        json!({
+            "session_id": job.id,
+            "output": output,
+            "first_line": log.first_line,
+            "total_lines": log.total_lines,
+            "showing": showing,
+        })
+    }
+
+    fn job_log(&self, job: &Job, offset: Option<u64>, limit: Option<u64>) -> JobLog {
+        let (index, counted) = {
+            let st = job.state();
+            (st.log.clone(), st.output.total_lines())
+        };
+        let limit = limit.unwrap_or(LOG_DEFAULT_LINES).clamp(1, LOG_MAX_LINES) as usize;
+        let view = read_lines(&index, offset, limit);
+        JobLog {
+            id: job.id.clone(),
+            text: view.text,
+            first_line: view.first_line,
+            total_lines: counted.max(view.to),
+            from: view.from,
+            to: view.to,
+        }
+    }
+
+    async fn wait_value(&self, job: &Arc<Job>, within: Duration, signals: &ToolSignals) -> Value {
+        let mut done = job.done.subscribe();
+        let mut release = signals.release_gen.clone();
+        let release_start = *release.borrow_and_update();
+        let mut yielded = signals.yield_gen.clone();
+        let yield_start = *yielded.borrow_and_update();
+        let still_running = |status: &str, extra: (&str, Value)| {
+            let mut v = json!({
+                "status": status,
+                "process_running": true,
+                "session_id": job.id,
+                "runtime_s": runtime_s(job),
+                "output_tail": job.state().output.clean_tail(POLL_TAIL),
+            });
+            v[extra.0] = extra.1;
+            v
+        };
+        tokio::select! {
+            biased;
+            _ = done.wait_for(Option::is_some) => self.poll_value(job),
+            _ = signals.interrupt.cancelled() => still_running("interrupted", ("reason", json!("the user interrupted the turn"))),
+            _ = changed_from(&mut release, release_start) => still_running("released", ("reason", json!("user message"))),
+            _ = changed_from(&mut yielded, yield_start) => {
+                still_running("released", ("reason", json!("the user asked running tools to yield")))
+            }
+            _ = tokio::time::sleep(within) => still_running(
+                "timeout",
+                ("note", json!(format!("still running after waiting {}s", within.as_secs()))),
+            ),
+        }
+    }
+
+    async fn kill_value(&self, job: &Arc<Job>) -> Value {
+        let was_running = job.is_running();
+        // The model asked and reads the answer: no notification for this exit.
+        self.inner.mark_seen(job);
+        if was_running {
+            self.inner.kill_job(job).await;
+            self.inner.mark_seen(job);
+        }
+        let (status, tail) = {
+            let st = job.state();
+            (st.status.clone(), st.output.clean_tail(POLL_TAIL))
+        };
+        let label = if was_running && status == JobStatus::Killed { "killed" } else { "already_exited" };
+        json!({
+            "status": label,
+            "session_id": job.id,
+            "exit_code": exit_code_value(&status),
+            "runtime_s": runtime_s(job),
+            "output_tail": tail,
+        })
+    }
+
+    async fn write_job(&self, job: &Job, data: &str) -> Result<(), String> {
+        if !job.is_running() {
+            return Err(format!("{} has already exited; nothing reads its stdin", job.id));
+        }
+        let mut stdin = job.stdin.lock().await;
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(no_stdin(&job.id));
+        };
+        let write = async {
+            pipe.write_all(data.as_bytes()).await?;
+            pipe.flush().await
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => {
+                stdin.take();
+                Err(format!("writing to {} failed: {e} (it closed its stdin)", job.id))
+            }
+            Err(_) => Err(format!("{} is not reading its stdin (the write did not finish within 10s)", job.id)),
+        }
+    }
+
+    async fn close_job(&self, job: &Job) -> Result<(), String> {
+        let taken = job.stdin.lock().await.take();
+        match taken {
+            Some(_) => {
+                job.state().has_stdin = false;
+                Ok(())
+            }
+            None if job.is_running() => Err(no_stdin(&job.id)),
+            None => Err(format!("{} has already exited", job.id)),
+        }
+    }
+
+    /// A window of a job's log (ANSI kept) for the UI; None for an unknown id.
+    pub async fn log(&self, id: &str, offset: Option<u64>, limit: Option<u64>) -> Option<JobLog> {
+        let job = self.inner.get(id)?;
+        Some(self.job_log(&job, offset, limit))
+    }
+
+    /// Send text to a background job's stdin.
+    pub async fn write_stdin(&self, id: &str, data: &str) -> Result<(), String> {
+        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
+        self.write_job(&job, data).await
+    }
+
+    /// Close a background job's stdin (end of file for it).
+    pub async fn close_stdin(&self, id: &str) -> Result<(), String> {
+        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
+        self.close_job(&job).await
+    }
+
+    /// Perform a UI request (`Op::Job`) and answer with the event to show. A kill from
+    /// the UI is not seen by the model: it gets the usual notification.
+    pub async fn ui_action(&self, id: &str, action: JobAction) -> Event {
+        let Some(job) = self.inner.get(id) else {
+            return Event::notice(NoticeLevel::Warn, format!("No job with id {id}"));
+        };
+        match action {
+            JobAction::Poll => {
+                let st = job.state();
+                Event::JobUpdated { id: job.id.clone(), status: st.status.clone(), tail: st.output.tail().to_string() }
+            }
+            JobAction::Kill => {
+                self.inner.kill_job(&job).await;
+                Event::JobFinished { id: job.id.clone(), status: job.state().status.clone() }
+            }
+            JobAction::Write { data } => match self.write_job(&job, &data).await {
+                Ok(()) => Event::notice(NoticeLevel::Info, format!("sent {} bytes to {}", data.len(), job.id)),
+                Err(e) => Event::notice(NoticeLevel::Error, e),
+            },
+            JobAction::Close => match self.close_job(&job).await {
+                Ok(()) => Event::notice(NoticeLevel::Info, format!("closed the stdin of {}", job.id)),
+                Err(e) => Event::notice(NoticeLevel::Error, e),
+            },
+            JobAction::Log { offset, limit } => {
+                let log = self.job_log(&job, offset, limit);
+                Event::JobLog { id: log.id, text: log.text, first_line: log.first_line, total_lines: log.total_lines }
+            }
+        }
+    }
+}
+
+fn no_stdin(id: &str) -> String {
+    format!(
+        "{id} has no stdin: only jobs started with terminal(background=true) can be written to (a command moved to the background keeps none)"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(format_duration(Duration::from_millis(4200)), "4.2s");
+        assert_eq!(format_duration(Duration::from_secs(192)), "3m 12s");
+        assert_eq!(format_duration(Duration::from_secs(7500)), "2h 5m");
+    }
+
+    #[test]
+    fn notice_texts() {
+        let t = notice_text("job_3", &JobStatus::Exited(2), Duration::from_secs(5), "make", "oops\n");
+        assert_eq!(t, "[Background job job_3 exited with code 2 after 5.0s. Command: make. Output tail: oops]");
+        let t = notice_text("job_4", &JobStatus::Killed, Duration::from_secs(1), "sleep 9", "");
+        assert_eq!(t, "[Background job job_4 was killed after 1.0s. Command: sleep 9. Output tail: (no output)]");
+    }
+}

@@ -1,0 +1,336 @@
+//! A job's full output on disk, capped at `jobs.log_max_bytes` as two rotating segments:
+//! when the newer segment is full, the older one is deleted (that output is dropped) and
+//! a new one starts. Line numbers are absolute: a segment knows the number of its first
+//! line, and reading says where the kept log starts (`first_line`).
+
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+
+use super::output::{floor_char_boundary, memchr_count};
+
+/// Longest line `read_lines` returns whole; longer lines are cut (their rest is skipped).
+const LINE_CAP: usize = 4000;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Segment {
+    pub path: PathBuf,
+    /// Absolute (1-based) number of the line this segment starts in.
+    pub start_line: u64,
+    pub bytes: u64,
+    /// The segment starts in the middle of a line (a line longer than the room left).
+    pub mid_line: bool,
+}
+
+/// Where the kept log is; cheap to clone (at most two segments).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LogIndex {
+    pub segments: Vec<Segment>,
+    /// Bytes of output deleted by rotation.
+    pub dropped_bytes: u64,
+}
+
+impl LogIndex {
+    /// Absolute number of the first line of the kept log.
+    /// A partial first line (its start was dropped) is not shown.
+    pub fn first_line(&self) -> u64 {
+        self.segments.first().map(|s| s.start_line + u64::from(self.skips_partial_line())).unwrap_or(1)
+    }
+
+    fn skips_partial_line(&self) -> bool {
+        self.dropped_bytes > 0 && self.segments.first().is_some_and(|s| s.mid_line)
+    }
+
+    pub fn remove_files(&self) {
+        for seg in &self.segments {
+            let _ = std::fs::remove_file(&seg.path);
+        }
+    }
+}
+
+/// Appends decoded output to the segments. Owned by the job's reader task.
+#[derive(Debug)]
+pub struct LogWriter {
+    dir: PathBuf,
+    base: String,
+    segment_max: u64,
+    next_index: u64,
+    file: Option<File>,
+    newlines: u64,
+    at_line_start: bool,
+    index: LogIndex,
+    failed: bool,
+}
+
+impl LogWriter {
+    /// Segments are `<dir>/<base>.<n>.log`, each at most `max_bytes / 2`.
+    pub fn new(dir: &Path, base: &str, max_bytes: u64) -> LogWriter {
+        LogWriter {
+            dir: dir.to_path_buf(),
+            base: base.to_string(),
+            segment_max: (max_bytes / 2).max(1024),
+            next_index: 0,
+            file: None,
+            newlines: 0,
+            at_line_start: true,
+            index: LogIndex::default(),
+            failed: false,
+        }
+    }
+
+    pub fn index(&self) -> &LogIndex {
+        &self.index
+    }
+
+    pub fn write(&mut self, mut text: &str) {
+        while !text.is_empty() && !self.failed {
+            let used = self.index.segments.last().map(|s| s.bytes).unwrap_or(self.segment_max);
+            let room = self.segment_max.saturating_sub(used) as usize;
+            if room == 0 || self.file.is_none() {
+                self.rotate();
+                continue;
+            }
+            let piece = if text.len() <= room {
+                text
+            } else {
+                // Prefer to end a segment at a line end so segments start at line starts.
+                let fit = &text[..floor_char_boundary(text, room)];
+                match fit.rfind('\n') {
+                    Some(i) => &text[..=i],
+                    // Start the line in a fresh segment rather than split it.
+                    None if used > 0 => "",
+                    None if fit.is_empty() => &text[..text.chars().next().map_or(0, char::len_utf8)],
+                    None => fit,
+                }
+            };
+            if piece.is_empty() {
+                self.rotate();
+                continue;
+            }
+            self.append(piece);
+            text = &text[piece.len()..];
+        }
+    }
+
+    fn append(&mut self, piece: &str) {
+        let Some(file) = self.file.as_mut() else { return };
+        if let Err(e) = file.write_all(piece.as_bytes()) {
+            tracing::warn!(error = %e, base = %self.base, "cannot write the job log; output is kept in memory only");
+            self.failed = true;
+            return;
+        }
+        self.newlines += memchr_count(piece.as_bytes(), b'\n');
+        self.at_line_start = piece.ends_with('\n');
+        if let Some(seg) = self.index.segments.last_mut() {
+            seg.bytes += piece.len() as u64;
+        }
+    }
+
+    fn rotate(&mut self) {
+        if self.index.segments.len() >= 2 {
+            let old = self.index.segments.remove(0);
+            self.index.dropped_bytes += old.bytes;
+            let _ = std::fs::remove_file(&old.path);
+        }
+        let path = self.dir.join(format!("{}.{}.log", self.base, self.next_index));
+        self.next_index += 1;
+        match std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&path) {
+            Ok(file) => {
+                self.file = Some(file);
+                let mid_line = !self.at_line_start;
+                self.index.segments.push(Segment { path, start_line: self.newlines + 1, bytes: 0, mid_line });
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, path = %path.display(), "cannot create the job log");
+                self.file = None;
+                self.failed = true;
+            }
+        }
+    }
+}
+
+/// A window of the log, as `process log` shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogView {
+    pub text: String,
+    pub first_line: u64,
+    /// Numbers of the first and last line shown (0, 0 when nothing is shown).
+    pub from: u64,
+    pub to: u64,
+}
+
+/// The marker shown where rotation dropped output.
+pub fn dropped_marker(index: &LogIndex) -> String {
+    format!(
+        "[... {} bytes ({} lines) of earlier output were dropped; the log keeps only the most recent output ...]",
+        index.dropped_bytes,
+        index.first_line().saturating_sub(1)
+    )
+}
+
+/// Read lines from the kept log: from absolute line `offset` (1-based) when given, else
+/// the last `limit` lines. Lines longer than a few thousand characters are cut.
+pub fn read_lines(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView {
+    let first_line = index.first_line();
+    let limit = limit.max(1);
+    let mut lines: std::collections::VecDeque<(u64, String)> = std::collections::VecDeque::new();
+    let start = offset.map(|o| o.max(first_line));
+    let mut skip_partial = index.skips_partial_line();
+    let mut lineno = index.segments.first().map(|s| s.start_line).unwrap_or(1);
+    let mut current = String::new();
+    let mut cut = false;
+    let mut done = false;
+    let keep = |lineno: u64, line: String, lines: &mut std::collections::VecDeque<(u64, String)>| -> bool {
+        match start {
+            Some(s) if lineno < s => true,
+            Some(_) => {
+                lines.push_back((lineno, line));
+                lines.len() < limit
+            }
+            None => {
+                lines.push_back((lineno, line));
+                if lines.len() > limit {
+                    lines.pop_front();
+                }
+                true
+            }
+        }
+    };
+    let mut buf = vec![0u8; 64 * 1024];
+    'segments: for seg in &index.segments {
+        let Ok(file) = File::open(&seg.path) else { continue };
+        let mut reader = file.take(seg.bytes);
+        let mut carry: Vec<u8> = Vec::new();
+        loop {
+            let n = match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => n,
+            };
+            carry.extend_from_slice(&buf[..n]);
+            let mut from = 0;
+            while let Some(pos) = carry[from..].iter().position(|b| *b == b'\n') {
+                push_capped(&mut current, &mut cut, &carry[from..from + pos]);
+                let line = finish_line(&mut current, &mut cut);
+                if std::mem::take(&mut skip_partial) {
+                    lineno += 1;
+                    from += pos + 1;
+                    continue;
+                }
+                if !keep(lineno, line, &mut lines) {
+                    done = true;
+                    break 'segments;
+                }
+                lineno += 1;
+                from += pos + 1;
+            }
+            // The line goes on in the next read; keep a character split by the read.
+            let rest = carry.split_off(from);
+            let whole = match std::str::from_utf8(&rest) {
+                Err(e) if e.error_len().is_none() => e.valid_up_to(),
+                _ => rest.len(),
+            };
+            push_capped(&mut current, &mut cut, &rest[..whole]);
+            carry = rest[whole..].to_vec();
+        }
+    }
+    if !done && !current.is_empty() {
+        let line = finish_line(&mut current, &mut cut);
+        keep(lineno, line, &mut lines);
+    }
+
+    let (from, to) = match (lines.front(), lines.back()) {
+        (Some(f), Some(b)) => (f.0, b.0),
+        _ => (0, 0),
+    };
+    let mut text = String::new();
+    if index.dropped_bytes > 0 && from == first_line {
+        text.push_str(&dropped_marker(index));
+        text.push('\n');
+    }
+    for (i, (_, line)) in lines.iter().enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        text.push_str(line);
+    }
+    LogView { text, first_line, from, to }
+}
+
+fn push_capped(current: &mut String, cut: &mut bool, bytes: &[u8]) {
+    if *cut || bytes.is_empty() {
+        return;
+    }
+    let text = String::from_utf8_lossy(bytes);
+    let room = LINE_CAP.saturating_sub(current.len());
+    if text.len() <= room {
+        current.push_str(&text);
+    } else {
+        current.push_str(&text[..floor_char_boundary(&text, room)]);
+        *cut = true;
+    }
+}
+
+fn finish_line(current: &mut String, cut: &mut bool) -> String {
+    let mut line = std::mem::take(current);
+    if *cut {
+        line.push_str(" … [line cut]");
+        *cut = false;
+    }
+    line
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn small_log_reads_back_with_absolute_numbers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = LogWriter::new(dir.path(), "j", 1 << 20);
+        w.write("a\nb\n");
+        w.write("c");
+        let view = read_lines(w.index(), None, 2);
+        assert_eq!(view, LogView { text: "b\nc".into(), first_line: 1, from: 2, to: 3 });
+        let view = read_lines(w.index(), Some(1), 1);
+        assert_eq!(view.text, "a");
+    }
+
+    #[test]
+    fn rotation_drops_the_oldest_and_says_so() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = LogWriter::new(dir.path(), "j", 4096);
+        for i in 1..=1000 {
+            w.write(&format!("line {i}\n"));
+        }
+        let index = w.index().clone();
+        assert_eq!(index.segments.len(), 2);
+        assert!(index.dropped_bytes > 0);
+        let kept: u64 = index.segments.iter().map(|s| s.bytes).sum();
+        assert!(kept <= 4096, "{kept}");
+        let first = index.first_line();
+        assert!(first > 1);
+        let view = read_lines(&index, Some(first), 3);
+        assert!(view.text.starts_with("[... "), "{}", view.text);
+        assert!(
+            view.text.ends_with(&format!("line {}\nline {}\nline {}", first, first + 1, first + 2)),
+            "{}",
+            view.text
+        );
+        let last = read_lines(&index, None, 1);
+        assert_eq!(last.text, "line 1000");
+        assert_eq!((last.from, last.to), (1000, 1000));
+        let files = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(files, 2);
+    }
+
+    #[test]
+    fn a_line_without_newlines_is_cut_when_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut w = LogWriter::new(dir.path(), "j", 1 << 20);
+        w.write(&"é".repeat(10_000));
+        let view = read_lines(w.index(), None, 10);
+        assert!(view.text.ends_with("[line cut]"));
+        assert!(view.text.len() < LINE_CAP + 100);
+    }
+}
