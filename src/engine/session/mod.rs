@@ -19,7 +19,7 @@ use crate::engine::commands::{JobsCmd, SlashCommand, COMMANDS};
 use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
-use crate::engine::jobs::JobsHandle;
+use crate::engine::jobs::{JobsHandle, JobsOptions, ReaperMode};
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::store::Store;
 use crate::engine::tools::Registry;
@@ -138,7 +138,11 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         Some(s) => (s.id, s.title),
         None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
     };
-    let (jobs, job_done) = JobsHandle::start(&opts.paths, opts.config.clone(), events.clone());
+    let jobs_options = JobsOptions {
+        reaper: if opts.reaper { ReaperMode::CurrentExe } else { ReaperMode::Off },
+        sweep: true,
+    };
+    let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
     let approver =
@@ -526,41 +530,8 @@ impl Engine {
     }
 
     async fn job_action(&mut self, id: JobId, action: JobAction) {
-        let args = match &action {
-            JobAction::Poll => json!({"action": "poll", "session_id": id}),
-            JobAction::Kill => json!({"action": "kill", "session_id": id}),
-            JobAction::Write { data } => json!({"action": "write", "session_id": id, "data": data}),
-            JobAction::Close => json!({"action": "close", "session_id": id}),
-            JobAction::Log { offset, limit } => {
-                json!({"action": "log", "session_id": id, "offset": offset, "limit": limit.unwrap_or(2000)})
-            }
-        };
-        let (_, release) = tokio::sync::watch::channel(0u64);
-        let cap = Duration::from_secs(self.env.config.terminal.timeout_s);
-        let value = self.env.jobs.process_action(&args, release, cap).await;
-        if let Some(error) = value.get("error").and_then(|e| e.as_str()) {
-            self.notice(NoticeLevel::Error, format!("{id}: {error}"));
-            return;
-        }
-        match action {
-            JobAction::Log { .. } => self.events().send(Event::JobLog {
-                id,
-                text: value.get("output").and_then(|v| v.as_str()).unwrap_or("").to_string(),
-                first_line: value.get("first_line").and_then(|v| v.as_u64()).unwrap_or(1),
-                total_lines: value.get("total_lines").and_then(|v| v.as_u64()).unwrap_or(0),
-            }),
-            JobAction::Poll => {
-                let status = value.get("status").and_then(|v| v.as_str()).unwrap_or("?");
-                let tail = value.get("output_tail").and_then(|v| v.as_str()).unwrap_or("");
-                let last = tail.lines().last().unwrap_or("");
-                self.notice(NoticeLevel::Info, format!("{id}: {status} · {last}"));
-            }
-            JobAction::Kill => {
-                let status = value.get("status").and_then(|v| v.as_str()).unwrap_or("killed");
-                self.notice(NoticeLevel::Info, format!("{id}: {status}"));
-            }
-            JobAction::Write { .. } | JobAction::Close => {}
-        }
+        let event = self.env.jobs.ui_action(&id, action).await;
+        self.events().send(event);
     }
 
     async fn command(&mut self, command: SlashCommand) {
