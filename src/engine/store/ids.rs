@@ -61,8 +61,10 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// The first non-empty line of `text`, trimmed and cut to `max_chars` (with `…`).
+/// The first non-empty line of `text` without escape sequences, trimmed and cut to
+/// `max_chars` (with `…`).
 pub fn first_line(text: &str, max_chars: usize) -> String {
+    let text = crate::text::strip_ansi(text);
     let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     if line.chars().count() <= max_chars {
         return line.to_string();
@@ -108,6 +110,7 @@ mod tests {
     fn titles_are_the_first_line_cut_short() {
         assert_eq!(derive_title("\n  fix the build \nmore"), Some("fix the build".to_string()));
         assert_eq!(derive_title("   \n "), None);
+        assert_eq!(derive_title("\x1b[1mbold\x1b[0m move"), Some("bold move".to_string()));
         let long = "word ".repeat(30);
         let t = derive_title(&long).unwrap();
         assert_eq!(t.chars().count(), TITLE_MAX_CHARS);

@@ -60,9 +60,13 @@ CREATE TABLE input_history (
     created_at INTEGER NOT NULL
 );
 CREATE INDEX input_history_cwd ON input_history (cwd, id);
+-- The index covers active messages only; its content table is a view of exactly those
+-- rows, so FTS5's own 'rebuild' and 'integrity-check' agree with the triggers.
+CREATE VIEW messages_fts_source AS
+    SELECT id, content FROM messages WHERE active = 1 AND content IS NOT NULL;
 CREATE VIRTUAL TABLE messages_fts USING fts5 (
     content,
-    content = 'messages',
+    content = 'messages_fts_source',
     content_rowid = 'id',
     tokenize = 'porter unicode61 remove_diacritics 2'
 );
@@ -83,8 +87,7 @@ BEGIN
     INSERT INTO messages_fts (rowid, content)
         SELECT new.id, new.content WHERE new.active = 1 AND new.content IS NOT NULL;
 END;
-INSERT INTO messages_fts (rowid, content)
-    SELECT id, content FROM messages WHERE active = 1 AND content IS NOT NULL;
+INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
 ";
 
 /// The version recorded in the database; 0 for an empty database.
