@@ -108,7 +108,10 @@ async fn a_version_1_database_is_migrated_and_keeps_its_data() {
     let store = open(&home);
     let sid = "20250101-120000-abcd";
     let loaded = store.load_messages(sid).await.unwrap();
-    assert_eq!(contents(&loaded), vec![Some("list the files".to_string()), None, Some("Cargo.toml zeppelin.rs".into())]);
+    assert_eq!(
+        contents(&loaded),
+        vec![Some("list the files".to_string()), None, Some("Cargo.toml zeppelin.rs".into())]
+    );
     assert_eq!(loaded[1].tool_calls, vec![ToolCall::new("c1", "terminal", "{}")]);
     assert_eq!(loaded[2].tool_call_id.as_deref(), Some("c1"));
     assert_eq!(loaded[2].display_kind, None);
