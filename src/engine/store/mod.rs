@@ -1,11 +1,40 @@
-//! The session database (DESIGN §7). SKELETON — the store helper replaces the bodies;
-//! the signatures are the contract.
+//! The session database (DESIGN §7): `state.db` with sessions, messages, state_meta,
+//! per-directory input history and an FTS5 index over message text.
+//!
+//! One thread owns the SQLite connection; a cloneable [`Store`] sends it requests over a
+//! channel and awaits a oneshot reply, so no SQL ever runs on the UI thread. A request
+//! is queued when the method is *called* (not when its future is first polled), so
+//! writes happen in the order of the calls, and a write whose future is dropped still
+//! happens. Timestamps are Unix milliseconds.
 
-use std::path::Path;
+pub mod cli;
+mod ids;
+mod ops;
+mod schema;
 
+use std::fmt;
+use std::future::Future;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::panic::AssertUnwindSafe;
+use std::path::{Path, PathBuf};
+use std::sync::{mpsc, Arc};
+use std::time::Duration;
+
+use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
+use tokio::sync::oneshot;
 
 use crate::engine::llm::ToolCall;
+
+pub use ids::{derive_title, format_utc_minute, TITLE_MAX_CHARS};
+pub use ops::fts_query;
+pub use schema::SCHEMA_VERSION;
+
+/// Input history entries kept per working directory; older ones are dropped.
+pub const HISTORY_CAP_PER_CWD: usize = 1_000;
+
+/// How long a write waits for another process holding the database lock.
+const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A message row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -17,6 +46,8 @@ pub struct StoredMessage {
     pub tool_name: Option<String>,
     /// How the UI shows it when it is not plain: e.g. "oob" (delivered mid-turn),
     /// "heartbeat", "goal", "job_notice", "tool:<summary>", "compaction".
+    /// A user message without one is a turn the user typed: it starts an exchange
+    /// (/undo, /retry) and can give the session its title.
     pub display_kind: Option<String>,
 }
 
@@ -26,9 +57,13 @@ pub struct SessionSummary {
     pub title: Option<String>,
     pub model: String,
     pub cwd: String,
+    /// Unix milliseconds.
     pub started_at: i64,
+    /// Unix milliseconds: creation, the last message, /undo, or the end of the session.
     pub updated_at: i64,
+    /// Active messages.
     pub message_count: u64,
+    /// First line of the first typed user message ("" when there is none).
     pub first_line: String,
 }
 
@@ -37,6 +72,7 @@ pub struct SearchHit {
     pub session_id: String,
     pub title: Option<String>,
     pub role: String,
+    /// One line of the matching text; matches are marked `»like this«`.
     pub snippet: String,
 }
 
@@ -44,58 +80,302 @@ pub struct SearchHit {
 #[error("{0}")]
 pub struct StoreError(pub String);
 
-/// A cloneable handle; all SQL runs on one thread off the UI.
+impl From<rusqlite::Error> for StoreError {
+    fn from(e: rusqlite::Error) -> StoreError {
+        StoreError(format!("session database: {e}"))
+    }
+}
+
+type Request = Box<dyn FnOnce(&mut Connection) + Send>;
+
+/// A cloneable handle; all SQL runs on one thread off the UI. The thread ends (and the
+/// database is closed) when the last handle is dropped.
 #[derive(Clone)]
-pub struct Store {}
+pub struct Store {
+    requests: mpsc::Sender<Request>,
+    path: Arc<PathBuf>,
+}
+
+impl fmt::Debug for Store {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
 
 impl Store {
-    pub fn open(_path: &Path) -> Result<Store, StoreError> {
-        todo!()
+    /// Open (creating and migrating as needed) the database at `path`. Blocking: call it
+    /// at start-up, before the UI runs.
+    pub fn open(path: &Path) -> Result<Store, StoreError> {
+        check_test_guard(path)?;
+        create_private_file(path)?;
+        let mut conn = Connection::open(path).map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
+        configure(&conn).map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
+        schema::migrate(&mut conn).map_err(|e| StoreError(format!("{}: {e}", path.display())))?;
+
+        let (requests, inbox) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("talaria-store".into())
+            .spawn(move || serve(conn, inbox))
+            .map_err(|e| StoreError(format!("could not start the database thread: {e}")))?;
+        Ok(Store { requests, path: Arc::new(path.to_path_buf()) })
     }
-    pub async fn create_session(&self, _model: &str, _cwd: &str, _parent: Option<&str>) -> Result<String, StoreError> {
-        todo!()
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.path
     }
-    pub async fn append_message(&self, _session_id: &str, _msg: StoredMessage) -> Result<i64, StoreError> {
-        todo!()
+
+    /// Queue `f` for the store thread now; the returned future yields its result.
+    fn call<T, F>(&self, f: F) -> impl Future<Output = Result<T, StoreError>> + Send + 'static
+    where
+        T: Send + 'static,
+        F: FnOnce(&mut Connection) -> Result<T, StoreError> + Send + 'static,
+    {
+        let (reply, answer) = oneshot::channel();
+        let queued = self.requests.send(Box::new(move |conn: &mut Connection| {
+            let _ = reply.send(f(conn));
+        }));
+        async move {
+            if queued.is_err() {
+                return Err(StoreError("the database thread has stopped; restart talaria (see the log)".into()));
+            }
+            answer.await.map_err(|_| StoreError("a database request failed unexpectedly (see the log)".into()))?
+        }
     }
+
+    /// A new session; returns its id (e.g. `20261129-173000-3f2a`).
+    pub fn create_session(
+        &self,
+        model: &str,
+        cwd: &str,
+        parent: Option<&str>,
+    ) -> impl Future<Output = Result<String, StoreError>> + Send + 'static {
+        let (model, cwd, parent) = (model.to_string(), cwd.to_string(), parent.map(str::to_string));
+        self.call(move |c| ops::create_session(c, &model, &cwd, parent.as_deref()))
+    }
+
+    /// Record why and when a session ended (a later message clears it again).
+    pub fn end_session(
+        &self,
+        session_id: &str,
+        reason: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let (sid, reason) = (session_id.to_string(), reason.to_string());
+        self.call(move |c| ops::end_session(c, &sid, &reason))
+    }
+
+    /// Append a message at the end of the session; returns its row id. The first typed
+    /// user message gives an untitled session its title.
+    pub fn append_message(
+        &self,
+        session_id: &str,
+        msg: StoredMessage,
+    ) -> impl Future<Output = Result<i64, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::append_message(c, &sid, &msg))
+    }
+
     /// Active messages in order.
-    pub async fn load_messages(&self, _session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
-        todo!()
+    pub fn load_messages(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Vec<StoredMessage>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::load_messages(c, &sid))
     }
-    pub async fn session(&self, _id: &str) -> Result<Option<SessionSummary>, StoreError> {
-        todo!()
+
+    pub fn session(
+        &self,
+        id: &str,
+    ) -> impl Future<Output = Result<Option<SessionSummary>, StoreError>> + Send + 'static {
+        let id = id.to_string();
+        self.call(move |c| ops::session(c, &id))
     }
+
     /// By exact id, id prefix, or title (latest match).
-    pub async fn find_session(&self, _id_or_title: &str) -> Result<Option<SessionSummary>, StoreError> {
-        todo!()
+    pub fn find_session(
+        &self,
+        id_or_title: &str,
+    ) -> impl Future<Output = Result<Option<SessionSummary>, StoreError>> + Send + 'static {
+        let needle = id_or_title.to_string();
+        self.call(move |c| ops::find_session(c, &needle))
     }
-    pub async fn latest_in_cwd(&self, _cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
-        todo!()
+
+    /// The most recently updated session started in `cwd`.
+    pub fn latest_in_cwd(
+        &self,
+        cwd: &str,
+    ) -> impl Future<Output = Result<Option<SessionSummary>, StoreError>> + Send + 'static {
+        let cwd = cwd.to_string();
+        self.call(move |c| ops::latest_in_cwd(c, &cwd))
     }
-    pub async fn list_sessions(&self, _limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
-        todo!()
+
+    /// Most recently updated first.
+    pub fn list_sessions(
+        &self,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SessionSummary>, StoreError>> + Send + 'static {
+        self.call(move |c| ops::list_sessions(c, limit))
     }
-    pub async fn set_title(&self, _session_id: &str, _title: &str) -> Result<(), StoreError> {
-        todo!()
+
+    /// `/title`: replaces any title, derived or not. An empty title is an error.
+    pub fn set_title(
+        &self,
+        session_id: &str,
+        title: &str,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let (sid, title) = (session_id.to_string(), title.to_string());
+        self.call(move |c| ops::set_title(c, &sid, &title))
     }
-    pub async fn search(&self, _query: &str, _limit: usize) -> Result<Vec<SearchHit>, StoreError> {
-        todo!()
+
+    /// Full-text search over active messages of every session, best match first. The
+    /// query is taken as plain words (all required); punctuation cannot break it.
+    pub fn search(
+        &self,
+        query: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SearchHit>, StoreError>> + Send + 'static {
+        let query = query.to_string();
+        self.call(move |c| ops::search(c, &query, limit))
     }
+
     /// Mark the last `n` exchanges (a user message and everything after it) inactive.
     /// Returns the text of the earliest user message deactivated.
-    pub async fn deactivate_last_exchanges(&self, _session_id: &str, _n: usize) -> Result<Option<String>, StoreError> {
-        todo!()
+    pub fn deactivate_last_exchanges(
+        &self,
+        session_id: &str,
+        n: usize,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::deactivate_last_exchanges(c, &sid, n))
     }
-    pub async fn meta_get(&self, _key: &str) -> Result<Option<String>, StoreError> {
-        todo!()
+
+    pub fn meta_get(&self, key: &str) -> impl Future<Output = Result<Option<String>, StoreError>> + Send + 'static {
+        let key = key.to_string();
+        self.call(move |c| ops::meta_get(c, &key))
     }
-    pub async fn meta_set(&self, _key: &str, _value: &str) -> Result<(), StoreError> {
-        todo!()
+
+    pub fn meta_set(&self, key: &str, value: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let (key, value) = (key.to_string(), value.to_string());
+        self.call(move |c| ops::meta_set(c, &key, &value))
     }
-    pub async fn meta_delete(&self, _key: &str) -> Result<(), StoreError> {
-        todo!()
+
+    pub fn meta_delete(&self, key: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let key = key.to_string();
+        self.call(move |c| ops::meta_delete(c, &key))
     }
-    pub async fn add_usage(&self, _session_id: &str, _prompt: u64, _completion: u64) -> Result<(), StoreError> {
-        todo!()
+
+    pub fn add_usage(
+        &self,
+        session_id: &str,
+        prompt: u64,
+        completion: u64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::add_usage(c, &sid, prompt, completion))
     }
+
+    /// (prompt, completion) tokens so far; `None` for an unknown session.
+    pub fn session_usage(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Option<(u64, u64)>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::session_usage(c, &sid))
+    }
+
+    /// Replace the session's typed-but-undelivered messages (empty clears them).
+    /// Kept in state_meta under `pending:<session_id>`.
+    pub fn pending_set(
+        &self,
+        session_id: &str,
+        pending: Vec<String>,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::pending_set(c, &sid, &pending))
+    }
+
+    pub fn pending_get(
+        &self,
+        session_id: &str,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::pending_get(c, &sid))
+    }
+
+    /// Remember an input line for `cwd`. Blank lines and a repeat of the latest entry are
+    /// skipped; only the newest [`HISTORY_CAP_PER_CWD`] entries are kept.
+    pub fn history_push(&self, cwd: &str, text: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let (cwd, text) = (cwd.to_string(), text.to_string());
+        self.call(move |c| ops::history_push(c, &cwd, &text))
+    }
+
+    /// The newest `limit` entries for `cwd`, oldest first (the last one is what ↑ shows first).
+    pub fn history_list(
+        &self,
+        cwd: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<String>, StoreError>> + Send + 'static {
+        let cwd = cwd.to_string();
+        self.call(move |c| ops::history_list(c, &cwd, limit))
+    }
+
+    /// Resolves once every request queued before it has been carried out.
+    pub fn flush(&self) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        self.call(|_| Ok(()))
+    }
+}
+
+/// The store thread: one request at a time, in arrival order. A panic inside a request
+/// drops only that request's reply (its caller gets an error) and is logged.
+fn serve(mut conn: Connection, inbox: mpsc::Receiver<Request>) {
+    while let Ok(request) = inbox.recv() {
+        if std::panic::catch_unwind(AssertUnwindSafe(|| request(&mut conn))).is_err() {
+            tracing::error!("a session database request panicked; the database thread carries on");
+        }
+    }
+    tracing::debug!("session database closed");
+}
+
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(BUSY_TIMEOUT)?;
+    let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+    if !mode.eq_ignore_ascii_case("wal") {
+        tracing::warn!(mode, "the session database could not switch to WAL");
+    }
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(())
+}
+
+/// Create the database file with mode 0600 before SQLite opens it (SQLite gives the
+/// -wal and -shm files the same mode), and tighten an existing file that is looser.
+fn create_private_file(path: &Path) -> Result<(), StoreError> {
+    let fail = |what: &str, e: std::io::Error| StoreError(format!("{what} {}: {e}", path.display()));
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(parent)
+            .map_err(|e| fail("creating the directory for", e))?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| fail("creating", e))?;
+    let meta = file.metadata().map_err(|e| fail("reading", e))?;
+    if meta.permissions().mode() & 0o077 != 0 {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .map_err(|e| fail("making private (chmod 600)", e))?;
+    }
+    Ok(())
+}
+
+/// With the test guard set, refuse a database inside the real home directory.
+fn check_test_guard(path: &Path) -> Result<(), StoreError> {
+    let mut paths = crate::paths::Paths::under(Path::new("/"));
+    paths.state_db = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    paths.check_test_guard().map_err(|e| StoreError(e.to_string()))
 }

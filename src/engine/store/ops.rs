@@ -1,0 +1,365 @@
+//! The SQL behind each store request. Everything here runs on the store thread.
+
+use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
+
+use super::ids::{derive_title, first_line, now_ms, random_suffix, session_id_at};
+use super::{SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD};
+use crate::engine::llm::ToolCall;
+
+/// How long `first_line` in a summary may be.
+const FIRST_LINE_CHARS: usize = 80;
+
+/// A user message counts as the start of an exchange (for /undo, /retry, titles and
+/// first lines) only when the user typed it as a turn: heartbeat, goal, job-notice and
+/// mid-turn deliveries carry a display kind and belong to the exchange they fall in.
+const USER_TURN: &str = "role = 'user' AND display_kind IS NULL";
+
+pub fn create_session(conn: &Connection, model: &str, cwd: &str, parent: Option<&str>) -> Result<String, StoreError> {
+    let now = now_ms();
+    for _ in 0..16 {
+        let id = session_id_at(now, random_suffix());
+        let inserted = conn.execute(
+            "INSERT OR IGNORE INTO sessions (id, model, cwd, started_at, updated_at, parent_session_id)
+             VALUES (?1, ?2, ?3, ?4, ?4, ?5)",
+            params![id, model, cwd, now, parent],
+        )?;
+        if inserted == 1 {
+            return Ok(id);
+        }
+    }
+    Err(StoreError("could not find a free session id after 16 tries; try again".into()))
+}
+
+pub fn end_session(conn: &Connection, session_id: &str, reason: &str) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "UPDATE sessions SET ended_at = ?2, end_reason = ?3, updated_at = ?2 WHERE id = ?1",
+        params![session_id, now_ms(), reason],
+    )?;
+    require_session(n, session_id)
+}
+
+fn require_session(updated: usize, session_id: &str) -> Result<(), StoreError> {
+    if updated == 0 {
+        return Err(StoreError(format!("no session with id {session_id}")));
+    }
+    Ok(())
+}
+
+pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
+    let tool_calls = if msg.tool_calls.is_empty() {
+        None
+    } else {
+        Some(
+            serde_json::to_string(&msg.tool_calls)
+                .map_err(|e| StoreError(format!("could not encode tool calls: {e}")))?,
+        )
+    };
+    let now = now_ms();
+    // IMMEDIATE: another talaria on the same session must not take the same seq.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let touched = tx.execute(
+        "UPDATE sessions SET updated_at = ?2, ended_at = NULL, end_reason = NULL WHERE id = ?1",
+        params![session_id, now],
+    )?;
+    require_session(touched, session_id)?;
+    let seq: i64 =
+        tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?1", [session_id], |r| {
+            r.get(0)
+        })?;
+    tx.execute(
+        "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, tool_name, display_kind,
+                               created_at, active)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)",
+        params![
+            session_id,
+            seq,
+            msg.role,
+            msg.content,
+            tool_calls,
+            msg.tool_call_id,
+            msg.tool_name,
+            msg.display_kind,
+            now
+        ],
+    )?;
+    let id = tx.last_insert_rowid();
+    if msg.role == "user" && msg.display_kind.is_none() {
+        if let Some(title) = msg.content.as_deref().and_then(derive_title) {
+            tx.execute("UPDATE sessions SET title = ?2 WHERE id = ?1 AND title IS NULL", params![session_id, title])?;
+        }
+    }
+    tx.commit()?;
+    Ok(id)
+}
+
+pub fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind
+         FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map([session_id], |r| {
+        Ok((r.get::<_, String>(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
+    })?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (role, content, tool_calls, tool_call_id, tool_name, display_kind) = row?;
+        let tool_calls: Vec<ToolCall> = match tool_calls {
+            Some(json) => serde_json::from_str(&json).map_err(|e| {
+                StoreError(format!("session {session_id}: a stored message has unreadable tool calls ({e})"))
+            })?,
+            None => Vec::new(),
+        };
+        out.push(StoredMessage { role, content, tool_calls, tool_call_id, tool_name, display_kind });
+    }
+    Ok(out)
+}
+
+const SUMMARY_SELECT: &str = "
+SELECT s.id, s.title, s.model, s.cwd, s.started_at, s.updated_at,
+       (SELECT COUNT(*) FROM messages m WHERE m.session_id = s.id AND m.active = 1),
+       (SELECT m.content FROM messages m
+         WHERE m.session_id = s.id AND m.active = 1 AND m.role = 'user' AND m.display_kind IS NULL
+         ORDER BY m.seq LIMIT 1)
+FROM sessions s";
+
+fn summary(r: &Row<'_>) -> rusqlite::Result<SessionSummary> {
+    let first: Option<String> = r.get(7)?;
+    Ok(SessionSummary {
+        id: r.get(0)?,
+        title: r.get(1)?,
+        model: r.get(2)?,
+        cwd: r.get(3)?,
+        started_at: r.get(4)?,
+        updated_at: r.get(5)?,
+        message_count: r.get::<_, i64>(6)?.max(0) as u64,
+        first_line: first.map(|t| first_line(&t, FIRST_LINE_CHARS)).unwrap_or_default(),
+    })
+}
+
+fn one_summary(
+    conn: &Connection,
+    filter: &str,
+    param: &dyn rusqlite::ToSql,
+) -> Result<Option<SessionSummary>, StoreError> {
+    let sql = format!("{SUMMARY_SELECT} WHERE {filter} ORDER BY s.updated_at DESC, s.rowid DESC LIMIT 1");
+    Ok(conn.query_row(&sql, [param], summary).optional()?)
+}
+
+pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionSummary>, StoreError> {
+    one_summary(conn, "s.id = ?1", &id)
+}
+
+pub fn find_session(conn: &Connection, id_or_title: &str) -> Result<Option<SessionSummary>, StoreError> {
+    let needle = id_or_title.trim();
+    if needle.is_empty() {
+        return Ok(None);
+    }
+    if let Some(found) = session(conn, needle)? {
+        return Ok(Some(found));
+    }
+    if let Some(found) = one_summary(conn, "substr(s.id, 1, length(?1)) = ?1", &needle)? {
+        return Ok(Some(found));
+    }
+    one_summary(conn, "s.title = ?1 COLLATE NOCASE", &needle)
+}
+
+pub fn latest_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
+    one_summary(conn, "s.cwd = ?1", &cwd)
+}
+
+pub fn list_sessions(conn: &Connection, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
+    let sql = format!("{SUMMARY_SELECT} ORDER BY s.updated_at DESC, s.rowid DESC LIMIT ?1");
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map([limit.min(i64::MAX as usize) as i64], summary)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+pub fn set_title(conn: &Connection, session_id: &str, title: &str) -> Result<(), StoreError> {
+    let title = title.trim();
+    if title.is_empty() {
+        return Err(StoreError("a title cannot be empty".into()));
+    }
+    let n = conn.execute("UPDATE sessions SET title = ?2 WHERE id = ?1", params![session_id, title])?;
+    require_session(n, session_id)
+}
+
+/// User text as an FTS5 query: each word becomes a quoted phrase (so `-`, `"`, `(`,
+/// `*`, `AND`, `NEAR` are just text), all of them required. `None` when no word has
+/// a letter or digit in it.
+pub fn fts_query(input: &str) -> Option<String> {
+    let terms: Vec<String> = input
+        .split_whitespace()
+        .filter(|t| t.chars().any(char::is_alphanumeric))
+        .map(|t| format!("\"{}\"", t.replace('"', "\"\"")))
+        .collect();
+    (!terms.is_empty()).then(|| terms.join(" "))
+}
+
+pub fn search(conn: &Connection, query: &str, limit: usize) -> Result<Vec<SearchHit>, StoreError> {
+    let Some(fts) = fts_query(query) else {
+        return Ok(Vec::new());
+    };
+    let mut stmt = conn.prepare_cached(
+        "SELECT m.session_id, s.title, m.role, snippet(messages_fts, 0, '»', '«', '…', 16)
+         FROM messages_fts
+         JOIN messages m ON m.id = messages_fts.rowid
+         JOIN sessions s ON s.id = m.session_id
+         WHERE messages_fts MATCH ?1 AND m.active = 1
+         ORDER BY rank LIMIT ?2",
+    )?;
+    let rows = stmt.query_map(params![fts, limit.min(i64::MAX as usize) as i64], |r| {
+        Ok(SearchHit {
+            session_id: r.get(0)?,
+            title: r.get(1)?,
+            role: r.get(2)?,
+            snippet: one_line(&r.get::<_, String>(3)?),
+        })
+    })?;
+    rows.collect::<Result<_, _>>().map_err(|e| StoreError(format!("searching for {query:?}: {e}")))
+}
+
+/// Escape sequences removed and whitespace runs (newlines too) folded to one space.
+fn one_line(text: &str) -> String {
+    crate::text::strip_ansi(text).split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+pub fn deactivate_last_exchanges(
+    conn: &mut Connection,
+    session_id: &str,
+    n: usize,
+) -> Result<Option<String>, StoreError> {
+    if n == 0 {
+        return Ok(None);
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let earliest: Option<(i64, Option<String>)> = {
+        let sql = format!(
+            "SELECT seq, content FROM messages WHERE session_id = ?1 AND active = 1 AND {USER_TURN}
+             ORDER BY seq DESC LIMIT ?2"
+        );
+        let mut stmt = tx.prepare(&sql)?;
+        let rows = stmt.query_map(params![session_id, n.min(i64::MAX as usize) as i64], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, Option<String>>(1)?))
+        })?;
+        rows.collect::<Result<Vec<_>, _>>()?.pop()
+    };
+    let Some((seq, text)) = earliest else {
+        return Ok(None);
+    };
+    tx.execute(
+        "UPDATE messages SET active = 0 WHERE session_id = ?1 AND active = 1 AND seq >= ?2",
+        params![session_id, seq],
+    )?;
+    tx.execute("UPDATE sessions SET updated_at = ?2 WHERE id = ?1", params![session_id, now_ms()])?;
+    tx.commit()?;
+    Ok(Some(text.unwrap_or_default()))
+}
+
+pub fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
+    Ok(conn.query_row("SELECT value FROM state_meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
+}
+
+pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
+    conn.execute(
+        "INSERT INTO state_meta (key, value, updated_at) VALUES (?1, ?2, ?3)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
+        params![key, value, now_ms()],
+    )?;
+    Ok(())
+}
+
+pub fn meta_delete(conn: &Connection, key: &str) -> Result<(), StoreError> {
+    conn.execute("DELETE FROM state_meta WHERE key = ?1", [key])?;
+    Ok(())
+}
+
+fn pending_key(session_id: &str) -> String {
+    format!("pending:{session_id}")
+}
+
+pub fn pending_set(conn: &Connection, session_id: &str, pending: &[String]) -> Result<(), StoreError> {
+    if pending.is_empty() {
+        return meta_delete(conn, &pending_key(session_id));
+    }
+    let json = serde_json::to_string(pending).map_err(|e| StoreError(format!("encoding pending messages: {e}")))?;
+    meta_set(conn, &pending_key(session_id), &json)
+}
+
+pub fn pending_get(conn: &Connection, session_id: &str) -> Result<Vec<String>, StoreError> {
+    match meta_get(conn, &pending_key(session_id))? {
+        None => Ok(Vec::new()),
+        Some(json) => serde_json::from_str(&json).map_err(|e| {
+            StoreError(format!(
+                "the pending messages of session {session_id} are unreadable ({e}); state_meta key {}",
+                pending_key(session_id)
+            ))
+        }),
+    }
+}
+
+pub fn add_usage(conn: &Connection, session_id: &str, prompt: u64, completion: u64) -> Result<(), StoreError> {
+    let n = conn.execute(
+        "UPDATE sessions SET prompt_tokens = prompt_tokens + ?2, completion_tokens = completion_tokens + ?3
+         WHERE id = ?1",
+        params![session_id, prompt.min(i64::MAX as u64) as i64, completion.min(i64::MAX as u64) as i64],
+    )?;
+    require_session(n, session_id)
+}
+
+pub fn session_usage(conn: &Connection, session_id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+    let row: Option<(i64, i64)> = conn
+        .query_row("SELECT prompt_tokens, completion_tokens FROM sessions WHERE id = ?1", [session_id], |r| {
+            Ok((r.get(0)?, r.get(1)?))
+        })
+        .optional()?;
+    Ok(row.map(|(p, c)| (p.max(0) as u64, c.max(0) as u64)))
+}
+
+pub fn history_push(conn: &mut Connection, cwd: &str, text: &str) -> Result<(), StoreError> {
+    if text.trim().is_empty() {
+        return Ok(());
+    }
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let last: Option<String> = tx
+        .query_row("SELECT text FROM input_history WHERE cwd = ?1 ORDER BY id DESC LIMIT 1", [cwd], |r| r.get(0))
+        .optional()?;
+    if last.as_deref() == Some(text) {
+        return Ok(());
+    }
+    tx.execute("INSERT INTO input_history (cwd, text, created_at) VALUES (?1, ?2, ?3)", params![cwd, text, now_ms()])?;
+    tx.execute(
+        "DELETE FROM input_history WHERE cwd = ?1 AND id <= (
+            SELECT id FROM input_history WHERE cwd = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)",
+        params![cwd, HISTORY_CAP_PER_CWD as i64],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+pub fn history_list(conn: &Connection, cwd: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT text FROM (SELECT id, text FROM input_history WHERE cwd = ?1 ORDER BY id DESC LIMIT ?2)
+         ORDER BY id",
+    )?;
+    let rows = stmt.query_map(params![cwd, limit.min(i64::MAX as usize) as i64], |r| r.get(0))?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn user_text_becomes_quoted_phrases() {
+        assert_eq!(fts_query("cargo test"), Some("\"cargo\" \"test\"".to_string()));
+        assert_eq!(fts_query("foo\"bar"), Some("\"foo\"\"bar\"".to_string()));
+        assert_eq!(fts_query("a-b"), Some("\"a-b\"".to_string()));
+        assert_eq!(fts_query("( ) * \" -"), None);
+        assert_eq!(fts_query("   "), None);
+    }
+
+    #[test]
+    fn snippets_are_one_clean_line() {
+        assert_eq!(one_line("a\n\n  b\x1b[31m c\x1b[0m\td"), "a b c d");
+    }
+}
