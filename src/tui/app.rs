@@ -295,7 +295,8 @@ impl App {
     }
 
     fn reset_input(&mut self, text: String) {
-        let lines: Vec<String> = if text.is_empty() { vec![String::new()] } else { text.split('\n').map(String::from).collect() };
+        let lines: Vec<String> =
+            if text.is_empty() { vec![String::new()] } else { text.split('\n').map(String::from).collect() };
         let mut input = TextArea::new(lines);
         input.set_cursor_line_style(Style::default());
         input.set_placeholder_text("Message Talaria · Enter send · ? help");
@@ -308,8 +309,10 @@ impl App {
     }
 
     fn sync_input_style(&mut self) {
-        let typing = self.focus == Focus::Input && self.modal.is_none() && self.approvals.is_empty() && self.log_view.is_none();
-        let style = if typing { Style::default().add_modifier(ratatui::style::Modifier::REVERSED) } else { Style::default() };
+        let typing =
+            self.focus == Focus::Input && self.modal.is_none() && self.approvals.is_empty() && self.log_view.is_none();
+        let style =
+            if typing { Style::default().add_modifier(ratatui::style::Modifier::REVERSED) } else { Style::default() };
         if self.input.cursor_style() != style {
             self.input.set_cursor_style(style);
         }
@@ -407,7 +410,9 @@ impl App {
     fn notify(&mut self, text: &str) {
         self.notification = match self.notify_mode {
             NotifyMode::Bell => Some("\x07".to_string()),
-            NotifyMode::Osc9 => Some(format!("\x1b]9;{}\x07", crate::text::strip_ansi(text).replace(['\x07', '\n'], " "))),
+            NotifyMode::Osc9 => {
+                Some(format!("\x1b]9;{}\x07", crate::text::strip_ansi(text).replace(['\x07', '\n'], " ")))
+            }
             NotifyMode::Off => None,
         };
     }

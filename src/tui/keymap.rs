@@ -23,8 +23,15 @@ pub enum Context {
 }
 
 impl Context {
-    pub const ALL: [Context; 7] =
-        [Context::Global, Context::Input, Context::Panes, Context::Log, Context::Approval, Context::Help, Context::Confirm];
+    pub const ALL: [Context; 7] = [
+        Context::Global,
+        Context::Input,
+        Context::Panes,
+        Context::Log,
+        Context::Approval,
+        Context::Help,
+        Context::Confirm,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -180,7 +187,11 @@ impl KeyChord {
             // Shift is already in the character itself.
             KeyCode::Char(c) => {
                 mods.remove(KeyModifiers::SHIFT);
-                if mods.contains(KeyModifiers::CONTROL) { KeyCode::Char(c.to_ascii_lowercase()) } else { KeyCode::Char(c) }
+                if mods.contains(KeyModifiers::CONTROL) {
+                    KeyCode::Char(c.to_ascii_lowercase())
+                } else {
+                    KeyCode::Char(c)
+                }
             }
             KeyCode::BackTab => {
                 mods.remove(KeyModifiers::SHIFT);
@@ -203,8 +214,7 @@ impl KeyChord {
         }
         let mut mods = KeyModifiers::NONE;
         let mut rest = lower;
-        loop {
-            let Some((head, tail)) = rest.split_once('+') else { break };
+        while let Some((head, tail)) = rest.split_once('+') {
             if tail.is_empty() {
                 break; // "ctrl++" or "+": the key is '+'
             }

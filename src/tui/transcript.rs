@@ -460,7 +460,9 @@ impl Transcript {
 
     /// Whether any tool cell still runs (for the spinner tick).
     pub fn has_running_tool(&self) -> bool {
-        self.tools.values().any(|&i| matches!(self.cells.get(i), Some(Cell { body: CellBody::Tool { outcome: None, .. }, .. })))
+        self.tools
+            .values()
+            .any(|&i| matches!(self.cells.get(i), Some(Cell { body: CellBody::Tool { outcome: None, .. }, .. })))
     }
 
     /// Mark every tool cell that never got a result as ended (the turn is over).

@@ -144,7 +144,16 @@ impl Row {
         self.spans.push(Span::styled(text.to_string(), style));
     }
 
-    fn finish(self) -> Line<'static> {
+    fn finish(mut self) -> Line<'static> {
+        // A row never ends in the space it broke at.
+        if self.spans.len() > usize::from(self.indent > 0) {
+            if let Some(last) = self.spans.last_mut() {
+                let trimmed = last.content.trim_end_matches(' ').len();
+                if trimmed < last.content.len() {
+                    last.content.to_mut().truncate(trimmed);
+                }
+            }
+        }
         Line::from(self.spans)
     }
 }

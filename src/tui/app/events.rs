@@ -182,7 +182,8 @@ impl App {
                 if outcome != TurnOutcome::Completed {
                     self.transcript.push(CellBody::TurnEnd { outcome });
                 }
-                let long = self.turn_started.is_some_and(|t| self.now.saturating_duration_since(t) >= self.notify_after);
+                let long =
+                    self.turn_started.is_some_and(|t| self.now.saturating_duration_since(t) >= self.notify_after);
                 if long {
                     self.notify(&format!("turn {}", outcome.as_str()));
                 }

@@ -152,7 +152,9 @@ impl App {
                 (Some(Modal::Help { scroll }), Action::LineUp) => {
                     self.modal = Some(Modal::Help { scroll: scroll.saturating_sub(1) })
                 }
-                (Some(Modal::Help { scroll }), Action::LineDown) => self.modal = Some(Modal::Help { scroll: scroll + 1 }),
+                (Some(Modal::Help { scroll }), Action::LineDown) => {
+                    self.modal = Some(Modal::Help { scroll: scroll + 1 })
+                }
                 (Some(Modal::Help { scroll }), Action::PageUp) => {
                     self.modal = Some(Modal::Help { scroll: scroll.saturating_sub(page) })
                 }
@@ -443,9 +445,9 @@ mod tests {
 
     use super::*;
     use crate::config::Config;
-    use crate::tui::app::DOUBLE_CTRL_C;
     use crate::protocol::{Event, JobInfo, JobStatus, TurnTrigger};
     use crate::tui::app::AppEvent;
+    use crate::tui::app::DOUBLE_CTRL_C;
     use crate::tui::keymap::Keymap;
     use crate::tui::theme::Theme;
 
@@ -485,11 +487,17 @@ mod tests {
     fn enter_sends_with_the_configured_mode_even_while_busy() {
         let mut app = app();
         type_text(&mut app, "hello");
-        assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![Op::Submit { text: "hello".into(), mode: None }]);
+        assert_eq!(
+            key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
+            vec![Op::Submit { text: "hello".into(), mode: None }]
+        );
         assert!(app.input_is_empty());
         busy(&mut app);
         type_text(&mut app, "more");
-        assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![Op::Submit { text: "more".into(), mode: None }]);
+        assert_eq!(
+            key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
+            vec![Op::Submit { text: "more".into(), mode: None }]
+        );
     }
 
     #[test]
@@ -559,7 +567,9 @@ mod tests {
         assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![]);
         assert_eq!(app.input_text(), "/frobnicate", "a bad command stays in the input to fix");
         let last = app.transcript.cells().last().map(|c| c.body.clone());
-        assert!(matches!(last, Some(CellBody::Notice { level: NoticeLevel::Error, text }) if text.contains("unknown command")));
+        assert!(
+            matches!(last, Some(CellBody::Notice { level: NoticeLevel::Error, text }) if text.contains("unknown command"))
+        );
         app.reset_input(String::new());
         type_text(&mut app, "/help");
         key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
@@ -625,7 +635,11 @@ mod tests {
     fn approvals_queue_and_answer_in_order() {
         let mut app = app();
         for id in [7, 8] {
-            app.update(AppEvent::Engine(Event::ApprovalNeeded { id, command: "rm -rf build".into(), reason: "recursive delete".into() }));
+            app.update(AppEvent::Engine(Event::ApprovalNeeded {
+                id,
+                command: "rm -rf build".into(),
+                reason: "recursive delete".into(),
+            }));
         }
         assert_eq!(key(&mut app, KeyCode::Char('o'), KeyModifiers::NONE), vec![], "not armed yet");
         app.now += APPROVAL_ARM;
@@ -663,7 +677,10 @@ mod tests {
             vec![Op::Job { id: "job_3".into(), action: JobAction::Write { data: "yes\n".into() } }]
         );
         let ops = key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
-        assert_eq!(ops, vec![Op::Job { id: "job_3".into(), action: JobAction::Log { offset: None, limit: Some(LOG_LIMIT) } }]);
+        assert_eq!(
+            ops,
+            vec![Op::Job { id: "job_3".into(), action: JobAction::Log { offset: None, limit: Some(LOG_LIMIT) } }]
+        );
         app.update(AppEvent::Engine(Event::JobLog {
             id: "job_3".into(),
             text: "\x1b[32mok\x1b[0m\n\x1b]52;c;eA==\x07done".into(),

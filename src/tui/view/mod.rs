@@ -112,7 +112,7 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
         .take(PENDING_MAX_LINES)
         .map(|p| {
             let first = super::sanitize::display_text(p).lines().next().unwrap_or("").to_string();
-            truncate_spans(vec![Span::styled("  ⏳ pending: ", dim), Span::styled(first, dim)], width)
+            truncate_spans(vec![Span::styled("  ◌ pending: ", dim), Span::styled(first, dim)], width)
         })
         .collect();
     if app.pending.len() > PENDING_MAX_LINES {

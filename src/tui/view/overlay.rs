@@ -41,7 +41,11 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
             if app.busy {
                 what.push("a turn is in progress".to_string());
             }
-            let question = format!("{}. Kill {} and quit?", capitalise(&what.join(" and ")), if jobs > 0 { "the jobs" } else { "it" });
+            let question = format!(
+                "{}. Kill {} and quit?",
+                capitalise(&what.join(" and ")),
+                if jobs > 0 { "the jobs" } else { "it" }
+            );
             let answer = format!(
                 "[{}] kill and quit (default)   [{}] cancel",
                 keys_of(app, Context::Confirm, Action::Yes),
@@ -50,13 +54,20 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
             draw_question(frame, area, app, " Quit? ".into(), vec![question, String::new(), answer]);
         }
         Some(Modal::KillConfirm { id }) => {
-            let command = app.jobs.iter().find(|j| &j.info.id == id).map(|j| j.info.command.clone()).unwrap_or_default();
+            let command =
+                app.jobs.iter().find(|j| &j.info.id == id).map(|j| j.info.command.clone()).unwrap_or_default();
             let answer = format!(
                 "[{}] kill   [{}] cancel",
                 keys_of(app, Context::Confirm, Action::Yes),
                 keys_of(app, Context::Confirm, Action::No)
             );
-            draw_question(frame, area, app, format!(" Kill {id}? "), vec![format!("$ {command}"), String::new(), answer]);
+            draw_question(
+                frame,
+                area,
+                app,
+                format!(" Kill {id}? "),
+                vec![format!("$ {command}"), String::new(), answer],
+            );
         }
         Some(Modal::WritePrompt { id, text }) => {
             let lines = vec![
@@ -85,7 +96,8 @@ fn capitalise(s: &str) -> String {
 fn draw_question(frame: &mut Frame<'_>, area: Rect, app: &App, title: String, lines: Vec<String>) {
     let inner_w = lines.iter().map(|l| str_width(l)).max().unwrap_or(20).max(str_width(&title)) as u16 + 4;
     let width = inner_w.clamp(30, 90);
-    let wrapped: usize = lines.iter().map(|l| wrap_line(&RLine::plain(l.clone(), Style::default()), width - 4).len()).sum();
+    let wrapped: usize =
+        lines.iter().map(|l| wrap_line(&RLine::plain(l.clone(), Style::default()), width - 4).len()).sum();
     let rect = centered(area, width, u16::try_from(wrapped).unwrap_or(10) + 2);
     frame.render_widget(Clear, rect);
     let block = modal_block(app, title);
@@ -96,7 +108,13 @@ fn draw_question(frame: &mut Frame<'_>, area: Rect, app: &App, title: String, li
     );
 }
 
-fn draw_approval(frame: &mut Frame<'_>, area: Rect, app: &App, approval: &crate::tui::app::PendingApproval, queued: usize) {
+fn draw_approval(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    app: &App,
+    approval: &crate::tui::app::PendingApproval,
+    queued: usize,
+) {
     let width = area.width.saturating_sub(4).min(90);
     let inner_w = width.saturating_sub(4);
     let command_style = Style::default().fg(app.theme.notice_warn).add_modifier(Modifier::BOLD);
@@ -109,7 +127,10 @@ fn draw_approval(frame: &mut Frame<'_>, area: Rect, app: &App, approval: &crate:
     lines.push(Line::default());
     let choice = |action: Action, label: &str| -> Vec<Span<'static>> {
         vec![
-            Span::styled(format!("[{}]", keys_of(app, Context::Approval, action)), Style::default().add_modifier(Modifier::BOLD)),
+            Span::styled(
+                format!("[{}]", keys_of(app, Context::Approval, action)),
+                Style::default().add_modifier(Modifier::BOLD),
+            ),
             Span::raw(format!(" {label}  ")),
         ]
     };
@@ -134,6 +155,15 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
     let heading = Style::default().fg(app.theme.heading).add_modifier(Modifier::BOLD);
     let key_style = Style::default().add_modifier(Modifier::BOLD);
     let dim = Style::default().fg(app.theme.dim);
+    let key_text = |keys: &[crate::tui::keymap::KeyChord]| -> String {
+        let text = keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(" / ");
+        if text.is_empty() {
+            "(unbound)".to_string()
+        } else {
+            text
+        }
+    };
+    let col = app.keymap.bindings().iter().map(|b| str_width(&key_text(&b.keys))).max().unwrap_or(10) + 2;
     let mut lines = Vec::new();
     for context in Context::ALL {
         let bindings: Vec<_> = app.keymap.bindings().iter().filter(|b| b.context == context).collect();
@@ -145,9 +175,12 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         }
         lines.push(Line::from(Span::styled(context.title().to_string(), heading)));
         for b in bindings {
-            let keys = b.keys.iter().map(|k| k.to_string()).collect::<Vec<_>>().join(" / ");
-            let keys = if keys.is_empty() { "(unbound)".to_string() } else { keys };
-            lines.push(Line::from(vec![Span::styled(format!("  {keys:<24}"), key_style), Span::styled(b.help, dim)]));
+            let keys = key_text(&b.keys);
+            let pad = col.saturating_sub(str_width(&keys));
+            lines.push(Line::from(vec![
+                Span::styled(format!("  {keys}{}", " ".repeat(pad)), key_style),
+                Span::styled(b.help, dim),
+            ]));
         }
     }
     lines.push(Line::default());
@@ -191,7 +224,11 @@ pub fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
     };
     let shown_lines = view.lines.len() as u64;
     let range = if shown_lines == 0 {
-        if view.inflight { "loading…".to_string() } else { "no output".to_string() }
+        if view.inflight {
+            "loading…".to_string()
+        } else {
+            "no output".to_string()
+        }
     } else {
         let first = view.first_line.max(1);
         format!("lines {}–{} of {}", first, first + shown_lines - 1, view.total_lines.max(shown_lines))

@@ -14,7 +14,10 @@ use crate::tui::wrap::truncate_spans;
 fn pane_block(app: &App, title: String, focused: bool) -> Block<'static> {
     let color = if focused { app.theme.border_focus } else { app.theme.border };
     let title_style = if focused { Style::default().fg(color).add_modifier(Modifier::BOLD) } else { Style::default() };
-    Block::default().borders(Borders::ALL).border_style(Style::default().fg(color)).title(Span::styled(title, title_style))
+    Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(color))
+        .title(Span::styled(title, title_style))
 }
 
 /// Rows of `items` (each `per` rows high) that keep `selected` in view.

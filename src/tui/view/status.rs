@@ -38,7 +38,11 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let (state, active) = state(app);
     let mut left: Vec<Span<'static>> = vec![Span::styled(
         format!(" {state}"),
-        Style::default().fg(app.theme.status_state).add_modifier(if active { Modifier::BOLD } else { Modifier::empty() }),
+        Style::default().fg(app.theme.status_state).add_modifier(if active {
+            Modifier::BOLD
+        } else {
+            Modifier::empty()
+        }),
     )];
     if app.status.paused {
         left.push(Span::raw(" "));
@@ -64,10 +68,6 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(pct) = app.status.context_pct {
         facts.push(format!("ctx {pct}%"));
     }
-    for fact in facts {
-        left.push(sep.clone());
-        left.push(Span::styled(fact.replace('\n', " "), fg));
-    }
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);
         format!("press {key} again to quit ")
@@ -78,8 +78,18 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
         format!("{stop} stop · {bg} background · {help} help ")
     };
     let width = usize::from(area.width);
-    let left_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
     let hints_w = str_width(&hints);
+    let fixed_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
+    // The key hints matter more than the facts: drop facts from the end to make room.
+    let fact_w = |f: &String| 3 + str_width(f);
+    while !facts.is_empty() && fixed_w + facts.iter().map(fact_w).sum::<usize>() + 2 + hints_w > width {
+        facts.pop();
+    }
+    for fact in facts {
+        left.push(sep.clone());
+        left.push(Span::styled(fact.replace('\n', " "), fg));
+    }
+    let left_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
     let line = if left_w + 2 + hints_w <= width {
         let mut spans = left;
         spans.push(Span::raw(" ".repeat(width - left_w - hints_w)));

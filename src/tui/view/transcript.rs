@@ -43,7 +43,8 @@ fn draw_banner(frame: &mut Frame<'_>, area: Rect, app: &App) {
         lines.extend(display_text(banner).lines().map(|l| Line::from(Span::styled(l.to_string(), style))));
         lines.push(Line::default());
     }
-    let hint = "Type a message and press Enter. While it works, keep typing: Enter redirects, Tab queues. ? shows every key.";
+    let hint =
+        "Type a message and press Enter. While it works, keep typing: Enter redirects, Tab queues. ? shows every key.";
     lines.push(Line::from(Span::styled(hint, Style::default().fg(app.theme.dim))));
     frame.render_widget(Paragraph::new(lines).wrap(Wrap { trim: false }), area);
 }
