@@ -72,7 +72,12 @@ enum SessionsAction {
         limit: usize,
     },
     /// Full-text search over every message.
-    Search { query: Vec<String> },
+    Search {
+        #[arg(long, default_value_t = 20)]
+        limit: usize,
+        #[arg(required = true)]
+        query: Vec<String>,
+    },
 }
 
 fn main() {
@@ -130,8 +135,8 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             let text = match action {
                 None => talaria::engine::store::cli::cli_list(&store, 20).await?,
                 Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(&store, limit).await?,
-                Some(SessionsAction::Search { query }) => {
-                    talaria::engine::store::cli::cli_search(&store, &query.join(" ")).await?
+                Some(SessionsAction::Search { limit, query }) => {
+                    talaria::engine::store::cli::cli_search(&store, &query.join(" "), limit).await?
                 }
             };
             print!("{text}");

@@ -1,0 +1,427 @@
+//! The TUI's state as plain data, and `update(AppEvent) -> Vec<Op>`: every decision the
+//! front end makes, with no I/O, so it is tested without a terminal or an engine.
+
+mod events;
+mod keys;
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyEvent, MouseEvent, MouseEventKind};
+use ratatui::layout::Rect;
+use ratatui::style::Style;
+use ratatui::text::Line;
+use ratatui_textarea::TextArea;
+
+use super::keymap::Keymap;
+use super::theme::Theme;
+use super::transcript::{Slice, Transcript};
+use crate::config::{Config, NotifyMode};
+use crate::protocol::{BusyMode, Event, JobId, JobInfo, Op, StatusInfo, TurnOutcome};
+
+/// A second Ctrl+C within this window quits.
+pub const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
+/// Keys typed this soon after an approval appears are ignored (they were meant for the input).
+pub const APPROVAL_ARM: Duration = Duration::from_millis(300);
+/// Lines of a job log requested at once.
+pub const LOG_LIMIT: u64 = 2_000;
+/// Output kept per running tool for its log view.
+const TOOL_OUTPUT_MAX: usize = 64 * 1024;
+/// Job rows kept in the pane; finished jobs go first.
+const JOB_ROWS_MAX: usize = 64;
+/// Messages kept for ↑/↓ recall.
+const HISTORY_MAX: usize = 500;
+/// Rows the mouse wheel scrolls.
+const WHEEL_ROWS: usize = 3;
+
+/// Everything the TUI reacts to.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AppEvent {
+    Key(KeyEvent),
+    Paste(String),
+    Mouse(MouseEvent),
+    Resize(u16, u16),
+    Engine(Event),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Focus {
+    Input,
+    Jobs,
+    Tools,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunningTool {
+    pub call_id: String,
+    pub name: String,
+    pub summary: String,
+    pub started: Instant,
+    pub last_line: String,
+    /// The tail of its output (capped), for the log view.
+    pub output: String,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRow {
+    pub info: JobInfo,
+    /// Wall-clock time (unix ms) the UI learnt the job ended; freezes its runtime.
+    pub finished_at_ms: Option<u64>,
+}
+
+impl JobRow {
+    pub fn runtime_ms(&self, wall_ms: u64) -> u64 {
+        self.finished_at_ms.unwrap_or(wall_ms).saturating_sub(self.info.started_at_ms)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogSource {
+    Job(JobId),
+    Tool(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogView {
+    pub source: LogSource,
+    pub lines: Vec<Line<'static>>,
+    pub first_line: u64,
+    pub total_lines: u64,
+    /// Keep the newest line in view and refresh as output arrives.
+    pub follow: bool,
+    /// Logical lines between the bottom of the view and the last line.
+    pub scroll: usize,
+    /// A log request is on its way (don't ask again until it answers).
+    pub inflight: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum Modal {
+    Help { scroll: usize },
+    QuitConfirm,
+    KillConfirm { id: JobId },
+    WritePrompt { id: JobId, text: String },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingApproval {
+    pub id: u64,
+    pub command: String,
+    pub reason: String,
+    pub shown_at: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExitState {
+    Running,
+    /// `Op::Shutdown` was sent; waiting for `ShutdownComplete`.
+    Quitting {
+        since: Instant,
+    },
+    Done,
+}
+
+/// Facts about the session from `SessionReady` and `Status`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct SessionFacts {
+    pub session_id: Option<String>,
+    pub title: Option<String>,
+    pub provider: String,
+    pub cwd: String,
+    pub demo: bool,
+    pub busy_mode: BusyMode,
+}
+
+pub struct App {
+    pub theme: Theme,
+    pub keymap: Keymap,
+    pub banner: Option<String>,
+    pub mouse: bool,
+    notify_mode: NotifyMode,
+    notify_after: Duration,
+    /// The clock for this update or frame; set by the event loop (tests set it directly).
+    pub now: Instant,
+    /// Wall-clock unix milliseconds matching `now` (job runtimes).
+    pub wall_ms: u64,
+    pub transcript: Transcript,
+    pub input: TextArea<'static>,
+    history: Vec<String>,
+    history_pos: Option<usize>,
+    pub pending: Vec<String>,
+    pub busy: bool,
+    turn_started: Option<Instant>,
+    /// The running turn has shown something (text or a tool) already.
+    turn_output: bool,
+    pub last_outcome: Option<TurnOutcome>,
+    pub session: SessionFacts,
+    pub status: StatusInfo,
+    pub usage: Option<(u64, u64)>,
+    pub tools: Vec<RunningTool>,
+    pub jobs: Vec<JobRow>,
+    pub focus: Focus,
+    pub tool_sel: usize,
+    pub job_sel: usize,
+    pub log_view: Option<LogView>,
+    pub modal: Option<Modal>,
+    pub approvals: VecDeque<PendingApproval>,
+    pub last_ctrl_c: Option<Instant>,
+    pub exit: ExitState,
+    /// What the transcript showed in the last frame (set by `prepare`).
+    pub visible: Vec<Slice>,
+    /// The transcript's area in the last frame (for paging).
+    pub transcript_area: Rect,
+    /// The log view's area in the last frame.
+    pub log_area: Rect,
+    /// A bell or OSC 9 text the event loop should write, then clear.
+    pub notification: Option<String>,
+}
+
+impl App {
+    pub fn new(config: &Config, keymap: Keymap, theme: Theme, banner: Option<String>) -> App {
+        let mut app = App {
+            theme,
+            keymap,
+            banner,
+            mouse: config.ui.mouse,
+            notify_mode: config.ui.notify,
+            notify_after: Duration::from_secs(config.ui.notify_after_s),
+            now: Instant::now(),
+            wall_ms: unix_ms(),
+            transcript: Transcript::default(),
+            input: TextArea::default(),
+            history: Vec::new(),
+            history_pos: None,
+            pending: Vec::new(),
+            busy: false,
+            turn_started: None,
+            turn_output: false,
+            last_outcome: None,
+            session: SessionFacts { busy_mode: config.agent.busy_input_mode, ..SessionFacts::default() },
+            status: StatusInfo {
+                model: config.model.name.clone(),
+                busy_mode: Some(config.agent.busy_input_mode),
+                ..StatusInfo::default()
+            },
+            usage: None,
+            tools: Vec::new(),
+            jobs: Vec::new(),
+            focus: Focus::Input,
+            tool_sel: 0,
+            job_sel: 0,
+            log_view: None,
+            modal: None,
+            approvals: VecDeque::new(),
+            last_ctrl_c: None,
+            exit: ExitState::Running,
+            visible: Vec::new(),
+            transcript_area: Rect::new(0, 0, 80, 20),
+            log_area: Rect::new(0, 0, 80, 20),
+            notification: None,
+        };
+        app.reset_input(String::new());
+        app
+    }
+
+    /// Handle one event; returns what the engine must be told.
+    pub fn update(&mut self, event: AppEvent) -> Vec<Op> {
+        let mut ops = Vec::new();
+        match event {
+            AppEvent::Key(key) => self.on_key(key, &mut ops),
+            AppEvent::Paste(text) => self.on_paste(&text),
+            AppEvent::Mouse(mouse) => self.on_mouse(mouse),
+            AppEvent::Resize(_, _) => {}
+            AppEvent::Engine(event) => self.on_engine(event, &mut ops),
+        }
+        self.normalise_focus();
+        self.sync_input_style();
+        ops
+    }
+
+    /// Lay out the transcript for a frame of `area` (caches wrapped lines).
+    pub fn prepare(&mut self, area: Rect) {
+        let areas = super::view::layout(area, self);
+        self.transcript_area = areas.transcript;
+        self.log_area = areas.main;
+        let t = areas.transcript;
+        self.visible = self.transcript.prepare(t.width, usize::from(t.height), &self.theme);
+    }
+
+    pub fn input_text(&self) -> String {
+        self.input.lines().join("\n")
+    }
+
+    pub fn input_is_empty(&self) -> bool {
+        self.input.lines().iter().all(|l| l.is_empty())
+    }
+
+    /// The busy mode Enter uses while a turn runs.
+    pub fn busy_mode(&self) -> BusyMode {
+        self.status.busy_mode.unwrap_or(self.session.busy_mode)
+    }
+
+    pub fn running_jobs(&self) -> usize {
+        self.jobs.iter().filter(|j| j.info.status.is_running()).count()
+    }
+
+    /// How often the screen must redraw by itself: only while something animates.
+    pub fn tick_interval(&self) -> Option<Duration> {
+        if !matches!(self.exit, ExitState::Running) {
+            return None;
+        }
+        if self.busy || !self.tools.is_empty() || self.transcript.has_running_tool() {
+            Some(Duration::from_millis(100))
+        } else if self.running_jobs() > 0 {
+            Some(Duration::from_secs(1))
+        } else {
+            None
+        }
+    }
+
+    /// A moment when the screen changes by itself once (a hint expires, a modal arms).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let ctrl_c = self.last_ctrl_c.map(|t| t + DOUBLE_CTRL_C).filter(|&t| t > self.now);
+        let arm = self.approvals.front().map(|a| a.shown_at + APPROVAL_ARM).filter(|&t| t > self.now);
+        [ctrl_c, arm].into_iter().flatten().min()
+    }
+
+    /// The status line's spinner position: advances every 100 ms of the running turn.
+    pub fn spinner_frame(&self) -> usize {
+        self.turn_started.map_or(0, |t| (self.now.saturating_duration_since(t).as_millis() / 100) as usize)
+    }
+
+    /// The "press Ctrl+C again" hint is showing.
+    pub fn ctrl_c_armed(&self) -> bool {
+        self.last_ctrl_c.is_some_and(|t| self.now.saturating_duration_since(t) < DOUBLE_CTRL_C)
+    }
+
+    fn reset_input(&mut self, text: String) {
+        let lines: Vec<String> =
+            if text.is_empty() { vec![String::new()] } else { text.split('\n').map(String::from).collect() };
+        let mut input = TextArea::new(lines);
+        input.set_cursor_line_style(Style::default());
+        input.set_placeholder_text("Message Talaria · Enter send · ? help");
+        input.set_placeholder_style(Style::default().fg(self.theme.dim));
+        input.set_wrap_mode(ratatui_textarea::WrapMode::WordOrGlyph);
+        input.move_cursor(ratatui_textarea::CursorMove::Bottom);
+        input.move_cursor(ratatui_textarea::CursorMove::End);
+        self.input = input;
+        self.history_pos = None;
+    }
+
+    fn sync_input_style(&mut self) {
+        let typing =
+            self.focus == Focus::Input && self.modal.is_none() && self.approvals.is_empty() && self.log_view.is_none();
+        let style =
+            if typing { Style::default().add_modifier(ratatui::style::Modifier::REVERSED) } else { Style::default() };
+        if self.input.cursor_style() != style {
+            self.input.set_cursor_style(style);
+        }
+    }
+
+    fn normalise_focus(&mut self) {
+        match self.focus {
+            Focus::Jobs if self.jobs.is_empty() => self.focus = Focus::Input,
+            Focus::Tools if self.tools.is_empty() => self.focus = Focus::Input,
+            Focus::Input | Focus::Jobs | Focus::Tools => {}
+        }
+        self.job_sel = self.job_sel.min(self.jobs.len().saturating_sub(1));
+        self.tool_sel = self.tool_sel.min(self.tools.len().saturating_sub(1));
+    }
+
+    fn push_history(&mut self, text: &str) {
+        if self.history.last().map(String::as_str) != Some(text) {
+            self.history.push(text.to_string());
+            if self.history.len() > HISTORY_MAX {
+                self.history.remove(0);
+            }
+        }
+    }
+
+    fn on_paste(&mut self, text: &str) {
+        let text = text.replace("\r\n", "\n").replace('\r', "\n");
+        if let Some(Modal::WritePrompt { text: buf, .. }) = &mut self.modal {
+            buf.push_str(text.lines().next().unwrap_or(""));
+            return;
+        }
+        if !self.approvals.is_empty() || self.modal.is_some() {
+            return;
+        }
+        self.log_view = None;
+        self.focus = Focus::Input;
+        self.input.insert_str(text);
+    }
+
+    fn on_mouse(&mut self, mouse: MouseEvent) {
+        let up = match mouse.kind {
+            MouseEventKind::ScrollUp => true,
+            MouseEventKind::ScrollDown => false,
+            MouseEventKind::Down(_)
+            | MouseEventKind::Up(_)
+            | MouseEventKind::Drag(_)
+            | MouseEventKind::Moved
+            | MouseEventKind::ScrollLeft
+            | MouseEventKind::ScrollRight => return,
+        };
+        if let Some(Modal::Help { scroll }) = &mut self.modal {
+            *scroll = if up { scroll.saturating_sub(WHEEL_ROWS) } else { *scroll + WHEEL_ROWS };
+        } else if self.log_view.is_some() {
+            if up {
+                self.log_scroll_up(WHEEL_ROWS);
+            } else {
+                self.log_scroll_down(WHEEL_ROWS);
+            }
+        } else if up {
+            self.scroll_transcript_up(WHEEL_ROWS);
+        } else {
+            self.scroll_transcript_down(WHEEL_ROWS);
+        }
+    }
+
+    fn page_rows(&self) -> usize {
+        usize::from(self.transcript_area.height.saturating_sub(2)).max(1)
+    }
+
+    fn scroll_transcript_up(&mut self, n: usize) {
+        let a = self.transcript_area;
+        self.transcript.scroll_up(n, a.width, usize::from(a.height), &self.theme);
+    }
+
+    fn scroll_transcript_down(&mut self, n: usize) {
+        let a = self.transcript_area;
+        self.transcript.scroll_down(n, a.width, usize::from(a.height), &self.theme);
+    }
+
+    fn log_scroll_up(&mut self, n: usize) {
+        if let Some(view) = &mut self.log_view {
+            view.follow = false;
+            view.scroll = (view.scroll + n).min(view.lines.len().saturating_sub(1));
+        }
+    }
+
+    fn log_scroll_down(&mut self, n: usize) {
+        if let Some(view) = &mut self.log_view {
+            view.scroll = view.scroll.saturating_sub(n);
+            if view.scroll == 0 {
+                view.follow = true;
+            }
+        }
+    }
+
+    fn notify(&mut self, text: &str) {
+        self.notification = match self.notify_mode {
+            NotifyMode::Bell => Some("\x07".to_string()),
+            NotifyMode::Osc9 => {
+                Some(format!("\x1b]9;{}\x07", crate::text::strip_ansi(text).replace(['\x07', '\n'], " ")))
+            }
+            NotifyMode::Off => None,
+        };
+    }
+}
+
+/// Now as unix milliseconds.
+pub fn unix_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        .unwrap_or(0)
+}

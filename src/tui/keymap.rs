@@ -1,0 +1,451 @@
+//! Keys -> actions, from `ui/keymap.toml` (embedded) with the user's file on top.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use anyhow::Context as _;
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+
+const DEFAULT_KEYMAP: &str = include_str!("../../ui/keymap.toml");
+
+/// Where a key is pressed: each context has its own bindings; `Global` applies when the
+/// current context does not bind the key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Context {
+    Global,
+    Input,
+    Panes,
+    Log,
+    Approval,
+    Help,
+    Confirm,
+}
+
+impl Context {
+    pub const ALL: [Context; 7] = [
+        Context::Global,
+        Context::Input,
+        Context::Panes,
+        Context::Log,
+        Context::Approval,
+        Context::Help,
+        Context::Confirm,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Context::Global => "global",
+            Context::Input => "input",
+            Context::Panes => "panes",
+            Context::Log => "log",
+            Context::Approval => "approval",
+            Context::Help => "help",
+            Context::Confirm => "confirm",
+        }
+    }
+
+    pub fn title(self) -> &'static str {
+        match self {
+            Context::Global => "Everywhere",
+            Context::Input => "Message input",
+            Context::Panes => "Tools and jobs panes",
+            Context::Log => "Log view",
+            Context::Approval => "Approval",
+            Context::Help => "Help",
+            Context::Confirm => "Questions",
+        }
+    }
+
+    fn from_name(name: &str) -> Option<Context> {
+        Context::ALL.into_iter().find(|c| c.name() == name)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Action {
+    Cancel,
+    Background,
+    Help,
+    ToggleReasoning,
+    Submit,
+    Queue,
+    FocusPanes,
+    Newline,
+    Interrupt,
+    Quit,
+    HelpEmpty,
+    HistoryPrev,
+    HistoryNext,
+    ScrollUp,
+    ScrollDown,
+    ScrollTop,
+    ScrollBottom,
+    LineStart,
+    LineEnd,
+    KillToEnd,
+    KillToStart,
+    DeleteWord,
+    WordBack,
+    WordForward,
+    Up,
+    Down,
+    Open,
+    Kill,
+    Poll,
+    Write,
+    NextPane,
+    Back,
+    LineUp,
+    LineDown,
+    PageUp,
+    PageDown,
+    Top,
+    Follow,
+    Close,
+    Once,
+    Session,
+    Always,
+    Deny,
+    DenyAndStop,
+    Yes,
+    No,
+}
+
+/// Every bindable (context, action) with its name in keymap.toml and its help text.
+/// The order here is the order in the help overlay and the order in which two actions
+/// bound to one key are tried.
+pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
+    (Context::Global, Action::Cancel, "cancel", "stop the turn when busy, else clear the input; twice quits"),
+    (Context::Global, Action::Background, "background", "move running commands to background jobs"),
+    (Context::Global, Action::Help, "help", "this help"),
+    (Context::Global, Action::ToggleReasoning, "toggle_reasoning", "show or hide the model's reasoning"),
+    (Context::Input, Action::Submit, "submit", "send (while busy: the configured busy mode)"),
+    (Context::Input, Action::Queue, "queue", "while busy: queue the message for the next turn"),
+    (Context::Input, Action::FocusPanes, "focus_panes", "focus the jobs and tools panes"),
+    (Context::Input, Action::Newline, "newline", "insert a new line"),
+    (Context::Input, Action::Interrupt, "interrupt", "stop the running turn"),
+    (Context::Input, Action::Quit, "quit", "quit (on an empty input)"),
+    (Context::Input, Action::HelpEmpty, "help_empty", "this help (on an empty input)"),
+    (Context::Input, Action::HistoryPrev, "history_prev", "earlier message (on an empty input)"),
+    (Context::Input, Action::HistoryNext, "history_next", "later message"),
+    (Context::Input, Action::ScrollUp, "scroll_up", "scroll the transcript up a page"),
+    (Context::Input, Action::ScrollDown, "scroll_down", "scroll the transcript down a page"),
+    (Context::Input, Action::ScrollTop, "scroll_top", "transcript start (Home: on an empty input)"),
+    (Context::Input, Action::ScrollBottom, "scroll_bottom", "follow new output (End: on an empty input)"),
+    (Context::Input, Action::LineStart, "line_start", "start of line"),
+    (Context::Input, Action::LineEnd, "line_end", "end of line"),
+    (Context::Input, Action::KillToEnd, "kill_to_end", "delete to the end of the line"),
+    (Context::Input, Action::KillToStart, "kill_to_start", "delete to the start of the line"),
+    (Context::Input, Action::DeleteWord, "delete_word", "delete the word before the cursor"),
+    (Context::Input, Action::WordBack, "word_back", "word back"),
+    (Context::Input, Action::WordForward, "word_forward", "word forward"),
+    (Context::Panes, Action::Up, "up", "select the previous entry"),
+    (Context::Panes, Action::Down, "down", "select the next entry"),
+    (Context::Panes, Action::Open, "open", "open the log of the selected entry"),
+    (Context::Panes, Action::Kill, "kill", "kill the selected job (asks first)"),
+    (Context::Panes, Action::Poll, "poll", "refresh the selected job"),
+    (Context::Panes, Action::Write, "write", "write a line to the selected job's stdin"),
+    (Context::Panes, Action::NextPane, "next_pane", "next pane, then back to the input"),
+    (Context::Panes, Action::Back, "back", "back to the input"),
+    (Context::Log, Action::LineUp, "line_up", "scroll up a line (stops following)"),
+    (Context::Log, Action::LineDown, "line_down", "scroll down a line"),
+    (Context::Log, Action::PageUp, "page_up", "scroll up a page"),
+    (Context::Log, Action::PageDown, "page_down", "scroll down a page"),
+    (Context::Log, Action::Top, "top", "start of the log"),
+    (Context::Log, Action::Follow, "follow", "follow new output"),
+    (Context::Log, Action::Kill, "kill", "kill the job (asks first)"),
+    (Context::Log, Action::Poll, "poll", "refresh the job"),
+    (Context::Log, Action::Write, "write", "write a line to the job's stdin"),
+    (Context::Log, Action::Close, "close", "close the log view"),
+    (Context::Approval, Action::Once, "once", "allow this command once"),
+    (Context::Approval, Action::Session, "session", "allow this kind of command for the session"),
+    (Context::Approval, Action::Always, "always", "always allow this exact command"),
+    (Context::Approval, Action::Deny, "deny", "deny it"),
+    (Context::Approval, Action::DenyAndStop, "deny_and_stop", "deny it and stop the turn"),
+    (Context::Help, Action::Close, "close", "close the help"),
+    (Context::Help, Action::LineUp, "line_up", "scroll up"),
+    (Context::Help, Action::LineDown, "line_down", "scroll down"),
+    (Context::Help, Action::PageUp, "page_up", "scroll up a page"),
+    (Context::Help, Action::PageDown, "page_down", "scroll down a page"),
+    (Context::Confirm, Action::Yes, "yes", "yes (the default)"),
+    (Context::Confirm, Action::No, "no", "no"),
+];
+
+/// A key with its modifiers, normalised so that `?` matches with or without Shift.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct KeyChord {
+    pub code: KeyCode,
+    pub mods: KeyModifiers,
+}
+
+impl KeyChord {
+    pub fn new(code: KeyCode, mods: KeyModifiers) -> KeyChord {
+        let relevant = KeyModifiers::CONTROL | KeyModifiers::ALT | KeyModifiers::SHIFT;
+        let mut mods = mods & relevant;
+        let code = match code {
+            // Shift is already in the character itself.
+            KeyCode::Char(c) => {
+                mods.remove(KeyModifiers::SHIFT);
+                if mods.contains(KeyModifiers::CONTROL) {
+                    KeyCode::Char(c.to_ascii_lowercase())
+                } else {
+                    KeyCode::Char(c)
+                }
+            }
+            KeyCode::BackTab => {
+                mods.remove(KeyModifiers::SHIFT);
+                KeyCode::BackTab
+            }
+            other => other,
+        };
+        KeyChord { code, mods }
+    }
+
+    pub fn from_event(key: &KeyEvent) -> KeyChord {
+        KeyChord::new(key.code, key.modifiers)
+    }
+
+    /// Parse "ctrl+c", "alt+enter", "f1", "?".
+    pub fn parse(text: &str) -> Result<KeyChord, String> {
+        let lower = text.trim();
+        if lower.is_empty() {
+            return Err("empty key".into());
+        }
+        let mut mods = KeyModifiers::NONE;
+        let mut rest = lower;
+        while let Some((head, tail)) = rest.split_once('+') {
+            if tail.is_empty() {
+                break; // "ctrl++" or "+": the key is '+'
+            }
+            match head.to_ascii_lowercase().as_str() {
+                "ctrl" | "control" => mods |= KeyModifiers::CONTROL,
+                "alt" | "meta" | "option" => mods |= KeyModifiers::ALT,
+                "shift" => mods |= KeyModifiers::SHIFT,
+                other => return Err(format!("unknown modifier \"{other}\" in \"{text}\"")),
+            }
+            rest = tail;
+        }
+        let code = match rest.to_ascii_lowercase().as_str() {
+            "enter" | "return" => KeyCode::Enter,
+            "tab" => KeyCode::Tab,
+            "backtab" => KeyCode::BackTab,
+            "esc" | "escape" => KeyCode::Esc,
+            "up" => KeyCode::Up,
+            "down" => KeyCode::Down,
+            "left" => KeyCode::Left,
+            "right" => KeyCode::Right,
+            "home" => KeyCode::Home,
+            "end" => KeyCode::End,
+            "pageup" | "pgup" => KeyCode::PageUp,
+            "pagedown" | "pgdn" => KeyCode::PageDown,
+            "backspace" => KeyCode::Backspace,
+            "delete" | "del" => KeyCode::Delete,
+            "space" => KeyCode::Char(' '),
+            f if f.len() >= 2 && f.starts_with('f') && f[1..].chars().all(|c| c.is_ascii_digit()) => {
+                let n: u8 = f[1..].parse().map_err(|_| format!("unknown key \"{text}\""))?;
+                if !(1..=12).contains(&n) {
+                    return Err(format!("unknown key \"{text}\""));
+                }
+                KeyCode::F(n)
+            }
+            _ => {
+                let mut chars = rest.chars();
+                match (chars.next(), chars.next()) {
+                    (Some(c), None) => KeyCode::Char(c),
+                    _ => return Err(format!("unknown key \"{text}\"")),
+                }
+            }
+        };
+        Ok(KeyChord::new(code, mods))
+    }
+}
+
+impl fmt::Display for KeyChord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.mods.contains(KeyModifiers::CONTROL) {
+            f.write_str("Ctrl+")?;
+        }
+        if self.mods.contains(KeyModifiers::ALT) {
+            f.write_str("Alt+")?;
+        }
+        if self.mods.contains(KeyModifiers::SHIFT) {
+            f.write_str("Shift+")?;
+        }
+        match self.code {
+            KeyCode::Enter => f.write_str("Enter"),
+            KeyCode::Tab => f.write_str("Tab"),
+            KeyCode::BackTab => f.write_str("Shift+Tab"),
+            KeyCode::Esc => f.write_str("Esc"),
+            KeyCode::Up => f.write_str("↑"),
+            KeyCode::Down => f.write_str("↓"),
+            KeyCode::Left => f.write_str("←"),
+            KeyCode::Right => f.write_str("→"),
+            KeyCode::Home => f.write_str("Home"),
+            KeyCode::End => f.write_str("End"),
+            KeyCode::PageUp => f.write_str("PgUp"),
+            KeyCode::PageDown => f.write_str("PgDn"),
+            KeyCode::Backspace => f.write_str("Backspace"),
+            KeyCode::Delete => f.write_str("Del"),
+            KeyCode::F(n) => write!(f, "F{n}"),
+            KeyCode::Char(' ') => f.write_str("Space"),
+            KeyCode::Char(c) if self.mods.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT) => {
+                write!(f, "{}", c.to_ascii_uppercase())
+            }
+            KeyCode::Char(c) => write!(f, "{c}"),
+            other => write!(f, "{other:?}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Binding {
+    pub context: Context,
+    pub action: Action,
+    pub name: &'static str,
+    pub help: &'static str,
+    pub keys: Vec<KeyChord>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Keymap {
+    bindings: Vec<Binding>,
+}
+
+type KeymapFile = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+
+impl Keymap {
+    /// The built-in keymap.
+    pub fn builtin() -> Keymap {
+        let mut map = Keymap {
+            bindings: BINDABLE
+                .iter()
+                .map(|&(context, action, name, help)| Binding { context, action, name, help, keys: Vec::new() })
+                .collect(),
+        };
+        // A test checks the embedded file parses; a failure here would leave keys unbound.
+        if let Err(e) = map.apply(DEFAULT_KEYMAP) {
+            tracing::error!("built-in keymap: {e:#}");
+        }
+        map
+    }
+
+    /// The built-in keymap with the user's file on top (a missing file is fine).
+    pub fn load(user_file: &Path) -> anyhow::Result<Keymap> {
+        let mut map = Keymap::builtin();
+        match std::fs::read_to_string(user_file) {
+            Ok(text) => map.apply(&text).with_context(|| format!("{}", user_file.display()))?,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(anyhow::anyhow!("{}: cannot read: {e}", user_file.display())),
+        }
+        Ok(map)
+    }
+
+    /// Replace the keys of every action the document names.
+    pub fn apply(&mut self, text: &str) -> anyhow::Result<()> {
+        let file: KeymapFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message().trim()))?;
+        for (section, actions) in file {
+            let context = Context::from_name(&section).with_context(|| {
+                let names: Vec<&str> = Context::ALL.iter().map(|c| c.name()).collect();
+                format!("unknown section [{section}]; expected one of {}", names.join(", "))
+            })?;
+            for (action, keys) in actions {
+                let binding = self
+                    .bindings
+                    .iter_mut()
+                    .find(|b| b.context == context && b.name == action)
+                    .with_context(|| format!("[{section}] {action}: no such action"))?;
+                binding.keys = keys
+                    .iter()
+                    .map(|k| KeyChord::parse(k))
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| anyhow::anyhow!("[{section}] {action}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Actions bound to `key` in `context`, then in `Global`, in table order.
+    pub fn actions(&self, context: Context, key: &KeyEvent) -> Vec<Action> {
+        let chord = KeyChord::from_event(key);
+        let find = |ctx: Context| -> Vec<Action> {
+            self.bindings.iter().filter(|b| b.context == ctx && b.keys.contains(&chord)).map(|b| b.action).collect()
+        };
+        let mut found = find(context);
+        if context != Context::Global {
+            found.extend(find(Context::Global));
+        }
+        found
+    }
+
+    pub fn keys(&self, context: Context, action: Action) -> &[KeyChord] {
+        self.bindings.iter().find(|b| b.context == context && b.action == action).map_or(&[], |b| b.keys.as_slice())
+    }
+
+    /// The first key of an action as text, for hints ("Esc", "Ctrl+B").
+    pub fn hint(&self, context: Context, action: Action) -> String {
+        self.keys(context, action).first().map(|k| k.to_string()).unwrap_or_default()
+    }
+
+    pub fn bindings(&self) -> &[Binding] {
+        &self.bindings
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn key(code: KeyCode, mods: KeyModifiers) -> KeyEvent {
+        KeyEvent::new(code, mods)
+    }
+
+    #[test]
+    fn builtin_keymap_binds_every_action() {
+        let map = Keymap::builtin();
+        let mut parsed = Keymap {
+            bindings: BINDABLE
+                .iter()
+                .map(|&(context, action, name, help)| Binding { context, action, name, help, keys: Vec::new() })
+                .collect(),
+        };
+        parsed.apply(DEFAULT_KEYMAP).expect("ui/keymap.toml parses");
+        for b in map.bindings() {
+            assert!(!b.keys.is_empty(), "[{}] {} has no key", b.context.name(), b.name);
+        }
+    }
+
+    #[test]
+    fn keys_parse_and_match_events() {
+        let map = Keymap::builtin();
+        assert_eq!(map.actions(Context::Input, &key(KeyCode::Enter, KeyModifiers::NONE)), vec![Action::Submit]);
+        assert_eq!(map.actions(Context::Input, &key(KeyCode::Enter, KeyModifiers::ALT)), vec![Action::Newline]);
+        assert_eq!(map.actions(Context::Input, &key(KeyCode::Char('j'), KeyModifiers::CONTROL)), vec![Action::Newline]);
+        assert_eq!(map.actions(Context::Input, &key(KeyCode::Char('?'), KeyModifiers::SHIFT)), vec![Action::HelpEmpty]);
+        assert_eq!(
+            map.actions(Context::Input, &key(KeyCode::Tab, KeyModifiers::NONE)),
+            vec![Action::Queue, Action::FocusPanes]
+        );
+        // Global bindings apply in every context.
+        assert_eq!(map.actions(Context::Log, &key(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Action::Cancel]);
+        assert_eq!(map.hint(Context::Global, Action::Background), "Ctrl+B");
+        assert_eq!(KeyChord::parse("ctrl++").unwrap(), KeyChord::new(KeyCode::Char('+'), KeyModifiers::CONTROL));
+        assert!(KeyChord::parse("hyper+x").is_err());
+        assert!(KeyChord::parse("f13").is_err());
+    }
+
+    #[test]
+    fn user_file_overrides_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keymap.toml");
+        std::fs::write(&file, "[global]\nbackground = [\"ctrl+g\"]\n").unwrap();
+        let map = Keymap::load(&file).unwrap();
+        assert_eq!(map.hint(Context::Global, Action::Background), "Ctrl+G");
+        assert_eq!(map.hint(Context::Global, Action::Cancel), "Ctrl+C");
+        std::fs::write(&file, "[input]\nfly = [\"x\"]\n").unwrap();
+        let err = format!("{:#}", Keymap::load(&file).unwrap_err());
+        assert!(err.contains("keymap.toml") && err.contains("fly"), "{err}");
+        assert!(Keymap::load(&dir.path().join("missing.toml")).is_ok());
+    }
+}

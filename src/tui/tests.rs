@@ -1,0 +1,259 @@
+//! Render tests: insta snapshots of every view on a `TestBackend`, and the bytes a real
+//! `CrosstermBackend` writes for hostile model output.
+
+use std::time::{Duration, Instant};
+
+use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
+use ratatui::backend::{CrosstermBackend, TestBackend};
+use ratatui::layout::Rect;
+use ratatui::{Terminal, TerminalOptions, Viewport};
+
+use super::app::{App, AppEvent};
+use super::keymap::Keymap;
+use super::render;
+use super::theme::Theme;
+use crate::config::Config;
+use crate::protocol::{
+    BusyMode, Event, JobInfo, JobStatus, NoticeLevel, StatusInfo, ToolOutcome, TurnOutcome, TurnTrigger,
+};
+
+const BANNER: &str = "Demo mode: no model is configured, so a scripted demo model answers.\nSet OPENAI_API_KEY or model.base_url in config.toml to use a real one.";
+
+fn app() -> App {
+    let mut app = App::new(&Config::default(), Keymap::builtin(), Theme::default(), Some(BANNER.into()));
+    app.wall_ms = 1_700_000_000_000;
+    feed(
+        &mut app,
+        Event::SessionReady {
+            session_id: "s_20240101_abc".into(),
+            title: None,
+            model: "demo".into(),
+            provider: "demo".into(),
+            demo: true,
+            cwd: "/work".into(),
+            busy_mode: BusyMode::Redirect,
+            history: Vec::new(),
+        },
+    );
+    app
+}
+
+fn feed(app: &mut App, event: Event) {
+    app.update(AppEvent::Engine(event));
+}
+
+fn key(app: &mut App, code: KeyCode, mods: KeyModifiers) {
+    app.update(AppEvent::Key(KeyEvent::new(code, mods)));
+}
+
+fn screen(app: &mut App, width: u16, height: u16) -> String {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test backend");
+    terminal.draw(|f| render(app, f)).expect("draw");
+    terminal.backend().to_string()
+}
+
+fn tool(app: &mut App, id: &str, summary: &str, outcome: Option<ToolOutcome>) {
+    feed(app, Event::ToolStarted { call_id: id.into(), name: "terminal".into(), summary: summary.into() });
+    if let Some(outcome) = outcome {
+        feed(app, Event::ToolFinished { call_id: id.into(), outcome });
+    }
+}
+
+fn outcome(ok: bool, exit: i32, ms: u64) -> ToolOutcome {
+    ToolOutcome { ok, exit_code: Some(exit), status: None, duration_ms: ms, result: String::new() }
+}
+
+fn job(app: &App, id: &str, command: &str, status: JobStatus) -> JobInfo {
+    JobInfo {
+        id: id.into(),
+        command: command.into(),
+        pid: 4242,
+        cwd: "/work".into(),
+        started_at_ms: app.wall_ms - 62_000,
+        status,
+        background: true,
+        has_stdin: true,
+        last_line: "Compiling talaria v0.1.0".into(),
+    }
+}
+
+#[test]
+fn start_screen_with_demo_banner() {
+    let mut app = app();
+    insta::assert_snapshot!(screen(&mut app, 100, 24));
+}
+
+#[test]
+fn conversation_with_markdown_code_and_tools() {
+    let mut app = app();
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    feed(&mut app, Event::UserMessage { text: "Why does the build fail?".into(), trigger: TurnTrigger::User });
+    for chunk in [
+        "## Plan\n\nI'll run the **tests** and read `Cargo.toml`:\n\n",
+        "- build\n- test\n\n",
+        "```rust\nfn main() {\n    println!(\"hi\");\n}\n```\n",
+    ] {
+        feed(&mut app, Event::AssistantDelta(chunk.into()));
+    }
+    feed(&mut app, Event::AssistantDone { text: String::new(), reasoning: None });
+    tool(&mut app, "c1", "cargo build", Some(outcome(true, 0, 3_200)));
+    tool(&mut app, "c2", "cargo test --quiet", Some(outcome(false, 101, 12_400)));
+    feed(&mut app, Event::AssistantDelta("One test fails: *parse_interval* rejects `90 minutes`.".into()));
+    feed(&mut app, Event::Notice { level: NoticeLevel::Warn, text: "job_1 exited with code 1".into() });
+    feed(&mut app, Event::TurnFinished { outcome: TurnOutcome::Completed });
+    insta::assert_snapshot!(screen(&mut app, 100, 32));
+}
+
+#[test]
+fn busy_with_a_running_tool_and_pending_messages() {
+    let mut app = app();
+    let start = app.now;
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    feed(&mut app, Event::UserMessage { text: "run the slow tests".into(), trigger: TurnTrigger::User });
+    tool(&mut app, "c1", "sleep 30 && cargo test", None);
+    feed(&mut app, Event::ToolOutput { call_id: "c1".into(), chunk: "running 12 tests\ntest a ... ok\n".into() });
+    feed(&mut app, Event::PendingChanged { pending: vec!["also check clippy".into()] });
+    feed(
+        &mut app,
+        Event::Status(StatusInfo {
+            model: "demo".into(),
+            session_id: "s_20240101_abc".into(),
+            busy_mode: Some(BusyMode::Redirect),
+            paused: true,
+            heartbeat: Some("♥ every 10m · next in 4m".into()),
+            goal: None,
+            context_pct: Some(12),
+        }),
+    );
+    app.now = start + Duration::from_secs(5);
+    insta::assert_snapshot!(screen(&mut app, 110, 20));
+}
+
+#[test]
+fn help_overlay() {
+    let mut app = app();
+    key(&mut app, KeyCode::F(1), KeyModifiers::NONE);
+    insta::assert_snapshot!(screen(&mut app, 120, 50));
+}
+
+#[test]
+fn tiny_terminal() {
+    let mut app = app();
+    insta::assert_snapshot!(screen(&mut app, 30, 8));
+}
+
+#[test]
+fn approval_modal() {
+    let mut app = app();
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    feed(
+        &mut app,
+        Event::ApprovalNeeded { id: 1, command: "rm -rf target/ build/".into(), reason: "recursive delete".into() },
+    );
+    feed(&mut app, Event::ApprovalNeeded { id: 2, command: "git push --force".into(), reason: "force push".into() });
+    insta::assert_snapshot!(screen(&mut app, 90, 24));
+}
+
+#[test]
+fn jobs_pane_with_a_job_and_its_log() {
+    let mut app = app();
+    let running = job(&app, "job_1", "cargo build --release", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: running });
+    let done = job(&app, "job_2", "npm test", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: done });
+    feed(&mut app, Event::JobFinished { id: "job_2".into(), status: JobStatus::Exited(1) });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    insta::assert_snapshot!("jobs_pane", screen(&mut app, 100, 20));
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    feed(
+        &mut app,
+        Event::JobLog {
+            id: "job_1".into(),
+            text: "\x1b[32m   Compiling\x1b[0m talaria v0.1.0\n\x1b[1;33mwarning\x1b[0m: unused import\n\tsrc/lib.rs:3"
+                .into(),
+            first_line: 1,
+            total_lines: 3,
+        },
+    );
+    insta::assert_snapshot!("job_log", screen(&mut app, 100, 20));
+}
+
+#[test]
+fn resize_reflows_without_panicking() {
+    let mut app = app();
+    feed(&mut app, Event::AssistantDone { text: "word ".repeat(40), reasoning: Some("thinking hard".into()) });
+    for (w, h) in [(120, 40), (41, 10), (200, 60), (40, 10), (1, 1), (80, 24)] {
+        let out = screen(&mut app, w, h);
+        assert_eq!(out.lines().count(), usize::from(h));
+    }
+    key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+    let out = screen(&mut app, 80, 24);
+    assert!(out.contains("thinking hard"), "{out}");
+}
+
+#[test]
+fn hostile_output_never_reaches_the_terminal_as_escape_sequences() {
+    let mut app = app();
+    let evil = "copy\x1b]52;c;ZXZpbA==\x07 clear\x1b[2J title\x1b]0;pwned\x07\tTAB\r\nprogress 10%\rprogress 100%";
+    feed(&mut app, Event::UserMessage { text: evil.into(), trigger: TurnTrigger::User });
+    feed(&mut app, Event::AssistantDelta(evil.into()));
+    feed(&mut app, Event::AssistantDone { text: evil.into(), reasoning: None });
+    feed(&mut app, Event::ToolStarted { call_id: "c".into(), name: "terminal".into(), summary: evil.into() });
+    feed(&mut app, Event::ToolOutput { call_id: "c".into(), chunk: evil.into() });
+    feed(&mut app, Event::Notice { level: NoticeLevel::Error, text: evil.into() });
+
+    let mut bytes: Vec<u8> = Vec::new();
+    {
+        let backend = CrosstermBackend::new(&mut bytes);
+        let options = TerminalOptions { viewport: Viewport::Fixed(Rect::new(0, 0, 120, 40)) };
+        let mut terminal = Terminal::with_options(backend, options).expect("terminal");
+        terminal.draw(|f| render(&mut app, f)).expect("draw");
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    for bad in ["\x1b]52", "\x1b]0;", "\x1b[2J", "\x07", "]52;", "]0;pwned", "ZXZpbA==", "\t", "\r"] {
+        assert!(!text.contains(bad), "{bad:?} reached the terminal");
+    }
+    assert!(text.contains("TAB"), "the text around the sequences is kept");
+    assert!(text.contains("progress 100%") && !text.contains("progress 10%p"), "\\r rewrites the line");
+    // Every escape the backend writes is one ratatui itself emits: CSI cursor moves and SGR.
+    for (i, _) in text.match_indices('\x1b') {
+        let next = text[i + 1..].chars().next();
+        assert_eq!(next, Some('['), "unexpected escape at {i}: {:?}", &text[i..(i + 12).min(text.len())]);
+    }
+}
+
+/// A writer the test can read while the terminal still owns it.
+#[derive(Clone, Default)]
+struct SharedBuf(std::rc::Rc<std::cell::RefCell<Vec<u8>>>);
+
+impl std::io::Write for SharedBuf {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.borrow_mut().extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn an_idle_app_asks_for_no_redraws_and_an_unchanged_frame_writes_no_text() {
+    let mut app = app();
+    feed(&mut app, Event::AssistantDone { text: "hello there".into(), reasoning: None });
+    assert_eq!(app.tick_interval(), None, "no timer redraws while idle");
+    assert_eq!(app.next_deadline(), None);
+    let buf = SharedBuf::default();
+    let options = TerminalOptions { viewport: Viewport::Fixed(Rect::new(0, 0, 80, 24)) };
+    let mut terminal = Terminal::with_options(CrosstermBackend::new(buf.clone()), options).expect("terminal");
+    terminal.draw(|f| render(&mut app, f)).expect("draw");
+    let first = buf.0.borrow().len();
+    assert!(String::from_utf8_lossy(&buf.0.borrow()).contains("hello"));
+    terminal.draw(|f| render(&mut app, f)).expect("draw");
+    let second = String::from_utf8_lossy(&buf.0.borrow()[first..]).to_string();
+    assert!(!second.contains("hello"), "an unchanged frame redrew its text: {second:?}");
+    // While a turn runs, the spinner ticks.
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    assert_eq!(app.tick_interval(), Some(Duration::from_millis(100)));
+    let _ = Instant::now();
+}

@@ -1,0 +1,707 @@
+//! The conversation as cells, with a per-cell cache of wrapped lines keyed by width, so
+//! a frame lays out only what it shows and frame cost does not grow with the session.
+
+use std::collections::HashMap;
+use std::time::Instant;
+
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+
+use super::markdown::{self, CodeCache};
+use super::sanitize::display_text;
+use super::theme::Theme;
+use super::wrap::{truncate_spans, wrap_lines, RLine};
+use crate::protocol::{NoticeLevel, ToolOutcome, TurnOutcome};
+
+/// Cached wrapped lines kept at most; beyond this, cells off screen keep only their height.
+const CACHED_LINES_MAX: usize = 20_000;
+/// Lines an injected (heartbeat, goal, job) message shows before it is cut.
+const INJECTED_MAX_LINES: usize = 6;
+
+pub const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+
+/// Where a user-role message came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UserOrigin {
+    Typed,
+    /// Typed while busy and delivered mid-turn.
+    MidTurn,
+    Queued,
+    Retry,
+    Heartbeat,
+    Goal,
+    JobNotification,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum CellBody {
+    User { text: String, origin: UserOrigin },
+    Assistant { text: String, reasoning: String, streaming: bool },
+    Tool { call_id: String, name: String, summary: String, started: Instant, outcome: Option<ToolOutcome> },
+    Notice { level: NoticeLevel, text: String },
+    TurnEnd { outcome: TurnOutcome },
+}
+
+impl CellBody {
+    fn is_tool(&self) -> bool {
+        matches!(self, CellBody::Tool { .. })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+struct CellLayout {
+    width: u16,
+    show_reasoning: bool,
+    height: usize,
+    lines: Option<Vec<Line<'static>>>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Cell {
+    pub body: CellBody,
+    layout: Option<CellLayout>,
+}
+
+/// The top row of the transcript view: a line of a cell (line 0 is the cell's gap row
+/// when it has one). `Follow` keeps the newest output in view.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scroll {
+    Follow,
+    Anchor { cell: usize, line: usize },
+}
+
+/// One visible piece: `take` rows of cell `cell` starting at its row `skip`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slice {
+    pub cell: usize,
+    pub skip: usize,
+    pub take: usize,
+}
+
+#[derive(Debug)]
+pub struct Transcript {
+    cells: Vec<Cell>,
+    pub scroll: Scroll,
+    /// Something arrived below while the user was scrolled up.
+    pub new_output: bool,
+    pub show_reasoning: bool,
+    open_assistant: Option<usize>,
+    tools: HashMap<String, usize>,
+    code_cache: CodeCache,
+    cached_lines: usize,
+}
+
+impl Default for Transcript {
+    fn default() -> Transcript {
+        Transcript {
+            cells: Vec::new(),
+            scroll: Scroll::Follow,
+            new_output: false,
+            show_reasoning: false,
+            open_assistant: None,
+            tools: HashMap::new(),
+            code_cache: CodeCache::default(),
+            cached_lines: 0,
+        }
+    }
+}
+
+impl Transcript {
+    pub fn cells(&self) -> &[Cell] {
+        &self.cells
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.cells.is_empty()
+    }
+
+    pub fn clear(&mut self) {
+        *self = Transcript { show_reasoning: self.show_reasoning, ..Transcript::default() };
+    }
+
+    fn changed_below(&mut self) {
+        if matches!(self.scroll, Scroll::Anchor { .. }) {
+            self.new_output = true;
+        }
+    }
+
+    pub fn push(&mut self, body: CellBody) {
+        if let CellBody::Tool { call_id, .. } = &body {
+            self.tools.insert(call_id.clone(), self.cells.len());
+        }
+        if matches!(body, CellBody::Assistant { streaming: true, .. }) {
+            self.open_assistant = Some(self.cells.len());
+        }
+        self.cells.push(Cell { body, layout: None });
+        self.changed_below();
+    }
+
+    fn invalidate(&mut self, index: usize) {
+        if let Some(cell) = self.cells.get_mut(index) {
+            if let Some(CellLayout { lines: Some(lines), .. }) = &cell.layout {
+                self.cached_lines = self.cached_lines.saturating_sub(lines.len());
+            }
+            cell.layout = None;
+        }
+        self.changed_below();
+    }
+
+    fn open_assistant_index(&mut self) -> usize {
+        match self.open_assistant {
+            Some(i) => i,
+            None => {
+                self.push(CellBody::Assistant { text: String::new(), reasoning: String::new(), streaming: true });
+                self.cells.len() - 1
+            }
+        }
+    }
+
+    pub fn append_assistant(&mut self, delta: &str) {
+        let i = self.open_assistant_index();
+        if let CellBody::Assistant { text, .. } = &mut self.cells[i].body {
+            text.push_str(delta);
+        }
+        self.invalidate(i);
+    }
+
+    pub fn append_reasoning(&mut self, delta: &str) {
+        let i = self.open_assistant_index();
+        if let CellBody::Assistant { reasoning, .. } = &mut self.cells[i].body {
+            reasoning.push_str(delta);
+        }
+        self.invalidate(i);
+    }
+
+    /// The final text of the open assistant message (it replaces what streamed).
+    pub fn finish_assistant(&mut self, final_text: &str, final_reasoning: Option<&str>) {
+        let index = match self.open_assistant {
+            Some(i) => i,
+            None if final_text.trim().is_empty() && final_reasoning.is_none_or(|r| r.trim().is_empty()) => return,
+            None => self.open_assistant_index(),
+        };
+        if let CellBody::Assistant { text, reasoning, streaming } = &mut self.cells[index].body {
+            if !final_text.is_empty() || text.is_empty() {
+                *text = final_text.to_string();
+            }
+            if let Some(r) = final_reasoning {
+                *reasoning = r.to_string();
+            }
+            *streaming = false;
+        }
+        self.open_assistant = None;
+        let empty = matches!(&self.cells[index].body,
+            CellBody::Assistant { text, reasoning, .. } if text.trim().is_empty() && reasoning.trim().is_empty());
+        if empty && index + 1 == self.cells.len() {
+            self.cells.pop();
+        } else {
+            self.invalidate(index);
+        }
+    }
+
+    /// End the open assistant message without new text (a tool call or the turn's end).
+    pub fn close_assistant(&mut self) {
+        if let Some(i) = self.open_assistant {
+            let text = match &self.cells[i].body {
+                CellBody::Assistant { text, .. } => text.clone(),
+                _ => String::new(),
+            };
+            self.finish_assistant(&text, None);
+        }
+    }
+
+    pub fn tool_started(&mut self, call_id: &str, name: &str, summary: &str, now: Instant) {
+        self.close_assistant();
+        self.push(CellBody::Tool {
+            call_id: call_id.to_string(),
+            name: display_text(name),
+            summary: display_text(summary).replace('\n', " "),
+            started: now,
+            outcome: None,
+        });
+    }
+
+    pub fn tool_finished(&mut self, call_id: &str, result: ToolOutcome) {
+        let Some(&i) = self.tools.get(call_id) else {
+            self.push(CellBody::Tool {
+                call_id: call_id.to_string(),
+                name: "tool".into(),
+                summary: String::new(),
+                started: Instant::now(),
+                outcome: Some(result),
+            });
+            return;
+        };
+        if let Some(CellBody::Tool { outcome, .. }) = self.cells.get_mut(i).map(|c| &mut c.body) {
+            *outcome = Some(result);
+        }
+        self.changed_below();
+    }
+
+    pub fn toggle_reasoning(&mut self) {
+        self.show_reasoning = !self.show_reasoning;
+    }
+
+    /// Rows of cell `i` including its gap row.
+    fn gap(&self, i: usize) -> usize {
+        if i == 0 {
+            return 0;
+        }
+        let both_tools = self.cells[i].body.is_tool() && self.cells[i - 1].body.is_tool();
+        usize::from(!both_tools)
+    }
+
+    /// Lay out cell `i` at `width` if its cache is stale; returns its height with the gap.
+    pub fn ensure(&mut self, i: usize, width: u16, theme: &Theme) -> usize {
+        let gap = self.gap(i);
+        let show = self.show_reasoning;
+        let cell = &self.cells[i];
+        if cell.body.is_tool() {
+            return gap + 1;
+        }
+        if let Some(l) = &cell.layout {
+            if l.width == width && l.show_reasoning == show && l.lines.is_some() {
+                return gap + l.height;
+            }
+        }
+        let lines = wrap_lines(&body_lines(&cell.body, theme, show, &mut self.code_cache), width);
+        let height = lines.len();
+        if let Some(CellLayout { lines: Some(old), .. }) = &self.cells[i].layout {
+            self.cached_lines = self.cached_lines.saturating_sub(old.len());
+        }
+        self.cached_lines += height;
+        self.cells[i].layout = Some(CellLayout { width, show_reasoning: show, height, lines: Some(lines) });
+        gap + height
+    }
+
+    /// Height of cell `i` when a cached height for this width exists (lines may be evicted).
+    fn height(&mut self, i: usize, width: u16, theme: &Theme) -> usize {
+        let show = self.show_reasoning;
+        match &self.cells[i].layout {
+            Some(l) if l.width == width && l.show_reasoning == show => self.gap(i) + l.height,
+            _ => self.ensure(i, width, theme),
+        }
+    }
+
+    /// The top row when following: enough cells from the bottom to fill `rows`.
+    fn bottom_top(&mut self, width: u16, rows: usize, theme: &Theme) -> (usize, usize) {
+        let mut acc = 0;
+        for i in (0..self.cells.len()).rev() {
+            acc += self.height(i, width, theme);
+            if acc >= rows {
+                return (i, acc - rows);
+            }
+        }
+        (0, 0)
+    }
+
+    pub fn top(&mut self, width: u16, rows: usize, theme: &Theme) -> (usize, usize) {
+        match self.scroll {
+            Scroll::Follow => self.bottom_top(width, rows, theme),
+            Scroll::Anchor { cell, line } => {
+                if self.cells.is_empty() {
+                    return (0, 0);
+                }
+                let cell = cell.min(self.cells.len() - 1);
+                let h = self.height(cell, width, theme);
+                (cell, line.min(h.saturating_sub(1)))
+            }
+        }
+    }
+
+    /// True when fewer than `rows` rows remain from (cell, line) to the end.
+    fn fits_from(&mut self, (cell, line): (usize, usize), width: u16, rows: usize, theme: &Theme) -> bool {
+        let mut acc = 0usize;
+        for i in cell..self.cells.len() {
+            acc += self.height(i, width, theme);
+            if i == cell {
+                acc -= line.min(acc);
+            }
+            if acc > rows {
+                return false;
+            }
+        }
+        true
+    }
+
+    pub fn scroll_up(&mut self, n: usize, width: u16, rows: usize, theme: &Theme) {
+        if self.cells.is_empty() {
+            return;
+        }
+        let (mut cell, mut line) = self.top(width, rows, theme);
+        if matches!(self.scroll, Scroll::Follow) && self.fits_from((0, 0), width, rows, theme) {
+            return;
+        }
+        let mut n = n;
+        while n > 0 {
+            if line > 0 {
+                let d = n.min(line);
+                line -= d;
+                n -= d;
+            } else if cell > 0 {
+                cell -= 1;
+                line = self.height(cell, width, theme).saturating_sub(1);
+                n -= 1;
+            } else {
+                break;
+            }
+        }
+        self.scroll = Scroll::Anchor { cell, line };
+    }
+
+    pub fn scroll_down(&mut self, n: usize, width: u16, rows: usize, theme: &Theme) {
+        let Scroll::Anchor { .. } = self.scroll else { return };
+        let (mut cell, mut line) = self.top(width, rows, theme);
+        let mut n = n;
+        while n > 0 && cell < self.cells.len() {
+            let h = self.height(cell, width, theme);
+            let left = h.saturating_sub(line + 1);
+            if left >= n {
+                line += n;
+                n = 0;
+            } else if cell + 1 < self.cells.len() {
+                n -= left + 1;
+                cell += 1;
+                line = 0;
+            } else {
+                line = h.saturating_sub(1);
+                n = 0;
+            }
+        }
+        if self.fits_from((cell, line), width, rows, theme) {
+            self.follow();
+        } else {
+            self.scroll = Scroll::Anchor { cell, line };
+        }
+    }
+
+    pub fn scroll_top(&mut self) {
+        if !self.cells.is_empty() {
+            self.scroll = Scroll::Anchor { cell: 0, line: 0 };
+        }
+    }
+
+    pub fn follow(&mut self) {
+        self.scroll = Scroll::Follow;
+        self.new_output = false;
+    }
+
+    /// Lay out what a view of `width`×`rows` shows and return it, top to bottom. Drops
+    /// cached lines of cells far from view when the cache grows past its cap.
+    pub fn prepare(&mut self, width: u16, rows: usize, theme: &Theme) -> Vec<Slice> {
+        if self.cells.is_empty() || rows == 0 || width == 0 {
+            return Vec::new();
+        }
+        let (mut cell, mut skip) = self.top(width, rows, theme);
+        if matches!(self.scroll, Scroll::Anchor { .. }) && self.fits_from((cell, skip), width, rows, theme) {
+            // Nothing below the fold any more (scrolled down, or a resize): follow again.
+            self.follow();
+            (cell, skip) = self.top(width, rows, theme);
+        }
+        let mut slices = Vec::new();
+        let mut left = rows;
+        while left > 0 && cell < self.cells.len() {
+            let h = self.ensure(cell, width, theme);
+            let take = h.saturating_sub(skip).min(left);
+            if take > 0 {
+                slices.push(Slice { cell, skip, take });
+            }
+            left -= take;
+            cell += 1;
+            skip = 0;
+        }
+        if self.cached_lines > CACHED_LINES_MAX {
+            let first = slices.first().map_or(0, |s| s.cell);
+            let last = slices.last().map_or(0, |s| s.cell);
+            for (i, c) in self.cells.iter_mut().enumerate() {
+                if i + 64 < first || i > last + 64 {
+                    if let Some(layout) = &mut c.layout {
+                        if let Some(lines) = layout.lines.take() {
+                            self.cached_lines = self.cached_lines.saturating_sub(lines.len());
+                        }
+                    }
+                }
+            }
+        }
+        slices
+    }
+
+    /// The rows of `slice` as lines (the gap row is blank). `now` drives spinners and
+    /// running times. A cell without cached lines for `width` is laid out on the spot.
+    pub fn rows(&self, slice: Slice, width: u16, theme: &Theme, now: Instant) -> Vec<Line<'static>> {
+        let gap = self.gap(slice.cell);
+        let cell = &self.cells[slice.cell];
+        let mut rows: Vec<Line<'static>> = Vec::with_capacity(slice.take);
+        let body: Vec<Line<'static>>;
+        let body_ref: &[Line<'static>] = match (&cell.body, &cell.layout) {
+            (CellBody::Tool { .. }, _) => {
+                body = vec![tool_line(&cell.body, theme, now, usize::from(width))];
+                &body
+            }
+            (_, Some(CellLayout { width: w, show_reasoning, lines: Some(lines), .. }))
+                if *w == width && *show_reasoning == self.show_reasoning =>
+            {
+                lines
+            }
+            _ => {
+                let mut cache = CodeCache::default();
+                body = wrap_lines(&body_lines(&cell.body, theme, self.show_reasoning, &mut cache), width);
+                &body
+            }
+        };
+        for row in slice.skip..slice.skip + slice.take {
+            if row < gap {
+                rows.push(Line::default());
+            } else if let Some(line) = body_ref.get(row - gap) {
+                rows.push(line.clone());
+            }
+        }
+        rows
+    }
+
+    /// Whether any tool cell still runs (for the spinner tick).
+    pub fn has_running_tool(&self) -> bool {
+        self.tools
+            .values()
+            .any(|&i| matches!(self.cells.get(i), Some(Cell { body: CellBody::Tool { outcome: None, .. }, .. })))
+    }
+
+    /// Mark every tool cell that never got a result as ended (the turn is over).
+    pub fn end_running_tools(&mut self) {
+        for cell in &mut self.cells {
+            if let CellBody::Tool { outcome: outcome @ None, started, .. } = &mut cell.body {
+                *outcome = Some(ToolOutcome {
+                    ok: false,
+                    exit_code: None,
+                    status: Some("interrupted".into()),
+                    duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
+                    result: String::new(),
+                });
+            }
+        }
+        self.tools.clear();
+    }
+
+    pub fn code_cache_len(&self) -> usize {
+        self.code_cache.len()
+    }
+}
+
+/// Format a duration in milliseconds the way the transcript shows it.
+pub fn format_duration_ms(ms: u64) -> String {
+    if ms < 1000 {
+        format!("{ms}ms")
+    } else if ms < 60_000 {
+        format!("{:.1}s", ms as f64 / 1000.0)
+    } else if ms < 3_600_000 {
+        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
+    } else {
+        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
+    let CellBody::Tool { name, summary, started, outcome, .. } = body else {
+        return Line::default();
+    };
+    let dim = Style::default().fg(theme.dim);
+    let mut spans = Vec::new();
+    match outcome {
+        None => {
+            let elapsed = now.saturating_duration_since(*started);
+            let frame = (elapsed.as_millis() / 100) as usize % SPINNER.len();
+            spans.push(Span::styled(format!("{} ", SPINNER[frame]), Style::default().fg(theme.tool_running)));
+            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
+            spans.push(Span::raw(format!(" {summary}")));
+            spans.push(Span::styled(format!(" · {}s", elapsed.as_secs()), dim));
+        }
+        Some(o) => {
+            let (mark, color) = if o.ok { ("✓", theme.tool_ok) } else { ("✗", theme.tool_failed) };
+            spans.push(Span::styled(format!("{mark} "), Style::default().fg(color)));
+            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
+            spans.push(Span::raw(format!(" {summary}")));
+            let mut tail = format!(" · {}", format_duration_ms(o.duration_ms));
+            if let Some(code) = o.exit_code {
+                tail.push_str(&format!(" · exit {code}"));
+            }
+            if let Some(status) = &o.status {
+                tail.push_str(&format!(" · {status}"));
+            }
+            spans.push(Span::styled(tail, if o.ok { dim } else { Style::default().fg(theme.tool_failed) }));
+        }
+    }
+    truncate_spans(spans, width)
+}
+
+/// The logical lines of a cell, before wrapping.
+fn body_lines(body: &CellBody, theme: &Theme, show_reasoning: bool, cache: &mut CodeCache) -> Vec<RLine> {
+    match body {
+        CellBody::User { text, origin } => user_lines(text, *origin, theme),
+        CellBody::Assistant { text, reasoning, streaming } => {
+            let mut out = Vec::new();
+            let reasoning = display_text(reasoning);
+            let reasoning = reasoning.trim();
+            if !reasoning.is_empty() {
+                let dim = Style::default().fg(theme.reasoning);
+                if show_reasoning {
+                    out.push(RLine::plain("▾ reasoning", dim));
+                    let italic = dim.add_modifier(Modifier::ITALIC);
+                    out.extend(reasoning.lines().map(|l| RLine::plain(format!("  {l}"), italic).with_hang(2)));
+                } else {
+                    let n = reasoning.lines().count();
+                    let noun = if n == 1 { "line" } else { "lines" };
+                    out.push(RLine::plain(format!("▸ reasoning · {n} {noun} (hidden)"), dim));
+                }
+                if !text.trim().is_empty() {
+                    out.push(RLine::blank());
+                }
+            }
+            let text = display_text(text);
+            out.extend(markdown::render(&text, theme, Style::default().fg(theme.assistant), cache));
+            if *streaming && out.is_empty() {
+                out.push(RLine::plain("…", Style::default().fg(theme.dim)));
+            }
+            out
+        }
+        CellBody::Tool { .. } => Vec::new(),
+        CellBody::Notice { level, text } => {
+            let (mark, color) = match level {
+                NoticeLevel::Info => ("ℹ", theme.notice_info),
+                NoticeLevel::Warn => ("⚠", theme.notice_warn),
+                NoticeLevel::Error => ("✗", theme.notice_error),
+            };
+            let style = Style::default().fg(color);
+            display_text(text)
+                .lines()
+                .enumerate()
+                .map(|(i, l)| {
+                    let lead = if i == 0 { format!("{mark} ") } else { "  ".into() };
+                    RLine::new(vec![Span::styled(lead, style), Span::styled(l.to_string(), style)]).with_hang(2)
+                })
+                .collect()
+        }
+        CellBody::TurnEnd { outcome } => {
+            let (text, color) = match outcome {
+                TurnOutcome::Completed => ("", theme.dim),
+                TurnOutcome::Interrupted => ("■ interrupted", theme.notice_warn),
+                TurnOutcome::Failed => ("✗ the turn failed", theme.notice_error),
+                TurnOutcome::BudgetExhausted => ("⚠ the turn used its iteration budget", theme.notice_warn),
+            };
+            vec![RLine::plain(text, Style::default().fg(color))]
+        }
+    }
+}
+
+fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
+    let text = display_text(text);
+    let label = match origin {
+        UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued | UserOrigin::Retry => None,
+        UserOrigin::Heartbeat => Some("♥ heartbeat"),
+        UserOrigin::Goal => Some("◎ goal"),
+        UserOrigin::JobNotification => Some("⚙ job notification"),
+    };
+    if let Some(label) = label {
+        let style = Style::default().fg(theme.injected);
+        let dim = Style::default().fg(theme.dim);
+        let mut out = vec![RLine::plain(label, style)];
+        let lines: Vec<&str> = text.lines().collect();
+        out.extend(lines.iter().take(INJECTED_MAX_LINES).map(|l| RLine::plain(format!("  {l}"), dim).with_hang(2)));
+        if lines.len() > INJECTED_MAX_LINES {
+            out.push(RLine::plain(format!("  … {} more lines", lines.len() - INJECTED_MAX_LINES), dim));
+        }
+        return out;
+    }
+    let color = if origin == UserOrigin::MidTurn { theme.user_mid_turn } else { theme.user };
+    let style = Style::default().fg(color);
+    let mut out: Vec<RLine> = text
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            let lead = if i == 0 { "› " } else { "  " };
+            RLine::new(vec![Span::styled(lead, style.add_modifier(Modifier::BOLD)), Span::styled(l.to_string(), style)])
+                .with_hang(2)
+        })
+        .collect();
+    if out.is_empty() {
+        out.push(RLine::plain("› ", style));
+    }
+    let note = match origin {
+        UserOrigin::MidTurn => Some("↳ delivered mid-turn"),
+        UserOrigin::Queued => Some("↳ queued"),
+        UserOrigin::Retry => Some("↳ retry"),
+        UserOrigin::Typed | UserOrigin::Heartbeat | UserOrigin::Goal | UserOrigin::JobNotification => None,
+    };
+    if let Some(note) = note {
+        out.push(RLine::plain(format!("  {note}"), Style::default().fg(theme.dim)));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn theme() -> Theme {
+        Theme::default()
+    }
+
+    fn user(t: &mut Transcript, n: usize) {
+        for i in 0..n {
+            t.push(CellBody::User { text: format!("message {i}"), origin: UserOrigin::Typed });
+        }
+    }
+
+    #[test]
+    fn follow_shows_the_bottom_and_scrolling_anchors() {
+        let mut t = Transcript::default();
+        user(&mut t, 10); // 10 cells: first 1 row, others 2 (gap + text) = 19 rows
+        let slices = t.prepare(40, 5, &theme());
+        assert_eq!(slices.first().map(|s| s.cell), Some(7));
+        assert_eq!(slices.iter().map(|s| s.take).sum::<usize>(), 5);
+        t.scroll_up(4, 40, 5, &theme());
+        assert!(matches!(t.scroll, Scroll::Anchor { .. }));
+        t.push(CellBody::User { text: "new".into(), origin: UserOrigin::Typed });
+        assert!(t.new_output);
+        t.scroll_down(100, 40, 5, &theme());
+        assert_eq!(t.scroll, Scroll::Follow);
+        assert!(!t.new_output);
+        t.scroll_top();
+        let slices = t.prepare(40, 5, &theme());
+        assert_eq!(slices[0], Slice { cell: 0, skip: 0, take: 1 });
+    }
+
+    #[test]
+    fn streaming_invalidates_only_the_open_message() {
+        let mut t = Transcript::default();
+        user(&mut t, 3);
+        t.prepare(40, 20, &theme());
+        t.append_assistant("hello ");
+        t.append_assistant("world");
+        assert!(t.cells[0].layout.is_some());
+        assert!(t.cells[3].layout.is_none());
+        t.finish_assistant("hello world", None);
+        assert_eq!(t.cells.len(), 4);
+        let slices = t.prepare(40, 20, &theme());
+        let last = slices.last().copied().unwrap();
+        let rows = t.rows(last, 40, &theme(), Instant::now());
+        assert_eq!(rows.last().map(|l| l.to_string()), Some("hello world".to_string()));
+    }
+
+    #[test]
+    fn empty_assistant_messages_leave_no_cell() {
+        let mut t = Transcript::default();
+        t.finish_assistant("", None);
+        assert!(t.is_empty());
+        t.append_assistant("");
+        t.tool_started("c1", "terminal", "ls", Instant::now());
+        assert_eq!(t.cells.len(), 1);
+    }
+
+    #[test]
+    fn durations_read_naturally() {
+        assert_eq!(format_duration_ms(250), "250ms");
+        assert_eq!(format_duration_ms(3_200), "3.2s");
+        assert_eq!(format_duration_ms(125_000), "2m05s");
+        assert_eq!(format_duration_ms(7_500_000), "2h05m");
+    }
+}

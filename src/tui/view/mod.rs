@@ -1,0 +1,141 @@
+//! Pure render functions: each takes `&App` and a `Rect` and draws, nothing else.
+
+mod overlay;
+mod side;
+mod status;
+mod transcript;
+
+use ratatui::layout::{Alignment, Rect};
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::{Block, Borders, Paragraph};
+use ratatui::Frame;
+
+use super::app::{App, Focus};
+use super::wrap::truncate_spans;
+
+/// Below this size the TUI shows a notice instead of its layout.
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 10;
+/// The side column appears from this width on.
+const SIDE_MIN_TOTAL_WIDTH: u16 = 80;
+const INPUT_MAX_LINES: u16 = 6;
+const PENDING_MAX_LINES: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Areas {
+    /// Transcript and side column together (the log view uses all of it).
+    pub main: Rect,
+    pub transcript: Rect,
+    pub tools: Option<Rect>,
+    pub jobs: Option<Rect>,
+    pub pending: Rect,
+    pub input: Rect,
+    pub status: Rect,
+    pub too_small: bool,
+}
+
+/// Where everything goes in a frame of `area`.
+pub fn layout(area: Rect, app: &App) -> Areas {
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        return Areas { too_small: true, ..Areas::default() };
+    }
+    let status = Rect::new(area.x, area.bottom() - 1, area.width, 1);
+    let input_lines = u16::try_from(app.input.lines().len()).unwrap_or(INPUT_MAX_LINES).clamp(1, INPUT_MAX_LINES);
+    let input_h = input_lines + 2;
+    let input = Rect::new(area.x, status.y.saturating_sub(input_h), area.width, input_h);
+    let pending_n = app.pending.len().min(PENDING_MAX_LINES) + usize::from(app.pending.len() > PENDING_MAX_LINES);
+    let pending_h = u16::try_from(pending_n).unwrap_or(0);
+    let pending = Rect::new(area.x, input.y.saturating_sub(pending_h), area.width, pending_h);
+    let main = Rect::new(area.x, area.y, area.width, pending.y.saturating_sub(area.y));
+    if area.width < SIDE_MIN_TOTAL_WIDTH {
+        let transcript = Rect::new(main.x + 1, main.y, main.width.saturating_sub(2), main.height);
+        return Areas { main, transcript, tools: None, jobs: None, pending, input, status, too_small: false };
+    }
+    let side_w = (main.width / 3).clamp(30, 50);
+    let side_x = main.right() - side_w;
+    let transcript = Rect::new(main.x + 1, main.y, side_x.saturating_sub(main.x + 2), main.height);
+    let wanted = u16::try_from(app.tools.len() * 2 + 2).unwrap_or(u16::MAX);
+    let tools_h = wanted.clamp(3, (main.height / 2).max(3)).min(main.height);
+    let tools = Rect::new(side_x, main.y, side_w, tools_h);
+    let jobs = Rect::new(side_x, main.y + tools_h, side_w, main.height - tools_h);
+    Areas { main, transcript, tools: Some(tools), jobs: Some(jobs), pending, input, status, too_small: false }
+}
+
+/// Draw a whole frame from `app` (call `App::prepare` with the same area first).
+pub fn draw(frame: &mut Frame<'_>, app: &App) {
+    let area = frame.area();
+    let areas = layout(area, app);
+    if areas.too_small {
+        draw_too_small(frame, area, app);
+        return;
+    }
+    if let Some(view) = &app.log_view {
+        overlay::draw_log(frame, areas.main, app, view);
+    } else {
+        transcript::draw(frame, areas.transcript, app);
+        if let Some(tools) = areas.tools {
+            side::draw_tools(frame, tools, app);
+        }
+        if let Some(jobs) = areas.jobs {
+            side::draw_jobs(frame, jobs, app);
+        }
+    }
+    draw_pending(frame, areas.pending, app);
+    draw_input(frame, areas.input, app);
+    status::draw(frame, areas.status, app);
+    overlay::draw_modals(frame, area, app);
+}
+
+fn draw_too_small(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let text = vec![
+        Line::from(Span::styled("terminal too small", Style::default().add_modifier(Modifier::BOLD))),
+        Line::from(Span::styled(
+            format!("need {MIN_WIDTH}×{MIN_HEIGHT}, have {}×{}", area.width, area.height),
+            Style::default().fg(app.theme.dim),
+        )),
+    ];
+    let y = area.y + area.height.saturating_sub(2) / 2;
+    let rect = Rect::new(area.x, y, area.width, area.height.min(2));
+    frame.render_widget(Paragraph::new(text).alignment(Alignment::Center), rect);
+}
+
+fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    if area.height == 0 {
+        return;
+    }
+    let dim = Style::default().fg(app.theme.dim).add_modifier(Modifier::ITALIC);
+    let width = usize::from(area.width);
+    let mut lines: Vec<Line<'static>> = app
+        .pending
+        .iter()
+        .take(PENDING_MAX_LINES)
+        .map(|p| {
+            let first = super::sanitize::display_text(p).lines().next().unwrap_or("").to_string();
+            truncate_spans(vec![Span::styled("  ◌ pending: ", dim), Span::styled(first, dim)], width)
+        })
+        .collect();
+    if app.pending.len() > PENDING_MAX_LINES {
+        lines.push(Line::from(Span::styled(format!("     +{} more", app.pending.len() - PENDING_MAX_LINES), dim)));
+    }
+    frame.render_widget(Paragraph::new(lines), area);
+}
+
+fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let typing = app.focus == Focus::Input && app.log_view.is_none() && app.modal.is_none();
+    let border = if typing { app.theme.border_focus } else { app.theme.border };
+    let title = if app.busy {
+        let enter = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Submit);
+        let queue = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Queue);
+        format!(" busy · {enter} {} · {queue} queue ", app.busy_mode().as_str())
+    } else {
+        " message ".to_string()
+    };
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(border))
+        .title(Span::styled(title, Style::default().fg(app.theme.dim)));
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    frame.render_widget(&app.input, inner);
+}

@@ -1,0 +1,128 @@
+//! The side column: Running tools and Background jobs.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::Span;
+use ratatui::widgets::{Block, Borders, Paragraph};
+use ratatui::Frame;
+
+use crate::protocol::JobStatus;
+use crate::tui::app::{App, Focus};
+use crate::tui::transcript::{format_duration_ms, SPINNER};
+use crate::tui::wrap::truncate_spans;
+
+fn pane_block(app: &App, title: String, focused: bool) -> Block<'static> {
+    let color = if focused { app.theme.border_focus } else { app.theme.border };
+    let title_style = if focused { Style::default().fg(color).add_modifier(Modifier::BOLD) } else { Style::default() };
+    Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(color))
+        .title(Span::styled(title, title_style))
+}
+
+/// Rows of `items` (each `per` rows high) that keep `selected` in view.
+fn window(len: usize, per: usize, rows: usize, selected: usize) -> std::ops::Range<usize> {
+    let fit = (rows / per.max(1)).max(1);
+    let start = if selected >= fit { selected + 1 - fit } else { 0 };
+    start..(start + fit).min(len)
+}
+
+fn selected_style(app: &App, on: bool) -> Style {
+    if on {
+        Style::default().fg(app.theme.selection).add_modifier(Modifier::BOLD)
+    } else {
+        Style::default()
+    }
+}
+
+pub fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let focused = app.focus == Focus::Tools && app.modal.is_none();
+    let block = pane_block(app, format!(" Running tools ({}) ", app.tools.len()), focused);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let width = usize::from(inner.width);
+    let dim = Style::default().fg(app.theme.dim);
+    if app.tools.is_empty() {
+        frame.render_widget(Paragraph::new(Span::styled("none", dim)), inner);
+        return;
+    }
+    let mut lines = Vec::new();
+    for i in window(app.tools.len(), 2, usize::from(inner.height), app.tool_sel) {
+        let tool = &app.tools[i];
+        let elapsed = app.now.saturating_duration_since(tool.started);
+        let frame_i = (elapsed.as_millis() / 100) as usize % SPINNER.len();
+        let sel = focused && i == app.tool_sel;
+        let marker = if sel { "▶" } else { SPINNER[frame_i] };
+        lines.push(truncate_spans(
+            vec![
+                Span::styled(format!("{marker} "), Style::default().fg(app.theme.tool_running)),
+                Span::styled(tool.name.clone(), selected_style(app, sel).add_modifier(Modifier::BOLD)),
+                Span::styled(format!(" {}", tool.summary), selected_style(app, sel)),
+            ],
+            width,
+        ));
+        let last = if tool.last_line.is_empty() { String::new() } else { format!(" · {}", tool.last_line) };
+        lines.push(truncate_spans(vec![Span::styled(format!("  {}s{last}", elapsed.as_secs()), dim)], width));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+fn status_mark(app: &App, status: &JobStatus) -> (String, Color) {
+    match status {
+        JobStatus::Running => ("●".into(), app.theme.tool_running),
+        JobStatus::Exited(0) => ("✓".into(), app.theme.tool_ok),
+        JobStatus::Exited(_) | JobStatus::Killed => ("✗".into(), app.theme.tool_failed),
+        JobStatus::Lost => ("?".into(), app.theme.notice_warn),
+    }
+}
+
+pub fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let focused = app.focus == Focus::Jobs && app.modal.is_none();
+    let running = app.running_jobs();
+    let title = if running > 0 {
+        format!(" Background jobs ({running} running) ")
+    } else {
+        format!(" Background jobs ({}) ", app.jobs.len())
+    };
+    let block = pane_block(app, title, focused);
+    let inner = block.inner(area);
+    frame.render_widget(block, area);
+    let width = usize::from(inner.width);
+    let dim = Style::default().fg(app.theme.dim);
+    if app.jobs.is_empty() {
+        frame.render_widget(Paragraph::new(Span::styled("none", dim)), inner);
+        return;
+    }
+    let mut lines = Vec::new();
+    for i in window(app.jobs.len(), 3, usize::from(inner.height), app.job_sel) {
+        let job = &app.jobs[i];
+        let sel = focused && i == app.job_sel;
+        let (mark, color) = status_mark(app, &job.info.status);
+        let runtime = format_duration_ms(job.runtime_ms(app.wall_ms) / 1000 * 1000);
+        lines.push(truncate_spans(
+            vec![
+                Span::styled(if sel { "▶ " } else { "  " }, selected_style(app, sel)),
+                Span::styled(job.info.id.clone(), selected_style(app, sel).add_modifier(Modifier::BOLD)),
+                Span::styled(format!(" {mark} {}", job.info.status.label()), Style::default().fg(color)),
+                Span::styled(format!(" · {runtime}"), dim),
+            ],
+            width,
+        ));
+        lines.push(truncate_spans(vec![Span::raw("  $ "), Span::raw(job.info.command.replace('\n', " "))], width));
+        lines.push(truncate_spans(vec![Span::styled(format!("  {}", job.info.last_line), dim)], width));
+    }
+    frame.render_widget(Paragraph::new(lines), inner);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[test]
+    fn the_selection_stays_in_view() {
+        assert_eq!(window(10, 3, 9, 0), 0..3);
+        assert_eq!(window(10, 3, 9, 5), 3..6);
+        assert_eq!(window(2, 3, 9, 1), 0..2);
+        assert_eq!(window(5, 2, 1, 4), 4..5);
+    }
+}

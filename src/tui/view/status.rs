@@ -1,0 +1,102 @@
+//! The status line: state, model, session, busy mode, heartbeat, goal, PAUSED, key hints.
+
+use ratatui::layout::Rect;
+use ratatui::style::{Modifier, Style};
+use ratatui::text::{Line, Span};
+use ratatui::widgets::Paragraph;
+use ratatui::Frame;
+
+use crate::protocol::TurnOutcome;
+use crate::tui::app::{App, ExitState};
+use crate::tui::keymap::{Action, Context};
+use crate::tui::transcript::SPINNER;
+use crate::tui::wrap::{str_width, truncate_spans};
+
+fn state(app: &App) -> (String, bool) {
+    let spin = SPINNER[app.spinner_frame() % SPINNER.len()];
+    if !matches!(app.exit, ExitState::Running) {
+        return ("stopping…".into(), false);
+    }
+    if !app.tools.is_empty() {
+        let n = app.tools.len();
+        return (format!("{spin} running {}", if n == 1 { "tool".to_string() } else { format!("{n} tools") }), true);
+    }
+    if app.busy {
+        return (format!("{spin} thinking"), true);
+    }
+    match app.last_outcome {
+        Some(TurnOutcome::Interrupted) => ("■ interrupted".into(), false),
+        Some(TurnOutcome::Completed | TurnOutcome::Failed | TurnOutcome::BudgetExhausted) | None => {
+            ("● idle".into(), false)
+        }
+    }
+}
+
+pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let fg = Style::default().fg(app.theme.status_fg);
+    let sep = Span::styled(" · ", Style::default().fg(app.theme.dim));
+    let (state, active) = state(app);
+    let mut left: Vec<Span<'static>> = vec![Span::styled(
+        format!(" {state}"),
+        Style::default().fg(app.theme.status_state).add_modifier(if active {
+            Modifier::BOLD
+        } else {
+            Modifier::empty()
+        }),
+    )];
+    if app.status.paused {
+        left.push(Span::raw(" "));
+        left.push(Span::styled(
+            " PAUSED ",
+            Style::default().fg(app.theme.paused).add_modifier(Modifier::REVERSED | Modifier::BOLD),
+        ));
+    }
+    let mut facts: Vec<String> = Vec::new();
+    if !app.status.model.is_empty() {
+        facts.push(app.status.model.clone());
+    }
+    if !app.status.session_id.is_empty() {
+        facts.push(app.status.session_id.chars().take(12).collect());
+    }
+    facts.push(format!("busy:{}", app.busy_mode().as_str()));
+    if let Some(hb) = &app.status.heartbeat {
+        facts.push(hb.clone());
+    }
+    if let Some(goal) = &app.status.goal {
+        facts.push(goal.clone());
+    }
+    if let Some(pct) = app.status.context_pct {
+        facts.push(format!("ctx {pct}%"));
+    }
+    let hints = if app.ctrl_c_armed() {
+        let key = app.keymap.hint(Context::Global, Action::Cancel);
+        format!("press {key} again to quit ")
+    } else {
+        let stop = app.keymap.hint(Context::Input, Action::Interrupt);
+        let bg = app.keymap.hint(Context::Global, Action::Background);
+        let help = app.keymap.hint(Context::Input, Action::HelpEmpty);
+        format!("{stop} stop · {bg} background · {help} help ")
+    };
+    let width = usize::from(area.width);
+    let hints_w = str_width(&hints);
+    let fixed_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
+    // The key hints matter more than the facts: drop facts from the end to make room.
+    let fact_w = |f: &String| 3 + str_width(f);
+    while !facts.is_empty() && fixed_w + facts.iter().map(fact_w).sum::<usize>() + 2 + hints_w > width {
+        facts.pop();
+    }
+    for fact in facts {
+        left.push(sep.clone());
+        left.push(Span::styled(fact.replace('\n', " "), fg));
+    }
+    let left_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
+    let line = if left_w + 2 + hints_w <= width {
+        let mut spans = left;
+        spans.push(Span::raw(" ".repeat(width - left_w - hints_w)));
+        spans.push(Span::styled(hints, Style::default().fg(app.theme.dim)));
+        Line::from(spans)
+    } else {
+        truncate_spans(left, width)
+    };
+    frame.render_widget(Paragraph::new(line), area);
+}

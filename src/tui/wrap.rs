@@ -1,0 +1,216 @@
+//! Word wrapping of styled lines to a width, so the transcript knows every cell's
+//! height exactly and can draw only the visible window.
+
+use ratatui::style::Style;
+use ratatui::text::{Line, Span};
+use unicode_width::UnicodeWidthChar;
+
+/// A logical line before wrapping: styled spans plus the indent of continuation rows
+/// (a list item's text lines up under its first word).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RLine {
+    pub spans: Vec<Span<'static>>,
+    pub hang: u16,
+}
+
+impl RLine {
+    pub fn new(spans: Vec<Span<'static>>) -> RLine {
+        RLine { spans, hang: 0 }
+    }
+
+    pub fn plain(text: impl Into<String>, style: Style) -> RLine {
+        RLine { spans: vec![Span::styled(text.into(), style)], hang: 0 }
+    }
+
+    pub fn blank() -> RLine {
+        RLine::default()
+    }
+
+    pub fn with_hang(mut self, hang: u16) -> RLine {
+        self.hang = hang;
+        self
+    }
+}
+
+/// Display width of a string in terminal columns.
+pub fn str_width(s: &str) -> usize {
+    s.chars().map(|c| c.width().unwrap_or(0)).sum()
+}
+
+/// Wrap one logical line into rows of at most `width` columns. Breaks at spaces; a word
+/// longer than a row is split. Always returns at least one row.
+pub fn wrap_line(line: &RLine, width: u16) -> Vec<Line<'static>> {
+    let width = usize::from(width.max(1));
+    let hang = usize::from(line.hang).min(width.saturating_sub(1) / 2);
+    let mut rows: Vec<Line<'static>> = Vec::new();
+    let mut row = Row::new(0);
+    for span in &line.spans {
+        let style = span.style;
+        for token in tokens(&span.content) {
+            let tw = str_width(token.text);
+            if row.width + tw <= width {
+                row.push(token.text, style);
+                continue;
+            }
+            if token.space {
+                // A break at a space: the space itself disappears.
+                rows.push(row.finish());
+                row = Row::new(hang);
+                continue;
+            }
+            if tw <= width - hang && row.width > row.indent {
+                rows.push(row.finish());
+                row = Row::new(hang);
+                row.push(token.text, style);
+                continue;
+            }
+            // Too long for any row (or the row is empty): split by characters.
+            for c in token.text.chars() {
+                let cw = c.width().unwrap_or(0);
+                if row.width + cw > width && row.width > row.indent {
+                    rows.push(row.finish());
+                    row = Row::new(hang);
+                }
+                let mut buf = [0u8; 4];
+                row.push(c.encode_utf8(&mut buf), style);
+            }
+        }
+    }
+    rows.push(row.finish());
+    rows
+}
+
+/// Wrap many logical lines.
+pub fn wrap_lines(lines: &[RLine], width: u16) -> Vec<Line<'static>> {
+    let mut out = Vec::with_capacity(lines.len());
+    for line in lines {
+        out.extend(wrap_line(line, width));
+    }
+    out
+}
+
+/// Cut a line to `width` columns, ending with `…` when something was cut.
+pub fn truncate_spans(spans: Vec<Span<'static>>, width: usize) -> Line<'static> {
+    let total: usize = spans.iter().map(|s| str_width(&s.content)).sum();
+    if total <= width {
+        return Line::from(spans);
+    }
+    let mut out = Vec::new();
+    let mut used = 0;
+    let budget = width.saturating_sub(1);
+    for span in spans {
+        let mut text = String::new();
+        for c in span.content.chars() {
+            let cw = c.width().unwrap_or(0);
+            if used + cw > budget {
+                break;
+            }
+            used += cw;
+            text.push(c);
+        }
+        let done = used >= budget || text.chars().count() < span.content.chars().count();
+        if !text.is_empty() {
+            out.push(Span::styled(text, span.style));
+        }
+        if done {
+            break;
+        }
+    }
+    if width > 0 {
+        out.push(Span::raw("…"));
+    }
+    Line::from(out)
+}
+
+struct Row {
+    spans: Vec<Span<'static>>,
+    width: usize,
+    indent: usize,
+}
+
+impl Row {
+    fn new(indent: usize) -> Row {
+        let spans = if indent > 0 { vec![Span::raw(" ".repeat(indent))] } else { Vec::new() };
+        Row { spans, width: indent, indent }
+    }
+
+    fn push(&mut self, text: &str, style: Style) {
+        self.width += str_width(text);
+        let mergeable = self.spans.len() > usize::from(self.indent > 0);
+        if let Some(last) = self.spans.last_mut().filter(|l| mergeable && l.style == style) {
+            last.content.to_mut().push_str(text);
+            return;
+        }
+        self.spans.push(Span::styled(text.to_string(), style));
+    }
+
+    fn finish(mut self) -> Line<'static> {
+        // A row never ends in the space it broke at.
+        if self.spans.len() > usize::from(self.indent > 0) {
+            if let Some(last) = self.spans.last_mut() {
+                let trimmed = last.content.trim_end_matches(' ').len();
+                if trimmed < last.content.len() {
+                    last.content.to_mut().truncate(trimmed);
+                }
+            }
+        }
+        Line::from(self.spans)
+    }
+}
+
+struct Token<'a> {
+    text: &'a str,
+    space: bool,
+}
+
+/// Split into runs of spaces and runs of non-spaces.
+fn tokens(s: &str) -> impl Iterator<Item = Token<'_>> {
+    let mut rest = s;
+    std::iter::from_fn(move || {
+        let first = rest.chars().next()?;
+        let space = first == ' ';
+        let end = rest.find(|c: char| (c == ' ') != space).unwrap_or(rest.len());
+        let (tok, tail) = rest.split_at(end);
+        rest = tail;
+        Some(Token { text: tok, space })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn texts(lines: &[Line<'_>]) -> Vec<String> {
+        lines.iter().map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect()).collect()
+    }
+
+    #[test]
+    fn wraps_at_spaces_and_splits_long_words() {
+        let line = RLine::plain("the quick brown fox jumps", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 10)), vec!["the quick", "brown fox", "jumps"]);
+        let long = RLine::plain("abcdefghijklmnop", Style::default());
+        assert_eq!(texts(&wrap_line(&long, 6)), vec!["abcdef", "ghijkl", "mnop"]);
+        assert_eq!(texts(&wrap_line(&RLine::blank(), 6)), vec![""]);
+    }
+
+    #[test]
+    fn continuation_rows_hang() {
+        let line = RLine::plain("• one two three four", Style::default()).with_hang(2);
+        assert_eq!(texts(&wrap_line(&line, 10)), vec!["• one two", "  three", "  four"]);
+    }
+
+    #[test]
+    fn wide_characters_count_double() {
+        let line = RLine::plain("日本語のテキスト", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 6)), vec!["日本語", "のテキ", "スト"]);
+    }
+
+    #[test]
+    fn truncation_adds_an_ellipsis() {
+        let line = truncate_spans(vec![Span::raw("hello "), Span::raw("world")], 8);
+        assert_eq!(texts(&[line]), vec!["hello w…"]);
+        let line = truncate_spans(vec![Span::raw("short")], 8);
+        assert_eq!(texts(&[line]), vec!["short"]);
+    }
+}
