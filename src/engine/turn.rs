@@ -30,6 +30,11 @@ pub fn wrap_out_of_band(messages: &[String]) -> String {
     format!("{OOB_OPEN}\n{}\n{OOB_CLOSE}", messages.join("\n\n"))
 }
 
+/// The text inside an out-of-band wrapper, for display (None when `text` is not wrapped).
+pub fn unwrap_out_of_band(text: &str) -> Option<&str> {
+    text.strip_prefix(OOB_OPEN)?.strip_suffix(OOB_CLOSE).map(str::trim)
+}
+
 /// What stays the same for every turn of a session.
 #[derive(Clone)]
 pub struct TurnEnv {
@@ -529,6 +534,8 @@ mod tests {
         let text = wrap_out_of_band(&["first".into(), "second".into()]);
         assert_eq!(text, format!("{OOB_OPEN}\nfirst\n\nsecond\n{OOB_CLOSE}"),);
         assert!(text.starts_with("[OUT-OF-BAND USER MESSAGE — a direct message from the user"));
+        assert_eq!(unwrap_out_of_band(&text), Some("first\n\nsecond"));
+        assert_eq!(unwrap_out_of_band("plain"), None);
     }
 
     #[test]

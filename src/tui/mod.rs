@@ -30,7 +30,7 @@ use crossterm::terminal::{
     LeaveAlternateScreen,
 };
 use crossterm::{cursor, execute, queue};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use ratatui::backend::CrosstermBackend;
 use ratatui::{Frame, Terminal};
 
@@ -209,7 +209,20 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
 
 async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle) -> anyhow::Result<()> {
     let (frames, mut draw_rx) = FrameRequester::spawn();
-    let mut input = EventStream::new();
+    // Terminal input is read by its own task and forwarded over a channel, so the loop can
+    // drain everything already waiting without polling the stream with a no-op waker
+    // (crossterm's EventStream then never wakes the loop again).
+    let (input_tx, mut input) = tokio::sync::mpsc::unbounded_channel();
+    let input_task = tokio::spawn(async move {
+        let mut stream = EventStream::new();
+        while let Some(event) = stream.next().await {
+            let stop = event.is_err();
+            if input_tx.send(event).is_err() || stop {
+                break;
+            }
+        }
+    });
+    let _input_guard = AbortOnDrop(input_task);
     draw(terminal, app)?;
     let mut next_tick: Option<tokio::time::Instant> = None;
     loop {
@@ -226,7 +239,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         let mut draw_now = false;
         tokio::select! {
             biased;
-            event = input.next() => {
+            event = input.recv() => {
                 let mut pending = Some(event);
                 while let Some(event) = pending.take() {
                     match event {
@@ -241,7 +254,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
                         None => anyhow::bail!("the terminal closed"),
                     }
                     // Take everything already waiting before drawing once.
-                    pending = input.next().now_or_never();
+                    pending = input.try_recv().ok().map(Some);
                 }
             }
             event = engine.events.recv() => {
@@ -284,4 +297,13 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         }
     }
     Ok(())
+}
+
+/// Aborts a task when dropped (the terminal input reader ends with the loop).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -65,6 +65,11 @@ impl App {
                     TurnTrigger::Goal => UserOrigin::Goal,
                     TurnTrigger::Retry => UserOrigin::Retry,
                 };
+                // Show what the user typed, not the wrapper the model reads.
+                let (text, origin) = match crate::engine::turn::unwrap_out_of_band(&text) {
+                    Some(inner) => (inner.to_string(), UserOrigin::MidTurn),
+                    None => (text, origin),
+                };
                 self.transcript.close_assistant();
                 if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
                     self.transcript.follow();
@@ -205,8 +210,12 @@ impl App {
     fn restore_item(&mut self, item: HistoryItem) {
         match item {
             HistoryItem::User { text } => {
+                let (text, origin) = match crate::engine::turn::unwrap_out_of_band(&text) {
+                    Some(inner) => (inner.to_string(), UserOrigin::MidTurn),
+                    None => (text, UserOrigin::Typed),
+                };
                 self.push_history(text.trim());
-                self.transcript.push(CellBody::User { text, origin: UserOrigin::Typed });
+                self.transcript.push(CellBody::User { text, origin });
             }
             HistoryItem::Assistant { text, reasoning } => {
                 self.transcript.push(CellBody::Assistant {
