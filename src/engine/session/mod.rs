@@ -138,10 +138,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         Some(s) => (s.id, s.title),
         None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
     };
-    let jobs_options = JobsOptions {
-        reaper: if opts.reaper { ReaperMode::CurrentExe } else { ReaperMode::Off },
-        sweep: true,
-    };
+    let jobs_options =
+        JobsOptions { reaper: if opts.reaper { ReaperMode::CurrentExe } else { ReaperMode::Off }, sweep: true };
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
@@ -284,6 +282,7 @@ impl Engine {
             self.env.approver.deny_all();
             if let Ok(Ok(result)) = tokio::time::timeout(Duration::from_secs(5), turn.join).await {
                 self.history = result.history;
+                self.events().send(Event::TurnFinished { outcome: result.outcome });
             }
         }
         let killed = self.env.jobs.shutdown().await;
@@ -460,6 +459,7 @@ impl Engine {
             }
         };
         self.history = result.history;
+        self.events().send(Event::TurnFinished { outcome: result.outcome });
         self.meter = result.meter;
         self.last_turn_usage = (result.usage.prompt_tokens, result.usage.completion_tokens);
         self.session_usage.0 += result.usage.prompt_tokens;
