@@ -646,9 +646,15 @@ impl Engine {
                 self.notice(NoticeLevel::Info, "/mouse and /copy work in the full-screen UI")
             }
             SlashCommand::Goal(cmd) => {
-                let idle = self.is_idle();
+                // Nothing running that the goal must wait for. A pause or a queued message
+                // does not count: the continuation waits for them in `start_next_turn`
+                // (a goal set while paused would otherwise never start).
+                let idle = !busy && !self.goal.in_boundary();
                 let effects = self.goal.command(&cmd, idle);
                 self.perform_goal_effects(effects).await;
+                if self.goal_continuation.is_some() && self.is_paused() {
+                    self.notice(NoticeLevel::Info, "◎ paused: the goal starts when you unpause");
+                }
                 self.send_status();
             }
             SlashCommand::Pause(reason) => {
