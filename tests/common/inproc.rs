@@ -92,6 +92,15 @@ impl Running {
         }
     }
 
+    /// Like `wait_for`, but an event already seen at index `since` or later counts too
+    /// (for events whose order among themselves is not fixed).
+    pub async fn wait_since(&mut self, since: usize, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
+        if let Some(event) = self.seen[since.min(self.seen.len())..].iter().find(|e| pred(e)) {
+            return event.clone();
+        }
+        self.wait_for(what, pred).await
+    }
+
     /// Collect events for `period` (for checks that something does NOT happen).
     pub async fn collect_for(&mut self, period: Duration) -> Vec<Event> {
         let deadline = tokio::time::Instant::now() + period;
