@@ -160,8 +160,14 @@ async fn while_paused_a_due_heartbeat_waits_and_a_typed_message_gets_the_paused_
 #[tokio::test(flavor = "multi_thread")]
 async fn while_paused_a_goal_does_not_continue() {
     let home = tempfile::tempdir().unwrap();
-    let server =
-        ScriptedServer::start([slow_text("Working on it."), ScriptedResponse::text("Still working.")]).await.unwrap();
+    // The first goal turn waits (in a command) for the test to have paused.
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "terminal", r#"{"command":"while [ ! -f go ]; do sleep 0.1; done"}"#),
+        ScriptedResponse::text("Waited."),
+        ScriptedResponse::text("Still working."),
+    ])
+    .await
+    .unwrap();
     let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
     let mark = engine.seen.len();
     engine.send(goal(GoalCmd::Set("create never.txt".into())));
@@ -175,19 +181,20 @@ async fn while_paused_a_goal_does_not_continue() {
         )
         .await;
     talaria(home.path(), &["pause"]);
+    std::fs::write(engine.work.join("go"), "").unwrap();
     engine.turn_finished().await;
     engine.notice("gate 1/1 ✗").await;
 
     let quiet = engine.collect_for(QUIET).await;
     assert!(!quiet.iter().any(|e| matches!(e, Event::TurnStarted { .. })), "{quiet:?}");
-    assert_eq!(server.chat_requests().len(), 1, "the goal does not continue while paused");
+    assert_eq!(server.chat_requests().len(), 2, "the goal does not continue while paused");
 
     talaria(home.path(), &["unpause"]);
     engine.wait_for("the continuation", turn_started(TurnTrigger::Goal)).await;
     engine.turn_finished().await;
     let requests = server.chat_requests();
-    assert_eq!(requests.len(), 2);
-    assert!(last_user(&requests[1]).contains("Exit code: 1"), "{}", last_user(&requests[1]));
+    assert_eq!(requests.len(), 3);
+    assert!(last_user(&requests[2]).contains("Exit code: 1"), "{}", last_user(&requests[2]));
     engine.shutdown().await;
 }
 

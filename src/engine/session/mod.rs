@@ -453,7 +453,8 @@ impl Engine {
                     format!("the turn crashed: {e}; reloading the session from the database"),
                 );
                 let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
-                self.history = history::repair(rows.iter().filter_map(history::to_chat).collect()).0;
+                let context = compaction::context_rows(&rows);
+                self.history = history::repair(context.iter().filter_map(history::to_chat).collect()).0;
                 self.events().send(Event::TurnFinished { outcome: TurnOutcome::Failed });
                 return;
             }
