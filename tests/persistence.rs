@@ -311,3 +311,55 @@ async fn kill_9_during_a_running_command_gives_the_call_a_lost_result() {
     assert_eq!(lost_rows, 1);
     integrity_ok(&home.path().join("state.db"));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_answer_keeps_its_partial_text_for_the_next_run() {
+    let home = Home::new();
+    let server = ScriptedServer::start([slow_stream()]).await.unwrap();
+    let url = server.base_url();
+    let (child, mut lines) = spawn_json(&home, &["--base-url", &url, "talk slowly"]);
+    wait_event(&mut lines, "AssistantDelta", |_| true).await;
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let done = wait_event(&mut lines, "AssistantDone", |_| true).await;
+    let partial = done["data"]["text"].as_str().unwrap().to_string();
+    assert!(partial.starts_with("slow"), "{partial}");
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+
+    server.push(ScriptedResponse::text("ok"));
+    let out = home.run(&["exec", "-c", "--base-url", &url, "go on"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let resumed = sent(&server.chat_requests()[1]);
+    assert_eq!(
+        resumed[1..],
+        [
+            json!({"role": "user", "content": "talk slowly"}),
+            json!({"role": "assistant", "content": partial}),
+            json!({"role": "user", "content": "go on"}),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_message_survives_a_restart_as_pending_input() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([slow_stream()]).await.unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(Op::Submit { text: "first".into(), mode: None });
+    engine.wait_for("a delta", |e| matches!(e, Event::AssistantDelta(_))).await;
+    engine.send(Op::Submit { text: "do this next".into(), mode: Some(talaria::protocol::BusyMode::Queue) });
+    engine
+        .wait_for("the pending list", |e| matches!(e, Event::PendingChanged { pending } if !pending.is_empty()))
+        .await;
+    engine.shutdown().await;
+
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::Continue).await;
+    let restored = engine.wait_for("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await;
+    assert_eq!(restored, Event::RestoreInput { text: "do this next".into() });
+    // It was never sent: only the first message reached the model.
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1);
+    assert!(!requests[0].raw_body.contains("do this next"));
+    engine.shutdown().await;
+}
