@@ -209,7 +209,8 @@ pub async fn run_turn(
     }
     meter.add_estimate(&history[counted.min(history.len())..]);
     send_context(&env, &meter);
-    env.events.send(Event::TurnFinished { outcome });
+    // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
+    // running, so a command sent on seeing it (e.g. `/retry`) is not refused as busy.
     TurnResult { history, outcome, usage, meter }
 }
 

@@ -138,10 +138,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         Some(s) => (s.id, s.title),
         None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
     };
-    let jobs_options = JobsOptions {
-        reaper: if opts.reaper { ReaperMode::CurrentExe } else { ReaperMode::Off },
-        sweep: true,
-    };
+    let jobs_options =
+        JobsOptions { reaper: if opts.reaper { ReaperMode::CurrentExe } else { ReaperMode::Off }, sweep: true };
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
@@ -284,6 +282,7 @@ impl Engine {
             self.env.approver.deny_all();
             if let Ok(Ok(result)) = tokio::time::timeout(Duration::from_secs(5), turn.join).await {
                 self.history = result.history;
+                self.events().send(Event::TurnFinished { outcome: result.outcome });
             }
         }
         let killed = self.env.jobs.shutdown().await;
@@ -454,12 +453,14 @@ impl Engine {
                     format!("the turn crashed: {e}; reloading the session from the database"),
                 );
                 let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
-                self.history = history::repair(rows.iter().filter_map(history::to_chat).collect()).0;
+                let context = compaction::context_rows(&rows);
+                self.history = history::repair(context.iter().filter_map(history::to_chat).collect()).0;
                 self.events().send(Event::TurnFinished { outcome: TurnOutcome::Failed });
                 return;
             }
         };
         self.history = result.history;
+        self.events().send(Event::TurnFinished { outcome: result.outcome });
         self.meter = result.meter;
         self.last_turn_usage = (result.usage.prompt_tokens, result.usage.completion_tokens);
         self.session_usage.0 += result.usage.prompt_tokens;
@@ -646,9 +647,15 @@ impl Engine {
                 self.notice(NoticeLevel::Info, "/mouse and /copy work in the full-screen UI")
             }
             SlashCommand::Goal(cmd) => {
-                let idle = self.is_idle();
+                // Nothing running that the goal must wait for. A pause or a queued message
+                // does not count: the continuation waits for them in `start_next_turn`
+                // (a goal set while paused would otherwise never start).
+                let idle = !busy && !self.goal.in_boundary();
                 let effects = self.goal.command(&cmd, idle);
                 self.perform_goal_effects(effects).await;
+                if self.goal_continuation.is_some() && self.is_paused() {
+                    self.notice(NoticeLevel::Info, "◎ paused: the goal starts when you unpause");
+                }
                 self.send_status();
             }
             SlashCommand::Pause(reason) => {

@@ -61,7 +61,10 @@ impl Engine {
     pub(super) fn next_wake_ms(&self) -> Option<u64> {
         let hb = self.heartbeat.as_ref()?;
         let now = heartbeat::now_ms();
-        let due = hb.next_due_at().map(|d| d.max(now));
+        // A heartbeat already due that cannot fire yet (busy, paused) needs no timer: the
+        // loop tries again after the event that ends the wait. Waking for it would spin.
+        let idle = self.is_idle();
+        let due = hb.next_due_at().filter(|&d| d > now || idle).map(|d| d.max(now));
         let change = hb.next_change_at(now);
         match (due, change) {
             (Some(a), Some(b)) => Some(a.min(b)),

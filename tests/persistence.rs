@@ -1,0 +1,365 @@
+//! Persistence end to end (DESIGN §7): every completed message is in state.db at once, a
+//! resumed session gives the model exactly the messages it had, `/retry` and `/undo` hide
+//! rows without deleting them, the index finds tool output, and a `kill -9` at any point
+//! loses at most the message being streamed (a tool call cut short gets the `[lost: …]`
+//! result).
+
+mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{stderr, stdout, Home};
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+use talaria::engine::llm::scripted::{text_chunks, ScriptedResponse, ScriptedServer, DONE};
+use talaria::engine::SessionChoice;
+use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
+use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::process::{Child, ChildStdout};
+
+const LOST: &str = "[lost: talaria exited before this tool finished]";
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// The messages of a recorded chat request, as the JSON that was sent.
+fn sent(request: &talaria::engine::llm::scripted::RecordedRequest) -> Vec<Value> {
+    request.body["messages"].as_array().expect("messages array").clone()
+}
+
+/// A stream that takes minutes: long enough to kill talaria in the middle of it.
+fn slow_stream() -> ScriptedResponse {
+    let mut payloads = text_chunks(&"slowly ".repeat(400), 4);
+    payloads.push(DONE.to_string());
+    ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))
+}
+
+/// `talaria exec --json …` with stdout piped for reading events as they come.
+fn spawn_json(home: &Home, args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
+    let mut child = home
+        .command()
+        .arg("exec")
+        .arg("--json")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn talaria");
+    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, lines)
+}
+
+/// Read JSON events until one has this `type` (and passes `pred`).
+async fn wait_event(lines: &mut Lines<BufReader<ChildStdout>>, kind: &str, pred: impl Fn(&Value) -> bool) -> Value {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} event within {DEADLINE:?}"))
+            .expect("read stdout")
+            .unwrap_or_else(|| panic!("talaria exited before a {kind} event"));
+        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        if event["type"] == kind && pred(&event) {
+            return event;
+        }
+    }
+}
+
+async fn kill_9(mut child: Child) {
+    child.start_kill().expect("SIGKILL talaria");
+    let status = tokio::time::timeout(DEADLINE, child.wait()).await.expect("talaria died").expect("wait");
+    assert!(!status.success(), "talaria was killed: {status:?}");
+}
+
+fn integrity_ok(db: &Path) {
+    let conn = rusqlite::Connection::open(db).expect("open state.db");
+    let result: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).expect("integrity_check");
+    assert_eq!(result, "ok");
+}
+
+/// (role, content, active) of every row of a session, in order.
+fn rows(db: &Path, session_id: &str) -> Vec<(String, String, bool)> {
+    let conn = rusqlite::Connection::open(db).expect("open state.db");
+    let mut stmt = conn
+        .prepare("SELECT role, COALESCE(content, ''), active FROM messages WHERE session_id = ?1 ORDER BY seq")
+        .unwrap();
+    stmt.query_map([session_id], |r| Ok((r.get(0)?, r.get(1)?, r.get::<_, i64>(2)? == 1)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+fn session_id_of(json_stdout: &str) -> String {
+    json_stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|v| v["type"] == "SessionReady")
+        .and_then(|v| v["data"]["session_id"].as_str().map(str::to_string))
+        .expect("a SessionReady event")
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_resumed_session_sends_the_model_the_same_messages_tool_calls_included() {
+    let home = Home::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "terminal", r#"{"command":"printf 'wombat%s' 42"}"#),
+        ScriptedResponse::text("The command printed it."),
+        ScriptedResponse::text("second answer"),
+        ScriptedResponse::text("third answer"),
+    ])
+    .await
+    .unwrap();
+    let url = server.base_url();
+
+    let first = home.run(&["exec", "--json", "--base-url", &url, "run the printf"]).await;
+    assert_eq!(first.status.code(), Some(0), "stderr: {}", stderr(&first));
+    let sid = session_id_of(&stdout(&first));
+    let second = home.run(&["exec", "-c", "--base-url", &url, "continue please"]).await;
+    assert_eq!(second.status.code(), Some(0), "stderr: {}", stderr(&second));
+    let third = home.run(&["--resume", &sid, "exec", "--base-url", &url, "and resume"]).await;
+    assert_eq!(third.status.code(), Some(0), "stderr: {}", stderr(&third));
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 4);
+    let r2 = sent(&requests[1]);
+    let r3 = sent(&requests[2]);
+    let r4 = sent(&requests[3]);
+    // The second request of the first run: system, user, the tool call, its result.
+    assert_eq!(r2.len(), 4, "{r2:#?}");
+    assert_eq!(r2[2]["tool_calls"][0]["id"], "call_1");
+    assert_eq!(r2[3]["tool_call_id"], "call_1");
+    assert!(r2[3]["content"].as_str().unwrap().contains("wombat42"), "{}", r2[3]);
+
+    // `-c`: exactly what the model had, then the answer and the new message.
+    assert_eq!(r3[..r2.len()], r2[..], "the continued session replays the same messages");
+    assert_eq!(r3.len(), r2.len() + 2);
+    assert_eq!(r3[r2.len()]["role"], "assistant");
+    assert_eq!(r3[r2.len()]["content"], "The command printed it.");
+    assert_eq!(r3[r2.len() + 1], json!({"role": "user", "content": "continue please"}));
+
+    // `--resume <id>`: the same again.
+    assert_eq!(r4[..r3.len()], r3[..]);
+    assert_eq!(r4.len(), r3.len() + 2);
+    assert_eq!(r4[r3.len()]["content"], "second answer");
+    assert_eq!(r4[r3.len() + 1], json!({"role": "user", "content": "and resume"}));
+
+    // The index finds a word that only the tool's output holds.
+    let search = home.run(&["sessions", "search", "wombat42"]).await;
+    assert_eq!(search.status.code(), Some(0), "stderr: {}", stderr(&search));
+    let found = stdout(&search);
+    assert!(found.contains(&sid) && found.contains("tool"), "{found}");
+
+    // state.db (and the WAL files that follow it) are private.
+    for name in ["state.db", "state.db-wal", "state.db-shm"] {
+        let path = home.path().join(name);
+        if name == "state.db" || path.exists() {
+            let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, 0o600, "{name} has mode {mode:o}");
+        }
+    }
+    integrity_ok(&home.path().join("state.db"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn retry_and_undo_hide_rows_without_deleting_them() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("answer one"),
+        ScriptedResponse::text("answer two"),
+        ScriptedResponse::text("answer two again"),
+        ScriptedResponse::text("answer three"),
+    ])
+    .await
+    .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    let sid = engine.session_id();
+    let db = engine.paths.state_db.clone();
+
+    for text in ["question one", "question two"] {
+        engine.send(Op::Submit { text: text.into(), mode: None });
+        engine.turn_finished().await;
+    }
+    engine.send(Op::Command(SlashCommand::Retry));
+    engine.wait_for("the retry turn", |e| matches!(e, Event::TurnStarted { trigger: TurnTrigger::Retry })).await;
+    engine.turn_finished().await;
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(sent(&requests[2]), sent(&requests[1]), "a retry sends the same conversation again");
+    let row = |role: &str, content: &str, active: bool| (role.to_string(), content.to_string(), active);
+    assert_eq!(
+        rows(&db, &sid),
+        vec![
+            row("user", "question one", true),
+            row("assistant", "answer one", true),
+            row("user", "question two", false),
+            row("assistant", "answer two", false),
+            row("user", "question two", true),
+            row("assistant", "answer two again", true),
+        ]
+    );
+
+    engine.send(Op::Command(SlashCommand::Undo(1)));
+    let restored = engine.wait_for("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await;
+    assert_eq!(restored, Event::RestoreInput { text: "question two".into() });
+    let after_undo = rows(&db, &sid);
+    assert_eq!(after_undo.len(), 6, "undo deletes nothing");
+    assert_eq!(after_undo.iter().filter(|r| r.2).count(), 2, "{after_undo:#?}");
+
+    engine.send(Op::Submit { text: "question three".into(), mode: None });
+    engine.turn_finished().await;
+    let last = sent(&server.chat_requests()[3]);
+    let texts: Vec<&str> = last[1..].iter().map(|m| m["content"].as_str().unwrap()).collect();
+    assert_eq!(texts, ["question one", "answer one", "question three"]);
+
+    // Hidden rows are out of the search index too.
+    let hits = engine.store.search("again", 10).await.unwrap();
+    assert!(hits.is_empty(), "{hits:?}");
+    engine.shutdown().await;
+    integrity_ok(&db);
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_the_first_stream_keeps_the_user_message() {
+    let home = Home::new();
+    let server = ScriptedServer::start([slow_stream()]).await.unwrap();
+    let url = server.base_url();
+    let (child, mut lines) = spawn_json(&home, &["--base-url", &url, "prompt before the crash"]);
+    wait_event(&mut lines, "AssistantDelta", |_| true).await;
+    kill_9(child).await;
+    integrity_ok(&home.path().join("state.db"));
+
+    server.push(ScriptedResponse::text("back again"));
+    let out = home.run(&["exec", "-c", "--base-url", &url, "after the crash"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let resumed = sent(&server.chat_requests()[1]);
+    assert_eq!(
+        resumed[1..],
+        [
+            json!({"role": "user", "content": "prompt before the crash"}),
+            json!({"role": "user", "content": "after the crash"})
+        ]
+    );
+    integrity_ok(&home.path().join("state.db"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_the_second_stream_keeps_the_tool_call_and_its_result() {
+    let home = Home::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "terminal", r#"{"command":"printf 'done-%s' 1"}"#),
+        slow_stream(),
+    ])
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let (child, mut lines) = spawn_json(&home, &["--base-url", &url, "run it then talk"]);
+    wait_event(&mut lines, "ToolFinished", |_| true).await;
+    wait_event(&mut lines, "AssistantDelta", |_| true).await;
+    kill_9(child).await;
+    integrity_ok(&home.path().join("state.db"));
+
+    server.push(ScriptedResponse::text("resumed"));
+    let out = home.run(&["exec", "-c", "--base-url", &url, "after the crash"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 3);
+    let before = sent(&requests[1]);
+    let resumed = sent(&requests[2]);
+    assert_eq!(before.len(), 4, "system, user, tool call, result: {before:#?}");
+    assert!(before[3]["content"].as_str().unwrap().contains("done-1"));
+    assert_eq!(resumed[..4], before[..], "the resumed history holds the call and its result as sent");
+    assert_eq!(resumed[4..], [json!({"role": "user", "content": "after the crash"})]);
+    integrity_ok(&home.path().join("state.db"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn kill_9_during_a_running_command_gives_the_call_a_lost_result() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::tool_call(
+        "call_9",
+        "terminal",
+        r#"{"command":"echo sleeping-now; sleep 300"}"#,
+    )])
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let (child, mut lines) = spawn_json(&home, &["--base-url", &url, "sleep for a while"]);
+    // The command runs once its output shows.
+    wait_event(&mut lines, "ToolOutput", |e| e["data"]["chunk"].as_str().is_some_and(|c| c.contains("sleeping-now")))
+        .await;
+    kill_9(child).await;
+    integrity_ok(&home.path().join("state.db"));
+
+    server.push(ScriptedResponse::text("it was lost"));
+    let out = home.run(&["exec", "--json", "-c", "--base-url", &url, "what happened?"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let resumed = sent(&server.chat_requests()[1]);
+    assert_eq!(resumed.len(), 5, "{resumed:#?}");
+    assert_eq!(resumed[1], json!({"role": "user", "content": "sleep for a while"}));
+    assert_eq!(resumed[2]["tool_calls"][0]["id"], "call_9");
+    assert_eq!(resumed[3], json!({"role": "tool", "tool_call_id": "call_9", "content": LOST}));
+    assert_eq!(resumed[4], json!({"role": "user", "content": "what happened?"}));
+
+    // The filler is stored once: the session reads the same the next time.
+    let sid = session_id_of(&stdout(&out));
+    let lost_rows = rows(&home.path().join("state.db"), &sid).into_iter().filter(|r| r.1 == LOST).count();
+    assert_eq!(lost_rows, 1);
+    integrity_ok(&home.path().join("state.db"));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn an_interrupted_answer_keeps_its_partial_text_for_the_next_run() {
+    let home = Home::new();
+    let server = ScriptedServer::start([slow_stream()]).await.unwrap();
+    let url = server.base_url();
+    let (child, mut lines) = spawn_json(&home, &["--base-url", &url, "talk slowly"]);
+    wait_event(&mut lines, "AssistantDelta", |_| true).await;
+    let pid = nix::unistd::Pid::from_raw(child.id().unwrap() as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGINT).unwrap();
+    let done = wait_event(&mut lines, "AssistantDone", |_| true).await;
+    let partial = done["data"]["text"].as_str().unwrap().to_string();
+    assert!(partial.starts_with("slow"), "{partial}");
+    let out = tokio::time::timeout(DEADLINE, child.wait_with_output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(130));
+
+    server.push(ScriptedResponse::text("ok"));
+    let out = home.run(&["exec", "-c", "--base-url", &url, "go on"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let resumed = sent(&server.chat_requests()[1]);
+    assert_eq!(
+        resumed[1..],
+        [
+            json!({"role": "user", "content": "talk slowly"}),
+            json!({"role": "assistant", "content": partial}),
+            json!({"role": "user", "content": "go on"}),
+        ]
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_message_survives_a_restart_as_pending_input() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([slow_stream()]).await.unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(Op::Submit { text: "first".into(), mode: None });
+    engine.wait_for("a delta", |e| matches!(e, Event::AssistantDelta(_))).await;
+    engine.send(Op::Submit { text: "do this next".into(), mode: Some(talaria::protocol::BusyMode::Queue) });
+    engine
+        .wait_for("the pending list", |e| matches!(e, Event::PendingChanged { pending } if !pending.is_empty()))
+        .await;
+    engine.shutdown().await;
+
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::Continue).await;
+    let restored = engine.wait_for("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await;
+    assert_eq!(restored, Event::RestoreInput { text: "do this next".into() });
+    // It was never sent: only the first message reached the model.
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 1);
+    assert!(!requests[0].raw_body.contains("do this next"));
+    engine.shutdown().await;
+}
