@@ -228,7 +228,7 @@ async fn start_engine(
     tokio::spawn(async move {
         if let Err(e) = join.await {
             if e.is_panic() {
-                let _ = talaria::tui::restore();
+                talaria::tui::restore();
                 eprintln!("talaria: the engine crashed; see the log. Exiting.");
                 std::process::exit(101);
             }
