@@ -220,6 +220,8 @@ pub enum Event {
         cwd: String,
         busy_mode: BusyMode,
         history: Vec<HistoryItem>,
+        /// Messages typed earlier in this working directory, oldest first (↑ recalls them).
+        input_history: Vec<String>,
     },
     TurnStarted {
         trigger: TurnTrigger,

@@ -214,6 +214,60 @@ pub async fn run_turn(
     TurnResult { history, outcome, usage, meter }
 }
 
+/// Run the user's own `!command` as a foreground job shown like a tool call. It is not sent
+/// to the model now; its output tail is added as context for the next message.
+pub async fn run_bang(
+    env: TurnEnv,
+    control: TurnControl,
+    mut history: Vec<ChatMessage>,
+    command: String,
+    mut meter: ContextMeter,
+) -> TurnResult {
+    use crate::engine::tools::Tool;
+    env.events.send(Event::TurnStarted { trigger: TurnTrigger::User });
+    let call_id = format!("bang_{}", history.len());
+    let tool = crate::engine::tools::terminal::TerminalTool;
+    let args = json!({ "command": command });
+    env.events.send(Event::ToolStarted { call_id: call_id.clone(), name: "!".into(), summary: command.clone() });
+    // The user typed it: no approval prompt (the hardline list still applies).
+    let approvals =
+        Approver::new(&env.config, crate::engine::approval::PromptPolicy::AllowUnattended, None, env.events.clone());
+    let ctx = ToolCtx {
+        call_id: call_id.clone(),
+        session_id: env.session_id.clone(),
+        config: env.config.clone(),
+        cwd: env.cwd.clone(),
+        jobs: env.jobs.clone(),
+        approvals,
+        signals: control.signals(),
+        events: env.events.clone(),
+    };
+    let started = Instant::now();
+    let result = match tokio::spawn(async move { tool.call(args, ctx).await }).await {
+        Ok(r) => r,
+        Err(e) => ToolResult::error(format!("the command crashed: {e}")),
+    };
+    let output = result.value.get("output").and_then(Value::as_str).unwrap_or("").to_string();
+    let error = result.value.get("error").and_then(Value::as_str).unwrap_or("");
+    let shown = if error.is_empty() { output.clone() } else { format!("{output}\n{error}") };
+    let outcome = ToolOutcome {
+        ok: result.ok,
+        exit_code: result.exit_code,
+        status: result.status.clone(),
+        duration_ms: started.elapsed().as_millis() as u64,
+        result: result.value.to_string(),
+    };
+    env.events.send(Event::ToolFinished { call_id, outcome });
+    let note = crate::engine::bang::context_message(&command, result.exit_code, &shown);
+    let message = ChatMessage::user(note);
+    persist(&env, &message, Some("bang".into())).await;
+    meter.add_estimate(std::slice::from_ref(&message));
+    history.push(message);
+    let outcome = if control.interrupt.is_cancelled() { TurnOutcome::Interrupted } else { TurnOutcome::Completed };
+    env.events.send(Event::TurnFinished { outcome });
+    TurnResult { history, outcome, usage: crate::engine::llm::Usage::default(), meter }
+}
+
 pub fn send_context(env: &TurnEnv, meter: &ContextMeter) {
     let percent = (meter.window > 0).then(|| meter.percent());
     env.events.send(Event::Context { label: meter.label(), percent });

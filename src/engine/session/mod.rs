@@ -308,6 +308,8 @@ impl Engine {
         let mut all = crate::engine::turn::fixed_context(&self.env);
         all.extend_from_slice(&self.history);
         self.meter.reset(&all);
+        let cwd_text = self.env.cwd().display().to_string();
+        let input_history = self.env.store.history_list(&cwd_text, 500).await.unwrap_or_default();
         self.events().send(Event::SessionReady {
             session_id: self.env.session_id.clone(),
             title: self.title.clone(),
@@ -317,6 +319,7 @@ impl Engine {
             cwd: self.env.cwd().display().to_string(),
             busy_mode: self.busy_mode,
             history: items,
+            input_history,
         });
         // Messages typed but not delivered before talaria last stopped.
         if let Ok(Some(saved)) = self.env.store.meta_get(&self.pending_key()).await {
@@ -399,6 +402,18 @@ impl Engine {
         if text.trim().is_empty() {
             return;
         }
+        // Input history persists per working directory (↑/↓ in the next run too).
+        let cwd_text = self.env.cwd().display().to_string();
+        let _ = self.env.store.history_push(&cwd_text, &text).await;
+        if let Some(command) = crate::engine::bang::parse_bang(&text) {
+            if self.turn.is_some() {
+                self.notice(NoticeLevel::Warn, "`!command` runs when the agent is idle; press Esc to stop the turn first");
+                self.events().send(Event::RestoreInput { text });
+            } else {
+                self.begin_bang(command.to_string());
+            }
+            return;
+        }
         let Some(turn) = &self.turn else {
             if self.is_paused() {
                 self.notice(
@@ -438,6 +453,18 @@ impl Engine {
         let meter = self.meter;
         self.spawn_watchdog(&control);
         let join = tokio::spawn(async move { run_turn(env, ctl, history, inputs, trigger, meter).await });
+        self.turn = Some(RunningTurn { control, join });
+    }
+
+    /// `!cmd`: the user's own command, run as a foreground job in the transcript (Esc stops
+    /// it, Ctrl+B backgrounds it); its output tail becomes context for the next message.
+    fn begin_bang(&mut self, command: String) {
+        let control = TurnControl::new(self.pending.clone());
+        let history = std::mem::take(&mut self.history);
+        let env = self.env.clone();
+        let ctl = control.clone();
+        let meter = self.meter;
+        let join = tokio::spawn(async move { crate::engine::turn::run_bang(env, ctl, history, command, meter).await });
         self.turn = Some(RunningTurn { control, join });
     }
 
