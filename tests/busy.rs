@@ -1,0 +1,360 @@
+//! Typing while the agent works (DESIGN §3), end to end through the engine: every cell of
+//! the redirect / steer / queue × streaming / tools table, Ctrl+B, interrupts, the
+//! out-of-band wrapper, `process wait` release, job exit notifications and tool panics.
+//! The model is the scripted loopback server; the requests it receives are the proof.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use pretty_assertions::assert_eq;
+use serde_json::{json, Value};
+use talaria::config::Config;
+use talaria::engine::approval::{Approver, PromptPolicy};
+use talaria::engine::context::ContextMeter;
+use talaria::engine::jobs::{group, JobsHandle, JobsOptions, ReaperMode};
+use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
+use talaria::engine::llm::scripted::{
+    finish_chunk, text_chunks, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE,
+};
+use talaria::engine::store::Store;
+use talaria::engine::tools::terminal::YIELD_NOTE;
+use talaria::engine::tools::{Concurrency, Registry, Tool, ToolCtx, ToolResult};
+use talaria::engine::turn::{run_turn, wrap_out_of_band, TurnControl, TurnEnv, TurnInput};
+use talaria::engine::{EngineOptions, EventSink, SessionChoice};
+use talaria::paths::Paths;
+use talaria::protocol::{BusyMode, Event, JobStatus, Op, TurnOutcome, TurnTrigger};
+use tokio::sync::mpsc;
+
+/// Generous: these are deadlines for things that take milliseconds, never timing assertions.
+const WAIT: Duration = Duration::from_secs(30);
+/// Pause between the pieces of a "slow" stream.
+const PIECE_DELAY: Duration = Duration::from_millis(60);
+
+struct Harness {
+    _home: tempfile::TempDir,
+    work: PathBuf,
+    server: ScriptedServer,
+    ops: mpsc::UnboundedSender<Op>,
+    events: mpsc::UnboundedReceiver<Event>,
+    /// Every event received so far, in order.
+    seen: Vec<Event>,
+}
+
+impl Harness {
+    async fn start(responses: Vec<ScriptedResponse>) -> Harness {
+        let home = tempfile::tempdir().expect("tempdir");
+        let work = home.path().join("work");
+        std::fs::create_dir_all(&work).expect("work dir");
+        let work = work.canonicalize().expect("canonical work dir");
+        let paths = Paths::under(&home.path().join("talaria-home"));
+        paths.ensure_dirs().expect("dirs");
+        let server = ScriptedServer::start(responses).await.expect("scripted server");
+        let provider = OpenAiClient::new(ClientSettings::new(server.base_url())).expect("client");
+        let options = EngineOptions {
+            config: Arc::new(Config::default()),
+            store: Store::open(&paths.state_db).expect("store"),
+            paths,
+            provider: Arc::new(provider),
+            model: "m".into(),
+            provider_label: "scripted".into(),
+            demo: false,
+            session: SessionChoice::New,
+            cwd: work.clone(),
+            approval_policy: PromptPolicy::AllowUnattended,
+            reaper: false,
+        };
+        let (handle, _join) = talaria::engine::start(options).await.expect("engine starts");
+        let mut h = Harness { _home: home, work, server, ops: handle.ops, events: handle.events, seen: Vec::new() };
+        h.until("session ready", |e| matches!(e, Event::SessionReady { .. })).await;
+        h
+    }
+
+    fn op(&self, op: Op) {
+        self.ops.send(op).expect("engine is running");
+    }
+
+    fn submit(&self, text: &str, mode: Option<BusyMode>) {
+        self.op(Op::Submit { text: text.into(), mode });
+    }
+
+    /// The next event matching `pred` (events before it are kept in `seen`).
+    async fn until(&mut self, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            match tokio::time::timeout_at(deadline, self.events.recv()).await {
+                Ok(Some(event)) => {
+                    self.seen.push(event.clone());
+                    if pred(&event) {
+                        return event;
+                    }
+                }
+                Ok(None) => panic!("the engine stopped while waiting for {what}; seen: {:#?}", self.seen),
+                Err(_) => panic!("no {what} within {WAIT:?}; seen: {:#?}", self.seen),
+            }
+        }
+    }
+
+    async fn turn_finished(&mut self) -> TurnOutcome {
+        match self.until("TurnFinished", |e| matches!(e, Event::TurnFinished { .. })).await {
+            Event::TurnFinished { outcome } => outcome,
+            _ => unreachable!(),
+        }
+    }
+
+    async fn turn_started(&mut self) -> TurnTrigger {
+        match self.until("TurnStarted", |e| matches!(e, Event::TurnStarted { .. })).await {
+            Event::TurnStarted { trigger } => trigger,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Wait until the assistant has streamed `text` (all deltas so far, concatenated).
+    async fn streamed(&mut self, text: &str) {
+        let mut got = String::new();
+        while !got.ends_with(text) {
+            if let Event::AssistantDelta(d) = self.until("an assistant delta", |e| matches!(e, Event::AssistantDelta(_))).await {
+                got.push_str(&d);
+            }
+        }
+    }
+
+    /// Wait until the foreground command of `call_id` has printed `text`.
+    async fn tool_printed(&mut self, call_id: &str, text: &str) {
+        let mut got = String::new();
+        while !got.contains(text) {
+            let event = self.until("tool output", |e| matches!(e, Event::ToolOutput { call_id: c, .. } if c == call_id)).await;
+            if let Event::ToolOutput { chunk, .. } = event {
+                got.push_str(&chunk);
+            }
+        }
+    }
+
+    async fn pending_is(&mut self, pending: &[&str]) {
+        let want: Vec<String> = pending.iter().map(|s| s.to_string()).collect();
+        self.until("PendingChanged", |e| matches!(e, Event::PendingChanged { pending } if *pending == want)).await;
+    }
+
+    async fn tool_finished(&mut self, call_id: &str) -> Value {
+        let event =
+            self.until("ToolFinished", |e| matches!(e, Event::ToolFinished { call_id: c, .. } if c == call_id)).await;
+        match event {
+            Event::ToolFinished { outcome, .. } => serde_json::from_str(&outcome.result).expect("tool result is JSON"),
+            _ => unreachable!(),
+        }
+    }
+
+    /// The conversation of chat request `n` (1-based), system prompt checked and left out.
+    async fn request(&self, n: usize) -> Vec<Value> {
+        let requests = self.server.wait_for_chat_requests(n, WAIT).await;
+        assert!(requests.len() >= n, "only {} chat requests arrived, wanted {n}", requests.len());
+        let messages = requests[n - 1].body["messages"].as_array().expect("messages").clone();
+        assert_eq!(messages[0]["role"], "system");
+        messages[1..].to_vec()
+    }
+
+    fn chat_count(&self) -> usize {
+        self.server.chat_requests().len()
+    }
+
+    /// Shut the engine down; running jobs are killed.
+    async fn shutdown(mut self) {
+        self.op(Op::Shutdown);
+        self.until("ShutdownComplete", |e| matches!(e, Event::ShutdownComplete)).await;
+    }
+}
+
+fn user(text: &str) -> Value {
+    json!({"role": "user", "content": text})
+}
+
+fn oob(messages: &[&str]) -> Value {
+    let messages: Vec<String> = messages.iter().map(|s| s.to_string()).collect();
+    user(&wrap_out_of_band(&messages))
+}
+
+fn assistant(text: &str) -> Value {
+    json!({"role": "assistant", "content": text})
+}
+
+fn assistant_calls(text: Option<&str>, calls: &[(&str, &str, Value)]) -> Value {
+    let calls: Vec<Value> = calls
+        .iter()
+        .map(|(id, name, args)| {
+            json!({"id": id, "type": "function", "function": {"name": name, "arguments": args.to_string()}})
+        })
+        .collect();
+    let mut v = json!({"role": "assistant", "tool_calls": calls});
+    if let Some(text) = text {
+        v["content"] = json!(text);
+    }
+    v
+}
+
+/// The tool message for `id`, its JSON content parsed.
+fn tool_result(messages: &[Value], id: &str) -> Value {
+    let found: Vec<&Value> = messages.iter().filter(|m| m["role"] == "tool" && m["tool_call_id"] == id).collect();
+    assert_eq!(found.len(), 1, "exactly one result for {id} in {messages:#?}");
+    serde_json::from_str(found[0]["content"].as_str().expect("content")).expect("tool content is JSON")
+}
+
+/// Every `tool_calls` entry is answered by exactly one tool message, right after it.
+fn assert_valid_history(messages: &[Value]) {
+    let mut i = 0;
+    while i < messages.len() {
+        let ids: Vec<&str> = messages[i]["tool_calls"]
+            .as_array()
+            .map(|calls| calls.iter().map(|c| c["id"].as_str().expect("call id")).collect())
+            .unwrap_or_default();
+        for (k, id) in ids.iter().enumerate() {
+            let m = messages.get(i + 1 + k).unwrap_or_else(|| panic!("no result for {id} in {messages:#?}"));
+            assert_eq!((&m["role"], m["tool_call_id"].as_str()), (&json!("tool"), Some(*id)), "{messages:#?}");
+        }
+        i += 1 + ids.len();
+    }
+}
+
+/// A response calling these tools (in this order), arguments split across chunks.
+fn calls(list: &[(&str, &str, Value)]) -> ScriptedResponse {
+    let mut payloads = Vec::new();
+    for (index, (id, name, args)) in list.iter().enumerate() {
+        payloads.extend(tool_call_chunks(index, id, name, &args.to_string(), 12));
+    }
+    payloads.push(finish_chunk("tool_calls"));
+    payloads.push(DONE.to_string());
+    ScriptedResponse::sse(payloads)
+}
+
+/// Text streamed slowly, then (optionally) tool calls.
+fn slow(text: &str, tools: &[(&str, &str, Value)]) -> ScriptedResponse {
+    let mut payloads = text_chunks(text, 3);
+    for (index, (id, name, args)) in tools.iter().enumerate() {
+        payloads.extend(tool_call_chunks(index, id, name, &args.to_string(), 12));
+    }
+    payloads.push(finish_chunk(if tools.is_empty() { "stop" } else { "tool_calls" }));
+    payloads.push(DONE.to_string());
+    ScriptedResponse::sse(payloads).delay(PIECE_DELAY)
+}
+
+/// `text` streamed, then silence with the connection open: only the user can end it.
+fn stalled(text: &str) -> ScriptedResponse {
+    let payloads = text_chunks(text, 4);
+    let n = payloads.len();
+    ScriptedResponse::sse(payloads).stall_after(n)
+}
+
+fn terminal(command: &str) -> Value {
+    json!({ "command": command })
+}
+
+/// A foreground command that prints `started` and then runs until killed.
+const FOREVER: &str = "echo started; sleep 300";
+
+/// A command that prints `started`, waits for `file` to exist, prints `done`.
+fn until_file(file: &str) -> String {
+    format!("echo started; while [ ! -e {file} ]; do sleep 0.02; done; echo done")
+}
+
+fn pid_of(result: &Value) -> i32 {
+    result["pid"].as_i64().unwrap_or_else(|| panic!("no pid in {result}")) as i32
+}
+
+/// The result's `pid` field replaced by `0`, to compare the rest exactly.
+fn without_pid(mut result: Value) -> Value {
+    result["pid"] = json!(0);
+    result
+}
+
+async fn assert_gone(pgid: i32) {
+    let start = Instant::now();
+    while group::group_alive(pgid) {
+        assert!(start.elapsed() < WAIT, "process group {pgid} is still alive");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// redirect / steer / queue × during model streaming
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redirect_while_streaming_aborts_keeps_the_partial_text_and_drops_partial_tool_calls() {
+    // The stream sends some text and the start of a tool call, then goes silent: only the
+    // redirect can move the turn on.
+    let mut first = text_chunks("Let me look", 4);
+    first.extend(tool_call_chunks(0, "call_half", "terminal", r#"{"command":"rm -rf build"}"#, 10).into_iter().take(2));
+    let n = first.len();
+    let mut h = Harness::start(vec![
+        ScriptedResponse::sse(first).stall_after(n),
+        ScriptedResponse::text("Looking at src instead."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.streamed("Let me look").await;
+    h.submit("no, look at src", Some(BusyMode::Redirect));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    // A plain user message (not wrapped) after the partial text; the half tool call is gone.
+    assert_eq!(h.request(2).await, vec![user("go"), assistant("Let me look"), user("no, look at src")]);
+    assert_eq!(h.chat_count(), 2);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steer_while_streaming_without_tools_becomes_the_next_turn() {
+    let mut h =
+        Harness::start(vec![slow("Here is a long answer to go.", &[]), ScriptedResponse::text("Got it.")]).await;
+    h.submit("go", None);
+    h.streamed("Her").await;
+    h.submit("also this", Some(BusyMode::Steer));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    h.turn_started().await;
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    // The stream was not aborted: the whole answer is there, then the message as a plain turn.
+    assert_eq!(h.request(2).await, vec![user("go"), assistant("Here is a long answer to go."), user("also this")]);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steer_while_streaming_is_delivered_after_the_next_tool_results() {
+    let args = terminal("echo hi");
+    let mut h = Harness::start(vec![
+        slow("Running a command now.", &[("call_1", "terminal", args.clone())]),
+        ScriptedResponse::text("Noted."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.streamed("Run").await;
+    h.submit("use verbose output", Some(BusyMode::Steer));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(2).await;
+    let result = tool_result(&messages, "call_1");
+    assert_eq!(result["output"], "hi\n");
+    assert_eq!(result["exit_code"], 0);
+    assert_eq!(
+        messages,
+        vec![
+            user("go"),
+            assistant_calls(Some("Running a command now."), &[("call_1", "terminal", args)]),
+            messages[2].clone(),
+            oob(&["use verbose output"]),
+        ]
+    );
+    assert_eq!(h.chat_count(), 2);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queue_while_streaming_runs_as_the_next_turn() {
+    let mut h =
+        Harness::start(vec![slow("A slow and complete answer.", &[]), ScriptedResponse::text("Second.")]).await;
+    h.submit("go", None);
+    h.streamed("A s").await;
+    h.submit("then this", Some(BusyMode::Queue));
+    h.pending_is(&["then this"]).await;
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(h.turn_started().await, TurnTrigger::Queued);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(h.request(2).await, vec![user("go"), assistant("A slow and complete answer."), user("then this")]);
+    h.shutdown().await;
+}
