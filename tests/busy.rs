@@ -358,3 +358,151 @@ async fn queue_while_streaming_runs_as_the_next_turn() {
     assert_eq!(h.request(2).await, vec![user("go"), assistant("A slow and complete answer."), user("then this")]);
     h.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// redirect / steer / queue × during tool execution
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redirect_while_a_command_runs_yields_it_to_the_background_and_delivers_the_message() {
+    let mut h = Harness::start(vec![
+        calls(&[("call_1", "terminal", terminal(FOREVER))]),
+        ScriptedResponse::text("Looking at src."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_1", "started").await;
+    h.submit("look at src instead", Some(BusyMode::Redirect));
+    let result = h.tool_finished("call_1").await;
+    let pid = pid_of(&result);
+    assert_eq!(
+        without_pid(result.clone()),
+        json!({
+            "status": "yielded_to_background", "session_id": "job_1", "pid": 0, "output": "started\n",
+            "exit_code": null, "error": null, "note": YIELD_NOTE,
+        })
+    );
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert!(group::group_alive(pid), "a yielded command is not killed");
+    assert!(h.seen.iter().any(|e| matches!(e, Event::JobStarted { job } if job.id == "job_1" && job.background)));
+    let messages = h.request(2).await;
+    assert_eq!(
+        messages,
+        vec![
+            user("go"),
+            assistant_calls(None, &[("call_1", "terminal", terminal(FOREVER))]),
+            json!({"role": "tool", "tool_call_id": "call_1", "content": result.to_string()}),
+            oob(&["look at src instead"]),
+        ]
+    );
+    h.shutdown().await;
+    assert_gone(pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn steer_while_a_command_runs_waits_for_its_result_without_yielding() {
+    let command = until_file("release");
+    let mut h = Harness::start(vec![
+        calls(&[("call_1", "terminal", terminal(&command))]),
+        ScriptedResponse::text("Verbose it is."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_1", "started").await;
+    h.submit("then run it verbose", Some(BusyMode::Steer));
+    h.pending_is(&["then run it verbose"]).await;
+    std::fs::write(h.work.join("release"), "").unwrap();
+    let result = h.tool_finished("call_1").await;
+    assert_eq!(
+        result,
+        json!({"output": "started\ndone\n", "exit_code": 0, "error": null, "cwd": h.work.display().to_string()})
+    );
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(2).await;
+    assert_eq!(messages[3..], [oob(&["then run it verbose"])]);
+    assert_valid_history(&messages);
+    assert!(!h.seen.iter().any(|e| matches!(e, Event::JobStarted { .. })), "nothing went to the background");
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn queue_while_a_command_runs_becomes_the_next_turn() {
+    let command = until_file("release");
+    let mut h = Harness::start(vec![
+        calls(&[("call_1", "terminal", terminal(&command))]),
+        ScriptedResponse::text("The command finished."),
+        ScriptedResponse::text("Now the queued one."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_1", "started").await;
+    h.submit("after that, tidy up", Some(BusyMode::Queue));
+    h.pending_is(&["after that, tidy up"]).await;
+    std::fs::write(h.work.join("release"), "").unwrap();
+    assert_eq!(h.tool_finished("call_1").await["exit_code"], 0);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(h.turn_started().await, TurnTrigger::Queued);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    // The first turn never saw it; the second starts with it as a plain user message.
+    assert_eq!(h.request(2).await.len(), 3);
+    let messages = h.request(3).await;
+    assert_eq!(messages[3..], [assistant("The command finished."), user("after that, tidy up")]);
+    assert_valid_history(&messages);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn several_messages_typed_before_delivery_arrive_in_one_wrapper_in_order() {
+    let mut h = Harness::start(vec![
+        calls(&[("call_1", "terminal", terminal(FOREVER))]),
+        ScriptedResponse::text("All three read."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_1", "started").await;
+    h.submit("one", Some(BusyMode::Steer));
+    h.submit("two", Some(BusyMode::Queue));
+    h.submit("three", Some(BusyMode::Steer));
+    h.submit("four", Some(BusyMode::Redirect));
+    assert_eq!(h.tool_finished("call_1").await["status"], "yielded_to_background");
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(2).await;
+    assert_eq!(messages[3..], [oob(&["one", "three", "four"])]);
+    // The queued one waits for its own turn.
+    h.server.push(ScriptedResponse::text("Two."));
+    assert_eq!(h.turn_started().await, TurnTrigger::Queued);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(h.request(3).await[4..], [assistant("All three read."), user("two")]);
+    h.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Ctrl+B: yield without a message
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_b_moves_the_command_to_the_background_and_the_turn_goes_on() {
+    let mut h = Harness::start(vec![
+        calls(&[("call_1", "terminal", terminal(FOREVER))]),
+        ScriptedResponse::text("It keeps running as job_1."),
+    ])
+    .await;
+    h.op(Op::YieldForeground);
+    h.until("a notice that nothing runs", |e| matches!(e, Event::Notice { text, .. } if text.contains("nothing is running")))
+        .await;
+    h.submit("go", None);
+    h.tool_printed("call_1", "started").await;
+    h.op(Op::YieldForeground);
+    let result = h.tool_finished("call_1").await;
+    let pid = pid_of(&result);
+    assert_eq!(result["status"], "yielded_to_background");
+    assert_eq!(result["session_id"], "job_1");
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert!(group::group_alive(pid), "a yielded command is not killed");
+    // No message: the tool result is the last thing the model sees.
+    let messages = h.request(2).await;
+    assert_eq!(messages.len(), 3);
+    assert_eq!(messages[2]["role"], "tool");
+    h.shutdown().await;
+    assert_gone(pid).await;
+}
