@@ -506,3 +506,133 @@ async fn ctrl_b_moves_the_command_to_the_background_and_the_turn_goes_on() {
     h.shutdown().await;
     assert_gone(pid).await;
 }
+
+// ---------------------------------------------------------------------------------------
+// Interrupt
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_while_streaming_ends_the_turn_and_gives_typed_messages_back() {
+    let mut h = Harness::start(vec![stalled("Thinking about it"), ScriptedResponse::text("Fresh start.")]).await;
+    h.submit("go", None);
+    h.streamed("Thinking about it").await;
+    h.submit("a steer", Some(BusyMode::Steer));
+    h.submit("a queued one", Some(BusyMode::Queue));
+    h.pending_is(&["a steer", "a queued one"]).await;
+    h.op(Op::Interrupt);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Interrupted);
+    let restored = h.until("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await;
+    assert_eq!(restored, Event::RestoreInput { text: "a steer\n\na queued one".into() });
+    h.pending_is(&[]).await;
+    // Never auto-sent: the next turn is the user's next message, after the kept partial text.
+    h.submit("next", None);
+    assert_eq!(h.turn_started().await, TurnTrigger::User);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(h.request(2).await, vec![user("go"), assistant("Thinking about it"), user("next")]);
+    assert_eq!(h.chat_count(), 2);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn interrupt_while_a_command_runs_kills_it_and_leaves_background_jobs_alone() {
+    let background = json!({"command": "sleep 300", "background": true});
+    let foreground = terminal("echo pid=$$; sleep 300");
+    let mut h = Harness::start(vec![
+        calls(&[("call_bg", "terminal", background.clone())]),
+        calls(&[("call_fg", "terminal", foreground.clone()), ("call_next", "terminal", terminal("echo never"))]),
+        ScriptedResponse::text("Starting over."),
+    ])
+    .await;
+    h.submit("go", None);
+    let bg = h.tool_finished("call_bg").await;
+    let bg_pid = pid_of(&bg);
+    h.tool_printed("call_fg", "pid=").await;
+    h.submit("a steer", Some(BusyMode::Steer));
+    h.submit("a queued one", Some(BusyMode::Queue));
+    h.pending_is(&["a steer", "a queued one"]).await;
+    h.op(Op::Interrupt);
+    let fg = h.tool_finished("call_fg").await;
+    let fg_pid: i32 = fg["output"].as_str().unwrap().trim_start_matches("pid=").split('\n').next().unwrap().parse().unwrap();
+    assert_eq!(
+        fg,
+        json!({
+            "output": format!("pid={fg_pid}\n[Command interrupted]"), "exit_code": 130, "error": null,
+            "cwd": h.work.display().to_string(), "status": "interrupted",
+        })
+    );
+    let next = h.tool_finished("call_next").await;
+    assert_eq!((next["exit_code"].clone(), next["output"].clone()), (json!(130), json!("[Command interrupted]")));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Interrupted);
+    assert_eq!(
+        h.until("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await,
+        Event::RestoreInput { text: "a steer\n\na queued one".into() }
+    );
+    assert_gone(fg_pid).await;
+    assert!(group::group_alive(bg_pid), "an interrupt does not touch background jobs");
+
+    h.submit("next", None);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(3).await;
+    assert_valid_history(&messages);
+    assert_eq!(messages.len(), 7);
+    assert_eq!(messages[6], user("next"));
+    h.shutdown().await;
+    assert_gone(bg_pid).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// process wait, every call answered, tool panics
+// ---------------------------------------------------------------------------------------
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_releases_every_process_wait_early() {
+    let background = json!({"command": "sleep 300", "background": true});
+    let wait = json!({"action": "wait", "session_id": "job_1", "timeout": 170});
+    let mut h = Harness::start(vec![
+        calls(&[("call_bg", "terminal", background)]),
+        calls(&[("call_w1", "process", wait.clone()), ("call_w2", "process", wait.clone())]),
+        ScriptedResponse::text("Stopped waiting."),
+    ])
+    .await;
+    h.submit("go", None);
+    let pid = pid_of(&h.tool_finished("call_bg").await);
+    h.until("the second wait starts", |e| matches!(e, Event::ToolStarted { call_id, .. } if call_id == "call_w2"))
+        .await;
+    h.submit("don't wait for it", Some(BusyMode::Steer));
+    for id in ["call_w1", "call_w2"] {
+        let result = h.tool_finished(id).await;
+        assert_eq!((&result["status"], &result["reason"]), (&json!("released"), &json!("user message")), "{id}");
+        assert_eq!(result["process_running"], true);
+    }
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(3).await;
+    assert_valid_history(&messages);
+    assert_eq!(messages[6..], [oob(&["don't wait for it"])]);
+    assert!(group::group_alive(pid), "releasing a wait does not touch the job");
+    h.shutdown().await;
+    assert_gone(pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn redirect_skips_commands_that_had_not_started() {
+    let first = terminal(FOREVER);
+    let second = terminal("echo second; sleep 300");
+    let mut h = Harness::start(vec![
+        calls(&[("call_1", "terminal", first), ("call_2", "terminal", second)]),
+        ScriptedResponse::text("Fine."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_1", "started").await;
+    h.submit("stop, do something else", Some(BusyMode::Redirect));
+    let first = h.tool_finished("call_1").await;
+    assert_eq!(first["status"], "yielded_to_background");
+    let second = h.tool_finished("call_2").await;
+    assert_eq!(second["status"], "skipped", "{second}");
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(2).await;
+    assert_valid_history(&messages);
+    assert_eq!(messages[4..], [oob(&["stop, do something else"])]);
+    h.shutdown().await;
+    assert_gone(pid_of(&first)).await;
+}
