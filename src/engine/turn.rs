@@ -113,7 +113,8 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Run one turn. Owns the history while it runs and hands it back.
+/// Run one turn. Owns the history while it runs and hands it back. The caller reports
+/// the end (`Event::TurnFinished`).
 pub async fn run_turn(
     env: TurnEnv,
     control: TurnControl,
@@ -207,7 +208,8 @@ pub async fn run_turn(
     }
     meter.add_estimate(&history[counted.min(history.len())..]);
     send_context(&env, &meter);
-    env.events.send(Event::TurnFinished { outcome });
+    // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
+    // running, so a message typed after the UI shows the end starts a new turn.
     TurnResult { history, outcome, usage, meter }
 }
 

@@ -461,6 +461,7 @@ impl Engine {
         };
         self.history = result.history;
         self.meter = result.meter;
+        self.events().send(Event::TurnFinished { outcome: result.outcome });
         self.last_turn_usage = (result.usage.prompt_tokens, result.usage.completion_tokens);
         self.session_usage.0 += result.usage.prompt_tokens;
         self.session_usage.1 += result.usage.completion_tokens;
