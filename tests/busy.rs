@@ -521,11 +521,11 @@ async fn interrupt_while_streaming_ends_the_turn_and_gives_typed_messages_back()
     h.pending_is(&["a steer", "a queued one"]).await;
     h.op(Op::Interrupt);
     assert_eq!(h.turn_finished().await, TurnOutcome::Interrupted);
+    // Typed as soon as the end shows: a new turn, not bounced back with the others.
+    h.submit("next", None);
     let restored = h.until("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await;
     assert_eq!(restored, Event::RestoreInput { text: "a steer\n\na queued one".into() });
-    h.pending_is(&[]).await;
     // Never auto-sent: the next turn is the user's next message, after the kept partial text.
-    h.submit("next", None);
     assert_eq!(h.turn_started().await, TurnTrigger::User);
     assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
     assert_eq!(h.request(2).await, vec![user("go"), assistant("Thinking about it"), user("next")]);
@@ -635,4 +635,217 @@ async fn redirect_skips_commands_that_had_not_started() {
     assert_eq!(messages[4..], [oob(&["stop, do something else"])]);
     h.shutdown().await;
     assert_gone(pid_of(&first)).await;
+}
+
+// ---------------------------------------------------------------------------------------
+// Job exit notifications: exactly once, idle or busy; skipped once the model saw the exit
+// ---------------------------------------------------------------------------------------
+
+const NOTICE_PREFIX: &str = "[Background job ";
+
+fn notices(messages: &[Value]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .filter(|c| c.starts_with(NOTICE_PREFIX))
+        .map(str::to_string)
+        .collect()
+}
+
+fn assert_exit_notice(message: &Value, command: &str, tail: &str) {
+    assert_eq!(message["role"], "user");
+    let text = message["content"].as_str().expect("text");
+    assert!(text.starts_with("[Background job job_1 exited with code 0 after "), "{text}");
+    assert!(text.ends_with(&format!(". Command: {command}. Output tail: {tail}]")), "{text}");
+}
+
+fn triggers(seen: &[Event]) -> Vec<TurnTrigger> {
+    seen.iter()
+        .filter_map(|e| match e {
+            Event::TurnStarted { trigger } => Some(trigger.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_ends_while_idle_starts_a_turn_once() {
+    let command = until_file("bg_go");
+    let mut h = Harness::start(vec![
+        calls(&[("call_bg", "terminal", json!({"command": command, "background": true}))]),
+        ScriptedResponse::text("Started it."),
+        ScriptedResponse::text("The job finished."),
+        ScriptedResponse::text("Nothing else."),
+    ])
+    .await;
+    h.submit("go", None);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    std::fs::write(h.work.join("bg_go"), "").unwrap();
+    h.until("JobFinished", |e| matches!(e, Event::JobFinished { id, status: JobStatus::Exited(0) } if id == "job_1"))
+        .await;
+    assert_eq!(h.turn_started().await, TurnTrigger::JobNotification);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(3).await;
+    assert_eq!(messages[3], assistant("Started it."));
+    assert_exit_notice(&messages[4], &command, "started\ndone");
+    assert_eq!(messages.len(), 5);
+
+    h.submit("anything else?", None);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(notices(&h.request(4).await).len(), 1, "never twice");
+    assert_eq!(triggers(&h.seen), [TurnTrigger::User, TurnTrigger::JobNotification, TurnTrigger::User]);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_that_ends_while_busy_is_told_after_the_next_tool_results_once() {
+    let bg_command = until_file("bg_go");
+    let fg_command = until_file("fg_go");
+    let mut h = Harness::start(vec![
+        calls(&[("call_bg", "terminal", json!({"command": bg_command, "background": true}))]),
+        calls(&[("call_fg", "terminal", terminal(&fg_command))]),
+        ScriptedResponse::text("Both done."),
+        ScriptedResponse::text("Nothing else."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_fg", "started").await;
+    std::fs::write(h.work.join("bg_go"), "").unwrap();
+    h.until("JobFinished", |e| matches!(e, Event::JobFinished { id, .. } if id == "job_1")).await;
+    h.submit("and hurry", Some(BusyMode::Steer));
+    h.pending_is(&["and hurry"]).await;
+    std::fs::write(h.work.join("fg_go"), "").unwrap();
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(3).await;
+    assert_valid_history(&messages);
+    // The typed message in its wrapper, then the notice as a separate plain user message.
+    assert_eq!(messages.len(), 7);
+    assert_eq!(messages[5], oob(&["and hurry"]));
+    assert_exit_notice(&messages[6], &bg_command, "started\ndone");
+
+    // Taken by the turn: no notification turn follows.
+    h.submit("anything else?", None);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(notices(&h.request(4).await).len(), 1, "never twice");
+    assert_eq!(triggers(&h.seen), [TurnTrigger::User, TurnTrigger::User]);
+    h.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn no_notice_after_the_model_saw_the_exit_through_process_poll() {
+    let bg_command = until_file("bg_go");
+    let fg_command = until_file("fg_go");
+    let poll = json!({"action": "poll", "session_id": "job_1"});
+    let mut h = Harness::start(vec![
+        calls(&[("call_bg", "terminal", json!({"command": bg_command, "background": true}))]),
+        calls(&[("call_fg", "terminal", terminal(&fg_command)), ("call_poll", "process", poll)]),
+        ScriptedResponse::text("It exited 0."),
+        ScriptedResponse::text("Nothing else."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.tool_printed("call_fg", "started").await;
+    std::fs::write(h.work.join("bg_go"), "").unwrap();
+    h.until("JobFinished", |e| matches!(e, Event::JobFinished { id, .. } if id == "job_1")).await;
+    std::fs::write(h.work.join("fg_go"), "").unwrap();
+    let polled = h.tool_finished("call_poll").await;
+    assert_eq!((&polled["status"], &polled["exit_code"]), (&json!("exited"), &json!(0)));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(3).await;
+    assert_valid_history(&messages);
+    assert_eq!(messages.len(), 6, "nothing after the tool results");
+
+    h.submit("anything else?", None);
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(notices(&h.request(4).await), Vec::<String>::new());
+    assert_eq!(triggers(&h.seen), [TurnTrigger::User, TurnTrigger::User]);
+    h.shutdown().await;
+}
+
+// ---------------------------------------------------------------------------------------
+// A panic inside a tool is that tool's error result; the turn goes on
+// ---------------------------------------------------------------------------------------
+
+struct ExplodingTool;
+
+#[async_trait]
+impl Tool for ExplodingTool {
+    fn name(&self) -> &'static str {
+        "explode"
+    }
+
+    fn description(&self) -> &'static str {
+        "Panics unless calm is true."
+    }
+
+    fn parameters(&self) -> Value {
+        json!({"type": "object", "properties": {"calm": {"type": "boolean"}}})
+    }
+
+    fn concurrency(&self) -> Concurrency {
+        Concurrency::Parallel
+    }
+
+    fn summary(&self, _args: &Value) -> String {
+        String::new()
+    }
+
+    async fn call(&self, args: Value, _ctx: ToolCtx) -> ToolResult {
+        if args["calm"] != json!(true) {
+            panic!("boom");
+        }
+        ToolResult::ok(json!({"status": "calm"}))
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_panic_inside_a_tool_becomes_its_error_result_and_the_turn_goes_on() {
+    let home = tempfile::tempdir().unwrap();
+    let paths = Paths::under(home.path());
+    paths.ensure_dirs().unwrap();
+    let config = Arc::new(Config::default());
+    let server = ScriptedServer::start([
+        calls(&[("call_boom", "explode", json!({})), ("call_calm", "explode", json!({"calm": true}))]),
+        ScriptedResponse::text("One tool crashed; the other worked."),
+    ])
+    .await
+    .unwrap();
+    let (events, mut rx) = EventSink::channel();
+    let options = JobsOptions { reaper: ReaperMode::Off, sweep: false };
+    let (jobs, _finished) = JobsHandle::start_with(&paths, config.clone(), events.clone(), options);
+    let store = Store::open(&paths.state_db).unwrap();
+    let session_id = store.create_session("m", &home.path().display().to_string(), None).await.unwrap();
+    let mut registry = Registry::standard();
+    registry.add(Arc::new(ExplodingTool));
+    let env = TurnEnv {
+        provider: Arc::new(OpenAiClient::new(ClientSettings::new(server.base_url())).unwrap()),
+        model: "m".into(),
+        registry,
+        approver: Approver::new(&config, PromptPolicy::AllowUnattended, None, events.clone()),
+        config,
+        store,
+        events,
+        jobs,
+        cwd: Arc::new(Mutex::new(home.path().to_path_buf())),
+        session_id,
+        system_prompt: "You are a test.".into(),
+    };
+    let control = TurnControl::new(Arc::new(Mutex::new(Vec::new())));
+    let input = TurnInput { text: "go".into(), display_kind: None };
+    let turn = run_turn(env, control, Vec::new(), vec![input], TurnTrigger::User, ContextMeter::new(0));
+    let result = tokio::time::timeout(WAIT, turn).await.expect("the turn ends");
+    assert_eq!(result.outcome, TurnOutcome::Completed);
+
+    let requests = server.wait_for_chat_requests(2, WAIT).await;
+    let messages = requests[1].body["messages"].as_array().unwrap()[1..].to_vec();
+    assert_valid_history(&messages);
+    assert_eq!(tool_result(&messages, "call_boom"), json!({"error": "the explode tool crashed: boom"}));
+    assert_eq!(tool_result(&messages, "call_calm"), json!({"status": "calm"}));
+    let mut finished = Vec::new();
+    while let Ok(event) = rx.try_recv() {
+        if let Event::ToolFinished { call_id, outcome } = event {
+            finished.push((call_id, outcome.ok));
+        }
+    }
+    assert_eq!(finished, [("call_boom".to_string(), false), ("call_calm".to_string(), true)]);
 }
