@@ -447,8 +447,12 @@ fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall, skip: bool)
         }
     };
     // Subscribe before the UI hears of the call: a yield or a message sent from then on
-    // reaches this tool.
-    let signals = control.signals();
+    // reaches this tool. A message already waiting for delivery releases a `process wait`
+    // at once (it was typed before the model chose to wait).
+    let mut signals = control.signals();
+    if !lock(&control.pending).is_empty() {
+        signals.release_gen.mark_changed();
+    }
     let summary = tool.summary(&args);
     env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary });
     if control.interrupt.is_cancelled() {
