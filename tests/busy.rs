@@ -24,7 +24,7 @@ use talaria::engine::tools::{Concurrency, Registry, Tool, ToolCtx, ToolResult};
 use talaria::engine::turn::{run_turn, wrap_out_of_band, TurnControl, TurnEnv, TurnInput};
 use talaria::engine::{EngineOptions, EventSink, SessionChoice};
 use talaria::paths::Paths;
-use talaria::protocol::{BusyMode, Event, JobStatus, Op, TurnOutcome, TurnTrigger};
+use talaria::protocol::{Approval, BusyMode, Event, JobStatus, Op, TurnOutcome, TurnTrigger};
 use tokio::sync::mpsc;
 
 /// Generous: these are deadlines for things that take milliseconds, never timing assertions.
@@ -44,6 +44,10 @@ struct Harness {
 
 impl Harness {
     async fn start(responses: Vec<ScriptedResponse>) -> Harness {
+        Harness::start_with(responses, PromptPolicy::AllowUnattended).await
+    }
+
+    async fn start_with(responses: Vec<ScriptedResponse>, approval_policy: PromptPolicy) -> Harness {
         let home = tempfile::tempdir().expect("tempdir");
         let work = home.path().join("work");
         std::fs::create_dir_all(&work).expect("work dir");
@@ -62,7 +66,7 @@ impl Harness {
             demo: false,
             session: SessionChoice::New,
             cwd: work.clone(),
-            approval_policy: PromptPolicy::AllowUnattended,
+            approval_policy,
             reaper: false,
         };
         let (handle, _join) = talaria::engine::start(options).await.expect("engine starts");
@@ -614,6 +618,28 @@ async fn a_message_releases_every_process_wait_early() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
+async fn a_message_typed_before_the_model_chose_to_wait_releases_the_wait_at_once() {
+    let background = json!({"command": "sleep 300", "background": true});
+    let wait = json!({"action": "wait", "session_id": "job_1", "timeout": 170});
+    let mut h = Harness::start(vec![
+        calls(&[("call_bg", "terminal", background)]),
+        slow("I will wait for the job.", &[("call_w", "process", wait)]),
+        ScriptedResponse::text("Reading your message."),
+    ])
+    .await;
+    h.submit("go", None);
+    let pid = pid_of(&h.tool_finished("call_bg").await);
+    h.streamed("I w").await;
+    h.submit("don't wait", Some(BusyMode::Steer));
+    let result = h.tool_finished("call_w").await;
+    assert_eq!((&result["status"], &result["reason"]), (&json!("released"), &json!("user message")));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(h.request(3).await[5..], [oob(&["don't wait"])]);
+    h.shutdown().await;
+    assert_gone(pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
 async fn redirect_skips_commands_that_had_not_started() {
     let first = terminal(FOREVER);
     let second = terminal("echo second; sleep 300");
@@ -848,4 +874,52 @@ async fn a_panic_inside_a_tool_becomes_its_error_result_and_the_turn_goes_on() {
         }
     }
     assert_eq!(finished, [("call_boom".to_string(), false), ("call_calm".to_string(), true)]);
+}
+
+// ---------------------------------------------------------------------------------------
+// Approvals: a stale yield never moves the command the user just approved
+// ---------------------------------------------------------------------------------------
+
+async fn approve_next(h: &mut Harness) {
+    let event = h.until("ApprovalNeeded", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+    let Event::ApprovalNeeded { id, .. } = event else { unreachable!() };
+    h.op(Op::Approve { id, decision: Approval::Once });
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_yield_raised_while_the_approval_modal_is_open_does_not_move_the_approved_command() {
+    let first = format!("rm -rf scratch; {}", until_file("go1"));
+    let second = format!("rm -rf scratch; {}", until_file("go2"));
+    let mut h = Harness::start_with(
+        vec![
+            calls(&[("call_1", "terminal", terminal(&first))]),
+            ScriptedResponse::text("Removed."),
+            calls(&[("call_2", "terminal", terminal(&second))]),
+        ],
+        PromptPolicy::Ask,
+    )
+    .await;
+    h.submit("clean up", None);
+    h.until("ApprovalNeeded", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+    // Ctrl+B while the modal is open, then the user approves: the command runs in the foreground.
+    h.op(Op::YieldForeground);
+    let Some(Event::ApprovalNeeded { id, .. }) = h.seen.last().cloned() else { unreachable!() };
+    h.op(Op::Approve { id, decision: Approval::Once });
+    h.tool_printed("call_1", "started").await;
+    std::fs::write(h.work.join("go1"), "").unwrap();
+    let result = h.tool_finished("call_1").await;
+    assert_eq!((&result["exit_code"], &result["output"]), (&json!(0), &json!("started\ndone\n")), "{result}");
+    assert_eq!(result["approval"], "approved by the user");
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+
+    // A genuine interrupt after an approved command started still kills it, and says so.
+    h.submit("again", None);
+    approve_next(&mut h).await;
+    h.tool_printed("call_2", "started").await;
+    h.op(Op::Interrupt);
+    let result = h.tool_finished("call_2").await;
+    assert_eq!(result["exit_code"], 130);
+    assert_eq!(result["output"], "started\n[Command interrupted] (approved by the user, then interrupted)");
+    assert_eq!(h.turn_finished().await, TurnOutcome::Interrupted);
+    h.shutdown().await;
 }
