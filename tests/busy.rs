@@ -118,7 +118,9 @@ impl Harness {
     async fn streamed(&mut self, text: &str) {
         let mut got = String::new();
         while !got.ends_with(text) {
-            if let Event::AssistantDelta(d) = self.until("an assistant delta", |e| matches!(e, Event::AssistantDelta(_))).await {
+            if let Event::AssistantDelta(d) =
+                self.until("an assistant delta", |e| matches!(e, Event::AssistantDelta(_))).await
+            {
                 got.push_str(&d);
             }
         }
@@ -128,7 +130,8 @@ impl Harness {
     async fn tool_printed(&mut self, call_id: &str, text: &str) {
         let mut got = String::new();
         while !got.contains(text) {
-            let event = self.until("tool output", |e| matches!(e, Event::ToolOutput { call_id: c, .. } if c == call_id)).await;
+            let event =
+                self.until("tool output", |e| matches!(e, Event::ToolOutput { call_id: c, .. } if c == call_id)).await;
             if let Event::ToolOutput { chunk, .. } = event {
                 got.push_str(&chunk);
             }
@@ -350,8 +353,7 @@ async fn steer_while_streaming_is_delivered_after_the_next_tool_results() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn queue_while_streaming_runs_as_the_next_turn() {
-    let mut h =
-        Harness::start(vec![slow("A slow and complete answer.", &[]), ScriptedResponse::text("Second.")]).await;
+    let mut h = Harness::start(vec![slow("A slow and complete answer.", &[]), ScriptedResponse::text("Second.")]).await;
     h.submit("go", None);
     h.streamed("A s").await;
     h.submit("then this", Some(BusyMode::Queue));
@@ -492,8 +494,11 @@ async fn ctrl_b_moves_the_command_to_the_background_and_the_turn_goes_on() {
     ])
     .await;
     h.op(Op::YieldForeground);
-    h.until("a notice that nothing runs", |e| matches!(e, Event::Notice { text, .. } if text.contains("nothing is running")))
-        .await;
+    h.until(
+        "a notice that nothing runs",
+        |e| matches!(e, Event::Notice { text, .. } if text.contains("nothing is running")),
+    )
+    .await;
     h.submit("go", None);
     h.tool_printed("call_1", "started").await;
     h.op(Op::YieldForeground);
@@ -509,6 +514,28 @@ async fn ctrl_b_moves_the_command_to_the_background_and_the_turn_goes_on() {
     assert_eq!(messages[2]["role"], "tool");
     h.shutdown().await;
     assert_gone(pid).await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn ctrl_b_while_streaming_neither_aborts_nor_yields_the_next_command() {
+    let command = until_file("release");
+    let mut h = Harness::start(vec![
+        slow("Running it in the foreground.", &[("call_1", "terminal", terminal(&command))]),
+        ScriptedResponse::text("Done."),
+    ])
+    .await;
+    h.submit("go", None);
+    h.streamed("Run").await;
+    h.op(Op::YieldForeground);
+    h.tool_printed("call_1", "started").await;
+    std::fs::write(h.work.join("release"), "").unwrap();
+    let result = h.tool_finished("call_1").await;
+    assert_eq!((&result["exit_code"], &result["output"]), (&json!(0), &json!("started\ndone\n")));
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    let messages = h.request(2).await;
+    assert_eq!(messages[1]["content"], "Running it in the foreground.");
+    assert_eq!(messages.len(), 3);
+    h.shutdown().await;
 }
 
 // ---------------------------------------------------------------------------------------
@@ -556,7 +583,8 @@ async fn interrupt_while_a_command_runs_kills_it_and_leaves_background_jobs_alon
     h.pending_is(&["a steer", "a queued one"]).await;
     h.op(Op::Interrupt);
     let fg = h.tool_finished("call_fg").await;
-    let fg_pid: i32 = fg["output"].as_str().unwrap().trim_start_matches("pid=").split('\n').next().unwrap().parse().unwrap();
+    let fg_pid: i32 =
+        fg["output"].as_str().unwrap().trim_start_matches("pid=").split('\n').next().unwrap().parse().unwrap();
     assert_eq!(
         fg,
         json!({
