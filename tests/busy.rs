@@ -29,8 +29,9 @@ use tokio::sync::mpsc;
 
 /// Generous: these are deadlines for things that take milliseconds, never timing assertions.
 const WAIT: Duration = Duration::from_secs(30);
-/// Pause between the pieces of a "slow" stream.
-const PIECE_DELAY: Duration = Duration::from_millis(60);
+/// Pause between the pieces of a "slow" stream: a message sent after its first delta
+/// reaches the engine long before the stream ends (about a second later).
+const PIECE_DELAY: Duration = Duration::from_millis(80);
 
 struct Harness {
     _home: tempfile::TempDir,
@@ -235,7 +236,7 @@ fn calls(list: &[(&str, &str, Value)]) -> ScriptedResponse {
 
 /// Text streamed slowly, then (optionally) tool calls.
 fn slow(text: &str, tools: &[(&str, &str, Value)]) -> ScriptedResponse {
-    let mut payloads = text_chunks(text, 3);
+    let mut payloads = text_chunks(text, 2);
     for (index, (id, name, args)) in tools.iter().enumerate() {
         payloads.extend(tool_call_chunks(index, id, name, &args.to_string(), 12));
     }
@@ -312,7 +313,7 @@ async fn steer_while_streaming_without_tools_becomes_the_next_turn() {
     let mut h =
         Harness::start(vec![slow("Here is a long answer to go.", &[]), ScriptedResponse::text("Got it.")]).await;
     h.submit("go", None);
-    h.streamed("Her").await;
+    h.streamed("He").await;
     h.submit("also this", Some(BusyMode::Steer));
     assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
     h.turn_started().await;
@@ -331,7 +332,7 @@ async fn steer_while_streaming_is_delivered_after_the_next_tool_results() {
     ])
     .await;
     h.submit("go", None);
-    h.streamed("Run").await;
+    h.streamed("Ru").await;
     h.submit("use verbose output", Some(BusyMode::Steer));
     assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
     let messages = h.request(2).await;
@@ -355,7 +356,7 @@ async fn steer_while_streaming_is_delivered_after_the_next_tool_results() {
 async fn queue_while_streaming_runs_as_the_next_turn() {
     let mut h = Harness::start(vec![slow("A slow and complete answer.", &[]), ScriptedResponse::text("Second.")]).await;
     h.submit("go", None);
-    h.streamed("A s").await;
+    h.streamed("A ").await;
     h.submit("then this", Some(BusyMode::Queue));
     h.pending_is(&["then this"]).await;
     assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
@@ -525,7 +526,7 @@ async fn ctrl_b_while_streaming_neither_aborts_nor_yields_the_next_command() {
     ])
     .await;
     h.submit("go", None);
-    h.streamed("Run").await;
+    h.streamed("Ru").await;
     h.op(Op::YieldForeground);
     h.tool_printed("call_1", "started").await;
     std::fs::write(h.work.join("release"), "").unwrap();
@@ -657,7 +658,7 @@ async fn a_message_typed_before_the_model_chose_to_wait_releases_the_wait_at_onc
     .await;
     h.submit("go", None);
     let pid = pid_of(&h.tool_finished("call_bg").await);
-    h.streamed("I w").await;
+    h.streamed("I ").await;
     h.submit("don't wait", Some(BusyMode::Steer));
     let result = h.tool_finished("call_w").await;
     assert_eq!((&result["status"], &result["reason"]), (&json!("released"), &json!("user message")));
