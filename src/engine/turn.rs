@@ -118,7 +118,8 @@ pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// Run one turn. Owns the history while it runs and hands it back.
+/// Run one turn. Owns the history while it runs and hands it back. The caller reports
+/// the end (`Event::TurnFinished`).
 pub async fn run_turn(
     env: TurnEnv,
     control: TurnControl,
@@ -144,6 +145,9 @@ pub async fn run_turn(
             outcome = TurnOutcome::Interrupted;
             break;
         }
+        // Watch for redirects before taking the pending messages: one typed from here on
+        // either goes into this request or aborts it, never waits behind a whole answer.
+        let mut redirect = control.redirect_tx.subscribe();
         deliver_pending(&env, &control, &mut history, deliver_wrapped).await;
         deliver_job_notices(&env, &mut history).await;
         meter.add_estimate(&history[counted..]);
@@ -153,7 +157,7 @@ pub async fn run_turn(
             counted = history.len();
         }
         let request_len = history.len();
-        match stream_once(&env, &control, &history).await {
+        match stream_once(&env, &control, &history, &mut redirect).await {
             StreamEnd::Done(completion) => {
                 if let Some(u) = completion.usage {
                     usage.prompt_tokens += u.prompt_tokens;
@@ -175,7 +179,7 @@ pub async fn run_turn(
                     outcome = TurnOutcome::Completed;
                     break;
                 }
-                run_tools(&env, &control, &mut history, &completion.tool_calls).await;
+                run_tools(&env, &control, &mut history, &completion.tool_calls, &redirect).await;
                 if control.interrupt.is_cancelled() {
                     outcome = TurnOutcome::Interrupted;
                     break;
@@ -210,7 +214,7 @@ pub async fn run_turn(
     meter.add_estimate(&history[counted.min(history.len())..]);
     send_context(&env, &meter);
     // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
-    // running, so a command sent on seeing it (e.g. `/retry`) is not refused as busy.
+    // running, so a message or command sent on seeing it is not treated as busy input.
     TurnResult { history, outcome, usage, meter }
 }
 
@@ -264,7 +268,6 @@ pub async fn run_bang(
     meter.add_estimate(std::slice::from_ref(&message));
     history.push(message);
     let outcome = if control.interrupt.is_cancelled() { TurnOutcome::Interrupted } else { TurnOutcome::Completed };
-    env.events.send(Event::TurnFinished { outcome });
     TurnResult { history, outcome, usage: crate::engine::llm::Usage::default(), meter }
 }
 
@@ -383,15 +386,18 @@ enum StreamEnd {
     Failed(Partial, LlmError),
 }
 
-async fn stream_once(env: &TurnEnv, control: &TurnControl, history: &[ChatMessage]) -> StreamEnd {
+async fn stream_once(
+    env: &TurnEnv,
+    control: &TurnControl,
+    history: &[ChatMessage],
+    redirect: &mut watch::Receiver<u64>,
+) -> StreamEnd {
     let mut messages = Vec::with_capacity(history.len() + 1);
     messages.push(ChatMessage::system(env.system_prompt.clone()));
     messages.extend_from_slice(history);
     let request =
         ChatRequest { model: env.model.clone(), messages, tools: env.registry.definitions(), temperature: None };
     let mut partial = Partial::default();
-    let mut redirect = control.redirect_tx.subscribe();
-    redirect.borrow_and_update();
     let events = env.events.clone();
     let activity = control.activity.clone();
     let result = {
@@ -433,8 +439,16 @@ enum Raced {
 }
 
 /// Run the tool calls of one response: `Parallel` tools in a run together, `Sequential`
-/// ones alone and in order. Every call gets exactly one result message, in order.
-async fn run_tools(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatMessage>, calls: &[ToolCall]) {
+/// ones alone and in order. Every call gets exactly one result message, in order. After a
+/// redirect (`redirect` changed since the request) the calls not started yet are skipped,
+/// so the user's message is not held back by a command the model chose before it.
+async fn run_tools(
+    env: &TurnEnv,
+    control: &TurnControl,
+    history: &mut Vec<ChatMessage>,
+    calls: &[ToolCall],
+    redirect: &watch::Receiver<u64>,
+) {
     let mut i = 0;
     while i < calls.len() {
         let parallel = |c: &ToolCall| {
@@ -449,7 +463,8 @@ async fn run_tools(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatM
         let batch = &calls[i..end];
         // A tool inside its own deadline keeps the turn alive.
         let _hold = control.activity.as_ref().map(|a| a.hold());
-        let handles: Vec<_> = batch.iter().map(|call| start_tool(env, control, call)).collect();
+        let skip = redirect.has_changed().unwrap_or(false);
+        let handles: Vec<_> = batch.iter().map(|call| start_tool(env, control, call, skip)).collect();
         for (call, handle) in batch.iter().zip(handles) {
             let (result, started) = match handle {
                 Started::Running(join, started) => {
@@ -476,7 +491,7 @@ enum Started {
     Immediate(ToolResult),
 }
 
-fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall) -> Started {
+fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall, skip: bool) -> Started {
     let name = call.function.name.as_str();
     let Some(tool) = env.registry.get(name) else {
         env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary: String::new() });
@@ -489,10 +504,20 @@ fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall) -> Started 
             return Started::Immediate(ToolResult::error(message));
         }
     };
+    // Subscribe before the UI hears of the call: a yield or a message sent from then on
+    // reaches this tool. A message already waiting for delivery releases a `process wait`
+    // at once (it was typed before the model chose to wait).
+    let mut signals = control.signals();
+    if !lock(&control.pending).is_empty() {
+        signals.release_gen.mark_changed();
+    }
     let summary = tool.summary(&args);
     env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary });
     if control.interrupt.is_cancelled() {
         return Started::Immediate(interrupted_before_start());
+    }
+    if skip {
+        return Started::Immediate(skipped_for_a_message());
     }
     let ctx = ToolCtx {
         call_id: call.id.clone(),
@@ -501,7 +526,7 @@ fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall) -> Started 
         cwd: env.cwd.clone(),
         jobs: env.jobs.clone(),
         approvals: env.approver.clone(),
-        signals: control.signals(),
+        signals,
         events: env.events.clone(),
     };
     // A task per tool: a panic becomes that tool's error result instead of ending the turn.
@@ -514,6 +539,20 @@ fn interrupted_before_start() -> ToolResult {
         ok: false,
         exit_code: Some(130),
         status: Some("interrupted".into()),
+    }
+}
+
+fn skipped_for_a_message() -> ToolResult {
+    ToolResult {
+        value: json!({
+            "output": "",
+            "exit_code": null,
+            "error": "not run: the user sent a message before this call started; read it, then call the tool again if it is still needed",
+            "status": "skipped",
+        }),
+        ok: false,
+        exit_code: None,
+        status: Some("skipped".into()),
     }
 }
 

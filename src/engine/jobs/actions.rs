@@ -80,6 +80,14 @@ pub async fn changed_from(rx: &mut watch::Receiver<u64>, start: u64) {
     }
 }
 
+/// Resolve when the counter changed since this receiver last looked — for a tool's
+/// signals, since the tool started; never when its sender is gone.
+pub async fn bumped(rx: &mut watch::Receiver<u64>) {
+    if rx.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
 pub fn status_str(status: &JobStatus) -> &'static str {
     match status {
         JobStatus::Running => "running",
@@ -230,10 +238,10 @@ impl JobsHandle {
 
     async fn wait_value(&self, job: &Arc<Job>, within: Duration, signals: &ToolSignals) -> Value {
         let mut done = job.done.subscribe();
+        // Measured from when the tool started, not from here: a message typed in between
+        // still releases the wait.
         let mut release = signals.release_gen.clone();
-        let release_start = *release.borrow_and_update();
         let mut yielded = signals.yield_gen.clone();
-        let yield_start = *yielded.borrow_and_update();
         let still_running = |status: &str, extra: (&str, Value)| {
             let mut v = json!({
                 "status": status,
@@ -249,8 +257,8 @@ impl JobsHandle {
             biased;
             _ = done.wait_for(Option::is_some) => self.poll_value(job),
             _ = signals.interrupt.cancelled() => still_running("interrupted", ("reason", json!("the user interrupted the turn"))),
-            _ = changed_from(&mut release, release_start) => still_running("released", ("reason", json!("user message"))),
-            _ = changed_from(&mut yielded, yield_start) => {
+            _ = bumped(&mut release) => still_running("released", ("reason", json!("user message"))),
+            _ = bumped(&mut yielded) => {
                 still_running("released", ("reason", json!("the user asked running tools to yield")))
             }
             _ = tokio::time::sleep(within) => still_running(

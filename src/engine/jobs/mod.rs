@@ -31,7 +31,7 @@ use self::log::LogIndex;
 use self::output::OutputBuf;
 use self::reaper::ReaperLink;
 
-pub use self::actions::{changed_from, format_duration, status_str, JobLog};
+pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog};
 
 /// What to run.
 #[derive(Debug, Clone)]

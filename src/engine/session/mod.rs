@@ -487,8 +487,8 @@ impl Engine {
             }
         };
         self.history = result.history;
-        self.events().send(Event::TurnFinished { outcome: result.outcome });
         self.meter = result.meter;
+        self.events().send(Event::TurnFinished { outcome: result.outcome });
         self.last_turn_usage = (result.usage.prompt_tokens, result.usage.completion_tokens);
         self.session_usage.0 += result.usage.prompt_tokens;
         self.session_usage.1 += result.usage.completion_tokens;
@@ -777,5 +777,39 @@ mod tests {
         assert!(s.pending && !s.abort_stream && !s.yield_tools && s.release_wait && !s.queue);
         let q = route_busy_message(BusyMode::Queue);
         assert!(!q.pending && !q.abort_stream && !q.yield_tools && !q.release_wait && q.queue);
+    }
+
+    #[test]
+    fn redirect_interrupts_both_phases_and_delivers_at_once() {
+        assert_eq!(
+            route_busy_message(BusyMode::Redirect),
+            BusyRoute { pending: true, queue: false, abort_stream: true, yield_tools: true, release_wait: true }
+        );
+    }
+
+    #[test]
+    fn steer_waits_for_the_running_tools_but_not_for_a_process_wait() {
+        assert_eq!(
+            route_busy_message(BusyMode::Steer),
+            BusyRoute { pending: true, queue: false, abort_stream: false, yield_tools: false, release_wait: true }
+        );
+    }
+
+    #[test]
+    fn queue_touches_nothing_running() {
+        assert_eq!(
+            route_busy_message(BusyMode::Queue),
+            BusyRoute { pending: false, queue: true, abort_stream: false, yield_tools: false, release_wait: false }
+        );
+    }
+
+    #[test]
+    fn every_mode_keeps_the_message_exactly_once() {
+        for mode in [BusyMode::Redirect, BusyMode::Steer, BusyMode::Queue] {
+            let r = route_busy_message(mode);
+            assert!(r.pending ^ r.queue, "{mode:?} goes to exactly one of pending and queued");
+            assert!(!r.abort_stream || r.pending, "{mode:?}: an aborted stream is followed by the message");
+            assert!(!r.yield_tools || r.pending, "{mode:?}: yielded tools are followed by the message");
+        }
     }
 }

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
 use crate::engine::approval::Verdict;
-use crate::engine::jobs::{changed_from, group, ExitInfo, JobsHandle, SpawnSpec};
+use crate::engine::jobs::{bumped, group, ExitInfo, JobsHandle, SpawnSpec};
 
 pub const YIELD_NOTE: &str = "The user sent a message while this command was running, so it was moved to the background without being killed. Use process(action='poll'|'wait'|'log', session_id=...) to follow it.";
 
@@ -133,8 +133,12 @@ impl Tool for TerminalTool {
 
         let mut guard =
             ForegroundGuard { jobs: ctx.jobs.clone(), id: spawned.id.clone(), pgid: spawned.pid as i32, armed: true };
+        // A yield asked for since the call started applies (the command yields at once),
+        // except one raised while the approval modal was open: the user then said "run it".
         let mut yield_rx = ctx.signals.yield_gen.clone();
-        let yield_start = *yield_rx.borrow_and_update();
+        if approval.as_deref().is_some_and(|n| n.starts_with("approved by the user")) {
+            yield_rx.borrow_and_update();
+        }
         let mut exit_rx = spawned.exit;
 
         enum Ending {
@@ -150,7 +154,7 @@ impl Tool for TerminalTool {
             biased;
             exit = &mut exit_rx => exit.map(Ending::Exited).unwrap_or(Ending::Lost),
             _ = ctx.signals.interrupt.cancelled() => Ending::Interrupted,
-            _ = changed_from(&mut yield_rx, yield_start) => Ending::Yielded,
+            _ = bumped(&mut yield_rx) => Ending::Yielded,
             _ = tokio::time::sleep(Duration::from_secs(timeout_s)) => Ending::TimedOut,
         };
         let ending = match ending {
