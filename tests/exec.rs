@@ -191,3 +191,41 @@ async fn sigint_during_a_slow_stream_exits_130() {
     assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr(&out));
     assert!(stdout(&out).contains("slow"), "the partial answer was printed");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_bang_command_runs_locally_and_its_output_reaches_the_next_request() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("it printed the marker")]).await.unwrap();
+    let url = server.base_url();
+    let out = home.run(&["exec", "--base-url", &url, "!echo bang-output-42"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert!(server.chat_requests().is_empty(), "a !command is not sent to the model");
+
+    let out = home.run(&["exec", "-c", "--base-url", &url, "what did it print?"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let messages = server.chat_requests()[0].body["messages"].as_array().unwrap().clone();
+    let note = messages.iter().find(|m| m["content"].as_str().is_some_and(|c| c.contains("[The user ran a shell command]")));
+    let note = note.expect("the command's output is context for the next message");
+    let text = note["content"].as_str().unwrap();
+    assert!(text.contains("$ echo bang-output-42") && text.contains("Exit code: 0"), "{text}");
+    assert!(text.lines().any(|l| l == "bang-output-42"), "{text}");
+    assert_eq!(messages.last().unwrap()["content"], "what did it print?");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn typed_messages_come_back_as_input_history_in_the_next_run() {
+    let home = Home::new();
+    let server =
+        ScriptedServer::start([ScriptedResponse::text("one"), ScriptedResponse::text("two")]).await.unwrap();
+    let url = server.base_url();
+    assert_eq!(home.run(&["exec", "--base-url", &url, "first typed line"]).await.status.code(), Some(0));
+    let out = home.run(&["exec", "--json", "--base-url", &url, "second"]).await;
+    let ready = stdout(&out)
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["type"] == "SessionReady")
+        .expect("SessionReady");
+    let history: Vec<String> =
+        ready["data"]["input_history"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
+    assert!(history.contains(&"first typed line".to_string()), "{history:?}");
+}

@@ -88,6 +88,8 @@ pub fn route_busy_message(mode: BusyMode) -> BusyRoute {
 struct RunningTurn {
     control: TurnControl,
     join: JoinHandle<TurnResult>,
+    /// A `!command` run, not a model turn (goals do not count it).
+    bang: bool,
 }
 
 struct Engine {
@@ -252,8 +254,8 @@ impl Engine {
                     self.handle_op(op).await;
                 }
                 result = turn_done(&mut self.turn) => {
-                    self.turn = None;
-                    self.on_turn_finished(result).await;
+                    let bang = self.turn.take().is_some_and(|t| t.bang);
+                    self.on_turn_finished(result, bang).await;
                 }
                 Some(_) = self.job_done.recv() => {}
                 Some(result) = self.boundary.results.recv() => self.on_boundary_result(result).await,
@@ -453,7 +455,7 @@ impl Engine {
         let meter = self.meter;
         self.spawn_watchdog(&control);
         let join = tokio::spawn(async move { run_turn(env, ctl, history, inputs, trigger, meter).await });
-        self.turn = Some(RunningTurn { control, join });
+        self.turn = Some(RunningTurn { control, join, bang: false });
     }
 
     /// `!cmd`: the user's own command, run as a foreground job in the transcript (Esc stops
@@ -465,10 +467,10 @@ impl Engine {
         let ctl = control.clone();
         let meter = self.meter;
         let join = tokio::spawn(async move { crate::engine::turn::run_bang(env, ctl, history, command, meter).await });
-        self.turn = Some(RunningTurn { control, join });
+        self.turn = Some(RunningTurn { control, join, bang: true });
     }
 
-    async fn on_turn_finished(&mut self, result: Result<TurnResult, tokio::task::JoinError>) {
+    async fn on_turn_finished(&mut self, result: Result<TurnResult, tokio::task::JoinError>, bang: bool) {
         let result = match result {
             Ok(r) => r,
             Err(e) => {
@@ -499,8 +501,10 @@ impl Engine {
             .find(|m| m.role == crate::engine::llm::Role::Assistant)
             .map(|m| m.text().to_string())
             .unwrap_or_default();
-        let effects = self.goal.on_turn_end(result.outcome, &last_reply);
-        self.pending_effects.extend(effects);
+        if !bang {
+            let effects = self.goal.on_turn_end(result.outcome, &last_reply);
+            self.pending_effects.extend(effects);
+        }
         if result.usage.prompt_tokens + result.usage.completion_tokens > 0 {
             let _ = self
                 .env
