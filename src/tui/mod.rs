@@ -26,11 +26,11 @@ use crossterm::event::{
     KeyboardEnhancementFlags, MouseEventKind, PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
 };
 use crossterm::terminal::{
-    disable_raw_mode, enable_raw_mode, BeginSynchronizedUpdate, EndSynchronizedUpdate, EnterAlternateScreen,
-    LeaveAlternateScreen,
+    disable_raw_mode, enable_raw_mode, BeginSynchronizedUpdate, Clear, ClearType, EndSynchronizedUpdate,
+    EnterAlternateScreen, LeaveAlternateScreen,
 };
 use crossterm::{cursor, execute, queue};
-use futures_util::{FutureExt, StreamExt};
+use futures_util::StreamExt;
 use ratatui::backend::CrosstermBackend;
 use ratatui::{Frame, Terminal};
 
@@ -153,6 +153,7 @@ fn setup(mouse: bool) -> anyhow::Result<Term> {
     execute!(
         out,
         EnterAlternateScreen,
+        Clear(ClearType::All),
         EnableBracketedPaste,
         PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES),
         cursor::Hide
@@ -162,10 +163,9 @@ fn setup(mouse: bool) -> anyhow::Result<Term> {
         execute!(out, EnableWheelCapture).context("cannot enable mouse reporting")?;
         MOUSE_CAPTURED.store(true, Ordering::SeqCst);
     }
-    let mut terminal =
-        Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot read the terminal size")?;
-    terminal.clear()?;
-    Ok(terminal)
+    // Not `Terminal::clear`: it asks the terminal for the cursor position and waits for
+    // the answer, which must never delay the first frame.
+    Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot read the terminal size")
 }
 
 /// Lay out and draw one frame of `app`.
@@ -247,8 +247,14 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
                         Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal failed: {e}")),
                         None => anyhow::bail!("the terminal closed"),
                     }
-                    // Take everything already waiting before drawing once.
-                    pending = input.next().now_or_never();
+                    // Take everything already waiting before drawing once. Poll with this
+                    // task's waker (not `now_or_never`): EventStream keeps the first waker
+                    // it sees while its wake thread runs, and a no-op one would lose input.
+                    pending = tokio::select! {
+                        biased;
+                        event = input.next() => Some(event),
+                        () = std::future::ready(()) => None,
+                    };
                 }
             }
             event = engine.events.recv() => {
