@@ -3,6 +3,8 @@
 
 mod events;
 mod keys;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
