@@ -3,6 +3,8 @@
 
 mod events;
 mod keys;
+#[cfg(test)]
+mod tests;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -277,11 +279,9 @@ impl App {
         }
     }
 
-    /// A moment when the screen changes by itself once (a hint expires, a modal arms).
+    /// A moment when the screen changes by itself once (the Ctrl+C hint expires).
     pub fn next_deadline(&self) -> Option<Instant> {
-        let ctrl_c = self.last_ctrl_c.map(|t| t + DOUBLE_CTRL_C).filter(|&t| t > self.now);
-        let arm = self.approvals.front().map(|a| a.shown_at + APPROVAL_ARM).filter(|&t| t > self.now);
-        [ctrl_c, arm].into_iter().flatten().min()
+        self.last_ctrl_c.map(|t| t + DOUBLE_CTRL_C).filter(|&t| t > self.now)
     }
 
     /// The status line's spinner position: advances every 100 ms of the running turn.

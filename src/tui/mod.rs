@@ -26,8 +26,8 @@ use crossterm::event::{
     KeyboardEnhancementFlags, MouseEventKind, PopKeyboardEnhancementFlags, PushKeyboardEnhancementFlags,
 };
 use crossterm::terminal::{
-    disable_raw_mode, enable_raw_mode, BeginSynchronizedUpdate, EndSynchronizedUpdate, EnterAlternateScreen,
-    LeaveAlternateScreen,
+    disable_raw_mode, enable_raw_mode, BeginSynchronizedUpdate, Clear, ClearType, EndSynchronizedUpdate,
+    EnterAlternateScreen, LeaveAlternateScreen,
 };
 use crossterm::{cursor, execute, queue};
 use futures_util::StreamExt;
@@ -63,9 +63,7 @@ static MOUSE_CAPTURED: AtomicBool = AtomicBool::new(false);
 
 /// Run the TUI until the user quits. Fails at once when stdin or stdout is not a terminal.
 pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<TuiExit> {
-    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
-        anyhow::bail!("not a terminal; use `talaria exec`");
-    }
+    require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
     let keymap = Keymap::load(&options.paths.keymap_file)?;
     let theme = Theme::builtin(&options.config.ui.theme)?;
     let mut app = App::new(&options.config, keymap, theme, options.banner);
@@ -81,6 +79,15 @@ pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<Tu
     restore();
     result?;
     Ok(TuiExit { session_id: app.session.session_id.clone() })
+}
+
+/// The full-screen UI needs a terminal on both ends.
+fn require_terminal(stdin_is_tty: bool, stdout_is_tty: bool) -> anyhow::Result<()> {
+    if stdin_is_tty && stdout_is_tty {
+        Ok(())
+    } else {
+        anyhow::bail!("not a terminal; use `talaria exec`")
+    }
 }
 
 /// Put the terminal back as it was: raw mode off, main screen, no mouse capture, no
@@ -146,6 +153,7 @@ fn setup(mouse: bool) -> anyhow::Result<Term> {
     execute!(
         out,
         EnterAlternateScreen,
+        Clear(ClearType::All),
         EnableBracketedPaste,
         PushKeyboardEnhancementFlags(KeyboardEnhancementFlags::DISAMBIGUATE_ESCAPE_CODES),
         cursor::Hide
@@ -155,10 +163,9 @@ fn setup(mouse: bool) -> anyhow::Result<Term> {
         execute!(out, EnableWheelCapture).context("cannot enable mouse reporting")?;
         MOUSE_CAPTURED.store(true, Ordering::SeqCst);
     }
-    let mut terminal =
-        Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot read the terminal size")?;
-    terminal.clear()?;
-    Ok(terminal)
+    // Not `Terminal::clear`: it asks the terminal for the cursor position and waits for
+    // the answer, which must never delay the first frame.
+    Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot read the terminal size")
 }
 
 /// Lay out and draw one frame of `app`.

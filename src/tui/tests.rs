@@ -257,3 +257,72 @@ fn an_idle_app_asks_for_no_redraws_and_an_unchanged_frame_writes_no_text() {
     assert_eq!(app.tick_interval(), Some(Duration::from_millis(100)));
     let _ = Instant::now();
 }
+
+#[test]
+fn a_resumed_session_restores_its_transcript_and_history() {
+    use crate::protocol::HistoryItem;
+    let mut app = app();
+    feed(
+        &mut app,
+        Event::SessionReady {
+            session_id: "s_old".into(),
+            title: Some("fix the build".into()),
+            model: "demo".into(),
+            provider: "demo".into(),
+            demo: false,
+            cwd: "/work".into(),
+            busy_mode: BusyMode::Steer,
+            history: vec![
+                HistoryItem::User { text: "list the files".into() },
+                HistoryItem::Tool {
+                    call_id: "c1".into(),
+                    name: "terminal".into(),
+                    summary: "ls".into(),
+                    outcome: outcome(true, 0, 40),
+                },
+                HistoryItem::Assistant { text: "There are **3** files.".into(), reasoning: None },
+                HistoryItem::Notice { level: NoticeLevel::Info, text: "resumed".into() },
+            ],
+        },
+    );
+    let out = screen(&mut app, 100, 20);
+    for expected in
+        ["› list the files", "✓ terminal ls · 40ms · exit 0", "There are 3 files.", "ℹ resumed", "busy:steer"]
+    {
+        assert!(out.contains(expected), "missing {expected:?} in\n{out}");
+    }
+    key(&mut app, KeyCode::Up, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "list the files");
+}
+
+#[test]
+fn scrolling_up_shows_a_new_output_marker() {
+    let mut app = app();
+    for i in 0..40 {
+        feed(&mut app, Event::Notice { level: NoticeLevel::Info, text: format!("line {i}") });
+    }
+    screen(&mut app, 100, 20);
+    key(&mut app, KeyCode::PageUp, KeyModifiers::NONE);
+    feed(&mut app, Event::AssistantDelta("fresh".into()));
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("↓ new output"), "{out}");
+    assert!(!out.contains("fresh"), "{out}");
+    key(&mut app, KeyCode::End, KeyModifiers::NONE);
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("fresh") && !out.contains("↓ new output"), "{out}");
+}
+
+#[test]
+fn without_a_terminal_the_tui_refuses_with_a_hint() {
+    let err = super::require_terminal(false, true).unwrap_err().to_string();
+    assert_eq!(err, "not a terminal; use `talaria exec`");
+    assert!(super::require_terminal(true, false).is_err());
+    assert!(super::require_terminal(true, true).is_ok());
+}
+
+#[test]
+fn restore_is_idempotent_when_nothing_was_set_up() {
+    super::restore();
+    super::restore();
+    assert!(!super::TERMINAL_ACTIVE.load(std::sync::atomic::Ordering::SeqCst));
+}

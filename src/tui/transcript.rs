@@ -4,19 +4,21 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use ratatui::style::{Modifier, Style};
-use ratatui::text::{Line, Span};
+use ratatui::text::Line;
 
-use super::markdown::{self, CodeCache};
+mod render;
+
+pub use render::format_duration_ms;
+use render::{body_lines, tool_line};
+
+use super::markdown::CodeCache;
 use super::sanitize::display_text;
 use super::theme::Theme;
-use super::wrap::{truncate_spans, wrap_lines, RLine};
+use super::wrap::wrap_lines;
 use crate::protocol::{NoticeLevel, ToolOutcome, TurnOutcome};
 
 /// Cached wrapped lines kept at most; beyond this, cells off screen keep only their height.
 const CACHED_LINES_MAX: usize = 20_000;
-/// Lines an injected (heartbeat, goal, job) message shows before it is cut.
-const INJECTED_MAX_LINES: usize = 6;
 
 pub const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -484,156 +486,6 @@ impl Transcript {
     pub fn code_cache_len(&self) -> usize {
         self.code_cache.len()
     }
-}
-
-/// Format a duration in milliseconds the way the transcript shows it.
-pub fn format_duration_ms(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    } else if ms < 3_600_000 {
-        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
-    } else {
-        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
-    }
-}
-
-fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
-    let CellBody::Tool { name, summary, started, outcome, .. } = body else {
-        return Line::default();
-    };
-    let dim = Style::default().fg(theme.dim);
-    let mut spans = Vec::new();
-    match outcome {
-        None => {
-            let elapsed = now.saturating_duration_since(*started);
-            let frame = (elapsed.as_millis() / 100) as usize % SPINNER.len();
-            spans.push(Span::styled(format!("{} ", SPINNER[frame]), Style::default().fg(theme.tool_running)));
-            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
-            spans.push(Span::raw(format!(" {summary}")));
-            spans.push(Span::styled(format!(" · {}s", elapsed.as_secs()), dim));
-        }
-        Some(o) => {
-            let (mark, color) = if o.ok { ("✓", theme.tool_ok) } else { ("✗", theme.tool_failed) };
-            spans.push(Span::styled(format!("{mark} "), Style::default().fg(color)));
-            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
-            spans.push(Span::raw(format!(" {summary}")));
-            let mut tail = format!(" · {}", format_duration_ms(o.duration_ms));
-            if let Some(code) = o.exit_code {
-                tail.push_str(&format!(" · exit {code}"));
-            }
-            if let Some(status) = &o.status {
-                tail.push_str(&format!(" · {status}"));
-            }
-            spans.push(Span::styled(tail, if o.ok { dim } else { Style::default().fg(theme.tool_failed) }));
-        }
-    }
-    truncate_spans(spans, width)
-}
-
-/// The logical lines of a cell, before wrapping.
-fn body_lines(body: &CellBody, theme: &Theme, show_reasoning: bool, cache: &mut CodeCache) -> Vec<RLine> {
-    match body {
-        CellBody::User { text, origin } => user_lines(text, *origin, theme),
-        CellBody::Assistant { text, reasoning, streaming } => {
-            let mut out = Vec::new();
-            let reasoning = display_text(reasoning);
-            let reasoning = reasoning.trim();
-            if !reasoning.is_empty() {
-                let dim = Style::default().fg(theme.reasoning);
-                if show_reasoning {
-                    out.push(RLine::plain("▾ reasoning", dim));
-                    let italic = dim.add_modifier(Modifier::ITALIC);
-                    out.extend(reasoning.lines().map(|l| RLine::plain(format!("  {l}"), italic).with_hang(2)));
-                } else {
-                    let n = reasoning.lines().count();
-                    let noun = if n == 1 { "line" } else { "lines" };
-                    out.push(RLine::plain(format!("▸ reasoning · {n} {noun} (hidden)"), dim));
-                }
-                if !text.trim().is_empty() {
-                    out.push(RLine::blank());
-                }
-            }
-            let text = display_text(text);
-            out.extend(markdown::render(&text, theme, Style::default().fg(theme.assistant), cache));
-            if *streaming && out.is_empty() {
-                out.push(RLine::plain("…", Style::default().fg(theme.dim)));
-            }
-            out
-        }
-        CellBody::Tool { .. } => Vec::new(),
-        CellBody::Notice { level, text } => {
-            let (mark, color) = match level {
-                NoticeLevel::Info => ("ℹ", theme.notice_info),
-                NoticeLevel::Warn => ("⚠", theme.notice_warn),
-                NoticeLevel::Error => ("✗", theme.notice_error),
-            };
-            let style = Style::default().fg(color);
-            display_text(text)
-                .lines()
-                .enumerate()
-                .map(|(i, l)| {
-                    let lead = if i == 0 { format!("{mark} ") } else { "  ".into() };
-                    RLine::new(vec![Span::styled(lead, style), Span::styled(l.to_string(), style)]).with_hang(2)
-                })
-                .collect()
-        }
-        CellBody::TurnEnd { outcome } => {
-            let (text, color) = match outcome {
-                TurnOutcome::Completed => ("", theme.dim),
-                TurnOutcome::Interrupted => ("■ interrupted", theme.notice_warn),
-                TurnOutcome::Failed => ("✗ the turn failed", theme.notice_error),
-                TurnOutcome::BudgetExhausted => ("⚠ the turn used its iteration budget", theme.notice_warn),
-            };
-            vec![RLine::plain(text, Style::default().fg(color))]
-        }
-    }
-}
-
-fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
-    let text = display_text(text);
-    let label = match origin {
-        UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued | UserOrigin::Retry => None,
-        UserOrigin::Heartbeat => Some("♥ heartbeat"),
-        UserOrigin::Goal => Some("◎ goal"),
-        UserOrigin::JobNotification => Some("⚙ job notification"),
-    };
-    if let Some(label) = label {
-        let style = Style::default().fg(theme.injected);
-        let dim = Style::default().fg(theme.dim);
-        let mut out = vec![RLine::plain(label, style)];
-        let lines: Vec<&str> = text.lines().collect();
-        out.extend(lines.iter().take(INJECTED_MAX_LINES).map(|l| RLine::plain(format!("  {l}"), dim).with_hang(2)));
-        if lines.len() > INJECTED_MAX_LINES {
-            out.push(RLine::plain(format!("  … {} more lines", lines.len() - INJECTED_MAX_LINES), dim));
-        }
-        return out;
-    }
-    let color = if origin == UserOrigin::MidTurn { theme.user_mid_turn } else { theme.user };
-    let style = Style::default().fg(color);
-    let mut out: Vec<RLine> = text
-        .lines()
-        .enumerate()
-        .map(|(i, l)| {
-            let lead = if i == 0 { "› " } else { "  " };
-            RLine::new(vec![Span::styled(lead, style.add_modifier(Modifier::BOLD)), Span::styled(l.to_string(), style)])
-                .with_hang(2)
-        })
-        .collect();
-    if out.is_empty() {
-        out.push(RLine::plain("› ", style));
-    }
-    let note = match origin {
-        UserOrigin::MidTurn => Some("↳ delivered mid-turn"),
-        UserOrigin::Queued => Some("↳ queued"),
-        UserOrigin::Retry => Some("↳ retry"),
-        UserOrigin::Typed | UserOrigin::Heartbeat | UserOrigin::Goal | UserOrigin::JobNotification => None,
-    };
-    if let Some(note) = note {
-        out.push(RLine::plain(format!("  {note}"), Style::default().fg(theme.dim)));
-    }
-    out
 }
 
 #[cfg(test)]

@@ -143,7 +143,8 @@ impl App {
                 let mut job = job;
                 job.last_line = last_line(&job.last_line);
                 job.command = display_text(&job.command);
-                let row = JobRow { info: job, finished_at_ms: None };
+                let finished_at_ms = (!job.status.is_running()).then_some(self.wall_ms);
+                let row = JobRow { info: job, finished_at_ms };
                 match self.jobs.iter_mut().find(|j| j.info.id == row.info.id) {
                     Some(existing) => *existing = row,
                     None => self.jobs.push(row),

@@ -41,7 +41,10 @@ pub fn layout(area: Rect, app: &App) -> Areas {
         return Areas { too_small: true, ..Areas::default() };
     }
     let status = Rect::new(area.x, area.bottom() - 1, area.width, 1);
-    let input_lines = u16::try_from(app.input.lines().len()).unwrap_or(INPUT_MAX_LINES).clamp(1, INPUT_MAX_LINES);
+    // Rows the input needs with its soft wrapping, within the cap.
+    let inner_w = usize::from(area.width.saturating_sub(2)).max(1);
+    let rows: usize = app.input.lines().iter().map(|l| super::wrap::str_width(l).div_ceil(inner_w).max(1)).sum();
+    let input_lines = u16::try_from(rows).unwrap_or(INPUT_MAX_LINES).clamp(1, INPUT_MAX_LINES);
     let input_h = input_lines + 2;
     let input = Rect::new(area.x, status.y.saturating_sub(input_h), area.width, input_h);
     let pending_n = app.pending.len().min(PENDING_MAX_LINES) + usize::from(app.pending.len() > PENDING_MAX_LINES);
