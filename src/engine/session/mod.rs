@@ -425,6 +425,7 @@ impl Engine {
                 self.events().send(Event::RestoreInput { text });
                 return;
             }
+            let text = crate::engine::mentions::expand(&text, &self.env.cwd());
             self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
             return;
         };
