@@ -33,6 +33,7 @@ fn app() -> App {
             cwd: "/work".into(),
             busy_mode: BusyMode::Redirect,
             history: Vec::new(),
+            input_history: Vec::new(),
         },
     );
     app
@@ -272,6 +273,7 @@ fn a_resumed_session_restores_its_transcript_and_history() {
             demo: false,
             cwd: "/work".into(),
             busy_mode: BusyMode::Steer,
+            input_history: vec!["an earlier line".into()],
             history: vec![
                 HistoryItem::User { text: "list the files".into() },
                 HistoryItem::Tool {
