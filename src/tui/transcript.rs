@@ -12,7 +12,7 @@ pub use render::format_duration_ms;
 use render::{body_lines, tool_line};
 
 use super::markdown::CodeCache;
-use super::sanitize::display_text;
+use crate::text::sanitize_for_display as display_text;
 use super::theme::Theme;
 use super::wrap::wrap_lines;
 use crate::protocol::{NoticeLevel, ToolOutcome, TurnOutcome};

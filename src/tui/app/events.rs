@@ -8,7 +8,7 @@ use super::{
     TOOL_OUTPUT_MAX,
 };
 use crate::protocol::{Event, HistoryItem, JobAction, TurnOutcome, TurnTrigger};
-use crate::tui::sanitize::{display_text, sgr_only};
+use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
 
 /// The last non-empty line of some output, sanitised.

@@ -114,7 +114,7 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
         .iter()
         .take(PENDING_MAX_LINES)
         .map(|p| {
-            let first = super::sanitize::display_text(p).lines().next().unwrap_or("").to_string();
+            let first = crate::text::sanitize_for_display(p).lines().next().unwrap_or("").to_string();
             truncate_spans(vec![Span::styled("  ◌ pending: ", dim), Span::styled(first, dim)], width)
         })
         .collect();
