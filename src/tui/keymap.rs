@@ -433,7 +433,7 @@ mod tests {
         assert_eq!(map.actions(Context::Input, &key(KeyCode::Char('?'), KeyModifiers::SHIFT)), vec![Action::HelpEmpty]);
         assert_eq!(
             map.actions(Context::Input, &key(KeyCode::Tab, KeyModifiers::NONE)),
-            vec![Action::Queue, Action::FocusPanes]
+            vec![Action::Complete, Action::Queue, Action::FocusPanes]
         );
         // Global bindings apply in every context.
         assert_eq!(map.actions(Context::Log, &key(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Action::Cancel]);

@@ -391,8 +391,9 @@ async fn edit_in_editor(terminal: &mut Term, mouse: bool, text: &str) -> anyhow:
         .await;
     let back = resume(terminal, mouse);
     let result = match status {
-        Ok(s) if s.success() => std::fs::read_to_string(&path)
-            .map_err(|e| format!("cannot read {} after editing: {e}", path.display())),
+        Ok(s) if s.success() => {
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {} after editing: {e}", path.display()))
+        }
         Ok(s) => Err(format!("the editor `{editor}` exited with {s}; the message is unchanged")),
         Err(e) => Err(format!("cannot start the editor `{editor}`: {e}; set $VISUAL or $EDITOR")),
     };
