@@ -7,7 +7,7 @@ use super::{
     App, ExitState, JobRow, LogSource, LogView, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
     TOOL_OUTPUT_MAX,
 };
-use crate::protocol::{Event, HistoryItem, JobAction, TurnOutcome, TurnTrigger};
+use crate::protocol::{Event, HistoryItem, JobAction, StatusInfo, TurnOutcome, TurnTrigger};
 use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
 
@@ -213,7 +213,10 @@ impl App {
                 if let Some(mode) = info.busy_mode {
                     self.session.busy_mode = mode;
                 }
-                self.status = info;
+                // `Event::Context` may be the only source of the context use: a status
+                // without it keeps the last one known.
+                let context_pct = info.context_pct.or(self.status.context_pct);
+                self.status = StatusInfo { context_pct, ..info };
             }
             Event::Usage { prompt_tokens, completion_tokens } => self.usage = Some((prompt_tokens, completion_tokens)),
             Event::Context { percent, .. } => self.status.context_pct = percent,

@@ -423,6 +423,13 @@ fn context_use_reaches_the_status() {
     let mut app = app();
     app.update(AppEvent::Engine(Event::Context { label: "ctx 42%".into(), percent: Some(42) }));
     assert_eq!(app.status.context_pct, Some(42));
+    app.update(AppEvent::Engine(Event::Status(crate::protocol::StatusInfo::default())));
+    assert_eq!(app.status.context_pct, Some(42), "a status without context use keeps the last one");
+    app.update(AppEvent::Engine(Event::Status(crate::protocol::StatusInfo {
+        context_pct: Some(7),
+        ..Default::default()
+    })));
+    assert_eq!(app.status.context_pct, Some(7));
 }
 
 #[test]
