@@ -185,6 +185,8 @@ pub struct App {
     pub terminal_request: Option<TerminalRequest>,
     /// The highlighted row of the slash-command popup.
     completion_sel: usize,
+    /// Esc closed the popup for this input text; it opens again once the text changes.
+    completion_dismissed: Option<String>,
     /// Large pastes standing behind placeholders in the input.
     pub pastes: Vec<Paste>,
 }
@@ -233,6 +235,7 @@ impl App {
             clipboard: None,
             terminal_request: None,
             completion_sel: 0,
+            completion_dismissed: None,
             pastes: Vec::new(),
         };
         app.reset_input(String::new());

@@ -75,6 +75,9 @@ impl App {
         if !word.starts_with('/') || word.chars().any(char::is_whitespace) {
             return Vec::new();
         }
+        if self.completion_dismissed.as_deref() == Some(word) {
+            return Vec::new();
+        }
         COMMANDS.iter().filter(|c| command_name(c).starts_with(word)).collect()
     }
 
@@ -90,6 +93,11 @@ impl App {
         }
         let at = self.completion_selected();
         self.completion_sel = if down { (at + 1) % n } else { (at + n - 1) % n };
+    }
+
+    /// Esc: close the popup until the input changes.
+    pub(super) fn dismiss_completions(&mut self) {
+        self.completion_dismissed = Some(self.input_text());
     }
 
     /// Tab: complete the only matching command, or the highlighted one. A command that

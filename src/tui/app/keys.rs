@@ -335,6 +335,7 @@ impl App {
                     self.focus = self.next_focus();
                 }
                 Action::Newline => self.input.insert_newline(),
+                Action::Interrupt if !self.busy && !self.completions().is_empty() => self.dismiss_completions(),
                 Action::Interrupt => {
                     if self.busy {
                         ops.push(Op::Interrupt);

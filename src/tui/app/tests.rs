@@ -331,6 +331,21 @@ fn up_and_down_choose_the_completion_that_tab_takes() {
 }
 
 #[test]
+fn esc_closes_the_popup_until_the_input_changes() {
+    let mut app = app();
+    type_text(&mut app, "/co");
+    assert_eq!(app.completions().len(), 2);
+    key(&mut app, KeyCode::Esc, KeyModifiers::NONE);
+    assert!(app.completions().is_empty());
+    assert_eq!(app.input_text(), "/co");
+    // Tab no longer completes; it does what it did before (nothing, with no panes).
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "/co");
+    type_text(&mut app, "p");
+    assert_eq!(app.completions().len(), 1);
+}
+
+#[test]
 fn tab_while_busy_queues_instead_of_completing() {
     let mut app = app();
     busy(&mut app);

@@ -164,10 +164,11 @@ fn draw_completions(frame: &mut Frame<'_>, main: Rect, input: Rect, app: &App) {
         })
         .collect();
     let tab = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Complete);
+    let esc = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Interrupt);
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(Style::default().fg(app.theme.border_focus))
-        .title(Span::styled(format!(" {tab} complete · ↑↓ choose "), dim));
+        .title(Span::styled(format!(" {tab} complete · ↑↓ choose · {esc} close "), dim));
     frame.render_widget(ratatui::widgets::Clear, rect);
     frame.render_widget(Paragraph::new(lines).block(block), rect);
 }
