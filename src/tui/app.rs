@@ -2,6 +2,7 @@
 //! front end makes, with no I/O, so it is tested without a terminal or an engine.
 
 mod events;
+mod extras;
 mod keys;
 #[cfg(test)]
 mod tests;
@@ -14,6 +15,8 @@ use ratatui::layout::Rect;
 use ratatui::style::Style;
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
+
+pub use extras::{osc52, Paste, TerminalRequest, PASTE_MAX_CHARS, PASTE_MAX_LINES, POPUP_MAX_ROWS};
 
 use super::keymap::Keymap;
 use super::theme::Theme;
@@ -176,6 +179,16 @@ pub struct App {
     pub log_area: Rect,
     /// A bell or OSC 9 text the event loop should write, then clear.
     pub notification: Option<String>,
+    /// An OSC 52 clipboard write the event loop should send, then clear.
+    pub clipboard: Option<String>,
+    /// Suspend or run the editor: the event loop does it, then clears this.
+    pub terminal_request: Option<TerminalRequest>,
+    /// The highlighted row of the slash-command popup.
+    completion_sel: usize,
+    /// Esc closed the popup for this input text; it opens again once the text changes.
+    completion_dismissed: Option<String>,
+    /// Large pastes standing behind placeholders in the input.
+    pub pastes: Vec<Paste>,
 }
 
 impl App {
@@ -219,6 +232,11 @@ impl App {
             transcript_area: Rect::new(0, 0, 80, 20),
             log_area: Rect::new(0, 0, 80, 20),
             notification: None,
+            clipboard: None,
+            terminal_request: None,
+            completion_sel: 0,
+            completion_dismissed: None,
+            pastes: Vec::new(),
         };
         app.reset_input(String::new());
         app
@@ -306,6 +324,9 @@ impl App {
         input.move_cursor(ratatui_textarea::CursorMove::End);
         self.input = input;
         self.history_pos = None;
+        if self.input_is_empty() {
+            self.pastes.clear();
+        }
     }
 
     fn sync_input_style(&mut self) {
@@ -348,7 +369,7 @@ impl App {
         }
         self.log_view = None;
         self.focus = Focus::Input;
-        self.input.insert_str(text);
+        self.paste_into_input(text);
     }
 
     fn on_mouse(&mut self, mouse: MouseEvent) {

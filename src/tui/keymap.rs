@@ -68,7 +68,11 @@ pub enum Action {
     Background,
     Help,
     ToggleReasoning,
+    ToggleMouse,
+    Suspend,
     Submit,
+    Complete,
+    ExternalEditor,
     Queue,
     FocusPanes,
     Newline,
@@ -120,7 +124,10 @@ pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Global, Action::Background, "background", "move running commands to background jobs"),
     (Context::Global, Action::Help, "help", "this help"),
     (Context::Global, Action::ToggleReasoning, "toggle_reasoning", "show or hide the model's reasoning"),
+    (Context::Global, Action::ToggleMouse, "toggle_mouse", "mouse capture on/off (off: the terminal selects text)"),
+    (Context::Global, Action::Suspend, "suspend", "suspend Talaria to the shell (`fg` resumes)"),
     (Context::Input, Action::Submit, "submit", "send (while busy: the configured busy mode)"),
+    (Context::Input, Action::Complete, "complete", "complete the slash command (when idle)"),
     (Context::Input, Action::Queue, "queue", "while busy: queue the message for the next turn"),
     (Context::Input, Action::FocusPanes, "focus_panes", "focus the jobs and tools panes"),
     (Context::Input, Action::Newline, "newline", "insert a new line"),
@@ -140,6 +147,7 @@ pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Input, Action::DeleteWord, "delete_word", "delete the word before the cursor"),
     (Context::Input, Action::WordBack, "word_back", "word back"),
     (Context::Input, Action::WordForward, "word_forward", "word forward"),
+    (Context::Input, Action::ExternalEditor, "external_editor", "edit the message in $VISUAL / $EDITOR"),
     (Context::Panes, Action::Up, "up", "select the previous entry"),
     (Context::Panes, Action::Down, "down", "select the next entry"),
     (Context::Panes, Action::Open, "open", "open the log of the selected entry"),
@@ -425,7 +433,7 @@ mod tests {
         assert_eq!(map.actions(Context::Input, &key(KeyCode::Char('?'), KeyModifiers::SHIFT)), vec![Action::HelpEmpty]);
         assert_eq!(
             map.actions(Context::Input, &key(KeyCode::Tab, KeyModifiers::NONE)),
-            vec![Action::Queue, Action::FocusPanes]
+            vec![Action::Complete, Action::Queue, Action::FocusPanes]
         );
         // Global bindings apply in every context.
         assert_eq!(map.actions(Context::Log, &key(KeyCode::Char('c'), KeyModifiers::CONTROL)), vec![Action::Cancel]);

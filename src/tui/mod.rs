@@ -1,12 +1,12 @@
 //! The ratatui front end: terminal setup and restore, the panic hook, and the event
 //! loop that feeds `App::update` and draws on demand. It talks to the engine only
-//! through `EngineHandle` (Op out, Event in) and does no other I/O than the terminal.
+//! through `EngineHandle` (Op out, Event in) and does no other I/O than the terminal
+//! (and, for Ctrl+G, the user's editor on a temporary file: see `edit_in_editor`).
 
 pub mod app;
 pub mod frame;
 pub mod keymap;
 pub mod markdown;
-pub mod sanitize;
 pub mod theme;
 pub mod transcript;
 pub mod view;
@@ -37,7 +37,7 @@ use ratatui::{Frame, Terminal};
 use crate::config::Config;
 use crate::engine::EngineHandle;
 use crate::paths::Paths;
-use app::{App, AppEvent, ExitState};
+use app::{App, AppEvent, ExitState, TerminalRequest};
 use frame::FrameRequester;
 use keymap::Keymap;
 use theme::Theme;
@@ -219,17 +219,8 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     // Terminal input is read by its own task and forwarded over a channel, so the loop can
     // drain everything already waiting without polling the stream with a no-op waker
     // (crossterm's EventStream then never wakes the loop again).
-    let (input_tx, mut input) = tokio::sync::mpsc::unbounded_channel();
-    let input_task = tokio::spawn(async move {
-        let mut stream = EventStream::new();
-        while let Some(event) = stream.next().await {
-            let stop = event.is_err();
-            if input_tx.send(event).is_err() || stop {
-                break;
-            }
-        }
-    });
-    let _input_guard = AbortOnDrop(input_task);
+    let (mut input, input_task) = spawn_input();
+    let mut input_guard = AbortOnDrop(input_task);
     draw(terminal, app)?;
     let mut next_tick: Option<tokio::time::Instant> = None;
     loop {
@@ -296,6 +287,30 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         if let Some(note) = app.notification.take() {
             let _ = terminal.backend_mut().write_all(note.as_bytes());
         }
+        if let Some(osc) = app.clipboard.take() {
+            let _ = terminal.backend_mut().write_all(osc.as_bytes());
+            let _ = terminal.backend_mut().flush();
+        }
+        if app.mouse != MOUSE_CAPTURED.load(Ordering::SeqCst) {
+            set_mouse_capture(terminal, app.mouse)?;
+        }
+        if let Some(request) = app.terminal_request.take() {
+            // The input reader must stop first: it would take the keys meant for the
+            // shell or the editor. A fresh one starts afterwards.
+            input_guard.0.abort();
+            let _ = (&mut input_guard.0).await;
+            match request {
+                TerminalRequest::Suspend => suspend(terminal, app.mouse)?,
+                TerminalRequest::Editor(text) => {
+                    let result = edit_in_editor(terminal, app.mouse, &text).await?;
+                    app.editor_done(result);
+                }
+            }
+            let (rx, task) = spawn_input();
+            input = rx;
+            input_guard = AbortOnDrop(task);
+            draw_now = true;
+        }
         if app.exit == ExitState::Done {
             break;
         }
@@ -304,6 +319,87 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         }
     }
     Ok(())
+}
+
+type InputRx = tokio::sync::mpsc::UnboundedReceiver<std::io::Result<TermEvent>>;
+
+/// Read terminal input on its own task and forward it over a channel, so the loop can
+/// drain everything already waiting without polling the stream with a no-op waker
+/// (crossterm's EventStream then never wakes the loop again).
+fn spawn_input() -> (InputRx, tokio::task::JoinHandle<()>) {
+    let (input_tx, input) = tokio::sync::mpsc::unbounded_channel();
+    let task = tokio::spawn(async move {
+        let mut stream = EventStream::new();
+        while let Some(event) = stream.next().await {
+            let stop = event.is_err();
+            if input_tx.send(event).is_err() || stop {
+                break;
+            }
+        }
+    });
+    (input, task)
+}
+
+fn set_mouse_capture(terminal: &mut Term, on: bool) -> anyhow::Result<()> {
+    if on {
+        execute!(terminal.backend_mut(), EnableWheelCapture).context("cannot enable mouse reporting")?;
+    } else {
+        execute!(terminal.backend_mut(), DisableWheelCapture).context("cannot disable mouse reporting")?;
+    }
+    MOUSE_CAPTURED.store(on, Ordering::SeqCst);
+    Ok(())
+}
+
+/// Set the terminal up again after a suspend or an editor, with a fresh `Terminal` so
+/// the next frame draws every cell.
+fn resume(terminal: &mut Term, mouse: bool) -> anyhow::Result<()> {
+    *terminal = setup(mouse)?;
+    Ok(())
+}
+
+/// Ctrl+Z: restore the terminal, stop with SIGTSTP as a shell job, and when `fg`
+/// continues us, take the terminal again.
+fn suspend(terminal: &mut Term, mouse: bool) -> anyhow::Result<()> {
+    restore();
+    nix::sys::signal::raise(nix::sys::signal::Signal::SIGTSTP).context("cannot suspend (SIGTSTP)")?;
+    // Execution continues here after SIGCONT.
+    resume(terminal, mouse)
+}
+
+/// Ctrl+G: edit `text` in `$VISUAL`/`$EDITOR` (falling back to `vi`) in a temporary file.
+/// This is the one place the TUI starts a process: it needs the terminal handed over,
+/// which only this module can do. Err(message) when the editor could not run or failed;
+/// the outer error is for a terminal that could not be set up again.
+async fn edit_in_editor(terminal: &mut Term, mouse: bool, text: &str) -> anyhow::Result<Result<String, String>> {
+    let editor = ["VISUAL", "EDITOR"]
+        .iter()
+        .filter_map(|v| std::env::var(v).ok())
+        .find(|v| !v.trim().is_empty())
+        .unwrap_or_else(|| "vi".to_string());
+    let path = std::env::temp_dir().join(format!("talaria-message-{}-{}.md", std::process::id(), app::unix_ms()));
+    if let Err(e) = std::fs::write(&path, text) {
+        return Ok(Err(format!("cannot write {} for the editor: {e}", path.display())));
+    }
+    restore();
+    // Through the shell, as git does, so `EDITOR="code --wait"` works.
+    let status = tokio::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!("{editor} \"$1\""))
+        .arg("talaria-editor")
+        .arg(&path)
+        .status()
+        .await;
+    let back = resume(terminal, mouse);
+    let result = match status {
+        Ok(s) if s.success() => {
+            std::fs::read_to_string(&path).map_err(|e| format!("cannot read {} after editing: {e}", path.display()))
+        }
+        Ok(s) => Err(format!("the editor `{editor}` exited with {s}; the message is unchanged")),
+        Err(e) => Err(format!("cannot start the editor `{editor}`: {e}; set $VISUAL or $EDITOR")),
+    };
+    let _ = std::fs::remove_file(&path);
+    back?;
+    Ok(result)
 }
 
 /// Aborts a task when dropped (the terminal input reader ends with the loop).

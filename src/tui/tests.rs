@@ -285,6 +285,7 @@ fn a_resumed_session_restores_its_transcript_and_history() {
                 HistoryItem::Assistant { text: "There are **3** files.".into(), reasoning: None },
                 HistoryItem::Notice { level: NoticeLevel::Info, text: "resumed".into() },
             ],
+            input_history: Vec::new(),
         },
     );
     let out = screen(&mut app, 100, 20);
@@ -327,4 +328,29 @@ fn restore_is_idempotent_when_nothing_was_set_up() {
     super::restore();
     super::restore();
     assert!(!super::TERMINAL_ACTIVE.load(std::sync::atomic::Ordering::SeqCst));
+}
+
+#[test]
+fn slash_command_popup() {
+    let mut app = app();
+    for c in "/".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    insta::assert_snapshot!(screen(&mut app, 100, 20));
+    // The chosen row (the second, /new) is highlighted.
+    let mut terminal = Terminal::new(TestBackend::new(100, 20)).expect("test backend");
+    terminal.draw(|f| render(&mut app, f)).expect("draw");
+    let buffer = terminal.backend().buffer();
+    let reversed = |y: u16| buffer[(3, y)].modifier.contains(ratatui::style::Modifier::REVERSED);
+    assert!(!reversed(7) && reversed(8), "row 8 should be highlighted");
+}
+
+#[test]
+fn status_line_with_context_use() {
+    let mut app = app();
+    feed(&mut app, Event::Context { label: "ctx 42%".into(), percent: Some(42) });
+    let text = screen(&mut app, 100, 12);
+    assert!(text.contains("ctx 42%"), "{text}");
+    insta::assert_snapshot!(text);
 }

@@ -12,10 +12,10 @@ pub use render::format_duration_ms;
 use render::{body_lines, tool_line};
 
 use super::markdown::CodeCache;
-use super::sanitize::display_text;
 use super::theme::Theme;
 use super::wrap::wrap_lines;
 use crate::protocol::{NoticeLevel, ToolOutcome, TurnOutcome};
+use crate::text::sanitize_for_display as display_text;
 
 /// Cached wrapped lines kept at most; beyond this, cells off screen keep only their height.
 const CACHED_LINES_MAX: usize = 20_000;

@@ -7,8 +7,8 @@ use super::{
     App, ExitState, JobRow, LogSource, LogView, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
     TOOL_OUTPUT_MAX,
 };
-use crate::protocol::{Event, HistoryItem, JobAction, TurnOutcome, TurnTrigger};
-use crate::tui::sanitize::{display_text, sgr_only};
+use crate::protocol::{Event, HistoryItem, JobAction, StatusInfo, TurnOutcome, TurnTrigger};
+use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
 
 /// The last non-empty line of some output, sanitised.
@@ -28,7 +28,17 @@ pub(crate) fn log_lines(text: &str) -> Vec<Line<'static>> {
 impl App {
     pub(super) fn on_engine(&mut self, event: Event, ops: &mut Vec<Op>) {
         match event {
-            Event::SessionReady { session_id, title, model, provider, demo, cwd, busy_mode, history, input_history } => {
+            Event::SessionReady {
+                session_id,
+                title,
+                model,
+                provider,
+                demo,
+                cwd,
+                busy_mode,
+                history,
+                input_history,
+            } => {
                 let switched = self.session.session_id.as_deref() != Some(session_id.as_str());
                 for text in &input_history {
                     self.push_history(text.trim());
@@ -203,7 +213,10 @@ impl App {
                 if let Some(mode) = info.busy_mode {
                     self.session.busy_mode = mode;
                 }
-                self.status = info;
+                // `Event::Context` may be the only source of the context use: a status
+                // without it keeps the last one known.
+                let context_pct = info.context_pct.or(self.status.context_pct);
+                self.status = StatusInfo { context_pct, ..info };
             }
             Event::Usage { prompt_tokens, completion_tokens } => self.usage = Some((prompt_tokens, completion_tokens)),
             Event::Context { percent, .. } => self.status.context_pct = percent,

@@ -42,6 +42,8 @@ impl App {
             }
             Action::Help => self.modal = Some(Modal::Help { scroll: 0 }),
             Action::ToggleReasoning => self.transcript.toggle_reasoning(),
+            Action::ToggleMouse => self.toggle_mouse(),
+            Action::Suspend => self.terminal_request = Some(super::TerminalRequest::Suspend),
             _ => return false,
         }
         true
@@ -327,11 +329,13 @@ impl App {
         for action in self.keymap.actions(Context::Input, &key) {
             match action {
                 Action::Submit => self.submit(None, ops),
+                Action::Complete if !self.busy && !self.completions().is_empty() => self.complete(),
                 Action::Queue if self.busy && !empty => self.submit(Some(BusyMode::Queue), ops),
                 Action::FocusPanes if !self.jobs.is_empty() || !self.tools.is_empty() => {
                     self.focus = self.next_focus();
                 }
                 Action::Newline => self.input.insert_newline(),
+                Action::Interrupt if !self.busy && !self.completions().is_empty() => self.dismiss_completions(),
                 Action::Interrupt => {
                     if self.busy {
                         ops.push(Op::Interrupt);
@@ -341,6 +345,12 @@ impl App {
                 }
                 Action::Quit if empty => self.request_quit(ops),
                 Action::HelpEmpty if empty => self.modal = Some(Modal::Help { scroll: 0 }),
+                Action::HistoryPrev if !self.browsing_history() && self.completions().len() > 1 => {
+                    self.completion_move(false)
+                }
+                Action::HistoryNext if !self.browsing_history() && self.completions().len() > 1 => {
+                    self.completion_move(true)
+                }
                 Action::HistoryPrev if empty || self.browsing_history() => self.history_prev(),
                 Action::HistoryNext if self.browsing_history() => self.history_next(),
                 Action::ScrollUp => self.scroll_transcript_up(self.page_rows()),
@@ -360,6 +370,7 @@ impl App {
                 }
                 Action::WordBack => self.input.move_cursor(CursorMove::WordBack),
                 Action::WordForward => self.input.move_cursor(CursorMove::WordForward),
+                Action::ExternalEditor => self.open_editor(),
                 other => {
                     if self.global_action(other, ops) {
                         return;
@@ -373,7 +384,9 @@ impl App {
         match key.code {
             KeyCode::Tab | KeyCode::BackTab | KeyCode::Esc | KeyCode::Enter => {}
             _ => {
-                self.input.input(key);
+                if self.input.input(key) {
+                    self.completion_sel = 0;
+                }
             }
         }
     }
@@ -404,7 +417,7 @@ impl App {
 
     /// Enter (mode None) or Tab while busy (Queue): a message, or a slash command.
     fn submit(&mut self, mode: Option<BusyMode>, ops: &mut Vec<Op>) {
-        let text = self.input_text();
+        let text = self.expanded_input();
         if text.trim().is_empty() {
             return;
         }
@@ -431,6 +444,8 @@ impl App {
             SlashCommand::Stop => ops.push(Op::Interrupt),
             SlashCommand::Help => self.modal = Some(Modal::Help { scroll: 0 }),
             SlashCommand::Jobs(JobsCmd::Log(id)) => self.open_job_log(id, ops),
+            SlashCommand::Mouse => self.toggle_mouse(),
+            SlashCommand::Copy => self.copy_last_answer(),
             other => ops.push(Op::Command(other)),
         }
     }

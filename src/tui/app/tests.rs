@@ -289,3 +289,181 @@ fn restored_input_and_mid_turn_messages() {
     use crate::tui::transcript::UserOrigin;
     assert_eq!(origins, vec![UserOrigin::Typed, UserOrigin::MidTurn]);
 }
+
+#[test]
+fn slash_lists_matching_commands_and_tab_completes_the_unique_one() {
+    let mut app = app();
+    type_text(&mut app, "/");
+    assert_eq!(app.completions().len(), crate::engine::commands::COMMANDS.len());
+    type_text(&mut app, "co");
+    let names: Vec<&str> = app.completions().iter().map(|c| c.usage).collect();
+    assert_eq!(names, vec!["/compact [focus]", "/copy"]);
+    type_text(&mut app, "m");
+    assert_eq!(key(&mut app, KeyCode::Tab, KeyModifiers::NONE), vec![]);
+    // /compact takes an argument: the cursor lands after a space, and the popup closes.
+    assert_eq!(app.input_text(), "/compact ");
+    assert!(app.completions().is_empty());
+    // Two entries share /goal: Tab completes the name they share.
+    app.reset_input("/goa".into());
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "/goal ");
+    // Not at the start of the input: no popup.
+    app.reset_input("see /co".into());
+    assert!(app.completions().is_empty());
+}
+
+#[test]
+fn up_and_down_choose_the_completion_that_tab_takes() {
+    let mut app = app();
+    type_text(&mut app, "/u");
+    let names: Vec<&str> = app.completions().iter().map(|c| c.usage).collect();
+    assert_eq!(names, vec!["/undo [n]", "/unpause", "/usage"]);
+    assert_eq!(app.completion_selected(), 0);
+    key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    assert_eq!(app.completion_selected(), 2);
+    key(&mut app, KeyCode::Up, KeyModifiers::NONE);
+    assert_eq!(app.completion_selected(), 1);
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "/unpause");
+    // Enter then runs it as typed.
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![Op::Command(SlashCommand::Unpause)]);
+}
+
+#[test]
+fn esc_closes_the_popup_until_the_input_changes() {
+    let mut app = app();
+    type_text(&mut app, "/co");
+    assert_eq!(app.completions().len(), 2);
+    key(&mut app, KeyCode::Esc, KeyModifiers::NONE);
+    assert!(app.completions().is_empty());
+    assert_eq!(app.input_text(), "/co");
+    // Tab no longer completes; it does what it did before (nothing, with no panes).
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "/co");
+    type_text(&mut app, "p");
+    assert_eq!(app.completions().len(), 1);
+}
+
+#[test]
+fn tab_while_busy_queues_instead_of_completing() {
+    let mut app = app();
+    busy(&mut app);
+    type_text(&mut app, "/sto");
+    assert_eq!(app.completions().len(), 1, "the popup shows while busy too");
+    type_text(&mut app, "p");
+    // Tab while busy queues, as before; a slash command runs at once.
+    assert_eq!(key(&mut app, KeyCode::Tab, KeyModifiers::NONE), vec![Op::Interrupt]);
+    assert_eq!(app.input_text(), "");
+}
+
+#[test]
+fn mouse_command_and_f2_toggle_mouse_capture_without_telling_the_engine() {
+    let mut app = app();
+    let start = app.mouse;
+    type_text(&mut app, "/mouse");
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![]);
+    assert_eq!(app.mouse, !start);
+    assert_eq!(key(&mut app, KeyCode::F(2), KeyModifiers::NONE), vec![]);
+    assert_eq!(app.mouse, start);
+    let notices = app.transcript.cells().iter().filter(|c| matches!(c.body, CellBody::Notice { .. })).count();
+    assert_eq!(notices, 2);
+}
+
+#[test]
+fn copy_puts_the_last_answer_on_the_clipboard_with_osc52() {
+    let mut app = app();
+    type_text(&mut app, "/copy");
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![]);
+    assert_eq!(app.clipboard, None, "nothing to copy before an answer");
+    app.update(AppEvent::Engine(Event::AssistantDone { text: "first".into(), reasoning: None }));
+    app.update(AppEvent::Engine(Event::AssistantDone { text: "hi".into(), reasoning: None }));
+    type_text(&mut app, "/copy");
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![]);
+    assert_eq!(app.clipboard.as_deref(), Some("\x1b]52;c;aGk=\x07"));
+}
+
+#[test]
+fn ctrl_z_asks_the_event_loop_to_suspend() {
+    let mut app = app();
+    type_text(&mut app, "draft");
+    assert_eq!(key(&mut app, KeyCode::Char('z'), KeyModifiers::CONTROL), vec![]);
+    assert_eq!(app.terminal_request, Some(super::TerminalRequest::Suspend));
+    assert_eq!(app.input_text(), "draft");
+}
+
+#[test]
+fn ctrl_g_hands_the_input_to_the_editor_and_takes_its_text_back() {
+    let mut app = app();
+    type_text(&mut app, "draft");
+    app.update(AppEvent::Paste((0..30).map(|i| format!("l{i}\n")).collect()));
+    assert_eq!(key(&mut app, KeyCode::Char('g'), KeyModifiers::CONTROL), vec![]);
+    let Some(super::TerminalRequest::Editor(text)) = app.terminal_request.take() else {
+        panic!("expected an editor request, got {:?}", app.terminal_request);
+    };
+    assert!(text.starts_with("draftl0\nl1\n"), "the editor gets the pasted text, not the placeholder: {text:?}");
+    app.editor_done(Ok("edited\ntwo lines\n".into()));
+    assert_eq!(app.input_text(), "edited\ntwo lines");
+    assert!(app.pastes.is_empty());
+    app.editor_done(Err("the editor `nope` exited with 127".into()));
+    assert_eq!(app.input_text(), "edited\ntwo lines", "a failed editor leaves the input alone");
+    assert!(matches!(
+        app.transcript.cells().last().map(|c| &c.body),
+        Some(CellBody::Notice { level: NoticeLevel::Error, .. })
+    ));
+}
+
+#[test]
+fn a_large_paste_shows_a_placeholder_and_is_sent_whole() {
+    let mut app = app();
+    let big: String = (0..240).map(|i| format!("line {i}\n")).collect();
+    type_text(&mut app, "look: ");
+    app.update(AppEvent::Paste(big.clone()));
+    assert_eq!(app.input_text(), "look: [pasted 240 lines]");
+    let long = "x".repeat(2_500);
+    app.update(AppEvent::Paste(long.clone()));
+    app.update(AppEvent::Paste(big.clone()));
+    assert_eq!(app.input_text(), "look: [pasted 240 lines][pasted 2500 chars][pasted 240 lines #2]");
+    let ops = key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    assert_eq!(ops, vec![Op::Submit { text: format!("look: {big}{long}{big}"), mode: None }]);
+    assert!(app.pastes.is_empty());
+    // A small paste goes in as it is.
+    app.update(AppEvent::Paste("a\nb".into()));
+    assert_eq!(app.input_text(), "a\nb");
+    assert!(app.pastes.is_empty());
+}
+
+#[test]
+fn context_use_reaches_the_status() {
+    let mut app = app();
+    app.update(AppEvent::Engine(Event::Context { label: "ctx 42%".into(), percent: Some(42) }));
+    assert_eq!(app.status.context_pct, Some(42));
+    app.update(AppEvent::Engine(Event::Status(crate::protocol::StatusInfo::default())));
+    assert_eq!(app.status.context_pct, Some(42), "a status without context use keeps the last one");
+    app.update(AppEvent::Engine(Event::Status(crate::protocol::StatusInfo {
+        context_pct: Some(7),
+        ..Default::default()
+    })));
+    assert_eq!(app.status.context_pct, Some(7));
+}
+
+#[test]
+fn every_new_key_is_in_the_keymap_and_the_help() {
+    use crate::tui::keymap::{Action, Context};
+    let app = app();
+    let help: String = crate::tui::view::help_lines(&app)
+        .iter()
+        .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect::<String>() + "\n")
+        .collect();
+    for (context, action, key) in [
+        (Context::Global, Action::ToggleMouse, "F2"),
+        (Context::Global, Action::Suspend, "Ctrl+Z"),
+        (Context::Input, Action::Complete, "Tab"),
+        (Context::Input, Action::ExternalEditor, "Ctrl+G"),
+    ] {
+        assert_eq!(app.keymap.hint(context, action), key);
+        assert!(help.contains(key), "{key} missing from the help");
+    }
+    assert!(help.contains("$VISUAL"));
+    assert!(help.contains("mouse capture"));
+}

@@ -8,8 +8,8 @@ use ratatui::text::{Line, Span};
 use super::{CellBody, UserOrigin, SPINNER};
 use crate::protocol::NoticeLevel;
 use crate::protocol::TurnOutcome;
+use crate::text::sanitize_for_display as display_text;
 use crate::tui::markdown::{self, CodeCache};
-use crate::tui::sanitize::display_text;
 use crate::tui::theme::Theme;
 use crate::tui::wrap::{truncate_spans, RLine};
 

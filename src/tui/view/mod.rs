@@ -5,6 +5,8 @@ mod side;
 mod status;
 mod transcript;
 
+pub use overlay::help_lines;
+
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
@@ -87,6 +89,9 @@ pub fn draw(frame: &mut Frame<'_>, app: &App) {
     draw_pending(frame, areas.pending, app);
     draw_input(frame, areas.input, app);
     status::draw(frame, areas.status, app);
+    if app.log_view.is_none() {
+        draw_completions(frame, areas.main, areas.input, app);
+    }
     overlay::draw_modals(frame, area, app);
 }
 
@@ -114,7 +119,7 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
         .iter()
         .take(PENDING_MAX_LINES)
         .map(|p| {
-            let first = super::sanitize::display_text(p).lines().next().unwrap_or("").to_string();
+            let first = crate::text::sanitize_for_display(p).lines().next().unwrap_or("").to_string();
             truncate_spans(vec![Span::styled("  ◌ pending: ", dim), Span::styled(first, dim)], width)
         })
         .collect();
@@ -122,6 +127,50 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
         lines.push(Line::from(Span::styled(format!("     +{} more", app.pending.len() - PENDING_MAX_LINES), dim)));
     }
     frame.render_widget(Paragraph::new(lines), area);
+}
+
+/// The slash commands matching the input, in a box just above it.
+fn draw_completions(frame: &mut Frame<'_>, main: Rect, input: Rect, app: &App) {
+    let matches = app.completions();
+    if matches.is_empty() || main.height < 3 {
+        return;
+    }
+    let rows = matches.len().min(super::app::POPUP_MAX_ROWS).min(usize::from(main.height - 2));
+    let selected = app.completion_selected();
+    let first = (selected + 1).saturating_sub(rows);
+    let usage_w = matches.iter().map(|c| super::wrap::str_width(c.usage)).max().unwrap_or(0);
+    let help_w = matches.iter().map(|c| super::wrap::str_width(c.help)).max().unwrap_or(0);
+    let width = u16::try_from(usage_w + help_w + 6).unwrap_or(u16::MAX).min(input.width);
+    let height = u16::try_from(rows).unwrap_or(1) + 2;
+    let rect = Rect::new(input.x, input.y.saturating_sub(height).max(main.y), width, height);
+    let inner_w = usize::from(width.saturating_sub(2));
+    let dim = Style::default().fg(app.theme.dim);
+    let lines: Vec<Line<'static>> = matches
+        .iter()
+        .enumerate()
+        .skip(first)
+        .take(rows)
+        .map(|(i, c)| {
+            let pad = " ".repeat(usage_w - super::wrap::str_width(c.usage));
+            let spans = vec![
+                Span::styled(format!(" {}{pad}  ", c.usage), Style::default().add_modifier(Modifier::BOLD)),
+                Span::styled(c.help.to_string(), dim),
+            ];
+            let mut line = truncate_spans(spans, inner_w);
+            if i == selected {
+                line = line.style(Style::default().add_modifier(Modifier::REVERSED));
+            }
+            line
+        })
+        .collect();
+    let tab = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Complete);
+    let esc = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Interrupt);
+    let block = Block::default()
+        .borders(Borders::ALL)
+        .border_style(Style::default().fg(app.theme.border_focus))
+        .title(Span::styled(format!(" {tab} complete · ↑↓ choose · {esc} close "), dim));
+    frame.render_widget(ratatui::widgets::Clear, rect);
+    frame.render_widget(Paragraph::new(lines).block(block), rect);
 }
 
 fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {

@@ -59,14 +59,15 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
         facts.push(app.status.session_id.chars().take(12).collect());
     }
     facts.push(format!("busy:{}", app.busy_mode().as_str()));
+    // Before the heartbeat and goal: those can be long and are dropped first when narrow.
+    if let Some(pct) = app.status.context_pct {
+        facts.push(format!("ctx {pct}%"));
+    }
     if let Some(hb) = &app.status.heartbeat {
         facts.push(hb.clone());
     }
     if let Some(goal) = &app.status.goal {
         facts.push(goal.clone());
-    }
-    if let Some(pct) = app.status.context_pct {
-        facts.push(format!("ctx {pct}%"));
     }
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);

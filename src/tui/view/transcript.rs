@@ -6,8 +6,8 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Paragraph, Wrap};
 use ratatui::Frame;
 
+use crate::text::sanitize_for_display as display_text;
 use crate::tui::app::App;
-use crate::tui::sanitize::display_text;
 
 pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if area.width == 0 || area.height == 0 {

@@ -1,0 +1,207 @@
+//! Everyday conveniences on top of the input: slash-command completion, large pastes
+//! shown as placeholders, mouse capture on/off, copying the last answer (OSC 52), and the
+//! requests for the event loop to suspend or to run an editor.
+
+use crate::engine::commands::{CommandHelp, COMMANDS};
+use crate::protocol::NoticeLevel;
+use crate::tui::keymap::{Action, Context};
+use crate::tui::transcript::CellBody;
+
+use super::{App, Focus};
+
+/// A paste with more lines than this shows as a placeholder.
+pub const PASTE_MAX_LINES: usize = 20;
+/// A paste with more characters than this shows as a placeholder.
+pub const PASTE_MAX_CHARS: usize = 2_000;
+/// Rows of the completion popup.
+pub const POPUP_MAX_ROWS: usize = 8;
+
+/// Something only the event loop can do, because it owns the terminal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TerminalRequest {
+    /// Ctrl+Z: give the terminal back and stop until `fg`.
+    Suspend,
+    /// Ctrl+G: edit this text in `$VISUAL`/`$EDITOR`; the result replaces the input.
+    Editor(String),
+}
+
+/// A large paste kept out of the input: `placeholder` stands for `text` until submit.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Paste {
+    pub placeholder: String,
+    pub text: String,
+}
+
+/// The command word of a usage line (`/jobs [log|…]` -> `/jobs`).
+fn command_name(c: &CommandHelp) -> &'static str {
+    c.usage.split_whitespace().next().unwrap_or(c.usage)
+}
+
+/// OSC 52 "set clipboard" for `text` (base64, as terminals expect).
+pub fn osc52(text: &str) -> String {
+    format!("\x1b]52;c;{}\x07", base64(text.as_bytes()))
+}
+
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
+    for chunk in bytes.chunks(3) {
+        let b = [chunk[0], chunk.get(1).copied().unwrap_or(0), chunk.get(2).copied().unwrap_or(0)];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+impl App {
+    /// The slash commands matching what is typed: the input is one line starting with `/`
+    /// and no space yet, and the input has the focus.
+    pub fn completions(&self) -> Vec<&'static CommandHelp> {
+        let typing = self.focus == Focus::Input
+            && self.modal.is_none()
+            && self.approvals.is_empty()
+            && self.log_view.is_none()
+            && self.input.lines().len() == 1;
+        if !typing {
+            return Vec::new();
+        }
+        let word = self.input.lines()[0].as_str();
+        if !word.starts_with('/') || word.chars().any(char::is_whitespace) {
+            return Vec::new();
+        }
+        if self.completion_dismissed.as_deref() == Some(word) {
+            return Vec::new();
+        }
+        COMMANDS.iter().filter(|c| command_name(c).starts_with(word)).collect()
+    }
+
+    /// The highlighted row of the completion popup.
+    pub fn completion_selected(&self) -> usize {
+        self.completion_sel.min(self.completions().len().saturating_sub(1))
+    }
+
+    pub(super) fn completion_move(&mut self, down: bool) {
+        let n = self.completions().len();
+        if n == 0 {
+            return;
+        }
+        let at = self.completion_selected();
+        self.completion_sel = if down { (at + 1) % n } else { (at + n - 1) % n };
+    }
+
+    /// Esc: close the popup until the input changes.
+    pub(super) fn dismiss_completions(&mut self) {
+        self.completion_dismissed = Some(self.input_text());
+    }
+
+    /// Tab: complete the only matching command, or the highlighted one. A command that
+    /// takes arguments gets a space after it.
+    pub(super) fn complete(&mut self) {
+        let matches = self.completions();
+        let Some(first) = matches.first() else { return };
+        let unique = matches.iter().all(|c| command_name(c) == command_name(first));
+        let chosen = if unique { first } else { matches[self.completion_selected()] };
+        let name = command_name(chosen);
+        let takes_args = COMMANDS.iter().any(|c| command_name(c) == name && c.usage.len() > name.len());
+        let text = if takes_args { format!("{name} ") } else { name.to_string() };
+        self.reset_input(text);
+        self.completion_sel = 0;
+    }
+
+    /// Paste into the input; a large one becomes a placeholder that submit expands.
+    pub(super) fn paste_into_input(&mut self, text: String) {
+        let lines = text.lines().count();
+        let chars = text.chars().count();
+        if lines <= PASTE_MAX_LINES && chars <= PASTE_MAX_CHARS {
+            self.input.insert_str(text);
+            return;
+        }
+        let what = if lines > PASTE_MAX_LINES { format!("{lines} lines") } else { format!("{chars} chars") };
+        let base = format!("[pasted {what}");
+        let same = self.pastes.iter().filter(|p| p.placeholder.starts_with(&base)).count();
+        let placeholder = if same == 0 { format!("{base}]") } else { format!("{base} #{}]", same + 1) };
+        self.input.insert_str(&placeholder);
+        self.pastes.push(Paste { placeholder, text });
+    }
+
+    /// The input with every paste placeholder still in it replaced by its text.
+    pub fn expanded_input(&self) -> String {
+        let mut text = self.input_text();
+        for paste in &self.pastes {
+            text = text.replacen(&paste.placeholder, &paste.text, 1);
+        }
+        text
+    }
+
+    /// `/mouse` or F2: mouse capture on or off. The event loop applies it.
+    pub(super) fn toggle_mouse(&mut self) {
+        self.mouse = !self.mouse;
+        let key = self.keymap.hint(Context::Global, Action::ToggleMouse);
+        let text = if self.mouse {
+            format!("mouse capture on: the wheel scrolls the transcript ({key} or /mouse turns it off)")
+        } else {
+            format!("mouse capture off: select text with the mouse ({key} or /mouse turns it back on)")
+        };
+        self.transcript.push(CellBody::Notice { level: NoticeLevel::Info, text });
+    }
+
+    /// The text of the newest assistant answer that has any.
+    pub fn last_answer(&self) -> Option<&str> {
+        self.transcript.cells().iter().rev().find_map(|c| match &c.body {
+            CellBody::Assistant { text, .. } if !text.trim().is_empty() => Some(text.as_str()),
+            _ => None,
+        })
+    }
+
+    /// `/copy`: the last answer to the clipboard via OSC 52 (the event loop writes it).
+    pub(super) fn copy_last_answer(&mut self) {
+        let (level, text) = match self.last_answer().map(str::to_string) {
+            Some(answer) => {
+                let chars = answer.chars().count();
+                self.clipboard = Some(osc52(&answer));
+                (NoticeLevel::Info, format!("copied the last answer ({chars} chars) to the clipboard"))
+            }
+            None => (NoticeLevel::Warn, "nothing to copy yet: no answer in this session".to_string()),
+        };
+        self.transcript.push(CellBody::Notice { level, text });
+    }
+
+    /// Ctrl+G: hand the input (pastes expanded) to the event loop for the editor.
+    pub(super) fn open_editor(&mut self) {
+        let text = self.expanded_input();
+        self.terminal_request = Some(TerminalRequest::Editor(text));
+    }
+
+    /// The editor finished: its text becomes the input (`None`: it failed, keep the input).
+    pub fn editor_done(&mut self, result: Result<String, String>) {
+        match result {
+            Ok(text) => {
+                let text = text.strip_suffix('\n').unwrap_or(&text).to_string();
+                self.pastes.clear();
+                self.reset_input(text);
+            }
+            Err(message) => self.transcript.push(CellBody::Notice { level: NoticeLevel::Error, text: message }),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_matches_the_standard_alphabet_and_padding() {
+        assert_eq!(base64(b""), "");
+        assert_eq!(base64(b"f"), "Zg==");
+        assert_eq!(base64(b"fo"), "Zm8=");
+        assert_eq!(base64(b"foo"), "Zm9v");
+        assert_eq!(base64(b"hello, world"), "aGVsbG8sIHdvcmxk");
+        assert_eq!(osc52("hi"), "\x1b]52;c;aGk=\x07");
+    }
+}
