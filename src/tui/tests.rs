@@ -285,7 +285,6 @@ fn a_resumed_session_restores_its_transcript_and_history() {
                 HistoryItem::Assistant { text: "There are **3** files.".into(), reasoning: None },
                 HistoryItem::Notice { level: NoticeLevel::Info, text: "resumed".into() },
             ],
-            input_history: Vec::new(),
         },
     );
     let out = screen(&mut app, 100, 20);
