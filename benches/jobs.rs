@@ -45,19 +45,25 @@ async fn run() -> anyhow::Result<()> {
     println!("kill grace (terminal.kill_grace_s): {} s", config.terminal.kill_grace_s);
     println!();
 
-    let flood = flood(tmp.path(), config.clone()).await?;
-    let (kill_plain, kill_trap) = kills(tmp.path(), config.clone()).await?;
+    let flood = if wanted("flood") { Some(flood(tmp.path(), config.clone()).await?) } else { None };
+    let (kill_plain, kill_trap) =
+        if wanted("kill") { kills(tmp.path(), config.clone()).await? } else { Default::default() };
 
     println!("| Figure | Runs | min | p50 | p99 | max |");
     println!("|---|---|---|---|---|---|");
-    let mbps: Vec<f64> = flood.secs.iter().map(|s| FLOOD_BYTES as f64 / 1e6 / s).collect();
-    row_f64("Output ingest, 200 MB background job (MB/s, spawn to exit + drain)", &mbps);
-    row_f64("  same runs, wall time (s)", &flood.secs);
-    row_f64("  peak VmRSS during each flood (MiB)", &flood.peak_rss_mib);
+    if let Some(flood) = &flood {
+        let mbps: Vec<f64> = flood.secs.iter().map(|s| FLOOD_BYTES as f64 / 1e6 / s).collect();
+        row_f64("Output ingest, 200 MB background job (MB/s, spawn to exit + drain)", &mbps);
+        row_f64("  same runs, wall time (s)", &flood.secs);
+        row_f64("  same runs, CPU time of this process (s)", &flood.cpu_secs);
+        row_f64("  peak VmRSS during each flood (MiB)", &flood.peak_rss_mib);
+        row_ms("  then `JobsHandle::log(id, None, Some(200))` on its 64 MB log (ms)", &flood.log_view);
+    }
     row_ms("Kill `sleep 300`: `JobsHandle::kill` to group gone (ms)", &kill_plain.gone);
     row_ms("  same runs, until `kill` returned (ms)", &kill_plain.returned);
     row_ms("Kill `trap '' TERM; sleep 300`: to group gone (ms)", &kill_trap.gone);
     row_ms("  same runs, until `kill` returned (ms)", &kill_trap.returned);
+    let Some(flood) = flood else { return Ok(()) };
     println!();
     println!("| Memory (this process, /proc/self/status) | MiB |");
     println!("|---|---|");
@@ -71,6 +77,9 @@ async fn run() -> anyhow::Result<()> {
 
 struct Flood {
     secs: Vec<f64>,
+    cpu_secs: Vec<f64>,
+    /// The default `process log` view (last 200 lines) of the finished flood job.
+    log_view: Vec<Duration>,
     peak_rss_mib: Vec<f64>,
     rss_before: f64,
     hwm_before: f64,
@@ -86,6 +95,8 @@ async fn flood(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Flood> {
     let rss_before = status_mib("VmRSS")?;
     let hwm_before = status_mib("VmHWM")?;
     let mut secs = Vec::new();
+    let mut cpu_secs = Vec::new();
+    let mut log_view = Vec::new();
     let mut peak_rss_mib = Vec::new();
     for run in 0..FLOOD_RUNS {
         let paths = Paths::under(&tmp.join(format!("flood-{run}")));
@@ -100,6 +111,7 @@ async fn flood(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Flood> {
         let (jobs, _finished) = JobsHandle::start_with(&paths, config.clone(), events, options());
 
         let sampler = RssSampler::start();
+        let cpu_before = cpu_time()?;
         let started = Instant::now();
         let spawned = jobs.spawn(spec(&command)).await.map_err(anyhow::Error::msg)?;
         let exit = tokio::time::timeout(STEP_TIMEOUT, spawned.exit)
@@ -107,11 +119,14 @@ async fn flood(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Flood> {
             .context("the flood job did not finish within 60 s")?
             .context("the flood job's exit was lost")?;
         let elapsed = started.elapsed();
+        let cpu = cpu_time()? - cpu_before;
         let peak = sampler.stop();
         if exit.code != Some(0) {
             bail!("the flood job failed: {exit:?}");
         }
-        let log = jobs.log(&spawned.id, None, Some(1)).await.context("the flood job vanished")?;
+        let viewed = Instant::now();
+        let log = jobs.log(&spawned.id, None, Some(200)).await.context("the flood job vanished")?;
+        log_view.push(viewed.elapsed());
         // `y\n` repeated: every byte arrived when every line was counted.
         if log.total_lines != FLOOD_BYTES / 2 {
             bail!("the flood job's output was cut: {} lines counted, {} expected", log.total_lines, FLOOD_BYTES / 2);
@@ -120,17 +135,21 @@ async fn flood(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Flood> {
         drop(jobs);
         let n_events = tokio::time::timeout(STEP_TIMEOUT, drained).await.ok().and_then(Result::ok).unwrap_or(0);
         eprintln!(
-            "flood run {run}: {:.2} s, {:.0} MB/s, peak VmRSS {:.1} MiB, {n_events} events",
+            "flood run {run}: {:.2} s, {:.0} MB/s, {cpu:.2} s CPU, peak VmRSS {:.1} MiB, {n_events} events, log view {:?}",
             elapsed.as_secs_f64(),
             FLOOD_BYTES as f64 / 1e6 / elapsed.as_secs_f64(),
-            peak
+            peak,
+            log_view.last().copied().unwrap_or_default()
         );
         secs.push(elapsed.as_secs_f64());
+        cpu_secs.push(cpu);
         peak_rss_mib.push(peak);
     }
     // Let freed memory go back before reading "after".
     tokio::time::sleep(Duration::from_millis(200)).await;
     Ok(Flood {
+        cpu_secs,
+        log_view,
         rss_during_max: peak_rss_mib.iter().copied().fold(0.0, f64::max),
         secs,
         peak_rss_mib,
@@ -269,6 +288,29 @@ impl GroupWatcher {
     }
 }
 
+/// User + system CPU time of this process so far (all threads), in seconds.
+fn cpu_time() -> anyhow::Result<f64> {
+    // SAFETY: rusage is plain data (all zeroes is valid) and getrusage only writes into
+    // the struct we own.
+    let (usage, rc) = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        let rc = libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        (usage, rc)
+    };
+    if rc != 0 {
+        bail!("getrusage failed: {}", std::io::Error::last_os_error());
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(secs(usage.ru_utime) + secs(usage.ru_stime))
+}
+
+/// The sections named on the command line (`cargo bench --bench jobs -- kill`), or all
+/// of them. Cargo's own `--bench` flag is ignored.
+fn wanted(section: &str) -> bool {
+    let named: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    named.is_empty() || named.iter().any(|a| a == section)
+}
+
 // ---- memory ----------------------------------------------------------------------------
 
 /// A field of /proc/self/status (`VmRSS`, `VmHWM`) in MiB.
@@ -352,6 +394,9 @@ fn row_f64(label: &str, values: &[f64]) {
 }
 
 fn row_ms(label: &str, values: &[Duration]) {
+    if values.is_empty() {
+        return;
+    }
     let ms: Vec<f64> = values.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
     let mut v = ms;
     v.sort_by(f64::total_cmp);

@@ -55,20 +55,24 @@ async fn run() -> anyhow::Result<()> {
     let store = Store::open(&tmp.path().join("state.db"))?;
 
     let mut redirect = Runs::default();
-    for run in 0..REDIRECT_RUNS {
-        let (to_request, to_yield) = redirect_once(tmp.path(), &server, &store, run).await?;
-        eprintln!("redirect run {run}: next request after {to_request:?} (tool yielded after {to_yield:?})");
-        redirect.main.push(to_request);
-        redirect.extra.push(to_yield);
+    if wanted("redirect") {
+        for run in 0..REDIRECT_RUNS {
+            let (to_request, to_yield) = redirect_once(tmp.path(), &server, &store, run).await?;
+            eprintln!("redirect run {run}: next request after {to_request:?} (tool yielded after {to_yield:?})");
+            redirect.main.push(to_request);
+            redirect.extra.push(to_yield);
+        }
     }
     let mut interrupt = Runs::default();
-    for run in 0..INTERRUPT_RUNS {
-        let (to_gone, to_finished) = interrupt_once(tmp.path(), &server, &store, run).await?;
-        eprintln!("interrupt run {run}: group gone after {to_gone:?} (turn finished after {to_finished:?})");
-        interrupt.main.push(to_gone);
-        interrupt.extra.push(to_finished);
+    if wanted("interrupt") {
+        for run in 0..INTERRUPT_RUNS {
+            let (to_gone, to_finished) = interrupt_once(tmp.path(), &server, &store, run).await?;
+            eprintln!("interrupt run {run}: group gone after {to_gone:?} (turn finished after {to_finished:?})");
+            interrupt.main.push(to_gone);
+            interrupt.extra.push(to_finished);
+        }
     }
-    let appends = appends(&tmp.path().join("append.db")).await?;
+    let appends = if wanted("append") { appends(&tmp.path().join("append.db")).await? } else { Vec::new() };
 
     println!("| Figure | Target | Runs | min | p50 | p99 | max |");
     println!("|---|---|---|---|---|---|---|");
@@ -90,6 +94,13 @@ async fn run() -> anyhow::Result<()> {
 struct Runs {
     main: Vec<Duration>,
     extra: Vec<Duration>,
+}
+
+/// The sections named on the command line (`cargo bench --bench latency -- append`), or
+/// all of them. Cargo's own `--bench` flag is ignored.
+fn wanted(section: &str) -> bool {
+    let named: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    named.is_empty() || named.iter().any(|a| a == section)
 }
 
 /// A running engine with a forwarder that stamps each event as it arrives.
@@ -241,6 +252,14 @@ async fn appends(db: &Path) -> anyhow::Result<Vec<Duration>> {
             times.push(started.elapsed());
         }
     }
+    // Where the slow ones fall (a regular spacing points at WAL checkpoints).
+    let slow: Vec<String> = times
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d > Duration::from_millis(1))
+        .map(|(i, d)| format!("#{i} {:.1} ms", d.as_secs_f64() * 1000.0))
+        .collect();
+    eprintln!("appends over 1 ms: {} of {}: {}", slow.len(), times.len(), slow.join(", "));
     Ok(times)
 }
 
@@ -387,6 +406,9 @@ fn percentile(sorted: &[f64], q: f64) -> f64 {
 }
 
 fn row(label: &str, target: &str, values: &[Duration]) {
+    if values.is_empty() {
+        return;
+    }
     let mut v: Vec<f64> = values.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
     v.sort_by(f64::total_cmp);
     let fmt = |x: f64| if x < 1.0 { format!("{x:.3}") } else { format!("{x:.1}") };
