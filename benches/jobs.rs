@@ -1,0 +1,411 @@
+//! Job registry figures for BENCHMARKS.md (a plain program, not a criterion bench):
+//!
+//! 1. output ingest: a background job printing 200 MB (`yes | head -c 200000000`), timed
+//!    from spawn to exit + drain, with this process's memory before, during and after;
+//! 2. kill: `JobsHandle::kill` of a `sleep 300` job until its process group is gone;
+//! 3. the same for a job that ignores SIGTERM (`trap '' TERM; sleep 300`), which shows
+//!    the kill grace period (`terminal.kill_grace_s`).
+//!
+//! Run with `cargo bench --bench jobs`; it prints Markdown tables.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use talaria::config::Config;
+use talaria::engine::jobs::group::{group_alive, proc_stat};
+use talaria::engine::jobs::{JobsHandle, JobsOptions, ReaperMode, SpawnSpec};
+use talaria::engine::EventSink;
+use talaria::paths::Paths;
+
+const FLOOD_BYTES: u64 = 200_000_000;
+const FLOOD_RUNS: usize = 10;
+const KILL_RUNS: usize = 40;
+const TRAP_KILL_RUNS: usize = 20;
+/// Longest any single step may take before the benchmark gives up.
+const STEP_TIMEOUT: Duration = Duration::from_secs(60);
+
+fn main() -> anyhow::Result<()> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .context("cannot build the tokio runtime")?;
+    runtime.block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
+    let tmp = tempfile::tempdir().context("cannot create a temp dir")?;
+    let config = Arc::new(Config::default());
+    println!("# jobs benchmark");
+    println!();
+    println!("{}", machine_line());
+    println!("kill grace (terminal.kill_grace_s): {} s", config.terminal.kill_grace_s);
+    println!();
+
+    let flood = if wanted("flood") { Some(flood(tmp.path(), config.clone()).await?) } else { None };
+    let (kill_plain, kill_trap) =
+        if wanted("kill") { kills(tmp.path(), config.clone()).await? } else { Default::default() };
+
+    println!("| Figure | Runs | min | p50 | p99 | max |");
+    println!("|---|---|---|---|---|---|");
+    if let Some(flood) = &flood {
+        let mbps: Vec<f64> = flood.secs.iter().map(|s| FLOOD_BYTES as f64 / 1e6 / s).collect();
+        row_f64("Output ingest, 200 MB background job (MB/s, spawn to exit + drain)", &mbps);
+        row_f64("  same runs, wall time (s)", &flood.secs);
+        row_f64("  same runs, CPU time of this process (s)", &flood.cpu_secs);
+        row_f64("  peak VmRSS during each flood (MiB)", &flood.peak_rss_mib);
+        row_ms("  then `JobsHandle::log(id, None, Some(200))` on its 64 MB log (ms)", &flood.log_view);
+    }
+    row_ms("Kill `sleep 300`: `JobsHandle::kill` to group gone (ms)", &kill_plain.gone);
+    row_ms("  same runs, until `kill` returned (ms)", &kill_plain.returned);
+    row_ms("Kill `trap '' TERM; sleep 300`: to group gone (ms)", &kill_trap.gone);
+    row_ms("  same runs, until `kill` returned (ms)", &kill_trap.returned);
+    let Some(flood) = flood else { return Ok(()) };
+    println!();
+    println!("| Memory (this process, /proc/self/status) | MiB |");
+    println!("|---|---|");
+    println!("| VmRSS before the first flood | {:.1} |", flood.rss_before);
+    println!("| VmRSS during the floods (highest sample, every 5 ms) | {:.1} |", flood.rss_during_max);
+    println!("| VmRSS after the floods (jobs finished and dropped) | {:.1} |", flood.rss_after);
+    println!("| VmHWM after the floods (peak RSS of the whole run) | {:.1} |", flood.hwm_after);
+    println!("| VmHWM before the first flood | {:.1} |", flood.hwm_before);
+    Ok(())
+}
+
+struct Flood {
+    secs: Vec<f64>,
+    cpu_secs: Vec<f64>,
+    /// The default `process log` view (last 200 lines) of the finished flood job.
+    log_view: Vec<Duration>,
+    peak_rss_mib: Vec<f64>,
+    rss_before: f64,
+    hwm_before: f64,
+    rss_during_max: f64,
+    rss_after: f64,
+    hwm_after: f64,
+}
+
+/// Each run gets its own registry (so `shutdown` deletes its 64 MB of logs afterwards);
+/// events are drained as a front end would.
+async fn flood(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Flood> {
+    let command = format!("yes | head -c {FLOOD_BYTES}");
+    let rss_before = status_mib("VmRSS")?;
+    let hwm_before = status_mib("VmHWM")?;
+    let mut secs = Vec::new();
+    let mut cpu_secs = Vec::new();
+    let mut log_view = Vec::new();
+    let mut peak_rss_mib = Vec::new();
+    for run in 0..FLOOD_RUNS {
+        let paths = Paths::under(&tmp.join(format!("flood-{run}")));
+        let (events, mut event_rx) = EventSink::channel();
+        let drained = tokio::spawn(async move {
+            let mut n = 0u64;
+            while event_rx.recv().await.is_some() {
+                n += 1;
+            }
+            n
+        });
+        let (jobs, _finished) = JobsHandle::start_with(&paths, config.clone(), events, options());
+
+        let sampler = RssSampler::start();
+        let cpu_before = cpu_time()?;
+        let started = Instant::now();
+        let spawned = jobs.spawn(spec(&command)).await.map_err(anyhow::Error::msg)?;
+        let exit = tokio::time::timeout(STEP_TIMEOUT, spawned.exit)
+            .await
+            .context("the flood job did not finish within 60 s")?
+            .context("the flood job's exit was lost")?;
+        let elapsed = started.elapsed();
+        let cpu = cpu_time()? - cpu_before;
+        let peak = sampler.stop();
+        if exit.code != Some(0) {
+            bail!("the flood job failed: {exit:?}");
+        }
+        let viewed = Instant::now();
+        let log = jobs.log(&spawned.id, None, Some(200)).await.context("the flood job vanished")?;
+        log_view.push(viewed.elapsed());
+        // `y\n` repeated: every byte arrived when every line was counted.
+        if log.total_lines != FLOOD_BYTES / 2 {
+            bail!("the flood job's output was cut: {} lines counted, {} expected", log.total_lines, FLOOD_BYTES / 2);
+        }
+        jobs.shutdown().await;
+        drop(jobs);
+        let n_events = tokio::time::timeout(STEP_TIMEOUT, drained).await.ok().and_then(Result::ok).unwrap_or(0);
+        eprintln!(
+            "flood run {run}: {:.2} s, {:.0} MB/s, {cpu:.2} s CPU, peak VmRSS {:.1} MiB, {n_events} events, log view {:?}",
+            elapsed.as_secs_f64(),
+            FLOOD_BYTES as f64 / 1e6 / elapsed.as_secs_f64(),
+            peak,
+            log_view.last().copied().unwrap_or_default()
+        );
+        secs.push(elapsed.as_secs_f64());
+        cpu_secs.push(cpu);
+        peak_rss_mib.push(peak);
+    }
+    // Let freed memory go back before reading "after".
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    Ok(Flood {
+        cpu_secs,
+        log_view,
+        rss_during_max: peak_rss_mib.iter().copied().fold(0.0, f64::max),
+        secs,
+        peak_rss_mib,
+        rss_before,
+        hwm_before,
+        rss_after: status_mib("VmRSS")?,
+        hwm_after: status_mib("VmHWM")?,
+    })
+}
+
+#[derive(Default)]
+struct KillTimes {
+    /// From the call to the group being gone (seen by a watcher thread).
+    gone: Vec<Duration>,
+    /// From the call to `kill` returning (the registry's own view: job finished).
+    returned: Vec<Duration>,
+}
+
+async fn kills(tmp: &Path, config: Arc<Config>) -> anyhow::Result<(KillTimes, KillTimes)> {
+    let paths = Paths::under(&tmp.join("kills"));
+    let (events, mut event_rx) = EventSink::channel();
+    tokio::spawn(async move { while event_rx.recv().await.is_some() {} });
+    let (jobs, _finished) = JobsHandle::start_with(&paths, config, events, options());
+    let mut plain = KillTimes::default();
+    for run in 0..KILL_RUNS {
+        let (gone, returned) = kill_once(&jobs, "sleep 300").await?;
+        eprintln!("kill sleep run {run}: gone {gone:?}, kill returned {returned:?}");
+        plain.gone.push(gone);
+        plain.returned.push(returned);
+    }
+    let mut trap = KillTimes::default();
+    for run in 0..TRAP_KILL_RUNS {
+        let (gone, returned) = kill_once(&jobs, "trap '' TERM; sleep 300").await?;
+        eprintln!("kill trap run {run}: gone {gone:?}, kill returned {returned:?}");
+        trap.gone.push(gone);
+        trap.returned.push(returned);
+    }
+    jobs.shutdown().await;
+    Ok((plain, trap))
+}
+
+async fn kill_once(jobs: &JobsHandle, command: &str) -> anyhow::Result<(Duration, Duration)> {
+    let spawned = jobs.spawn(spec(command)).await.map_err(anyhow::Error::msg)?;
+    let pgid = spawned.pid as i32;
+    // Kill the real `sleep`, not a shell that has not started it yet.
+    let members = wait_for_comm_in_group(pgid, "sleep").await?;
+    let watcher = GroupWatcher::start(pgid, members);
+    let started = Instant::now();
+    tokio::time::timeout(STEP_TIMEOUT, jobs.kill(&spawned.id))
+        .await
+        .context("kill did not return within 60 s")?
+        .context("the job vanished before it was killed")?;
+    let returned = started.elapsed();
+    let gone_at = watcher.join()?;
+    Ok((gone_at.saturating_duration_since(started), returned))
+}
+
+fn options() -> JobsOptions {
+    JobsOptions { reaper: ReaperMode::Off, sweep: false }
+}
+
+fn spec(command: &str) -> SpawnSpec {
+    SpawnSpec {
+        command: command.to_string(),
+        cwd: std::env::temp_dir(),
+        background: true,
+        session_id: "bench".into(),
+        track_cwd: false,
+        call_id: None,
+    }
+}
+
+// ---- processes -------------------------------------------------------------------------
+
+/// The pids of group `pgid`, once one of them runs `comm`.
+async fn wait_for_comm_in_group(pgid: i32, comm: &str) -> anyhow::Result<Vec<i32>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let members = group_members(pgid);
+        if members.iter().any(|pid| read_comm(*pid).as_deref() == Some(comm)) {
+            return Ok(members);
+        }
+        if Instant::now() > deadline {
+            bail!("no `{comm}` appeared in process group {pgid} within 10 s");
+        }
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|pid| member_alive(*pid, pgid))
+        .collect()
+}
+
+fn member_alive(pid: i32, pgid: i32) -> bool {
+    matches!(proc_stat(pid), Some(s) if s.pgrp == pgid && s.state != 'Z' && s.state != 'X')
+}
+
+fn read_comm(pid: i32) -> Option<String> {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
+}
+
+/// A thread that notes when a process group is gone: it polls the group's known members
+/// every 200 µs (cheap), then confirms with a full /proc scan (the definition: no
+/// non-zombie process with that pgid).
+struct GroupWatcher {
+    thread: std::thread::JoinHandle<Instant>,
+}
+
+impl GroupWatcher {
+    fn start(pgid: i32, members: Vec<i32>) -> GroupWatcher {
+        let thread = std::thread::spawn(move || {
+            let deadline = Instant::now() + STEP_TIMEOUT;
+            loop {
+                if !members.iter().any(|pid| member_alive(*pid, pgid)) {
+                    let at = Instant::now();
+                    if !group_alive(pgid) {
+                        return at;
+                    }
+                }
+                if Instant::now() > deadline {
+                    return Instant::now();
+                }
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        });
+        GroupWatcher { thread }
+    }
+
+    fn join(self) -> anyhow::Result<Instant> {
+        self.thread.join().map_err(|_| anyhow::anyhow!("the group watcher thread panicked"))
+    }
+}
+
+/// User + system CPU time of this process so far (all threads), in seconds.
+fn cpu_time() -> anyhow::Result<f64> {
+    // SAFETY: rusage is plain data (all zeroes is valid) and getrusage only writes into
+    // the struct we own.
+    let (usage, rc) = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        let rc = libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        (usage, rc)
+    };
+    if rc != 0 {
+        bail!("getrusage failed: {}", std::io::Error::last_os_error());
+    }
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    Ok(secs(usage.ru_utime) + secs(usage.ru_stime))
+}
+
+/// The sections named on the command line (`cargo bench --bench jobs -- kill`), or all
+/// of them. Cargo's own `--bench` flag is ignored.
+fn wanted(section: &str) -> bool {
+    let named: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    named.is_empty() || named.iter().any(|a| a == section)
+}
+
+// ---- memory ----------------------------------------------------------------------------
+
+/// A field of /proc/self/status (`VmRSS`, `VmHWM`) in MiB.
+fn status_mib(field: &str) -> anyhow::Result<f64> {
+    let text = std::fs::read_to_string("/proc/self/status").context("cannot read /proc/self/status")?;
+    let kib = text
+        .lines()
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+        .with_context(|| format!("no {field} in /proc/self/status"))?;
+    Ok(kib as f64 / 1024.0)
+}
+
+/// Samples VmRSS every 5 ms on its own thread; `stop` returns the highest sample (MiB).
+struct RssSampler {
+    stop: Arc<AtomicBool>,
+    peak_kib: Arc<AtomicU64>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+impl RssSampler {
+    fn start() -> RssSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let peak_kib = Arc::new(AtomicU64::new(0));
+        let (s, p) = (stop.clone(), peak_kib.clone());
+        let thread = std::thread::spawn(move || {
+            while !s.load(Ordering::Relaxed) {
+                if let Ok(mib) = status_mib("VmRSS") {
+                    p.fetch_max((mib * 1024.0) as u64, Ordering::Relaxed);
+                }
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        });
+        RssSampler { stop, peak_kib, thread }
+    }
+
+    fn stop(self) -> f64 {
+        self.stop.store(true, Ordering::Relaxed);
+        let _ = self.thread.join();
+        self.peak_kib.load(Ordering::Relaxed) as f64 / 1024.0
+    }
+}
+
+// ---- reporting -------------------------------------------------------------------------
+
+fn machine_line() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    format!("machine: {cores} cores, {cpu}; load average at start: {}", load.join(" "))
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], q: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
+    sorted[rank - 1]
+}
+
+fn row_f64(label: &str, values: &[f64]) {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let fmt = |x: f64| if x >= 100.0 { format!("{x:.0}") } else { format!("{x:.2}") };
+    println!(
+        "| {label} | {} | {} | {} | {} | {} |",
+        v.len(),
+        fmt(percentile(&v, 0.0)),
+        fmt(percentile(&v, 0.5)),
+        fmt(percentile(&v, 0.99)),
+        fmt(percentile(&v, 1.0))
+    );
+}
+
+fn row_ms(label: &str, values: &[Duration]) {
+    if values.is_empty() {
+        return;
+    }
+    let ms: Vec<f64> = values.iter().map(|d| d.as_secs_f64() * 1000.0).collect();
+    let mut v = ms;
+    v.sort_by(f64::total_cmp);
+    println!(
+        "| {label} | {} | {:.1} | {:.1} | {:.1} | {:.1} |",
+        v.len(),
+        percentile(&v, 0.0),
+        percentile(&v, 0.5),
+        percentile(&v, 0.99),
+        percentile(&v, 1.0)
+    );
+}
