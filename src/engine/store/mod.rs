@@ -328,13 +328,45 @@ impl Store {
 
 /// The store thread: one request at a time, in arrival order. A panic inside a request
 /// drops only that request's reply (its caller gets an error) and is logged.
+///
+/// SQLite's automatic WAL checkpoint would run inside whichever write crosses the
+/// threshold (two fsyncs: tens of ms on a slow disk), so it is off and the thread
+/// checkpoints when it has been idle for a moment instead (or after many requests).
 fn serve(mut conn: Connection, inbox: mpsc::Receiver<Request>) {
-    while let Ok(request) = inbox.recv() {
+    let mut since_checkpoint = 0usize;
+    loop {
+        let request = match inbox.recv_timeout(CHECKPOINT_WHEN_IDLE_FOR) {
+            Ok(request) => request,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if since_checkpoint > 0 {
+                    checkpoint(&conn, "PASSIVE");
+                    since_checkpoint = 0;
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         if std::panic::catch_unwind(AssertUnwindSafe(|| request(&mut conn))).is_err() {
             tracing::error!("a session database request panicked; the database thread carries on");
         }
+        since_checkpoint += 1;
+        if since_checkpoint >= CHECKPOINT_AFTER_REQUESTS {
+            checkpoint(&conn, "PASSIVE");
+            since_checkpoint = 0;
+        }
     }
+    checkpoint(&conn, "TRUNCATE");
     tracing::debug!("session database closed");
+}
+
+const CHECKPOINT_WHEN_IDLE_FOR: std::time::Duration = std::time::Duration::from_millis(500);
+const CHECKPOINT_AFTER_REQUESTS: usize = 5_000;
+
+fn checkpoint(conn: &Connection, mode: &str) {
+    let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()));
+    if let Err(e) = result {
+        tracing::warn!(error = %e, "WAL checkpoint failed");
+    }
 }
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
@@ -345,6 +377,8 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     }
     conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Checkpoints are run by the store thread when idle (see `serve`).
+    conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     Ok(())
 }
 
