@@ -565,9 +565,12 @@ impl Engine {
         self.maybe_fire_heartbeat().await;
     }
 
+    /// A job action from the UI runs as its own task: reading a large log must not hold up
+    /// the engine loop (a redirect or interrupt typed meanwhile is handled at once).
     async fn job_action(&mut self, id: JobId, action: JobAction) {
-        let event = self.env.jobs.ui_action(&id, action).await;
-        self.events().send(event);
+        let jobs = self.env.jobs.clone();
+        let events = self.env.events.clone();
+        tokio::spawn(async move { events.send(jobs.ui_action(&id, action).await) });
     }
 
     async fn command(&mut self, command: SlashCommand) {
