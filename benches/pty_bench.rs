@@ -62,6 +62,10 @@ usage: cargo bench --bench pty_bench -- [options]
   --min-chars K                       visible non-blank characters that make a first frame (default 20)
   --timeout-secs S                    give up on a run without a first frame after S (default 60)
   --out FILE                          also write the Markdown report to FILE
+  --reuse-home                        keep one HOME/TALARIA_HOME/cwd per program across its runs,
+                                      after one unmeasured warm-up run (default: fresh per run)
+  --save-output DIR                   keep each run's raw terminal output as DIR/NAME-RUN.out and
+                                      the final screen as DIR/NAME-RUN.screen (for diagnosis)
 ";
 
 fn main() {
@@ -114,6 +118,8 @@ struct Options {
     min_chars: usize,
     timeout: Duration,
     out: Option<PathBuf>,
+    save_output: Option<PathBuf>,
+    reuse_home: bool,
 }
 
 fn default_talaria() -> ProgramSpec {
@@ -134,6 +140,8 @@ impl Options {
             min_chars: 20,
             timeout: Duration::from_secs(60),
             out: None,
+            save_output: None,
+            reuse_home: false,
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -153,8 +161,7 @@ impl Options {
                 "--program" => o.programs.push(parse_program(&value()?)?),
                 "--note" => {
                     let v = value()?;
-                    let (name, text) =
-                        v.split_once('=').ok_or_else(|| format!("--note wants NAME=TEXT, got {v:?}"))?;
+                    let (name, text) = v.split_once('=').ok_or_else(|| format!("--note wants NAME=TEXT, got {v:?}"))?;
                     o.notes.entry(name.to_string()).or_default().push(text.to_string());
                 }
                 "--baseline" => o.baseline = value()?,
@@ -166,6 +173,8 @@ impl Options {
                 "--min-chars" => o.min_chars = parse_num(flag, &value()?)?,
                 "--timeout-secs" => o.timeout = Duration::from_secs_f64(parse_num(flag, &value()?)?),
                 "--out" => o.out = Some(PathBuf::from(value()?)),
+                "--reuse-home" => o.reuse_home = true,
+                "--save-output" => o.save_output = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
@@ -401,10 +410,17 @@ impl Terminal {
         self.screen.screen().contents().chars().filter(|c| !c.is_whitespace()).count()
     }
 
-    /// The first few non-blank lines of the screen, for the report.
-    fn excerpt(&self) -> String {
+    /// The first (or last) few non-blank lines of the screen, for the report.
+    fn excerpt(&self, from_end: bool) -> String {
         let text = self.screen.screen().contents();
-        let lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).take(3).collect();
+        let mut lines: Vec<&str> = text.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        if from_end {
+            lines.reverse();
+        }
+        lines.truncate(3);
+        if from_end {
+            lines.reverse();
+        }
         let mut s = lines.join(" / ").replace('`', "'");
         if s.chars().count() > 160 {
             s = s.chars().take(157).collect::<String>() + "...";
@@ -451,6 +467,7 @@ fn esc(b: &[u8]) -> String {
 
 struct ProcStat {
     pid: i32,
+    comm: String,
     ppid: i32,
     session: i32,
     /// utime + stime + cutime + cstime, in clock ticks.
@@ -460,12 +477,14 @@ struct ProcStat {
 fn read_stat(pid: i32) -> Option<ProcStat> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name is in parentheses and may contain anything; fields resume after the last ')'.
-    let rest = &text[text.rfind(')')? + 1..];
+    let close = text.rfind(')')?;
+    let comm = text[text.find('(')? + 1..close].to_string();
+    let rest = &text[close + 1..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     // f[0] is field 3 (state); field n is f[n - 3].
     let num = |n: usize| f.get(n - 3).and_then(|v| v.parse::<i64>().ok());
     let ticks = (14..=17).map(num).try_fold(0u64, |acc, v| v.map(|v| acc + v.max(0) as u64))?;
-    Some(ProcStat { pid, ppid: num(4)? as i32, session: num(6)? as i32, cpu_ticks: ticks })
+    Some(ProcStat { pid, comm, ppid: num(4)? as i32, session: num(6)? as i32, cpu_ticks: ticks })
 }
 
 fn all_procs() -> Vec<ProcStat> {
@@ -473,14 +492,33 @@ fn all_procs() -> Vec<ProcStat> {
     dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok()).filter_map(read_stat).collect()
 }
 
-/// The root, its descendants, and anything left in its session (daemonised helpers).
-fn tree(root: i32) -> Vec<ProcStat> {
+/// Environment variable set to a per-run value in every measured program; daemons inherit it.
+const MARKER_ENV: &str = "PTY_BENCH_RUN";
+
+/// Which processes belong to one run.
+struct Tracked {
+    root: i32,
+    /// `PTY_BENCH_RUN=<value>` as it appears in /proc/<pid>/environ.
+    marker: Vec<u8>,
+}
+
+fn has_marker(pid: i32, marker: &[u8]) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| env.split(|&b| b == 0).any(|v| v == marker))
+}
+
+/// The root, its descendants, anything left in its session, and processes that carry the run's
+/// marker: Codex, for one, starts an app-server daemon in its own session under init.
+fn tree(t: &Tracked) -> Vec<ProcStat> {
     let procs = all_procs();
-    let mut members: HashSet<i32> = HashSet::from([root]);
+    let mut members: HashSet<i32> = procs
+        .iter()
+        .filter(|p| p.pid == t.root || p.session == t.root || has_marker(p.pid, &t.marker))
+        .map(|p| p.pid)
+        .collect();
     loop {
         let before = members.len();
         for p in &procs {
-            if members.contains(&p.ppid) || p.session == root {
+            if members.contains(&p.ppid) {
                 members.insert(p.pid);
             }
         }
@@ -503,14 +541,23 @@ struct TreeSample {
     rss_kib: u64,
     cpu_ticks: u64,
     procs: usize,
+    /// `name RSS` of each member, largest first.
+    members: String,
 }
 
-fn sample_tree(root: i32) -> TreeSample {
-    let t = tree(root);
+fn sample_tree(tracked: &Tracked) -> TreeSample {
+    let t = tree(tracked);
+    let mut rss: Vec<(u64, &str)> = t.iter().map(|p| (rss_kib(p.pid), p.comm.as_str())).collect();
+    rss.sort_by(|a, b| b.0.cmp(&a.0));
     TreeSample {
-        rss_kib: t.iter().map(|p| rss_kib(p.pid)).sum(),
+        rss_kib: rss.iter().map(|r| r.0).sum(),
         cpu_ticks: t.iter().map(|p| p.cpu_ticks).sum(),
         procs: t.len(),
+        members: rss
+            .iter()
+            .map(|(kib, name)| format!("{name} {:.1} MiB", *kib as f64 / 1024.0))
+            .collect::<Vec<_>>()
+            .join(", "),
     }
 }
 
@@ -524,9 +571,9 @@ fn ticks_per_sec() -> f64 {
     }
 }
 
-fn kill_tree(root: i32) {
+fn kill_tree(tracked: &Tracked) {
     for _ in 0..3 {
-        let members = tree(root);
+        let members = tree(tracked);
         if members.is_empty() {
             return;
         }
@@ -543,40 +590,65 @@ fn kill_tree(root: i32) {
 
 struct RunResult {
     first_frame_ms: f64,
-    rss_mib: f64,
-    startup_cpu_ms: f64,
-    idle_cpu_ms: f64,
-    idle_bytes: f64,
-    procs: f64,
+    /// The tree sampled `--rss-delay-secs` after the first frame; None if the program had exited.
+    start: Option<StartFigures>,
+    /// None if the program exited before the idle window ended.
+    idle: Option<IdleFigures>,
+    /// The program closed the terminal on its own: (ms after the first frame, its last screen).
+    exited: Option<(f64, String)>,
     excerpt: String,
     answered: BTreeSet<String>,
 }
 
+struct StartFigures {
+    rss_mib: f64,
+    cpu_ms: f64,
+    procs: f64,
+    members: String,
+}
+
+struct IdleFigures {
+    cpu_ms: f64,
+    bytes: f64,
+}
+
 enum ReaderEvent {
-    FirstFrame { at: Instant, excerpt: String },
-    /// The program closed the terminal (exited); carries the screen for the error message.
-    Closed { excerpt: String },
+    FirstFrame {
+        at: Instant,
+        excerpt: String,
+    },
+    /// The program closed the terminal (exited); carries the screen for the report.
+    Closed {
+        at: Instant,
+        excerpt: String,
+    },
 }
 
 struct Scratch {
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
     home: PathBuf,
     work: PathBuf,
     talaria_home: PathBuf,
 }
 
 fn scratch() -> Result<Scratch, String> {
-    let dir = tempfile::Builder::new().prefix("pty-bench-").tempdir().map_err(|e| format!("temp dir: {e}"))?;
+    // Under target/tmp rather than /tmp: Codex refuses to set up its helpers in a system temp dir
+    // and prints a warning before its first frame there.
+    let parent = env!("CARGO_TARGET_TMPDIR");
+    let dir = tempfile::Builder::new()
+        .prefix("pty-bench-")
+        .tempdir_in(parent)
+        .map_err(|e| format!("cannot create a temp dir in {parent}: {e}"))?;
     let home = dir.path().join("home");
     let work = dir.path().join("work");
     let talaria_home = dir.path().join("talaria-home");
     for d in [&home, &work, &talaria_home] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
     }
-    Ok(Scratch { _dir: dir, home, work, talaria_home })
+    Ok(Scratch { dir, home, work, talaria_home })
 }
 
-fn command(spec: &ProgramSpec, s: &Scratch) -> CommandBuilder {
+fn command(spec: &ProgramSpec, s: &Scratch, marker: &str) -> CommandBuilder {
     let mut cmd = CommandBuilder::new(&spec.argv[0]);
     cmd.args(&spec.argv[1..]);
     cmd.cwd(&s.work);
@@ -592,13 +664,34 @@ fn command(spec: &ProgramSpec, s: &Scratch) -> CommandBuilder {
     cmd.env("XDG_STATE_HOME", s.home.join(".local/state"));
     cmd.env("XDG_CACHE_HOME", s.home.join(".cache"));
     cmd.env("TALARIA_HOME", &s.talaria_home);
+    cmd.env(MARKER_ENV, marker);
     cmd.env("TERM", "xterm-256color");
     cmd.env("COLORTERM", "truecolor");
     cmd
 }
 
-fn run_once(spec: &ProgramSpec, opts: &Options) -> Result<RunResult, String> {
-    let scratch = scratch()?;
+/// What the reader thread hands back once the terminal closes.
+#[derive(Default)]
+struct ReaderEnd {
+    answered: BTreeSet<String>,
+    /// Raw output, kept only with `--save-output` (capped).
+    raw: Vec<u8>,
+    screen: String,
+}
+
+const SAVE_CAP: usize = 16 << 20;
+
+/// One run in `shared` (with `--reuse-home`) or in fresh directories; `run` 0 is a warm-up.
+fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scratch>) -> Result<RunResult, String> {
+    let fresh;
+    let scratch = match shared {
+        Some(s) => s,
+        None => {
+            fresh = scratch()?;
+            &fresh
+        }
+    };
+    let marker = format!("{}#{run}", scratch.dir.path().display());
     let size = PtySize { rows: opts.rows, cols: opts.cols, pixel_width: opts.cols * 10, pixel_height: opts.rows * 20 };
     let pair = native_pty_system().openpty(size).map_err(|e| format!("openpty: {e}"))?;
     let mut reader = pair.master.try_clone_reader().map_err(|e| format!("pty reader: {e}"))?;
@@ -607,20 +700,21 @@ fn run_once(spec: &ProgramSpec, opts: &Options) -> Result<RunResult, String> {
     let spawned = Instant::now();
     let mut child = pair
         .slave
-        .spawn_command(command(spec, &scratch))
+        .spawn_command(command(spec, scratch, &marker))
         .map_err(|e| format!("cannot start {}: {e}", spec.argv[0]))?;
     drop(pair.slave);
     let root = child.process_id().map(|p| p as i32).ok_or("the child has no pid")?;
 
     let bytes = Arc::new(AtomicU64::new(0));
     let (tx, rx) = mpsc::channel();
-    let (answered_tx, answered_rx) = mpsc::channel();
+    let (end_tx, end_rx) = mpsc::channel();
     let reader_thread = {
         let bytes = bytes.clone();
-        let (rows, cols, min_chars) = (opts.rows, opts.cols, opts.min_chars);
+        let (rows, cols, min_chars, keep) = (opts.rows, opts.cols, opts.min_chars, opts.save_output.is_some());
         thread::spawn(move || {
             let mut term = Terminal::new(rows, cols);
             let mut buf = vec![0u8; 64 * 1024];
+            let mut raw = Vec::new();
             let mut framed = false;
             loop {
                 let n = match reader.read(&mut buf) {
@@ -629,38 +723,52 @@ fn run_once(spec: &ProgramSpec, opts: &Options) -> Result<RunResult, String> {
                 };
                 let at = Instant::now();
                 bytes.fetch_add(n as u64, Ordering::Relaxed);
+                if keep && raw.len() < SAVE_CAP {
+                    raw.extend_from_slice(&buf[..n.min(SAVE_CAP - raw.len())]);
+                }
                 let reply = term.feed(&buf[..n]);
                 if !reply.is_empty() && writer.write_all(&reply).and_then(|_| writer.flush()).is_err() {
                     break;
                 }
                 if !framed && term.visible_chars() >= min_chars {
                     framed = true;
-                    let _ = tx.send(ReaderEvent::FirstFrame { at, excerpt: term.excerpt() });
+                    let _ = tx.send(ReaderEvent::FirstFrame { at, excerpt: term.excerpt(false) });
                 }
             }
-            let _ = tx.send(ReaderEvent::Closed { excerpt: term.excerpt() });
-            let _ = answered_tx.send(term.answered);
+            let _ = tx.send(ReaderEvent::Closed { at: Instant::now(), excerpt: term.excerpt(true) });
+            let screen = term.screen.screen().contents();
+            let _ = end_tx.send(ReaderEnd { answered: term.answered, raw, screen });
         })
     };
 
-    let outcome = measure(root, spawned, &rx, &bytes, opts);
-    kill_tree(root);
+    let tracked = Tracked { root, marker: format!("{MARKER_ENV}={marker}").into_bytes() };
+    let outcome = measure(&tracked, spawned, &rx, &bytes, opts);
+    kill_tree(&tracked);
     let _ = child.kill();
     let _ = child.wait();
     drop(pair.master);
     // The reader ends once every holder of the PTY is gone; do not hang on a straggler.
-    let answered = answered_rx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
+    let end = end_rx.recv_timeout(Duration::from_secs(2)).unwrap_or_default();
     if reader_thread.is_finished() {
         let _ = reader_thread.join();
     }
+    if let Some(dir) = &opts.save_output {
+        let base = dir.join(format!("{}-{}", spec.name, run));
+        let saved = std::fs::create_dir_all(dir)
+            .and_then(|_| std::fs::write(base.with_extension("out"), &end.raw))
+            .and_then(|_| std::fs::write(base.with_extension("screen"), &end.screen));
+        if let Err(e) = saved {
+            eprintln!("cannot save output under {}: {e}", dir.display());
+        }
+    }
     outcome.map(|mut r| {
-        r.answered = answered;
+        r.answered = end.answered;
         r
     })
 }
 
 fn measure(
-    root: i32,
+    tracked: &Tracked,
     spawned: Instant,
     rx: &mpsc::Receiver<ReaderEvent>,
     bytes: &AtomicU64,
@@ -668,7 +776,7 @@ fn measure(
 ) -> Result<RunResult, String> {
     let (frame_at, excerpt) = match rx.recv_timeout(opts.timeout) {
         Ok(ReaderEvent::FirstFrame { at, excerpt }) => (at, excerpt),
-        Ok(ReaderEvent::Closed { excerpt }) => {
+        Ok(ReaderEvent::Closed { excerpt, .. }) => {
             return Err(format!("exited before a first frame; screen: {excerpt:?}"));
         }
         Err(_) => {
@@ -679,30 +787,51 @@ fn measure(
             ));
         }
     };
-    let check_alive = |what: &str| match rx.try_recv() {
-        Ok(ReaderEvent::Closed { excerpt }) => Err(format!("exited {what}; screen: {excerpt:?}")),
-        _ => Ok(()),
-    };
-    sleep_until(frame_at + opts.rss_delay);
-    check_alive("before the RSS sample")?;
-    let start = sample_tree(root);
-    let bytes_start = bytes.load(Ordering::Relaxed);
-    let idle_from = Instant::now();
-    sleep_until(idle_from + opts.idle);
-    let end = sample_tree(root);
-    let bytes_end = bytes.load(Ordering::Relaxed);
-    check_alive("during the idle window")?;
-    let tick_ms = 1000.0 / ticks_per_sec();
-    Ok(RunResult {
-        first_frame_ms: (frame_at - spawned).as_secs_f64() * 1000.0,
-        rss_mib: start.rss_kib as f64 / 1024.0,
-        startup_cpu_ms: start.cpu_ticks as f64 * tick_ms,
-        idle_cpu_ms: end.cpu_ticks.saturating_sub(start.cpu_ticks) as f64 * tick_ms,
-        idle_bytes: bytes_end.saturating_sub(bytes_start) as f64,
-        procs: start.procs as f64,
+    let mut result = RunResult {
+        first_frame_ms: ms(frame_at - spawned),
+        start: None,
+        idle: None,
+        exited: None,
         excerpt,
         answered: BTreeSet::new(),
-    })
+    };
+    // A program that exits after its first frame (a peer that cannot reach its servers) still
+    // has a first-frame time; what comes after is left out and the report says why.
+    let exited = |result: &mut RunResult| match rx.try_recv() {
+        Ok(ReaderEvent::Closed { at, excerpt }) => {
+            result.exited = Some((ms(at.saturating_duration_since(frame_at)), excerpt));
+            true
+        }
+        _ => false,
+    };
+    let tick_ms = 1000.0 / ticks_per_sec();
+    sleep_until(frame_at + opts.rss_delay);
+    let start = sample_tree(tracked);
+    let bytes_start = bytes.load(Ordering::Relaxed);
+    if exited(&mut result) {
+        return Ok(result);
+    }
+    result.start = Some(StartFigures {
+        rss_mib: start.rss_kib as f64 / 1024.0,
+        cpu_ms: start.cpu_ticks as f64 * tick_ms,
+        procs: start.procs as f64,
+        members: start.members.clone(),
+    });
+    sleep_until(Instant::now() + opts.idle);
+    let end = sample_tree(tracked);
+    let bytes_end = bytes.load(Ordering::Relaxed);
+    if exited(&mut result) {
+        return Ok(result);
+    }
+    result.idle = Some(IdleFigures {
+        cpu_ms: end.cpu_ticks.saturating_sub(start.cpu_ticks) as f64 * tick_ms,
+        bytes: bytes_end.saturating_sub(bytes_start) as f64,
+    });
+    Ok(result)
+}
+
+fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
 }
 
 fn sleep_until(deadline: Instant) {
@@ -717,7 +846,7 @@ fn sleep_until(deadline: Instant) {
 
 struct Figure {
     label: String,
-    value: fn(&RunResult) -> f64,
+    value: fn(&RunResult) -> Option<f64>,
     decimals: usize,
 }
 
@@ -725,16 +854,28 @@ fn figures(opts: &Options) -> Vec<Figure> {
     let idle = fmt_secs(opts.idle);
     let delay = fmt_secs(opts.rss_delay);
     vec![
-        Figure { label: "time to first frame (ms)".into(), value: |r| r.first_frame_ms, decimals: 1 },
-        Figure { label: format!("RSS {delay} s after first frame (MiB)"), value: |r| r.rss_mib, decimals: 1 },
-        Figure { label: format!("CPU time, idle {idle} s (ms)"), value: |r| r.idle_cpu_ms, decimals: 0 },
-        Figure { label: format!("bytes written, idle {idle} s"), value: |r| r.idle_bytes, decimals: 0 },
+        Figure { label: "time to first frame (ms)".into(), value: |r| Some(r.first_frame_ms), decimals: 1 },
         Figure {
-            label: format!("CPU time, spawn to first frame + {delay} s (ms)"),
-            value: |r| r.startup_cpu_ms,
+            label: format!("RSS {delay} s after first frame (MiB)"),
+            value: |r| r.start.as_ref().map(|s| s.rss_mib),
+            decimals: 1,
+        },
+        Figure {
+            label: format!("CPU time, idle {idle} s (ms)"),
+            value: |r| r.idle.as_ref().map(|i| i.cpu_ms),
             decimals: 0,
         },
-        Figure { label: "processes in the tree".into(), value: |r| r.procs, decimals: 0 },
+        Figure {
+            label: format!("bytes written, idle {idle} s"),
+            value: |r| r.idle.as_ref().map(|i| i.bytes),
+            decimals: 0,
+        },
+        Figure {
+            label: format!("CPU time, spawn to first frame + {delay} s (ms)"),
+            value: |r| r.start.as_ref().map(|s| s.cpu_ms),
+            decimals: 0,
+        },
+        Figure { label: "processes in the tree".into(), value: |r| r.start.as_ref().map(|s| s.procs), decimals: 0 },
     ]
 }
 
@@ -770,24 +911,40 @@ fn stats(values: &[f64]) -> Option<Stats> {
     Some(Stats { min: v[0], median, max: v[n - 1] })
 }
 
+fn progress_line(r: &RunResult, figs: &[Figure]) -> String {
+    let mut parts: Vec<String> =
+        figs.iter().filter_map(|f| (f.value)(r).map(|v| format!("{} {:.*}", f.label, f.decimals, v))).collect();
+    if let Some((after, screen)) = &r.exited {
+        parts.push(format!("exited on its own {after:.0} ms after the first frame, showing {screen:?}"));
+    }
+    parts.join("; ")
+}
+
+fn values(runs: &[RunResult], f: &Figure) -> Vec<f64> {
+    runs.iter().filter_map(f.value).collect()
+}
+
 fn run(opts: &Options, args: &[String]) -> Result<(), String> {
     let mut results: Vec<ProgramResults> = opts.programs.iter().map(|_| ProgramResults::default()).collect();
     let started = SystemTime::now();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let figs = figures(opts);
+    let mut homes = Vec::new();
+    if opts.reuse_home {
+        for spec in &opts.programs {
+            let home = scratch()?;
+            match run_once(spec, opts, 0, Some(&home)) {
+                Ok(r) => eprintln!("{} warm-up run: {}", spec.name, progress_line(&r, &figs)),
+                Err(e) => eprintln!("{} warm-up run: FAILED: {e}", spec.name),
+            }
+            homes.push(home);
+        }
+    }
     for i in 0..opts.runs {
-        for (spec, res) in opts.programs.iter().zip(results.iter_mut()) {
-            match run_once(spec, opts) {
+        for (p, (spec, res)) in opts.programs.iter().zip(results.iter_mut()).enumerate() {
+            match run_once(spec, opts, i + 1, homes.get(p)) {
                 Ok(r) => {
-                    eprintln!(
-                        "{} run {}/{}: first frame {:.1} ms, RSS {:.1} MiB, idle CPU {:.0} ms, idle bytes {}",
-                        spec.name,
-                        i + 1,
-                        opts.runs,
-                        r.first_frame_ms,
-                        r.rss_mib,
-                        r.idle_cpu_ms,
-                        r.idle_bytes
-                    );
+                    eprintln!("{} run {}/{}: {}", spec.name, i + 1, opts.runs, progress_line(&r, &figs));
                     res.runs.push(r);
                 }
                 Err(e) => {
@@ -809,13 +966,7 @@ fn run(opts: &Options, args: &[String]) -> Result<(), String> {
     Ok(())
 }
 
-fn report(
-    opts: &Options,
-    args: &[String],
-    results: &[ProgramResults],
-    started: SystemTime,
-    load: &str,
-) -> String {
+fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: SystemTime, load: &str) -> String {
     let mut out = String::new();
     let figs = figures(opts);
     let _ = writeln!(out, "# Talaria PTY benchmark\n");
@@ -830,19 +981,22 @@ fn report(
     let _ = writeln!(
         out,
         "- settings: {}x{} PTY, {} runs per program (round-robin), first frame = first output chunk after \
-         which the screen shows >= {} non-blank characters; fresh HOME, XDG dirs, TALARIA_HOME and cwd \
-         per run; environment reduced to {} plus TERM=xterm-256color, COLORTERM=truecolor (no API keys)",
+         which the screen shows >= {} non-blank characters; HOME, XDG dirs, TALARIA_HOME and cwd \
+         {}; environment reduced to {} plus TERM=xterm-256color, COLORTERM=truecolor (no API keys)",
         opts.cols,
         opts.rows,
         opts.runs,
         opts.min_chars,
+        if opts.reuse_home { "per program, kept across its runs after one unmeasured warm-up run" } else { "per run" },
         ENV_ALLOW.join(", ")
     );
     let _ = writeln!(
         out,
-        "- figures cover the whole process tree (descendants and the program's session); the idle window \
-         starts at the RSS sample, {} s after the first frame, with no input",
-        fmt_secs(opts.rss_delay)
+        "- figures cover the whole process tree: descendants, the program's session, and daemons that \
+         carry the run's {MARKER_ENV} variable; the idle window starts at the RSS sample, {} s after the \
+         first frame, with no input; CPU time is counted in clock ticks of {:.0} ms",
+        fmt_secs(opts.rss_delay),
+        1000.0 / ticks_per_sec()
     );
 
     for (spec, res) in opts.programs.iter().zip(results) {
@@ -863,12 +1017,40 @@ fn report(
         let answered: Vec<&str> = answered.into_iter().map(String::as_str).collect();
         let answered = if answered.is_empty() { "none".to_string() } else { answered.join(", ") };
         let _ = writeln!(out, "- terminal queries answered: {answered}");
-        let _ = writeln!(out, "\n| figure | min | median | max |\n| --- | ---: | ---: | ---: |");
+        if let Some(start) = res.runs.iter().find_map(|r| r.start.as_ref()) {
+            let _ = writeln!(out, "- process tree at the RSS sample (first such run): {}", start.members);
+        }
+        let exits: Vec<&(f64, String)> = res.runs.iter().filter_map(|r| r.exited.as_ref()).collect();
+        if let Some((_, screen)) = exits.last() {
+            let after = stats(&exits.iter().map(|e| e.0).collect::<Vec<_>>()).map_or(0.0, |s| s.median);
+            let _ = writeln!(
+                out,
+                "- exited on its own after the first frame in {} of {} runs (median {after:.0} ms after it), \
+                 so later figures lack those runs; its last screen: `{}`",
+                exits.len(),
+                res.runs.len(),
+                screen.replace('`', "'")
+            );
+        }
+        let _ = writeln!(out, "\n| figure | runs | min | median | max |\n| --- | ---: | ---: | ---: | ---: |");
         for f in &figs {
-            let values: Vec<f64> = res.runs.iter().map(f.value).collect();
-            if let Some(s) = stats(&values) {
-                let d = f.decimals;
-                let _ = writeln!(out, "| {} | {:.d$} | {:.d$} | {:.d$} |", f.label, s.min, s.median, s.max);
+            let v = values(&res.runs, f);
+            match stats(&v) {
+                Some(s) => {
+                    let d = f.decimals;
+                    let _ = writeln!(
+                        out,
+                        "| {} | {} | {:.d$} | {:.d$} | {:.d$} |",
+                        f.label,
+                        v.len(),
+                        s.min,
+                        s.median,
+                        s.max
+                    );
+                }
+                None => {
+                    let _ = writeln!(out, "| {} | 0 | — | — | — |", f.label);
+                }
             }
         }
     }
@@ -886,8 +1068,7 @@ fn comparison(opts: &Options, results: &[ProgramResults], figs: &[Figure]) -> Op
     if results[base].runs.is_empty() {
         return None;
     }
-    let others: Vec<usize> =
-        (0..opts.programs.len()).filter(|&i| i != base && !results[i].runs.is_empty()).collect();
+    let others: Vec<usize> = (0..opts.programs.len()).filter(|&i| i != base && !results[i].runs.is_empty()).collect();
     if others.is_empty() {
         return None;
     }
@@ -902,12 +1083,15 @@ fn comparison(opts: &Options, results: &[ProgramResults], figs: &[Figure]) -> Op
     }
     let _ = writeln!(out, "{header}\n{rule}");
     for f in figs {
-        let median = |i: usize| stats(&results[i].runs.iter().map(f.value).collect::<Vec<_>>()).map(|s| s.median);
+        let median = |i: usize| stats(&values(&results[i].runs, f)).map(|s| s.median);
         let Some(b) = median(base) else { continue };
         let d = f.decimals;
         let _ = write!(out, "| {} | {b:.d$} |", f.label);
         for &i in &others {
-            let m = median(i).unwrap_or(f64::NAN);
+            let Some(m) = median(i) else {
+                out.push_str(" — | — |");
+                continue;
+            };
             let ratio = if b > 0.0 { format!("{:.1}×", m / b) } else { format!("n/a ({} is 0)", name(base)) };
             let _ = write!(out, " {m:.d$} | {ratio} |");
         }
