@@ -52,6 +52,8 @@ usage: cargo bench --bench pty_bench -- [options]
   --program NAME[=COMMAND [ARGS...]]  program to measure (repeatable; COMMAND is split on
                                       whitespace). `--program talaria` alone means the binary
                                       cargo built. Default: talaria only.
+  --home-file NAME:PATH=CONTENT       write CONTENT to HOME/PATH before each start of NAME
+                                      (e.g. a peer's onboarding-done flag)
   --note NAME=TEXT                    a line printed under NAME's results (e.g. version, what
                                       its first frame shows)
   --baseline NAME                     ratios in the comparison are other / NAME (default talaria)
@@ -109,6 +111,8 @@ struct ProgramSpec {
 struct Options {
     programs: Vec<ProgramSpec>,
     notes: HashMap<String, Vec<String>>,
+    /// Files written into a program's HOME before it starts: name -> [(relative path, content)].
+    home_files: HashMap<String, Vec<(PathBuf, String)>>,
     baseline: String,
     runs: usize,
     idle: Duration,
@@ -131,6 +135,7 @@ impl Options {
         let mut o = Options {
             programs: Vec::new(),
             notes: HashMap::new(),
+            home_files: HashMap::new(),
             baseline: "talaria".into(),
             runs: 10,
             idle: Duration::from_secs(10),
@@ -163,6 +168,18 @@ impl Options {
                     let v = value()?;
                     let (name, text) = v.split_once('=').ok_or_else(|| format!("--note wants NAME=TEXT, got {v:?}"))?;
                     o.notes.entry(name.to_string()).or_default().push(text.to_string());
+                }
+                "--home-file" => {
+                    let v = value()?;
+                    let parsed = v.split_once(':').and_then(|(name, rest)| Some((name, rest.split_once('=')?)));
+                    let Some((name, (path, content))) = parsed else {
+                        return Err(format!("--home-file wants NAME:RELATIVE/PATH=CONTENT, got {v:?}"));
+                    };
+                    let path = PathBuf::from(path);
+                    if path.is_absolute() || path.components().any(|c| c == std::path::Component::ParentDir) {
+                        return Err(format!("--home-file: {} must be relative and stay inside HOME", path.display()));
+                    }
+                    o.home_files.entry(name.to_string()).or_default().push((path, content.to_string()));
                 }
                 "--baseline" => o.baseline = value()?,
                 "--runs" => o.runs = parse_num(flag, &value()?)?,
@@ -631,7 +648,7 @@ struct Scratch {
     talaria_home: PathBuf,
 }
 
-fn scratch() -> Result<Scratch, String> {
+fn scratch(spec: &ProgramSpec, opts: &Options) -> Result<Scratch, String> {
     // Under target/tmp rather than /tmp: Codex refuses to set up its helpers in a system temp dir
     // and prints a warning before its first frame there.
     let parent = env!("CARGO_TARGET_TMPDIR");
@@ -644,6 +661,14 @@ fn scratch() -> Result<Scratch, String> {
     let talaria_home = dir.path().join("talaria-home");
     for d in [&home, &work, &talaria_home] {
         std::fs::create_dir_all(d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+    }
+    for (rel, content) in opts.home_files.get(&spec.name).into_iter().flatten() {
+        let path = home.join(rel);
+        let written = match path.parent() {
+            Some(parent) => std::fs::create_dir_all(parent).and_then(|_| std::fs::write(&path, content)),
+            None => std::fs::write(&path, content),
+        };
+        written.map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     Ok(Scratch { dir, home, work, talaria_home })
 }
@@ -687,7 +712,7 @@ fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scra
     let scratch = match shared {
         Some(s) => s,
         None => {
-            fresh = scratch()?;
+            fresh = scratch(spec, opts)?;
             &fresh
         }
     };
@@ -932,7 +957,7 @@ fn run(opts: &Options, args: &[String]) -> Result<(), String> {
     let mut homes = Vec::new();
     if opts.reuse_home {
         for spec in &opts.programs {
-            let home = scratch()?;
+            let home = scratch(spec, opts)?;
             match run_once(spec, opts, 0, Some(&home)) {
                 Ok(r) => eprintln!("{} warm-up run: {}", spec.name, progress_line(&r, &figs)),
                 Err(e) => eprintln!("{} warm-up run: FAILED: {e}", spec.name),
@@ -1002,6 +1027,9 @@ fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: 
     for (spec, res) in opts.programs.iter().zip(results) {
         let _ = writeln!(out, "\n## {}\n", spec.name);
         let _ = writeln!(out, "- command: `{}`", spec.argv.join(" "));
+        for (path, content) in opts.home_files.get(&spec.name).into_iter().flatten() {
+            let _ = writeln!(out, "- HOME/{} written before each start: `{content}`", path.display());
+        }
         for note in opts.notes.get(&spec.name).into_iter().flatten() {
             let _ = writeln!(out, "- {note}");
         }

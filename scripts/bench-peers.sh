@@ -13,7 +13,9 @@
 #   PEER_INSTALL_TIMEOUT=300 seconds allowed for each peer's npm install
 #
 # Peers run without credentials, so their first frame is their sign-in / onboarding screen; the
-# report says so. Talaria runs with no API key, so it uses its built-in demo model.
+# report says so. Talaria runs with no API key, so it uses its built-in demo model. Codex CLI's
+# first start in a fresh HOME also installs its app-server daemon there; pass --reuse-home to
+# measure later starts instead (one unmeasured warm-up run, then the same HOME for every run).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,7 +58,7 @@ version() {
 
 args=()
 if [ "$with_talaria" = 1 ]; then
-  args+=(--program talaria --note "talaria=no API key: the built-in demo model; fresh TALARIA_HOME per run")
+  args+=(--program talaria --note "talaria=no API key: the built-in demo model")
 fi
 
 if install @openai/codex; then
@@ -75,9 +77,17 @@ if install @anthropic-ai/claude-code; then
     claude="$(find "$prefix/node_modules/@anthropic-ai" -mindepth 2 -maxdepth 2 -type f -name claude -size +1M | head -n 1)"
   fi
   if [ -n "$claude" ]; then
+    v="@anthropic-ai/claude-code $(version @anthropic-ai/claude-code) from npm"
     args+=(--program "claude=$claude"
-      --note "claude=@anthropic-ai/claude-code $(version @anthropic-ai/claude-code) from npm"
-      --note "claude=no credentials: its first frame is the onboarding (theme / sign-in) screen")
+      --note "claude=$v"
+      --note "claude=no credentials: its first frame is the onboarding (welcome / theme) screen")
+    # Offline, Claude Code exits right after that screen when it cannot reach its API, which
+    # leaves no RSS or idle figures; with onboarding marked done it shows the folder-trust
+    # dialog instead and stays, so this second entry measures a running Claude Code.
+    args+=(--program "claude-onboarded=$claude"
+      --home-file 'claude-onboarded:.claude.json={"hasCompletedOnboarding":true,"theme":"dark"}'
+      --note "claude-onboarded=$v"
+      --note "claude-onboarded=no credentials, onboarding marked done: its first frame is the folder-trust dialog")
   else
     echo "bench-peers: @anthropic-ai/claude-code installed but no claude binary was found; skipping it" >&2
   fi
