@@ -2,16 +2,18 @@
 //!
 //! ```text
 //! cargo bench --bench pty_bench -- [--runs 10] [--idle-secs 10] [--program NAME[=COMMAND ARGS...]]...
-//! scripts/bench-peers.sh            # installs Codex CLI and Claude Code from npm, runs all three
+//! scripts/bench-peers.sh            # installs Codex CLI and Claude Code from npm, runs them all
 //! ```
 //!
 //! Each run spawns the program in a fresh 120×40 PTY with a fresh temporary `HOME`, `XDG_*` dirs,
-//! `TALARIA_HOME` and working directory, and an environment reduced to a short allow-list (so no
-//! API keys: Talaria falls back to its demo model, peers show their sign-in screen). The driver
+//! `TALARIA_HOME` and working directory (under /var/tmp; `--reuse-home` keeps one set per
+//! program after a warm-up run), and an environment reduced to a short allow-list (so no API
+//! keys: Talaria falls back to its demo model, peers show their sign-in screen). The driver
 //! answers the terminal queries programs send at start-up (cursor position, device attributes,
 //! OSC 10/11/4 colours, kitty keyboard flags, DECRQM, XTVERSION, window size, XTGETTCAP) the way a
-//! modern terminal would, and measures over the whole process tree (a Node launcher in front of a
-//! native binary counts):
+//! modern terminal would, and measures over the whole process tree — descendants, the session, and
+//! daemons that inherited the run's `PTY_BENCH_RUN` variable (a Node launcher in front of a native
+//! binary counts, and so does Codex's app-server daemon):
 //!
 //! 1. time from spawn to first frame: the moment the read returns the output chunk after which
 //!    the screen first holds at least `--min-chars` visible non-blank characters (no settle wait);
@@ -26,8 +28,11 @@
 //! integration tests and benchmarks and builds the binary first, with the bench profile (which
 //! inherits `release`), so `cargo bench` measures `target/release/talaria`.
 //!
+//! A program that exits after its first frame (Claude Code offline) keeps its first-frame time;
+//! the report says which later figures lack it and shows its last screen.
+//!
 //! Run without `--bench` (as `cargo test --benches` does) it only checks its terminal-query
-//! answers and exits.
+//! answers and its parsing helpers, and exits.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write as _;
@@ -66,6 +71,8 @@ usage: cargo bench --bench pty_bench -- [options]
   --out FILE                          also write the Markdown report to FILE
   --reuse-home                        keep one HOME/TALARIA_HOME/cwd per program across its runs,
                                       after one unmeasured warm-up run (default: fresh per run)
+  --scratch-dir DIR                   where the per-run HOME, TALARIA_HOME and cwd are made
+                                      (default /var/tmp; not /tmp, where Codex prints a warning)
   --save-output DIR                   keep each run's raw terminal output as DIR/NAME-RUN.out and
                                       the final screen as DIR/NAME-RUN.screen (for diagnosis)
 ";
@@ -84,6 +91,10 @@ fn main() {
                 std::process::exit(1);
             }
         }
+    }
+    if args.iter().any(|a| a == "-h" || a == "--help") {
+        print!("{USAGE}");
+        return;
     }
     let opts = match Options::parse(&args) {
         Ok(o) => o,
@@ -124,6 +135,7 @@ struct Options {
     out: Option<PathBuf>,
     save_output: Option<PathBuf>,
     reuse_home: bool,
+    scratch_dir: PathBuf,
 }
 
 fn default_talaria() -> ProgramSpec {
@@ -147,6 +159,7 @@ impl Options {
             out: None,
             save_output: None,
             reuse_home: false,
+            scratch_dir: default_scratch_dir(),
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -162,7 +175,6 @@ impl Options {
             };
             match flag {
                 "--bench" => {}
-                "-h" | "--help" => return Err("help requested".into()),
                 "--program" => o.programs.push(parse_program(&value()?)?),
                 "--note" => {
                     let v = value()?;
@@ -183,14 +195,15 @@ impl Options {
                 }
                 "--baseline" => o.baseline = value()?,
                 "--runs" => o.runs = parse_num(flag, &value()?)?,
-                "--idle-secs" => o.idle = Duration::from_secs_f64(parse_num(flag, &value()?)?),
-                "--rss-delay-secs" => o.rss_delay = Duration::from_secs_f64(parse_num(flag, &value()?)?),
+                "--idle-secs" => o.idle = parse_secs(flag, &value()?)?,
+                "--rss-delay-secs" => o.rss_delay = parse_secs(flag, &value()?)?,
                 "--cols" => o.cols = parse_num(flag, &value()?)?,
                 "--rows" => o.rows = parse_num(flag, &value()?)?,
                 "--min-chars" => o.min_chars = parse_num(flag, &value()?)?,
-                "--timeout-secs" => o.timeout = Duration::from_secs_f64(parse_num(flag, &value()?)?),
+                "--timeout-secs" => o.timeout = parse_secs(flag, &value()?)?,
                 "--out" => o.out = Some(PathBuf::from(value()?)),
                 "--reuse-home" => o.reuse_home = true,
+                "--scratch-dir" => o.scratch_dir = PathBuf::from(value()?),
                 "--save-output" => o.save_output = Some(PathBuf::from(value()?)),
                 other => return Err(format!("unknown argument {other:?}")),
             }
@@ -213,6 +226,23 @@ impl Options {
         }
         Ok(o)
     }
+}
+
+/// Not /tmp: Codex refuses to set up its helpers under the system temp dir and prints a warning
+/// before its first frame there. Not inside this repository either: peers would take it for the
+/// project they were started in.
+fn default_scratch_dir() -> PathBuf {
+    let var_tmp = Path::new("/var/tmp");
+    if var_tmp.is_dir() {
+        var_tmp.to_path_buf()
+    } else {
+        PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+    }
+}
+
+fn parse_secs(flag: &str, v: &str) -> Result<Duration, String> {
+    let secs: f64 = parse_num(flag, v)?;
+    Duration::try_from_secs_f64(secs).map_err(|_| format!("{flag}: {v:?} is not a number of seconds >= 0"))
 }
 
 fn parse_num<T: std::str::FromStr>(flag: &str, v: &str) -> Result<T, String> {
@@ -472,6 +502,23 @@ fn self_check() -> Result<(), String> {
     if !a.is_empty() || b != b"\x1b[2;15R" {
         return Err(format!("split CPR answered {:?} then {:?}", esc(&a), esc(&b)));
     }
+    // The pieces the report rests on.
+    let me = read_stat(std::process::id() as i32).ok_or("cannot parse /proc/self/stat")?;
+    if me.ppid <= 0 || me.comm.is_empty() {
+        return Err(format!("/proc/self/stat parsed as ppid {} comm {:?}", me.ppid, me.comm));
+    }
+    let m = stats(&[4.0, 1.0, 3.0, 2.0]).map(|s| (s.min, s.median, s.max));
+    if m != Some((1.0, 2.5, 4.0)) {
+        return Err(format!("stats of 1..4 gave {m:?}"));
+    }
+    let date = utc_string(UNIX_EPOCH + Duration::from_secs(951_782_400 + 3_660));
+    if date != "2000-02-29 01:01 UTC" {
+        return Err(format!("utc_string gave {date}"));
+    }
+    let spec = parse_program("bash=/bin/bash --norc -i")?;
+    if spec.name != "bash" || spec.argv != ["/bin/bash", "--norc", "-i"] {
+        return Err(format!("parse_program gave {spec:?}"));
+    }
     Ok(())
 }
 
@@ -649,13 +696,11 @@ struct Scratch {
 }
 
 fn scratch(spec: &ProgramSpec, opts: &Options) -> Result<Scratch, String> {
-    // Under target/tmp rather than /tmp: Codex refuses to set up its helpers in a system temp dir
-    // and prints a warning before its first frame there.
-    let parent = env!("CARGO_TARGET_TMPDIR");
+    let parent = &opts.scratch_dir;
     let dir = tempfile::Builder::new()
         .prefix("pty-bench-")
         .tempdir_in(parent)
-        .map_err(|e| format!("cannot create a temp dir in {parent}: {e}"))?;
+        .map_err(|e| format!("cannot create a temp dir in {}: {e}", parent.display()))?;
     let home = dir.path().join("home");
     let work = dir.path().join("work");
     let talaria_home = dir.path().join("talaria-home");
