@@ -69,6 +69,8 @@ usage: cargo bench --bench pty_bench -- [options]
   --min-chars K                       visible non-blank characters that make a first frame (default 20)
   --timeout-secs S                    give up on a run without a first frame after S (default 60)
   --out FILE                          also write the Markdown report to FILE
+  --quick                             3 runs, 3 s idle (later options still override)
+  FILTER                              measure only programs whose pty_bench/NAME contains FILTER
   --reuse-home                        keep one HOME/TALARIA_HOME/cwd per program across its runs,
                                       after one unmeasured warm-up run (default: fresh per run)
   --scratch-dir DIR                   where the per-run HOME, TALARIA_HOME and cwd are made
@@ -103,6 +105,10 @@ fn main() {
             std::process::exit(2);
         }
     };
+    if opts.programs.is_empty() {
+        eprintln!("pty_bench: no program matches the filter; nothing to measure");
+        return;
+    }
     if let Err(e) = run(&opts, &args) {
         eprintln!("pty_bench: {e}");
         std::process::exit(1);
@@ -161,6 +167,7 @@ impl Options {
             reuse_home: false,
             scratch_dir: default_scratch_dir(),
         };
+        let mut filters: Vec<String> = Vec::new();
         let mut it = args.iter();
         while let Some(arg) = it.next() {
             let (flag, inline) = match arg.split_once('=') {
@@ -205,11 +212,22 @@ impl Options {
                 "--reuse-home" => o.reuse_home = true,
                 "--scratch-dir" => o.scratch_dir = PathBuf::from(value()?),
                 "--save-output" => o.save_output = Some(PathBuf::from(value()?)),
+                // criterion's quick mode, for `cargo bench -- --quick` over every bench
+                "--quick" => {
+                    o.runs = 3;
+                    o.idle = Duration::from_secs(3);
+                }
+                other if !other.starts_with('-') => filters.push(other.to_string()),
                 other => return Err(format!("unknown argument {other:?}")),
             }
         }
         if o.programs.is_empty() {
             o.programs.push(default_talaria());
+        }
+        // Like criterion's name filters (`cargo bench NAME` passes NAME to every bench): keep the
+        // programs whose `pty_bench/NAME` contains one of them; none left means nothing to do.
+        if !filters.is_empty() {
+            o.programs.retain(|p| filters.iter().any(|f| format!("pty_bench/{}", p.name).contains(f.as_str())));
         }
         if o.runs == 0 || o.cols == 0 || o.rows == 0 {
             return Err("--runs, --cols and --rows must be at least 1".into());
@@ -295,7 +313,7 @@ enum Query {
     /// `OSC 4 ; n ; ?`
     PaletteColor { index: u16, bel: bool },
     /// `DCS + q Pt ST` (XTGETTCAP)
-    TermcapQuery,
+    Termcap,
 }
 
 impl Query {
@@ -314,7 +332,7 @@ impl Query {
             Query::ColorScheme => "colour-scheme".into(),
             Query::DynamicColor { which, .. } => format!("OSC {which}"),
             Query::PaletteColor { .. } => "OSC 4".into(),
-            Query::TermcapQuery => "XTGETTCAP".into(),
+            Query::Termcap => "XTGETTCAP".into(),
         }
     }
 
@@ -344,7 +362,7 @@ impl Query {
                 format!("\x1b]{which};rgb:{rgb}{}", st(*bel))
             }
             Query::PaletteColor { index, bel } => format!("\x1b]4;{index};rgb:8080/8080/8080{}", st(*bel)),
-            Query::TermcapQuery => "\x1bP0+r\x1b\\".into(),
+            Query::Termcap => "\x1bP0+r\x1b\\".into(),
         };
         s.into_bytes()
     }
@@ -405,7 +423,7 @@ impl vte::Perform for QueryCollector {
 
     fn unhook(&mut self) {
         if std::mem::take(&mut self.in_tcap) {
-            self.found.push(Query::TermcapQuery);
+            self.found.push(Query::Termcap);
         }
     }
 }
@@ -612,7 +630,7 @@ struct TreeSample {
 fn sample_tree(tracked: &Tracked) -> TreeSample {
     let t = tree(tracked);
     let mut rss: Vec<(u64, &str)> = t.iter().map(|p| (rss_kib(p.pid), p.comm.as_str())).collect();
-    rss.sort_by(|a, b| b.0.cmp(&a.0));
+    rss.sort_by_key(|r| std::cmp::Reverse(r.0));
     TreeSample {
         rss_kib: rss.iter().map(|r| r.0).sum(),
         cpu_ticks: t.iter().map(|p| p.cpu_ticks).sum(),

@@ -66,7 +66,7 @@ if install @openai/codex; then
   codex="$prefix/node_modules/.bin/codex"
   args+=(--program "codex=$codex"
     --note "codex=@openai/codex $(version @openai/codex) from npm, started through its Node launcher"
-    --note "codex=no credentials: its first frame is the sign-in screen")
+    --note "codex=no credentials: it opens on its sign-in screen (a fresh HOME also installs its app-server daemon first)")
 fi
 
 if install @anthropic-ai/claude-code; then
