@@ -204,7 +204,8 @@ async fn a_bang_command_runs_locally_and_its_output_reaches_the_next_request() {
     let out = home.run(&["exec", "-c", "--base-url", &url, "what did it print?"]).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
     let messages = server.chat_requests()[0].body["messages"].as_array().unwrap().clone();
-    let note = messages.iter().find(|m| m["content"].as_str().is_some_and(|c| c.contains("[The user ran a shell command]")));
+    let note =
+        messages.iter().find(|m| m["content"].as_str().is_some_and(|c| c.contains("[The user ran a shell command]")));
     let note = note.expect("the command's output is context for the next message");
     let text = note["content"].as_str().unwrap();
     assert!(text.contains("$ echo bang-output-42") && text.contains("Exit code: 0"), "{text}");
@@ -215,8 +216,7 @@ async fn a_bang_command_runs_locally_and_its_output_reaches_the_next_request() {
 #[tokio::test(flavor = "multi_thread")]
 async fn typed_messages_come_back_as_input_history_in_the_next_run() {
     let home = Home::new();
-    let server =
-        ScriptedServer::start([ScriptedResponse::text("one"), ScriptedResponse::text("two")]).await.unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("one"), ScriptedResponse::text("two")]).await.unwrap();
     let url = server.base_url();
     assert_eq!(home.run(&["exec", "--base-url", &url, "first typed line"]).await.status.code(), Some(0));
     let out = home.run(&["exec", "--json", "--base-url", &url, "second"]).await;

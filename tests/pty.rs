@@ -68,7 +68,7 @@ fn quit(p: &mut Pty) -> u32 {
             return status.exit_code();
         }
         let screen = p.contents();
-        if !confirmed && (screen.contains("Quit") || screen.contains("quit?") || screen.contains("(y/n)")) {
+        if !confirmed && screen.contains(" Quit? ") {
             p.send(b"y");
             confirmed = true;
         }
@@ -98,6 +98,37 @@ fn is_zombie(pid: i32) -> bool {
         .ok()
         .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
         .unwrap_or(true)
+}
+
+/// The process group of `pid` (field 5 of /proc/<pid>/stat).
+fn pgid_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Live (non-zombie) processes in process group `pgid`.
+fn group_members(pgid: i32) -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| pgid_of(pid) == Some(pgid) && !is_zombie(pid))
+        .collect()
+}
+
+/// Live processes started with TALARIA_HOME = `home` (talaria itself, its reaper, its jobs).
+fn processes_of_home(home: &std::path::Path) -> Vec<i32> {
+    let want = format!("TALARIA_HOME={}", home.display()).into_bytes();
+    let Ok(dir) = std::fs::read_dir("/proc") else { return Vec::new() };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|s| s.parse::<i32>().ok()))
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/environ"))
+                .map(|env| env.split(|&b| b == 0).any(|var| var == want.as_slice()))
+                .unwrap_or(false)
+                && !is_zombie(pid)
+        })
+        .collect()
 }
 
 fn alive(pid: i32) -> bool {
@@ -194,6 +225,9 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     assert_eq!(pids.len(), 1, "exactly one sleep 300: {pids:?}");
     let pid = pids[0];
     assert!(alive(pid));
+    let pgid = pgid_of(pid).expect("sleep's process group");
+    let me = pgid_of(std::process::id() as i32).expect("our process group");
+    assert_ne!(pgid, me, "the job runs in its own process group");
     p.wait_for("job_1", WAIT);
 
     // Focus the panes (Tab on an empty input), kill the selected job, confirm.
@@ -201,14 +235,43 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     p.send(b"\t");
     std::thread::sleep(Duration::from_millis(200));
     p.send(b"k");
-    std::thread::sleep(Duration::from_millis(200));
+    p.wait_for(" Kill job_1? ", WAIT);
+    p.wait_for("$ sleep 300", WAIT);
     p.send(b"y");
-    wait_until("sleep 300 to die", || !alive(pid));
+    wait_until("the job's process group to end", || group_members(pgid).is_empty());
+    assert!(!alive(pid));
     send_esc(&p);
 
     let code = quit(&mut p);
     assert_eq!(code, 0);
     wait_until("no sleep 300 left", || pids_with_cmdline(&["sleep", "300"]).is_empty());
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+}
+
+#[test]
+fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
+    let home = Home::new();
+    let model = Model::start(vec![
+        ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 301","background":true}"#),
+        ScriptedResponse::text("Started it in the background."),
+    ]);
+    let mut p = spawn(&home, &model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("start the long thing in the background");
+    p.send(b"\r");
+    p.wait_for("Started it in the background.", WAIT);
+    p.wait_for("job_1", WAIT);
+    let pids = pids_with_cmdline(&["sleep", "301"]);
+    assert_eq!(pids.len(), 1, "exactly one sleep 301: {pids:?}");
+    assert!(!processes_of_home(home.path()).is_empty(), "the environ scan sees talaria");
+
+    p.wait_for(" message ", WAIT);
+    p.send(b"\x04");
+    p.wait_for("1 background job is running. Kill the jobs and quit?", WAIT);
+    p.send(b"y");
+    assert_eq!(p.wait_exit(WAIT), Some(0));
+    wait_until("sleep 301 to be killed", || !alive(pids[0]));
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
 }
 
 #[test]
@@ -242,7 +305,9 @@ fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
 
     let code = quit(&mut p);
     assert_eq!(code, 0);
-    wait_until("the resume hint", || after_alt_screen(&p.raw_text()).contains("Resume this session with: talaria --resume "));
+    wait_until("the resume hint", || {
+        after_alt_screen(&p.raw_text()).contains("Resume this session with: talaria --resume ")
+    });
     let raw = p.raw_text();
     let after = after_alt_screen(&raw);
     let id = after

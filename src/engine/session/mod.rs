@@ -409,7 +409,10 @@ impl Engine {
         let _ = self.env.store.history_push(&cwd_text, &text).await;
         if let Some(command) = crate::engine::bang::parse_bang(&text) {
             if self.turn.is_some() {
-                self.notice(NoticeLevel::Warn, "`!command` runs when the agent is idle; press Esc to stop the turn first");
+                self.notice(
+                    NoticeLevel::Warn,
+                    "`!command` runs when the agent is idle; press Esc to stop the turn first",
+                );
                 self.events().send(Event::RestoreInput { text });
             } else {
                 self.begin_bang(command.to_string());

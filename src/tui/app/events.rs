@@ -28,7 +28,17 @@ pub(crate) fn log_lines(text: &str) -> Vec<Line<'static>> {
 impl App {
     pub(super) fn on_engine(&mut self, event: Event, ops: &mut Vec<Op>) {
         match event {
-            Event::SessionReady { session_id, title, model, provider, demo, cwd, busy_mode, history, input_history } => {
+            Event::SessionReady {
+                session_id,
+                title,
+                model,
+                provider,
+                demo,
+                cwd,
+                busy_mode,
+                history,
+                input_history,
+            } => {
                 let switched = self.session.session_id.as_deref() != Some(session_id.as_str());
                 for text in &input_history {
                     self.push_history(text.trim());
