@@ -37,7 +37,11 @@ impl Pty {
         let mut reader = pair.master.try_clone_reader().expect("reader");
         let writer: Arc<Mutex<Box<dyn Write + Send>>> =
             Arc::new(Mutex::new(pair.master.take_writer().expect("writer")));
-        let screen = Arc::new(Mutex::new(vt100::Parser::new(rows, cols, 0)));
+        let screen = Arc::new(Mutex::new(vt100::Parser::new(
+            std::num::NonZeroU16::new(rows.max(1)).expect("rows > 0"),
+            std::num::NonZeroU16::new(cols.max(1)).expect("cols > 0"),
+            0,
+        )));
         let raw = Arc::new(Mutex::new(Vec::new()));
         {
             let screen = screen.clone();

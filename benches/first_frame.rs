@@ -1,0 +1,132 @@
+//! Time from spawning the real `talaria` in a pseudo-terminal to its first frame (the
+//! " message " input box on screen), for a new session and for `--resume` of a
+//! 10,000-message session (also until that session's last message is on screen).
+//! Prints min / median / max over 10 runs; asserts nothing about speed.
+
+#[path = "../tests/common/pty.rs"]
+mod pty;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use pty::Pty;
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::engine::llm::ToolCall;
+use talaria::engine::store::{Store, StoredMessage};
+use talaria::paths::Paths;
+
+const RUNS: usize = 10;
+const MESSAGES: usize = 10_000;
+const LAST_TEXT: &str = "the very last answer of the long session";
+const DEADLINE: Duration = Duration::from_secs(60);
+
+fn message(i: usize) -> StoredMessage {
+    let (role, tool_calls, tool_call_id) = match i % 3 {
+        0 => ("user", Vec::new(), None),
+        1 => ("assistant", vec![ToolCall::new(format!("c{i}"), "terminal", "{\"command\":\"cargo test\"}")], None),
+        _ => ("tool", Vec::new(), Some(format!("c{}", i - 1))),
+    };
+    StoredMessage {
+        role: role.into(),
+        content: Some(format!("message {i}: {}", "some ordinary words of a conversation ".repeat(8))),
+        tool_calls,
+        tool_call_id,
+        tool_name: (role == "tool").then(|| "terminal".to_string()),
+        display_kind: None,
+    }
+}
+
+/// Wait until the screen shows `needle`; the time from `start`.
+fn time_until(p: &Pty, needle: &str, start: Instant) -> Duration {
+    let deadline = start + DEADLINE;
+    loop {
+        if p.contents().contains(needle) {
+            return start.elapsed();
+        }
+        assert!(Instant::now() < deadline, "no {needle:?} within {DEADLINE:?}; screen:\n{}", p.contents());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn quit(mut p: Pty) {
+    p.send(b"\x04");
+    if p.wait_exit(Duration::from_secs(20)).is_none() {
+        eprintln!("talaria did not exit after Ctrl+D; killing it");
+    }
+}
+
+fn summary(label: &str, mut times: Vec<Duration>) {
+    times.sort();
+    let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    println!(
+        "{label:<52} min {:>7.1} ms   median {:>7.1} ms   max {:>7.1} ms   ({} runs)",
+        ms(times[0]),
+        ms(times[times.len() / 2]),
+        ms(times[times.len() - 1]),
+        times.len()
+    );
+}
+
+fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path) -> String {
+    let paths = Paths::under(home);
+    paths.ensure_dirs().expect("dirs");
+    let store = Store::open(&paths.state_db).expect("open store");
+    rt.block_on(async {
+        let id = store.create_session("m", &cwd.display().to_string(), None).await.expect("session");
+        for i in 0..MESSAGES - 1 {
+            store.append_message(&id, message(i)).await.expect("append");
+        }
+        let last = StoredMessage {
+            role: "assistant".into(),
+            content: Some(LAST_TEXT.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            display_kind: None,
+        };
+        store.append_message(&id, last).await.expect("append");
+        store.flush().await.expect("flush");
+        id
+    })
+}
+
+fn main() {
+    // `cargo bench` passes `--bench`; a filter argument other than ours skips the run.
+    if std::env::args().skip(1).any(|a| !a.starts_with('-') && !"first_frame".contains(a.as_str())) {
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let server = rt.block_on(ScriptedServer::start([ScriptedResponse::text("unused")])).expect("scripted server");
+    let url = server.base_url();
+    let home = tempfile::tempdir().expect("temp home");
+    let cwd = home.path().join("work");
+    std::fs::create_dir_all(&cwd).expect("work dir");
+    let base = ["--base-url", url.as_str(), "--model", "m"];
+
+    let mut fresh = Vec::new();
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let p = Pty::spawn(home.path(), &cwd, &base, 120, 36);
+        fresh.push(time_until(&p, " message ", start));
+        quit(p);
+    }
+
+    let made = Instant::now();
+    let id = long_session(&rt, home.path(), &cwd);
+    println!("(created a {MESSAGES}-message session in {:.1} s)", made.elapsed().as_secs_f64());
+    let mut args = base.to_vec();
+    args.extend_from_slice(&["--resume", id.as_str()]);
+    let (mut frame, mut last) = (Vec::new(), Vec::new());
+    for _ in 0..RUNS {
+        let start = Instant::now();
+        let p = Pty::spawn(home.path(), &cwd, &args, 120, 36);
+        frame.push(time_until(&p, " message ", start));
+        last.push(time_until(&p, LAST_TEXT, start));
+        quit(p);
+    }
+
+    println!("talaria first frame in a 120x36 PTY (debug or release as built by cargo bench):");
+    summary("new session: spawn -> input box", fresh);
+    summary(&format!("--resume {MESSAGES} messages: spawn -> input box"), frame);
+    summary(&format!("--resume {MESSAGES} messages: spawn -> last message shown"), last);
+}
