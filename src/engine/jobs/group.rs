@@ -51,7 +51,9 @@ pub fn process_alive(pid: i32, start_ticks: Option<u64>) -> bool {
 /// Does any non-zombie process of group `pgid` remain?
 pub fn group_alive(pgid: i32) -> bool {
     let Ok(entries) = std::fs::read_dir("/proc") else {
-        return false;
+        // No /proc (macOS): probe the group with signal 0. Zombies still count there until
+        // they are reaped, so a kill may wait out its grace period.
+        return pgid > 1 && nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), None).is_ok();
     };
     entries.flatten().any(|entry| {
         let name = entry.file_name();
