@@ -157,12 +157,17 @@ pub(super) fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawned, Str
 /// them open). Marking rather than closing keeps std's exec-error pipe working. Only
 /// async-signal-safe calls: this runs between fork and exec. Old kernels without
 /// close_range simply skip it.
+#[cfg(target_os = "linux")]
 pub(super) fn close_inherited_fds_on_exec() {
     // SAFETY: a raw syscall with integer arguments; it touches no memory.
     unsafe {
         libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
     }
 }
+
+/// Elsewhere there is no close_range; commands may inherit stray descriptors.
+#[cfg(not(target_os = "linux"))]
+pub(super) fn close_inherited_fds_on_exec() {}
 
 /// `<shell> -c` script: remember the final working directory in `cwd_file` on exit
 /// (a trap, not an inherited fd, which daemons would hold open).
