@@ -229,3 +229,42 @@ async fn typed_messages_come_back_as_input_history_in_the_next_run() {
         ready["data"]["input_history"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect();
     assert!(history.contains(&"first typed line".to_string()), "{history:?}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_denies_what_needs_approval_unless_yes_and_never_runs_hardline() {
+    let home = Home::new();
+    let marker = home.work().join("cleaned");
+    std::fs::create_dir_all(&marker).unwrap();
+    let dangerous = r#"{"command":"rm -r cleaned"}"#;
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", dangerous),
+        ScriptedResponse::text("denied, fine"),
+        ScriptedResponse::tool_call("c2", "terminal", dangerous),
+        ScriptedResponse::text("done"),
+        ScriptedResponse::tool_call("c3", "terminal", r#"{"command":"rm -rf /"}"#),
+        ScriptedResponse::text("refused"),
+    ])
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let tool_result = |i: usize| -> Value {
+        let messages = server.chat_requests()[i].body["messages"].as_array().unwrap().clone();
+        serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+    };
+
+    let out = home.run(&["exec", "--base-url", &url, "clean up"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let denied = tool_result(1);
+    assert!(denied["error"].as_str().unwrap().contains("--yes"), "{denied}");
+    assert!(marker.exists(), "a command needing approval did not run");
+
+    let out = home.run(&["exec", "--yes", "--base-url", &url, "clean up"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(tool_result(3)["exit_code"], 0, "{}", tool_result(3));
+    assert!(!marker.exists(), "--yes allowed it");
+
+    let out = home.run(&["exec", "--yes", "--base-url", &url, "wipe"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let refused = tool_result(5);
+    assert!(refused["error"].as_str().unwrap().contains("never allowed"), "{refused}");
+}
