@@ -98,14 +98,27 @@ pub struct LogView {
     pub scroll: usize,
     /// A log request is on its way (don't ask again until it answers).
     pub inflight: bool,
+    /// The last search (`/` in the log view); `n`/`N` move between its matches.
+    pub search: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Modal {
-    Help { scroll: usize },
+    Help {
+        scroll: usize,
+    },
     QuitConfirm,
-    KillConfirm { id: JobId },
-    WritePrompt { id: JobId, text: String },
+    KillConfirm {
+        id: JobId,
+    },
+    WritePrompt {
+        id: JobId,
+        text: String,
+    },
+    /// Typing a search for the open log view.
+    LogSearch {
+        text: String,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -360,7 +373,7 @@ impl App {
 
     fn on_paste(&mut self, text: &str) {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
-        if let Some(Modal::WritePrompt { text: buf, .. }) = &mut self.modal {
+        if let Some(Modal::WritePrompt { text: buf, .. } | Modal::LogSearch { text: buf }) = &mut self.modal {
             buf.push_str(text.lines().next().unwrap_or(""));
             return;
         }
@@ -410,6 +423,37 @@ impl App {
     fn scroll_transcript_down(&mut self, n: usize) {
         let a = self.transcript_area;
         self.transcript.scroll_down(n, a.width, usize::from(a.height), &self.theme);
+    }
+
+    /// Scroll the log so the nearest line containing the search is the bottom line:
+    /// `older` searches upwards from the current bottom, otherwise downwards.
+    pub(crate) fn log_find(&mut self, older: bool) -> bool {
+        let Some(view) = &mut self.log_view else { return false };
+        let Some(query) = view.search.clone().filter(|q| !q.is_empty()) else { return false };
+        let query = query.to_lowercase();
+        let len = view.lines.len();
+        if len == 0 {
+            return false;
+        }
+        let bottom = len - 1 - view.scroll.min(len - 1);
+        let text_of = |i: usize| -> String {
+            view.lines[i].spans.iter().map(|s| s.content.as_ref()).collect::<String>().to_lowercase()
+        };
+        let found = if older {
+            (0..bottom).rev().find(|&i| text_of(i).contains(&query))
+        } else {
+            (bottom + 1..len).find(|&i| text_of(i).contains(&query))
+        };
+        // The first search also looks at the bottom line itself.
+        let found = found.or_else(|| text_of(bottom).contains(&query).then_some(bottom));
+        match found {
+            Some(i) => {
+                view.follow = false;
+                view.scroll = len - 1 - i;
+                true
+            }
+            None => false,
+        }
     }
 
     fn log_scroll_up(&mut self, n: usize) {

@@ -353,3 +353,31 @@ fn status_line_with_context_use() {
     assert!(text.contains("ctx 42%"), "{text}");
     insta::assert_snapshot!(text);
 }
+
+#[test]
+fn slash_in_a_job_log_searches_and_n_goes_to_older_matches() {
+    let mut app = app();
+    let running = job(&app, "job_1", "make", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: running });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    let text: Vec<String> = (1..=50)
+        .map(|i| if i == 10 || i == 30 { format!("line {i} ERROR here") } else { format!("line {i}") })
+        .collect();
+    feed(&mut app, Event::JobLog { id: "job_1".into(), text: text.join("\n"), first_line: 1, total_lines: 50 });
+    key(&mut app, KeyCode::Char('/'), KeyModifiers::NONE);
+    for c in "error".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    let view = app.log_view.as_ref().expect("log view open");
+    assert_eq!(view.search.as_deref(), Some("error"));
+    assert!(!view.follow, "a search stops following");
+    assert_eq!(view.lines.len() - 1 - view.scroll, 29, "the newest match (line 30) is at the bottom");
+    key(&mut app, KeyCode::Char('n'), KeyModifiers::NONE);
+    let view = app.log_view.as_ref().unwrap();
+    assert_eq!(view.lines.len() - 1 - view.scroll, 9, "n goes to the older match (line 10)");
+    key(&mut app, KeyCode::Char('N'), KeyModifiers::SHIFT);
+    let view = app.log_view.as_ref().unwrap();
+    assert_eq!(view.lines.len() - 1 - view.scroll, 29, "N comes back to the newer one");
+}

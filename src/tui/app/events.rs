@@ -282,6 +282,7 @@ impl App {
             follow: true,
             scroll: 0,
             inflight: true,
+            search: None,
         });
     }
 
@@ -296,6 +297,7 @@ impl App {
             follow: true,
             scroll: 0,
             inflight: false,
+            search: None,
         });
     }
 }

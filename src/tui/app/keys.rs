@@ -122,6 +122,33 @@ impl App {
     }
 
     fn modal_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
+        if let Some(Modal::LogSearch { text }) = &mut self.modal {
+            let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+            match key.code {
+                KeyCode::Enter => {
+                    let query = std::mem::take(text);
+                    self.modal = None;
+                    if let Some(view) = &mut self.log_view {
+                        view.search = Some(query.clone());
+                    }
+                    if !self.log_find(true) {
+                        self.transcript.push(CellBody::Notice {
+                            level: NoticeLevel::Info,
+                            text: format!("no line in the log contains \"{query}\""),
+                        });
+                    }
+                }
+                KeyCode::Esc => self.modal = None,
+                KeyCode::Backspace => {
+                    text.pop();
+                }
+                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.modal = None,
+                KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
+                KeyCode::Char(c) if plain => text.push(c),
+                _ => {}
+            }
+            return;
+        }
         if let Some(Modal::WritePrompt { id, text }) = &mut self.modal {
             let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
             match key.code {
@@ -144,7 +171,7 @@ impl App {
         let context = match &self.modal {
             Some(Modal::Help { .. }) => Context::Help,
             Some(Modal::QuitConfirm | Modal::KillConfirm { .. }) => Context::Confirm,
-            Some(Modal::WritePrompt { .. }) | None => return,
+            Some(Modal::WritePrompt { .. } | Modal::LogSearch { .. }) | None => return,
         };
         let page = self.page_rows();
         for action in self.keymap.actions(context, key) {
@@ -214,6 +241,13 @@ impl App {
                     if let Some(id) = job_id.clone() {
                         self.ask_write(id);
                     }
+                }
+                Action::Search => self.modal = Some(Modal::LogSearch { text: String::new() }),
+                Action::NextMatch => {
+                    self.log_find(true);
+                }
+                Action::PrevMatch => {
+                    self.log_find(false);
                 }
                 Action::Close => self.log_view = None,
                 other => {

@@ -78,6 +78,10 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
             ];
             draw_question(frame, area, app, format!(" Write to {id} "), lines);
         }
+        Some(Modal::LogSearch { text }) => {
+            let lines = vec![format!("/{text}▏"), String::new(), "Enter search · Esc cancel".to_string()];
+            draw_question(frame, area, app, " Search the log ".to_string(), lines);
+        }
         None => {}
     }
     if let Some(approval) = app.approvals.front() {
@@ -233,7 +237,10 @@ pub fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
         let first = view.first_line.max(1);
         format!("lines {}–{} of {}", first, first + shown_lines - 1, view.total_lines.max(shown_lines))
     };
-    let follow = if view.follow { "follow on" } else { "follow off" };
+    let follow = match &view.search {
+        Some(q) if !q.is_empty() => format!("/{q} (n older · N newer)"),
+        _ => (if view.follow { "follow on" } else { "follow off" }).to_string(),
+    };
     let footer = format!(
         " {range} · {follow} · {} follow · {} kill · {} poll · {} write · {} close ",
         keys_of(app, Context::Log, Action::Follow),
