@@ -294,8 +294,10 @@ fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
         .ok()
         .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('T')))
         .unwrap_or(false);
-    // SKIPPED ASSERTION: src/tui/ has no Ctrl+Z / SIGTSTP handling yet (raw mode swallows
-    // the key, so nothing stops the process). When it lands, assert `stopped` here.
+    // Not asserted: the TUI handles Ctrl+Z by restoring the terminal and raising SIGTSTP,
+    // but this pseudo-terminal has no job control (no shell owns it), so the kernel discards
+    // the stop for an orphaned process group. tests/tui_essentials.rs checks the hand-over
+    // and re-entry of the terminal instead.
     eprintln!("Ctrl+Z stopped the process: {stopped}");
     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT);
     if stopped {
@@ -316,4 +318,30 @@ fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
         .and_then(|rest| rest.split_whitespace().next())
         .expect("a session id after --resume");
     assert!(!id.is_empty());
+}
+
+#[test]
+fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
+    for signal in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGHUP] {
+        let home = Home::new();
+        let model = Model::start(vec![
+            ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 302","background":true}"#),
+            ScriptedResponse::text("Started it in the background."),
+        ]);
+        let mut p = spawn(&home, &model, &[]);
+        p.wait_for(" message ", WAIT);
+        p.type_text("start it");
+        p.send(b"\r");
+        p.wait_for("Started it in the background.", WAIT);
+        let pids = pids_with_cmdline(&["sleep", "302"]);
+        assert_eq!(pids.len(), 1, "exactly one sleep 302: {pids:?}");
+        let pid = p.child.process_id().expect("child pid") as i32;
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
+        assert!(p.wait_exit(WAIT).is_some(), "talaria exits on {signal}");
+        wait_until("the job to be killed", || !alive(pids[0]));
+        wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+        let raw = p.raw_text();
+        let left = raw.rfind("\x1b[?1049l").expect("the alternate screen was left");
+        assert!(raw.rfind("\x1b[?1049h").unwrap() < left, "{signal}: the terminal was restored last");
+    }
 }

@@ -222,6 +222,12 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let (mut input, input_task) = spawn_input();
     let mut input_guard = AbortOnDrop(input_task);
     draw(terminal, app)?;
+    // SIGTERM, SIGHUP and SIGINT from outside never ask: shut the engine down (it kills every
+    // job's process group), then the caller restores the terminal and exits.
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut sigterm = signal(SignalKind::terminate())?;
+    let mut sighup = signal(SignalKind::hangup())?;
+    let mut sigint = signal(SignalKind::interrupt())?;
     let mut next_tick: Option<tokio::time::Instant> = None;
     loop {
         app.now = Instant::now();
@@ -282,6 +288,19 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             () = sleep_until_opt(quit_by) => {
                 tracing::warn!("the engine did not finish shutting down within {SHUTDOWN_WAIT:?}");
                 break;
+            }
+            Some(()) = async {
+                tokio::select! {
+                    s = sigterm.recv() => s,
+                    s = sighup.recv() => s,
+                    s = sigint.recv() => s,
+                }
+            } => {
+                tracing::info!("signal received; shutting down");
+                if matches!(app.exit, ExitState::Running) {
+                    let ops = app.quit_now();
+                    send_ops(&engine, ops, app)?;
+                }
             }
         }
         if let Some(note) = app.notification.take() {

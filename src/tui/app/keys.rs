@@ -78,6 +78,13 @@ impl App {
     }
 
     /// Stop the turn, kill running jobs, and ask the engine to shut down.
+    /// Quit without asking (a signal from outside): interrupt, kill jobs, shut down.
+    pub fn quit_now(&mut self) -> Vec<Op> {
+        let mut ops = Vec::new();
+        self.begin_quit(&mut ops);
+        ops
+    }
+
     pub(super) fn begin_quit(&mut self, ops: &mut Vec<Op>) {
         if self.busy {
             ops.push(Op::Interrupt);
