@@ -10,16 +10,15 @@ mod inproc;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::Stdio;
 use std::time::Duration;
 
-use common::{stderr, stdout, Home};
+use common::{slow_stream, spawn_json, stderr, stdout, Home};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use talaria::engine::llm::scripted::{text_chunks, ScriptedResponse, ScriptedServer, DONE};
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
+use tokio::io::{BufReader, Lines};
 use tokio::process::{Child, ChildStdout};
 
 const LOST: &str = "[lost: talaria exited before this tool finished]";
@@ -28,29 +27,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// The messages of a recorded chat request, as the JSON that was sent.
 fn sent(request: &talaria::engine::llm::scripted::RecordedRequest) -> Vec<Value> {
     request.body["messages"].as_array().expect("messages array").clone()
-}
-
-/// A stream that takes minutes: long enough to kill talaria in the middle of it.
-fn slow_stream() -> ScriptedResponse {
-    let mut payloads = text_chunks(&"slowly ".repeat(400), 4);
-    payloads.push(DONE.to_string());
-    ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))
-}
-
-/// `talaria exec --json …` with stdout piped for reading events as they come.
-fn spawn_json(home: &Home, args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = home
-        .command()
-        .arg("exec")
-        .arg("--json")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn talaria");
-    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    (child, lines)
 }
 
 /// Read JSON events until one has this `type` (and passes `pred`).

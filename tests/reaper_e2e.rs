@@ -7,38 +7,14 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{stderr, Home};
+use common::{slow_stream, spawn_json, stderr, Home};
 use serde_json::Value;
 use talaria::engine::jobs::group;
-use talaria::engine::llm::scripted::{
-    finish_chunk, text_chunks, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE,
-};
-use tokio::io::{AsyncBufReadExt, BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
+use talaria::engine::llm::scripted::{finish_chunk, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE};
+use tokio::io::{BufReader, Lines};
+use tokio::process::ChildStdout;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-/// A stream that takes minutes, keeping talaria busy and alive.
-fn slow_stream() -> ScriptedResponse {
-    let mut payloads = text_chunks(&"slowly ".repeat(400), 4);
-    payloads.push(DONE.to_string());
-    ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))
-}
-
-fn spawn_json(home: &Home, args: &[&str]) -> (Child, Lines<BufReader<ChildStdout>>) {
-    let mut child = home
-        .command()
-        .arg("exec")
-        .arg("--json")
-        .args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn talaria");
-    let lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    (child, lines)
-}
 
 async fn wait_event(lines: &mut Lines<BufReader<ChildStdout>>, kind: &str) -> Value {
     let deadline = tokio::time::Instant::now() + DEADLINE;

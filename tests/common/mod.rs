@@ -59,3 +59,31 @@ pub fn stdout(o: &Output) -> String {
 pub fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
+
+/// A stream that takes minutes: keeps talaria busy (and alive) until the test kills it.
+pub fn slow_stream() -> talaria::engine::llm::scripted::ScriptedResponse {
+    use talaria::engine::llm::scripted::{text_chunks, ScriptedResponse, DONE};
+    let mut payloads = text_chunks(&"slowly ".repeat(400), 4);
+    payloads.push(DONE.to_string());
+    ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))
+}
+
+/// Lines of a child's stdout, read as they come.
+pub type JsonLines = tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>;
+
+/// `talaria exec --json …` with stdout piped for reading events as they come.
+pub fn spawn_json(home: &Home, args: &[&str]) -> (tokio::process::Child, JsonLines) {
+    use tokio::io::AsyncBufReadExt;
+    let mut child = home
+        .command()
+        .arg("exec")
+        .arg("--json")
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn talaria");
+    let lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
+    (child, lines)
+}
