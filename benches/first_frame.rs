@@ -3,6 +3,10 @@
 //! 10,000-message session (also until that session's last message is on screen).
 //! Prints min / median / max over 10 runs; asserts nothing about speed.
 
+mod common;
+
+use common::*;
+
 #[path = "../tests/common/pty.rs"]
 mod pty;
 
@@ -11,7 +15,6 @@ use std::time::{Duration, Instant};
 
 use pty::Pty;
 use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
-use talaria::engine::llm::ToolCall;
 use talaria::engine::store::{Store, StoredMessage};
 use talaria::paths::Paths;
 
@@ -19,22 +22,6 @@ const RUNS: usize = 10;
 const MESSAGES: usize = 10_000;
 const LAST_TEXT: &str = "the very last answer of the long session";
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn message(i: usize) -> StoredMessage {
-    let (role, tool_calls, tool_call_id) = match i % 3 {
-        0 => ("user", Vec::new(), None),
-        1 => ("assistant", vec![ToolCall::new(format!("c{i}"), "terminal", "{\"command\":\"cargo test\"}")], None),
-        _ => ("tool", Vec::new(), Some(format!("c{}", i - 1))),
-    };
-    StoredMessage {
-        role: role.into(),
-        content: Some(format!("message {i}: {}", "some ordinary words of a conversation ".repeat(8))),
-        tool_calls,
-        tool_call_id,
-        tool_name: (role == "tool").then(|| "terminal".to_string()),
-        display_kind: None,
-    }
-}
 
 /// Wait until the screen shows `needle`; the time from `start`.
 fn time_until(p: &Pty, needle: &str, start: Instant) -> Duration {

@@ -8,6 +8,10 @@
 //!
 //! Run with `cargo bench --bench jobs`; it prints Markdown tables.
 
+mod common;
+
+use common::*;
+
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -15,7 +19,6 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use talaria::config::Config;
-use talaria::engine::jobs::group::{group_alive, proc_stat};
 use talaria::engine::jobs::{JobsHandle, JobsOptions, ReaperMode, SpawnSpec};
 use talaria::engine::EventSink;
 use talaria::paths::Paths;
@@ -196,7 +199,7 @@ async fn kill_once(jobs: &JobsHandle, command: &str) -> anyhow::Result<(Duration
     let pgid = spawned.pid as i32;
     // Kill the real `sleep`, not a shell that has not started it yet.
     let members = wait_for_comm_in_group(pgid, "sleep").await?;
-    let watcher = GroupWatcher::start(pgid, members);
+    let watcher = GroupWatcher::start(pgid, members, STEP_TIMEOUT);
     let started = Instant::now();
     tokio::time::timeout(STEP_TIMEOUT, jobs.kill(&spawned.id))
         .await
@@ -236,55 +239,6 @@ async fn wait_for_comm_in_group(pgid: i32, comm: &str) -> anyhow::Result<Vec<i32
             bail!("no `{comm}` appeared in process group {pgid} within 10 s");
         }
         tokio::time::sleep(Duration::from_millis(2)).await;
-    }
-}
-
-fn group_members(pgid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| member_alive(*pid, pgid))
-        .collect()
-}
-
-fn member_alive(pid: i32, pgid: i32) -> bool {
-    matches!(proc_stat(pid), Some(s) if s.pgrp == pgid && s.state != 'Z' && s.state != 'X')
-}
-
-fn read_comm(pid: i32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
-}
-
-/// A thread that notes when a process group is gone: it polls the group's known members
-/// every 200 µs (cheap), then confirms with a full /proc scan (the definition: no
-/// non-zombie process with that pgid).
-struct GroupWatcher {
-    thread: std::thread::JoinHandle<Instant>,
-}
-
-impl GroupWatcher {
-    fn start(pgid: i32, members: Vec<i32>) -> GroupWatcher {
-        let thread = std::thread::spawn(move || {
-            let deadline = Instant::now() + STEP_TIMEOUT;
-            loop {
-                if !members.iter().any(|pid| member_alive(*pid, pgid)) {
-                    let at = Instant::now();
-                    if !group_alive(pgid) {
-                        return at;
-                    }
-                }
-                if Instant::now() > deadline {
-                    return Instant::now();
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        });
-        GroupWatcher { thread }
-    }
-
-    fn join(self) -> anyhow::Result<Instant> {
-        self.thread.join().map_err(|_| anyhow::anyhow!("the group watcher thread panicked"))
     }
 }
 
@@ -355,29 +309,6 @@ impl RssSampler {
 }
 
 // ---- reporting -------------------------------------------------------------------------
-
-fn machine_line() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    let load: Vec<&str> = load.split_whitespace().take(3).collect();
-    format!("machine: {cores} cores, {cpu}; load average at start: {}", load.join(" "))
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
 
 fn row_f64(label: &str, values: &[f64]) {
     let mut v = values.to_vec();

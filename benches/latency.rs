@@ -9,6 +9,10 @@
 //!
 //! Run with `cargo bench --bench latency`; it prints a Markdown table.
 
+mod common;
+
+use common::*;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,11 +20,10 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use talaria::config::Config;
 use talaria::engine::approval::PromptPolicy;
-use talaria::engine::jobs::group::{group_alive, proc_stat};
+use talaria::engine::jobs::group::group_alive;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
 use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
-use talaria::engine::llm::ToolCall;
-use talaria::engine::store::{Store, StoredMessage};
+use talaria::engine::store::Store;
 use talaria::engine::{EngineOptions, SessionChoice};
 use talaria::paths::Paths;
 use talaria::protocol::{Event, Op, TurnOutcome};
@@ -226,7 +229,7 @@ async fn interrupt_once(
 ) -> anyhow::Result<(Duration, Duration)> {
     let (mut engine, pgid, members) =
         engine_with_sleep(&tmp.join(format!("interrupt-{run}")), server, store, run).await?;
-    let watcher = GroupWatcher::start(pgid, members);
+    let watcher = GroupWatcher::start(pgid, members, STEP_TIMEOUT);
     let started = Instant::now();
     engine.send(Op::Interrupt)?;
     let finished = engine
@@ -261,23 +264,6 @@ async fn appends(db: &Path) -> anyhow::Result<Vec<Duration>> {
         .collect();
     eprintln!("appends over 1 ms: {} of {}: {}", slow.len(), times.len(), slow.join(", "));
     Ok(times)
-}
-
-/// A mix of ordinary messages: user text, an assistant tool call, its result.
-fn message(i: usize) -> StoredMessage {
-    let (role, tool_calls, tool_call_id) = match i % 3 {
-        0 => ("user", Vec::new(), None),
-        1 => ("assistant", vec![ToolCall::new(format!("c{i}"), "terminal", "{\"command\":\"cargo test\"}")], None),
-        _ => ("tool", Vec::new(), Some(format!("c{}", i - 1))),
-    };
-    StoredMessage {
-        role: role.into(),
-        content: Some(format!("message {i}: {}", "some ordinary words of a conversation ".repeat(8))),
-        tool_calls,
-        tool_call_id,
-        tool_name: None,
-        display_kind: None,
-    }
 }
 
 // ---- processes -------------------------------------------------------------------------
@@ -317,23 +303,6 @@ fn children_of(parent: i32) -> Vec<i32> {
         .collect()
 }
 
-fn group_members(pgid: i32) -> Vec<i32> {
-    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
-    entries
-        .flatten()
-        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
-        .filter(|pid| member_alive(*pid, pgid))
-        .collect()
-}
-
-fn member_alive(pid: i32, pgid: i32) -> bool {
-    matches!(proc_stat(pid), Some(s) if s.pgrp == pgid && s.state != 'Z' && s.state != 'X')
-}
-
-fn read_comm(pid: i32) -> Option<String> {
-    std::fs::read_to_string(format!("/proc/{pid}/comm")).ok().map(|s| s.trim_end().to_string())
-}
-
 async fn wait_group_gone(pgid: i32) -> anyhow::Result<()> {
     let deadline = Instant::now() + STEP_TIMEOUT;
     while group_alive(pgid) {
@@ -345,65 +314,7 @@ async fn wait_group_gone(pgid: i32) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// A thread that notes when a process group is gone: it polls the group's known members
-/// every 200 µs (cheap), then confirms with a full /proc scan (the definition: no
-/// non-zombie process with that pgid).
-struct GroupWatcher {
-    thread: std::thread::JoinHandle<Instant>,
-}
-
-impl GroupWatcher {
-    fn start(pgid: i32, members: Vec<i32>) -> GroupWatcher {
-        let thread = std::thread::spawn(move || {
-            let deadline = Instant::now() + STEP_TIMEOUT;
-            loop {
-                if !members.iter().any(|pid| member_alive(*pid, pgid)) {
-                    let at = Instant::now();
-                    if !group_alive(pgid) {
-                        return at;
-                    }
-                }
-                if Instant::now() > deadline {
-                    return Instant::now();
-                }
-                std::thread::sleep(Duration::from_micros(200));
-            }
-        });
-        GroupWatcher { thread }
-    }
-
-    fn join(self) -> anyhow::Result<Instant> {
-        self.thread.join().map_err(|_| anyhow::anyhow!("the group watcher thread panicked"))
-    }
-}
-
 // ---- reporting -------------------------------------------------------------------------
-
-fn loadavg() -> String {
-    let text = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
-    text.split_whitespace().take(3).collect::<Vec<_>>().join(" ")
-}
-
-fn machine_line() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("model name").map(|v| v.trim_start_matches([' ', '\t', ':']).to_string()))
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
-    format!("machine: {cores} cores, {cpu}; load average at start: {}", loadavg())
-}
-
-/// Nearest-rank percentile of sorted values.
-fn percentile(sorted: &[f64], q: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len());
-    sorted[rank - 1]
-}
 
 fn row(label: &str, target: &str, values: &[Duration]) {
     if values.is_empty() {

@@ -1,27 +1,14 @@
 //! Cost of persisting one message (append_message awaited) and of loading a
 //! 10,000-message session.
 
+mod common;
+
+use common::*;
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion};
-use talaria::engine::llm::ToolCall;
-use talaria::engine::store::{Store, StoredMessage};
-
-fn message(i: usize) -> StoredMessage {
-    let (role, tool_calls, tool_call_id) = match i % 3 {
-        0 => ("user", Vec::new(), None),
-        1 => ("assistant", vec![ToolCall::new(format!("c{i}"), "terminal", "{\"command\":\"cargo test\"}")], None),
-        _ => ("tool", Vec::new(), Some(format!("c{}", i - 1))),
-    };
-    StoredMessage {
-        role: role.into(),
-        content: Some(format!("message {i}: {}", "some ordinary words of a conversation ".repeat(8))),
-        tool_calls,
-        tool_call_id,
-        tool_name: None,
-        display_kind: None,
-    }
-}
+use talaria::engine::store::Store;
 
 fn bench_store(c: &mut Criterion) {
     let dir = tempfile::tempdir().expect("temp dir");
