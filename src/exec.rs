@@ -21,7 +21,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
-    let _ = engine.ops.send(Op::Submit { text: prompt, mode: None });
+    let _ = engine.ops.send(Op::Submit { text: prompt.clone(), mode: None });
     let mut printer = Printer { json: options.json, mid_line: false };
     let mut outcome: Option<TurnOutcome> = None;
     let mut interrupted = false;
@@ -37,8 +37,8 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                         // exec runs one turn; stop before a job notification could start another.
                         let _ = engine.ops.send(Op::Shutdown);
                     }
-                    Event::RestoreInput { .. } if !submitted => {
-                        // The message was not sent (e.g. paused).
+                    Event::RestoreInput { text } if !submitted && *text == prompt => {
+                        // Our prompt came back unsent (e.g. paused).
                         outcome = Some(TurnOutcome::Failed);
                         let _ = engine.ops.send(Op::Shutdown);
                     }
