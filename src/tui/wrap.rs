@@ -44,35 +44,38 @@ pub fn wrap_line(line: &RLine, width: u16) -> Vec<Line<'static>> {
     let hang = usize::from(line.hang).min(width.saturating_sub(1) / 2);
     let mut rows: Vec<Line<'static>> = Vec::new();
     let mut row = Row::new(0);
-    for span in &line.spans {
-        let style = span.style;
-        for token in tokens(&span.content) {
-            let tw = str_width(token.text);
-            if row.width + tw <= width {
-                row.push(token.text, style);
-                continue;
+    for word in words(&line.spans) {
+        let tw: usize = word.pieces.iter().map(|(t, _)| str_width(t)).sum();
+        if row.width + tw <= width {
+            for (text, style) in &word.pieces {
+                row.push(text, *style);
             }
-            if token.space {
-                // A break at a space: the space itself disappears.
-                rows.push(row.finish());
-                row = Row::new(hang);
-                continue;
+            continue;
+        }
+        if word.space {
+            // A break at a space: the space itself disappears.
+            rows.push(row.finish());
+            row = Row::new(hang);
+            continue;
+        }
+        if tw <= width - hang && row.width > row.indent {
+            rows.push(row.finish());
+            row = Row::new(hang);
+            for (text, style) in &word.pieces {
+                row.push(text, *style);
             }
-            if tw <= width - hang && row.width > row.indent {
-                rows.push(row.finish());
-                row = Row::new(hang);
-                row.push(token.text, style);
-                continue;
-            }
-            // Too long for any row (or the row is empty): split by characters.
-            for c in token.text.chars() {
+            continue;
+        }
+        // Too long for any row (or the row is empty): split by characters.
+        for (text, style) in &word.pieces {
+            for c in text.chars() {
                 let cw = c.width().unwrap_or(0);
                 if row.width + cw > width && row.width > row.indent {
                     rows.push(row.finish());
                     row = Row::new(hang);
                 }
                 let mut buf = [0u8; 4];
-                row.push(c.encode_utf8(&mut buf), style);
+                row.push(c.encode_utf8(&mut buf), *style);
             }
         }
     }
@@ -163,6 +166,26 @@ struct Token<'a> {
     space: bool,
 }
 
+/// A run of spaces or a word, possibly made of several styled pieces (`**bold**:` is one
+/// word, so it never breaks between the bold part and the colon).
+struct Word<'a> {
+    pieces: Vec<(&'a str, Style)>,
+    space: bool,
+}
+
+fn words<'a>(spans: &'a [Span<'static>]) -> Vec<Word<'a>> {
+    let mut out: Vec<Word<'a>> = Vec::new();
+    for span in spans {
+        for token in tokens(&span.content) {
+            match out.last_mut() {
+                Some(last) if last.space == token.space => last.pieces.push((token.text, span.style)),
+                _ => out.push(Word { pieces: vec![(token.text, span.style)], space: token.space }),
+            }
+        }
+    }
+    out
+}
+
 /// Split into runs of spaces and runs of non-spaces.
 fn tokens(s: &str) -> impl Iterator<Item = Token<'_>> {
     let mut rest = s;
@@ -192,6 +215,13 @@ mod tests {
         let long = RLine::plain("abcdefghijklmnop", Style::default());
         assert_eq!(texts(&wrap_line(&long, 6)), vec!["abcdef", "ghijkl", "mnop"]);
         assert_eq!(texts(&wrap_line(&RLine::blank(), 6)), vec![""]);
+    }
+
+    #[test]
+    fn a_word_split_across_styles_wraps_as_one() {
+        let bold = Style::default().add_modifier(ratatui::style::Modifier::BOLD);
+        let line = RLine::new(vec![Span::raw("type a "), Span::styled("message", bold), Span::raw(": it goes")]);
+        assert_eq!(texts(&wrap_line(&line, 12)), vec!["type a", "message: it", "goes"]);
     }
 
     #[test]
