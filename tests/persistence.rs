@@ -12,14 +12,13 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{slow_stream, spawn_json, stderr, stdout, Home};
+use common::{slow_stream, spawn_json, stderr, stdout, wait_event, Home};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
-use tokio::io::{BufReader, Lines};
-use tokio::process::{Child, ChildStdout};
+use tokio::process::Child;
 
 const LOST: &str = "[lost: talaria exited before this tool finished]";
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -27,22 +26,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// The messages of a recorded chat request, as the JSON that was sent.
 fn sent(request: &talaria::engine::llm::scripted::RecordedRequest) -> Vec<Value> {
     request.body["messages"].as_array().expect("messages array").clone()
-}
-
-/// Read JSON events until one has this `type` (and passes `pred`).
-async fn wait_event(lines: &mut Lines<BufReader<ChildStdout>>, kind: &str, pred: impl Fn(&Value) -> bool) -> Value {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("no {kind} event within {DEADLINE:?}"))
-            .expect("read stdout")
-            .unwrap_or_else(|| panic!("talaria exited before a {kind} event"));
-        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
-        if event["type"] == kind && pred(&event) {
-            return event;
-        }
-    }
 }
 
 async fn kill_9(mut child: Child) {

@@ -7,29 +7,12 @@ mod common;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::{slow_stream, spawn_json, stderr, Home};
+use common::{slow_stream, spawn_json, stderr, wait_event, Home};
 use serde_json::Value;
 use talaria::engine::jobs::group;
 use talaria::engine::llm::scripted::{finish_chunk, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE};
-use tokio::io::{BufReader, Lines};
-use tokio::process::ChildStdout;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-async fn wait_event(lines: &mut Lines<BufReader<ChildStdout>>, kind: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + DEADLINE;
-    loop {
-        let line = tokio::time::timeout_at(deadline, lines.next_line())
-            .await
-            .unwrap_or_else(|_| panic!("no {kind} event within {DEADLINE:?}"))
-            .expect("read stdout")
-            .unwrap_or_else(|| panic!("talaria exited before a {kind} event"));
-        let event: Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
-        if event["type"] == kind {
-            return event;
-        }
-    }
-}
 
 /// A `kB` field of /proc/<pid>/status, in bytes.
 fn status_kb(pid: u32, field: &str) -> u64 {
@@ -50,11 +33,11 @@ async fn kill_9_leaves_no_job_process_and_the_next_start_lists_it_lost() {
     .unwrap();
     let url = server.base_url();
     let (mut child, mut lines) = spawn_json(&home, &["--base-url", &url, "start a sleeper"]);
-    let started = wait_event(&mut lines, "JobStarted").await;
+    let started = wait_event(&mut lines, "JobStarted", |_| true).await;
     let pid = started["data"]["job"]["pid"].as_u64().expect("job pid") as i32;
     assert_eq!(started["data"]["job"]["command"], "sleep 300");
     // The tool call has returned and the next answer is streaming.
-    wait_event(&mut lines, "AssistantDelta").await;
+    wait_event(&mut lines, "AssistantDelta", |_| true).await;
     assert!(group::group_alive(pid), "the background job runs");
 
     child.start_kill().unwrap();

@@ -87,3 +87,23 @@ pub fn spawn_json(home: &Home, args: &[&str]) -> (tokio::process::Child, JsonLin
     let lines = tokio::io::BufReader::new(child.stdout.take().expect("stdout")).lines();
     (child, lines)
 }
+
+/// Read JSON events until one has this `type` and passes `pred` (30 s deadline).
+pub async fn wait_event(
+    lines: &mut JsonLines,
+    kind: &str,
+    pred: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let line = tokio::time::timeout_at(deadline, lines.next_line())
+            .await
+            .unwrap_or_else(|_| panic!("no {kind} event within 30 s"))
+            .expect("read stdout")
+            .unwrap_or_else(|| panic!("talaria exited before a {kind} event"));
+        let event: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line}: {e}"));
+        if event["type"] == kind && pred(&event) {
+            return event;
+        }
+    }
+}

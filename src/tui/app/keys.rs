@@ -129,12 +129,17 @@ impl App {
     }
 
     fn modal_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
-        if let Some(Modal::LogSearch { text }) = &mut self.modal {
-            let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
-            match key.code {
-                KeyCode::Enter => {
-                    let query = std::mem::take(text);
-                    self.modal = None;
+        let (Some(Modal::LogSearch { text }) | Some(Modal::WritePrompt { text, .. })) = &mut self.modal else {
+            return self.modal_action_key(key, ops);
+        };
+        match edit_prompt_line(text, key) {
+            PromptKey::Editing => {}
+            PromptKey::Cancel => self.modal = None,
+            PromptKey::Submit => match self.modal.take() {
+                Some(Modal::WritePrompt { id, text }) => {
+                    ops.push(Op::Job { id, action: JobAction::Write { data: format!("{text}\n") } });
+                }
+                Some(Modal::LogSearch { text: query }) => {
                     if let Some(view) = &mut self.log_view {
                         view.search = Some(query.clone());
                     }
@@ -145,36 +150,12 @@ impl App {
                         });
                     }
                 }
-                KeyCode::Esc => self.modal = None,
-                KeyCode::Backspace => {
-                    text.pop();
-                }
-                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.modal = None,
-                KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
-                KeyCode::Char(c) if plain => text.push(c),
-                _ => {}
-            }
-            return;
+                other => self.modal = other,
+            },
         }
-        if let Some(Modal::WritePrompt { id, text }) = &mut self.modal {
-            let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
-            match key.code {
-                KeyCode::Enter => {
-                    let data = format!("{text}\n");
-                    ops.push(Op::Job { id: id.clone(), action: JobAction::Write { data } });
-                    self.modal = None;
-                }
-                KeyCode::Esc => self.modal = None,
-                KeyCode::Backspace => {
-                    text.pop();
-                }
-                KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => self.modal = None,
-                KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
-                KeyCode::Char(c) if plain => text.push(c),
-                _ => {}
-            }
-            return;
-        }
+    }
+
+    fn modal_action_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
         let context = match &self.modal {
             Some(Modal::Help { .. }) => Context::Help,
             Some(Modal::QuitConfirm | Modal::KillConfirm { .. }) => Context::Confirm,
@@ -490,4 +471,27 @@ impl App {
             other => ops.push(Op::Command(other)),
         }
     }
+}
+
+/// What a key did to a one-line prompt (write to stdin, log search).
+enum PromptKey {
+    Editing,
+    Submit,
+    Cancel,
+}
+
+fn edit_prompt_line(text: &mut String, key: &KeyEvent) -> PromptKey {
+    let plain = !key.modifiers.intersects(KeyModifiers::CONTROL | KeyModifiers::ALT);
+    match key.code {
+        KeyCode::Enter => return PromptKey::Submit,
+        KeyCode::Esc => return PromptKey::Cancel,
+        KeyCode::Backspace => {
+            text.pop();
+        }
+        KeyCode::Char('c') if key.modifiers.contains(KeyModifiers::CONTROL) => return PromptKey::Cancel,
+        KeyCode::Char('u') if key.modifiers.contains(KeyModifiers::CONTROL) => text.clear(),
+        KeyCode::Char(c) if plain => text.push(c),
+        _ => {}
+    }
+    PromptKey::Editing
 }
