@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::engine::EngineHandle;
+use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

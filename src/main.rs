@@ -204,7 +204,7 @@ async fn start_engine(
     store: Store,
     session: SessionChoice,
     policy: PromptPolicy,
-) -> anyhow::Result<(talaria::engine::EngineHandle, provider::ResolvedProvider)> {
+) -> anyhow::Result<(talaria::protocol::EngineHandle, provider::ResolvedProvider)> {
     let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
     let resolved =
         provider::resolve(&config.model, cli_model.as_deref(), cli_base_url.as_deref(), &config.agent, &env).await?;

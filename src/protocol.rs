@@ -5,9 +5,18 @@
 //! that must handle it. `talaria exec --json` prints each `Event` as
 //! `{"type":"<Variant>","data":{...}}`.
 
-use serde::{Deserialize, Serialize};
+pub mod commands;
 
-pub use crate::engine::commands::SlashCommand;
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc;
+
+pub use commands::{Command, SlashCommand, UiCommand};
+
+/// A front end's end of the engine: send `Op`s, receive `Event`s.
+pub struct EngineHandle {
+    pub ops: mpsc::UnboundedSender<Op>,
+    pub events: mpsc::UnboundedReceiver<Event>,
+}
 
 /// A background job id as the model and the user see it: `job_<n>`.
 pub type JobId = String;
@@ -182,14 +191,42 @@ pub struct JobInfo {
     pub last_line: String,
 }
 
+/// How a user-role message reached the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MessageOrigin {
+    /// It started the turn (or is one of the turn's own inputs).
+    #[default]
+    TurnInput,
+    /// Typed while the agent was busy and delivered into the running turn. The model read
+    /// it inside the out-of-band wrapper when it came after tool results; `text` is always
+    /// what the user typed.
+    MidTurn,
+}
+
 /// One message of a session as the UI shows it (on resume).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case", tag = "kind")]
 pub enum HistoryItem {
-    User { text: String },
-    Assistant { text: String, reasoning: Option<String> },
-    Tool { call_id: String, name: String, summary: String, outcome: ToolOutcome },
-    Notice { level: NoticeLevel, text: String },
+    User {
+        text: String,
+        #[serde(default)]
+        origin: MessageOrigin,
+    },
+    Assistant {
+        text: String,
+        reasoning: Option<String>,
+    },
+    Tool {
+        call_id: String,
+        name: String,
+        summary: String,
+        outcome: ToolOutcome,
+    },
+    Notice {
+        level: NoticeLevel,
+        text: String,
+    },
 }
 
 /// Slow-changing facts for the status line.
@@ -231,6 +268,8 @@ pub enum Event {
     UserMessage {
         text: String,
         trigger: TurnTrigger,
+        #[serde(default)]
+        origin: MessageOrigin,
     },
     /// Messages typed while busy that have not reached the model yet.
     PendingChanged {

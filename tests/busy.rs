@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 use talaria::config::Config;
 use talaria::engine::approval::{Approver, PromptPolicy};
 use talaria::engine::context::ContextMeter;
+use talaria::engine::history::wrap_out_of_band;
 use talaria::engine::jobs::{group, JobsHandle, JobsOptions, ReaperMode};
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
 use talaria::engine::llm::scripted::{
@@ -21,7 +22,7 @@ use talaria::engine::llm::scripted::{
 use talaria::engine::store::Store;
 use talaria::engine::tools::terminal::YIELD_NOTE;
 use talaria::engine::tools::{Concurrency, Registry, Tool, ToolCtx, ToolResult};
-use talaria::engine::turn::{run_turn, wrap_out_of_band, TurnControl, TurnEnv, TurnInput};
+use talaria::engine::turn::{run_turn, TurnControl, TurnEnv, TurnInput};
 use talaria::engine::{EngineOptions, EventSink, SessionChoice};
 use talaria::paths::Paths;
 use talaria::protocol::{Approval, BusyMode, Event, JobStatus, Op, TurnOutcome, TurnTrigger};

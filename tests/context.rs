@@ -6,7 +6,8 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use talaria::engine::bang;
-use talaria::engine::compact::{self, SUMMARY_HEADER};
+use talaria::engine::compaction::plan as compact;
+use talaria::engine::compaction::SUMMARY_HEADER;
 use talaria::engine::context::ContextMeter;
 use talaria::engine::instructions;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};

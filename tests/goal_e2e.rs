@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use talaria::engine::commands::{GateCmd, GoalCmd};
 use talaria::engine::llm::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 use talaria::engine::SessionChoice;
+use talaria::protocol::commands::{GateCmd, GoalCmd};
 use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
 
 /// How long a check that something does NOT happen watches.

@@ -4,7 +4,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::commands::{format_interval, HeartbeatCmd, HEARTBEAT_FLOOR_S};
+use crate::protocol::commands::{format_interval, HeartbeatCmd, HEARTBEAT_FLOOR_S};
 
 /// `state_meta` key of a session's heartbeat.
 pub fn state_key(session_id: &str) -> String {

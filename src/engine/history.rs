@@ -2,16 +2,60 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde_json::Value;
+use serde_json::{json, Value};
 
 use crate::engine::llm::{ChatMessage, Role, ToolCall};
 use crate::engine::store::StoredMessage;
 use crate::engine::tools::Registry;
-use crate::engine::turn::outcome_from_kind;
-use crate::protocol::HistoryItem;
+use crate::protocol::{HistoryItem, MessageOrigin, ToolOutcome};
 
 /// The result given to a tool call that never got one (talaria died mid-tool).
 pub const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
+
+/// The marker around messages delivered mid-turn (DESIGN §3).
+pub const OOB_OPEN: &str =
+    "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]";
+pub const OOB_CLOSE: &str = "[/OUT-OF-BAND USER MESSAGE]";
+
+/// Wrap messages typed while the agent was busy into one out-of-band user message.
+pub fn wrap_out_of_band(messages: &[String]) -> String {
+    format!("{OOB_OPEN}\n{}\n{OOB_CLOSE}", messages.join("\n\n"))
+}
+
+/// The text inside an out-of-band wrapper, for display (None when `text` is not wrapped).
+pub fn unwrap_out_of_band(text: &str) -> Option<&str> {
+    text.strip_prefix(OOB_OPEN)?.strip_suffix(OOB_CLOSE).map(str::trim)
+}
+
+/// A message as a row for the store.
+pub fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
+    StoredMessage {
+        role: message.role.as_str().to_string(),
+        content: message.content.clone(),
+        tool_calls: message.tool_calls.clone(),
+        tool_call_id: message.tool_call_id.clone(),
+        tool_name: None,
+        display_kind,
+    }
+}
+
+/// Display facts of a tool result, kept with the row so a resumed transcript shows them.
+pub fn outcome_kind(outcome: &ToolOutcome) -> String {
+    json!({"ok": outcome.ok, "exit_code": outcome.exit_code, "status": outcome.status, "duration_ms": outcome.duration_ms})
+        .to_string()
+}
+
+/// Parse what `outcome_kind` stored.
+pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
+    let v: Value = kind.and_then(|k| serde_json::from_str(k).ok()).unwrap_or(Value::Null);
+    ToolOutcome {
+        ok: v.get("ok").and_then(Value::as_bool).unwrap_or(true),
+        exit_code: v.get("exit_code").and_then(Value::as_i64).map(|c| c as i32),
+        status: v.get("status").and_then(Value::as_str).map(str::to_string),
+        duration_ms: v.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
+        result: result.to_string(),
+    }
+}
 
 pub fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
     let role = match row.role.as_str() {
@@ -91,7 +135,14 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
         match row.role.as_str() {
-            "user" => items.push(HistoryItem::User { text: row.content.clone().unwrap_or_default() }),
+            "user" => {
+                let text = row.content.clone().unwrap_or_default();
+                let item = match unwrap_out_of_band(&text) {
+                    Some(inner) => HistoryItem::User { text: inner.to_string(), origin: MessageOrigin::MidTurn },
+                    None => HistoryItem::User { text, origin: MessageOrigin::TurnInput },
+                };
+                items.push(item);
+            }
             "assistant" => {
                 let text = row.content.clone().unwrap_or_default();
                 if !text.is_empty() {
@@ -149,5 +200,26 @@ mod tests {
         let (fixed, fillers) = repair(history);
         assert_eq!(fillers.len(), 1);
         assert_eq!(fixed.last(), Some(&ChatMessage::tool("a", LOST_RESULT)));
+    }
+
+    #[test]
+    fn out_of_band_wrapper_joins_messages_in_order() {
+        let text = wrap_out_of_band(&["first".into(), "second".into()]);
+        assert_eq!(text, format!("{OOB_OPEN}\nfirst\n\nsecond\n{OOB_CLOSE}"),);
+        assert!(text.starts_with("[OUT-OF-BAND USER MESSAGE — a direct message from the user"));
+        assert_eq!(unwrap_out_of_band(&text), Some("first\n\nsecond"));
+        assert_eq!(unwrap_out_of_band("plain"), None);
+    }
+
+    #[test]
+    fn outcome_round_trips_through_display_kind() {
+        let o = ToolOutcome {
+            ok: false,
+            exit_code: Some(2),
+            status: Some("timeout".into()),
+            duration_ms: 12,
+            result: "{}".into(),
+        };
+        assert_eq!(outcome_from_kind(Some(&outcome_kind(&o)), "{}"), o);
     }
 }

@@ -2,9 +2,8 @@
 
 pub mod activity;
 pub mod approval;
+pub mod args;
 pub mod bang;
-pub mod commands;
-pub mod compact;
 pub mod compaction;
 pub mod context;
 pub mod estop;
@@ -14,6 +13,7 @@ pub mod instructions;
 pub mod jobs;
 pub mod llm;
 pub mod mentions;
+pub mod signals;
 pub mod store;
 pub mod tools;
 
@@ -26,10 +26,6 @@ use crate::protocol::Event;
 pub struct EventSink(mpsc::UnboundedSender<Event>);
 
 impl EventSink {
-    pub fn new(tx: mpsc::UnboundedSender<Event>) -> EventSink {
-        EventSink(tx)
-    }
-
     /// A sink and the receiving end (tests, exec).
     pub fn channel() -> (EventSink, mpsc::UnboundedReceiver<Event>) {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -40,12 +36,6 @@ impl EventSink {
     pub fn send(&self, event: Event) {
         let _ = self.0.send(event);
     }
-}
-
-/// A front end's end of the engine: send `Op`s, receive `Event`s.
-pub struct EngineHandle {
-    pub ops: mpsc::UnboundedSender<crate::protocol::Op>,
-    pub events: mpsc::UnboundedReceiver<Event>,
 }
 
 pub mod history;

@@ -12,28 +12,15 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::engine::activity::Activity;
 use crate::engine::approval::Approver;
+use crate::engine::compaction::{self, Compactor};
 use crate::engine::context::ContextMeter;
+use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band};
 use crate::engine::jobs::JobsHandle;
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
-use crate::engine::store::{Store, StoredMessage};
+use crate::engine::store::Store;
 use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
 use crate::engine::EventSink;
-use crate::protocol::{Event, NoticeLevel, ToolOutcome, TurnOutcome, TurnTrigger};
-
-/// The marker around messages delivered mid-turn (DESIGN §3).
-pub const OOB_OPEN: &str =
-    "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]";
-pub const OOB_CLOSE: &str = "[/OUT-OF-BAND USER MESSAGE]";
-
-/// Wrap messages typed while the agent was busy into one out-of-band user message.
-pub fn wrap_out_of_band(messages: &[String]) -> String {
-    format!("{OOB_OPEN}\n{}\n{OOB_CLOSE}", messages.join("\n\n"))
-}
-
-/// The text inside an out-of-band wrapper, for display (None when `text` is not wrapped).
-pub fn unwrap_out_of_band(text: &str) -> Option<&str> {
-    text.strip_prefix(OOB_OPEN)?.strip_suffix(OOB_CLOSE).map(str::trim)
-}
+use crate::protocol::{Event, MessageOrigin, NoticeLevel, ToolOutcome, TurnOutcome, TurnTrigger};
 
 /// What stays the same for every turn of a session.
 #[derive(Clone)]
@@ -131,7 +118,9 @@ pub async fn run_turn(
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
     for input in inputs {
-        push_user(&env, &mut history, input.text, trigger.clone(), input.display_kind).await;
+        let shown = input.text.clone();
+        push_user(&env, &mut history, input.text, shown, trigger.clone(), MessageOrigin::TurnInput, input.display_kind)
+            .await;
     }
     let max_iterations = env.config.agent.max_iterations.max(1);
     // Messages already counted by the meter.
@@ -285,7 +274,7 @@ pub fn fixed_context(env: &TurnEnv) -> Vec<ChatMessage> {
 /// Compact before a request would overflow the window, and say so in the transcript.
 async fn auto_compact(env: &TurnEnv, history: Vec<ChatMessage>, meter: &mut ContextMeter) -> Vec<ChatMessage> {
     env.events.send(Event::notice(NoticeLevel::Info, format!("{} — compacting older turns…", meter.label())));
-    match crate::engine::compaction::compact_history(env, history, None).await {
+    match compaction::compact_history(&compactor(env), history, None).await {
         Ok(done) => {
             let mut all = fixed_context(env);
             all.extend_from_slice(&done.history);
@@ -303,23 +292,37 @@ async fn auto_compact(env: &TurnEnv, history: Vec<ChatMessage>, meter: &mut Cont
     }
 }
 
+/// What a compaction of this session needs (owned: `/compact` runs it as its own task).
+pub fn compactor(env: &TurnEnv) -> Compactor {
+    Compactor {
+        provider: env.provider.clone(),
+        model: env.model.clone(),
+        store: env.store.clone(),
+        session_id: env.session_id.clone(),
+        context_window: env.config.model.context_window,
+    }
+}
+
 fn failure_text(error: &LlmError) -> String {
     format!(
         "model request failed: {error}. Your message is kept; press Enter on an empty input or /retry to try again."
     )
 }
 
+/// Add a user-role message: `text` is what the model reads, `shown` what the user typed.
 async fn push_user(
     env: &TurnEnv,
     history: &mut Vec<ChatMessage>,
     text: String,
+    shown: String,
     trigger: TurnTrigger,
+    origin: MessageOrigin,
     display_kind: Option<String>,
 ) {
-    let message = ChatMessage::user(text.clone());
+    let message = ChatMessage::user(text);
     persist(env, &message, display_kind).await;
     history.push(message);
-    env.events.send(Event::UserMessage { text, trigger });
+    env.events.send(Event::UserMessage { text: shown, trigger, origin });
 }
 
 /// Deliver messages typed while busy: one user message, wrapped when delivered after tools.
@@ -330,15 +333,26 @@ async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec
     }
     env.events.send(Event::PendingChanged { pending: Vec::new() });
     let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
+    let shown = messages.join("\n\n");
     let (text, kind) =
-        if wrapped { (wrap_out_of_band(&messages), Some("oob".to_string())) } else { (messages.join("\n\n"), None) };
-    push_user(env, history, text, TurnTrigger::User, kind).await;
+        if wrapped { (wrap_out_of_band(&messages), Some("oob".to_string())) } else { (shown.clone(), None) };
+    push_user(env, history, text, shown, TurnTrigger::User, MessageOrigin::MidTurn, kind).await;
 }
 
 /// Job exits the model has not seen yet, as separate user messages (no wrapper).
 async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) {
     for notice in env.jobs.take_exit_notices(&env.session_id).await {
-        push_user(env, history, notice.text, TurnTrigger::JobNotification, Some("job_notice".into())).await;
+        let shown = notice.text.clone();
+        push_user(
+            env,
+            history,
+            notice.text,
+            shown,
+            TurnTrigger::JobNotification,
+            MessageOrigin::TurnInput,
+            Some("job_notice".into()),
+        )
+        .await;
     }
 }
 
@@ -359,17 +373,6 @@ pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<
     if let Err(e) = env.store.append_message(&env.session_id, stored).await {
         tracing::error!(error = %e, "could not persist a message");
         env.events.send(Event::notice(NoticeLevel::Error, format!("could not save a message: {e}")));
-    }
-}
-
-pub fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
-    StoredMessage {
-        role: message.role.as_str().to_string(),
-        content: message.content.clone(),
-        tool_calls: message.tool_calls.clone(),
-        tool_call_id: message.tool_call_id.clone(),
-        tool_name: None,
-        display_kind,
     }
 }
 
@@ -601,36 +604,9 @@ async fn finish_tool(
     env.events.send(Event::ToolFinished { call_id: call.id.clone(), outcome });
 }
 
-/// Display facts of a tool result, kept with the row so a resumed transcript shows them.
-fn outcome_kind(outcome: &ToolOutcome) -> String {
-    json!({"ok": outcome.ok, "exit_code": outcome.exit_code, "status": outcome.status, "duration_ms": outcome.duration_ms})
-        .to_string()
-}
-
-/// Parse what `outcome_kind` stored.
-pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
-    let v: Value = kind.and_then(|k| serde_json::from_str(k).ok()).unwrap_or(Value::Null);
-    ToolOutcome {
-        ok: v.get("ok").and_then(Value::as_bool).unwrap_or(true),
-        exit_code: v.get("exit_code").and_then(Value::as_i64).map(|c| c as i32),
-        status: v.get("status").and_then(Value::as_str).map(str::to_string),
-        duration_ms: v.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
-        result: result.to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn out_of_band_wrapper_joins_messages_in_order() {
-        let text = wrap_out_of_band(&["first".into(), "second".into()]);
-        assert_eq!(text, format!("{OOB_OPEN}\nfirst\n\nsecond\n{OOB_CLOSE}"),);
-        assert!(text.starts_with("[OUT-OF-BAND USER MESSAGE — a direct message from the user"));
-        assert_eq!(unwrap_out_of_band(&text), Some("first\n\nsecond"));
-        assert_eq!(unwrap_out_of_band("plain"), None);
-    }
 
     #[test]
     fn arguments_must_be_an_object() {
@@ -638,17 +614,5 @@ mod tests {
         assert!(parse_arguments("[1]").is_err());
         assert!(parse_arguments("{bad").unwrap_err().contains("not valid JSON"));
         assert_eq!(parse_arguments("{\"a\":1}").unwrap(), json!({"a":1}));
-    }
-
-    #[test]
-    fn outcome_round_trips_through_display_kind() {
-        let o = ToolOutcome {
-            ok: false,
-            exit_code: Some(2),
-            status: Some("timeout".into()),
-            duration_ms: 12,
-            result: "{}".into(),
-        };
-        assert_eq!(outcome_from_kind(Some(&outcome_kind(&o)), "{}"), o);
     }
 }

@@ -168,8 +168,6 @@ pub struct App {
     pub pending: Vec<String>,
     pub busy: bool,
     turn_started: Option<Instant>,
-    /// The running turn has shown something (text or a tool) already.
-    turn_output: bool,
     pub last_outcome: Option<TurnOutcome>,
     pub session: SessionFacts,
     pub status: StatusInfo,
@@ -222,7 +220,6 @@ impl App {
             pending: Vec::new(),
             busy: false,
             turn_started: None,
-            turn_output: false,
             last_outcome: None,
             session: SessionFacts { busy_mode: config.agent.busy_input_mode, ..SessionFacts::default() },
             status: StatusInfo {
@@ -272,11 +269,20 @@ impl App {
 
     /// Lay out the transcript for a frame of `area` (caches wrapped lines).
     pub fn prepare(&mut self, area: Rect) {
-        let areas = super::view::layout(area, self);
+        let areas = super::layout::layout(area, &self.layout_facts());
         self.transcript_area = areas.transcript;
         self.log_area = areas.main;
         let t = areas.transcript;
         self.visible = self.transcript.prepare(t.width, usize::from(t.height), &self.theme);
+    }
+
+    /// What the frame layout depends on.
+    pub fn layout_facts(&self) -> super::layout::LayoutFacts<'_> {
+        super::layout::LayoutFacts {
+            input_lines: self.input.lines(),
+            pending: self.pending.len(),
+            tools: self.tools.len(),
+        }
     }
 
     pub fn input_text(&self) -> String {

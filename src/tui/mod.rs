@@ -6,6 +6,7 @@
 pub mod app;
 pub mod frame;
 pub mod keymap;
+pub mod layout;
 pub mod markdown;
 pub mod theme;
 pub mod transcript;
@@ -35,8 +36,8 @@ use ratatui::backend::CrosstermBackend;
 use ratatui::{Frame, Terminal};
 
 use crate::config::Config;
-use crate::engine::EngineHandle;
 use crate::paths::Paths;
+use crate::protocol::EngineHandle;
 use app::{App, AppEvent, ExitState, TerminalRequest};
 use frame::FrameRequester;
 use keymap::Keymap;

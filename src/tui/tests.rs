@@ -14,7 +14,7 @@ use super::render;
 use super::theme::Theme;
 use crate::config::Config;
 use crate::protocol::{
-    BusyMode, Event, JobInfo, JobStatus, NoticeLevel, StatusInfo, ToolOutcome, TurnOutcome, TurnTrigger,
+    BusyMode, Event, JobInfo, JobStatus, MessageOrigin, NoticeLevel, StatusInfo, ToolOutcome, TurnOutcome, TurnTrigger,
 };
 
 const BANNER: &str = "Demo mode: no model is configured, so a scripted demo model answers.\nSet OPENAI_API_KEY or model.base_url in config.toml to use a real one.";
@@ -88,7 +88,14 @@ fn start_screen_with_demo_banner() {
 fn conversation_with_markdown_code_and_tools() {
     let mut app = app();
     feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
-    feed(&mut app, Event::UserMessage { text: "Why does the build fail?".into(), trigger: TurnTrigger::User });
+    feed(
+        &mut app,
+        Event::UserMessage {
+            text: "Why does the build fail?".into(),
+            trigger: TurnTrigger::User,
+            origin: MessageOrigin::TurnInput,
+        },
+    );
     for chunk in [
         "## Plan\n\nI'll run the **tests** and read `Cargo.toml`:\n\n",
         "- build\n- test\n\n",
@@ -110,7 +117,14 @@ fn busy_with_a_running_tool_and_pending_messages() {
     let mut app = app();
     let start = app.now;
     feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
-    feed(&mut app, Event::UserMessage { text: "run the slow tests".into(), trigger: TurnTrigger::User });
+    feed(
+        &mut app,
+        Event::UserMessage {
+            text: "run the slow tests".into(),
+            trigger: TurnTrigger::User,
+            origin: MessageOrigin::TurnInput,
+        },
+    );
     tool(&mut app, "c1", "sleep 30 && cargo test", None);
     feed(&mut app, Event::ToolOutput { call_id: "c1".into(), chunk: "running 12 tests\ntest a ... ok\n".into() });
     feed(&mut app, Event::PendingChanged { pending: vec!["also check clippy".into()] });
@@ -196,7 +210,10 @@ fn resize_reflows_without_panicking() {
 fn hostile_output_never_reaches_the_terminal_as_escape_sequences() {
     let mut app = app();
     let evil = "copy\x1b]52;c;ZXZpbA==\x07 clear\x1b[2J title\x1b]0;pwned\x07\tTAB\r\nprogress 10%\rprogress 100%";
-    feed(&mut app, Event::UserMessage { text: evil.into(), trigger: TurnTrigger::User });
+    feed(
+        &mut app,
+        Event::UserMessage { text: evil.into(), trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput },
+    );
     feed(&mut app, Event::AssistantDelta(evil.into()));
     feed(&mut app, Event::AssistantDone { text: evil.into(), reasoning: None });
     feed(&mut app, Event::ToolStarted { call_id: "c".into(), name: "terminal".into(), summary: evil.into() });
@@ -275,7 +292,7 @@ fn a_resumed_session_restores_its_transcript_and_history() {
             busy_mode: BusyMode::Steer,
             input_history: vec!["an earlier line".into()],
             history: vec![
-                HistoryItem::User { text: "list the files".into() },
+                HistoryItem::User { text: "list the files".into(), origin: MessageOrigin::TurnInput },
                 HistoryItem::Tool {
                     call_id: "c1".into(),
                     name: "terminal".into(),

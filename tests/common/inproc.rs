@@ -11,8 +11,9 @@ use talaria::config::Config;
 use talaria::engine::approval::PromptPolicy;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
 use talaria::engine::store::Store;
-use talaria::engine::{EngineHandle, EngineOptions, SessionChoice};
+use talaria::engine::{EngineOptions, SessionChoice};
 use talaria::paths::Paths;
+use talaria::protocol::EngineHandle;
 use talaria::protocol::{Event, Op};
 
 /// Every wait for an event has this deadline (a loaded 2-core machine is slow).

@@ -21,7 +21,7 @@ mod tests;
 use serde::{Deserialize, Serialize};
 
 use crate::config::GoalsConfig;
-use crate::engine::commands::{GateCmd, GoalCmd};
+use crate::protocol::commands::{GateCmd, GoalCmd};
 use crate::protocol::{NoticeLevel, TurnOutcome};
 use crate::text::tail_chars;
 use display::{gate_list, status_word};

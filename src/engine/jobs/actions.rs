@@ -10,7 +10,8 @@ use tokio::sync::watch;
 
 use super::log::read_lines;
 use super::{Job, JobsHandle};
-use crate::engine::tools::{arg_str, arg_u64, ToolSignals};
+use crate::engine::args::{arg_str, arg_u64};
+use crate::engine::signals::ToolSignals;
 use crate::protocol::{Event, JobAction, JobId, JobStatus, NoticeLevel};
 
 /// Lines `process log` shows by default, and at most.

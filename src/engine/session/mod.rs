@@ -15,7 +15,6 @@ use tokio::task::JoinHandle;
 
 use crate::config::Config;
 use crate::engine::approval::{Approver, PromptPolicy};
-use crate::engine::commands::{JobsCmd, SlashCommand, COMMANDS};
 use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
@@ -24,10 +23,13 @@ use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::store::Store;
 use crate::engine::tools::Registry;
 use crate::engine::turn::{lock, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
+use crate::engine::EventSink;
 use crate::engine::{compaction, history, instructions};
-use crate::engine::{EngineHandle, EventSink};
 use crate::paths::Paths;
-use crate::protocol::{BusyMode, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger};
+use crate::protocol::commands::{JobsCmd, SlashCommand};
+use crate::protocol::{
+    BusyMode, EngineHandle, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
+};
 
 pub const SYSTEM_PROMPT: &str = include_str!("../../../assets/system_prompt.md");
 
@@ -577,12 +579,7 @@ impl Engine {
         let busy = self.is_busy();
         let refuse = |name: &str| format!("{name} is not available while a turn runs; press Esc to stop it first");
         match command {
-            SlashCommand::Help => {
-                let lines: Vec<String> = COMMANDS.iter().map(|c| format!("{:<42} {}", c.usage, c.help)).collect();
-                self.notice(NoticeLevel::Info, lines.join("\n"));
-            }
             SlashCommand::Stop => self.interrupt(),
-            SlashCommand::Quit => {}
             SlashCommand::New if busy => self.notice(NoticeLevel::Warn, refuse("/new")),
             SlashCommand::New => {
                 let cwd = self.env.cwd().display().to_string();
@@ -681,9 +678,6 @@ impl Engine {
             }
             SlashCommand::Compact(_) if busy => self.notice(NoticeLevel::Warn, refuse("/compact")),
             SlashCommand::Compact(focus) => self.compact(focus.as_deref()).await,
-            SlashCommand::Mouse | SlashCommand::Copy => {
-                self.notice(NoticeLevel::Info, "/mouse and /copy work in the full-screen UI")
-            }
             SlashCommand::Goal(cmd) => {
                 // Nothing running that the goal must wait for. A pause or a queued message
                 // does not count: the continuation waits for them in `start_next_turn`

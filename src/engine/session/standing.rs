@@ -9,11 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use crate::engine::activity;
-use crate::engine::commands::HeartbeatCmd;
 use crate::engine::goal::{self, GateOutcome, GoalEffect, GoalMachine};
 use crate::engine::heartbeat::{self, Heartbeat};
 use crate::engine::llm::{ChatMessage, ChatRequest};
 use crate::engine::turn::{TurnControl, TurnInput};
+use crate::protocol::commands::HeartbeatCmd;
 use crate::protocol::{Event, NoticeLevel, TurnTrigger};
 
 /// Results of work done at a goal's turn boundary, coming back to the engine loop.
@@ -245,7 +245,9 @@ impl Engine {
     pub(super) async fn compact(&mut self, focus: Option<&str>) {
         self.notice(NoticeLevel::Info, "compacting older turns…");
         let history = std::mem::take(&mut self.history);
-        match crate::engine::compaction::compact_history(&self.env, history, focus).await {
+        match crate::engine::compaction::compact_history(&crate::engine::turn::compactor(&self.env), history, focus)
+            .await
+        {
             Ok(done) => {
                 self.history = done.history;
                 let mut all = crate::engine::turn::fixed_context(&self.env);

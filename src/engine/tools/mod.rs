@@ -12,13 +12,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde_json::{json, Value};
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::approval::Approver;
 use crate::engine::jobs::JobsHandle;
 use crate::engine::EventSink;
+
+pub use crate::engine::args::{arg_bool, arg_str, arg_u64};
+pub use crate::engine::signals::ToolSignals;
 
 /// How a tool may be scheduled within one model response (DESIGN §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,27 +28,6 @@ pub enum Concurrency {
     Parallel,
     /// Runs alone, in the order given (a `cd` must carry over).
     Sequential,
-}
-
-/// Signals a running tool listens to.
-#[derive(Clone)]
-pub struct ToolSignals {
-    /// Cancelled when the turn is interrupted: kill foreground work, return at once.
-    pub interrupt: CancellationToken,
-    /// Bumped each time the user asks running tools to yield (redirect, Ctrl+B). A tool
-    /// compares against the value it saw when its work started.
-    pub yield_gen: watch::Receiver<u64>,
-    /// Bumped when a message arrives that should release a `process wait` early (any mode).
-    pub release_gen: watch::Receiver<u64>,
-}
-
-impl ToolSignals {
-    /// Signals that never fire (tests, headless helpers).
-    pub fn inert() -> ToolSignals {
-        let (_, yield_gen) = watch::channel(0);
-        let (_, release_gen) = watch::channel(0);
-        ToolSignals { interrupt: CancellationToken::new(), yield_gen, release_gen }
-    }
 }
 
 /// Everything a tool call may use.
@@ -169,28 +149,5 @@ impl Registry {
                 })
             })
             .collect()
-    }
-}
-
-/// Read an optional string argument.
-pub fn arg_str<'a>(args: &'a Value, key: &str) -> Option<&'a str> {
-    args.get(key).and_then(Value::as_str)
-}
-
-/// Read an optional non-negative integer argument (accepts `"12"` too; models do that).
-pub fn arg_u64(args: &Value, key: &str) -> Option<u64> {
-    match args.get(key)? {
-        Value::Number(n) => n.as_u64().or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64)),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
-    }
-}
-
-/// Read an optional boolean argument (accepts `"true"`).
-pub fn arg_bool(args: &Value, key: &str) -> Option<bool> {
-    match args.get(key)? {
-        Value::Bool(b) => Some(*b),
-        Value::String(s) => s.trim().parse().ok(),
-        _ => None,
     }
 }

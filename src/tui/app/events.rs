@@ -7,7 +7,7 @@ use super::{
     App, ExitState, JobRow, LogSource, LogView, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
     TOOL_OUTPUT_MAX,
 };
-use crate::protocol::{Event, HistoryItem, JobAction, StatusInfo, TurnOutcome, TurnTrigger};
+use crate::protocol::{Event, HistoryItem, JobAction, MessageOrigin, StatusInfo, TurnOutcome, TurnTrigger};
 use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
 
@@ -64,24 +64,20 @@ impl App {
             }
             Event::TurnStarted { trigger: _ } => {
                 self.busy = true;
-                self.turn_output = false;
                 self.turn_started = Some(self.now);
                 self.last_outcome = None;
             }
-            Event::UserMessage { text, trigger } => {
-                let origin = match trigger {
-                    TurnTrigger::User if self.busy && self.turn_output => UserOrigin::MidTurn,
-                    TurnTrigger::User => UserOrigin::Typed,
-                    TurnTrigger::Queued => UserOrigin::Queued,
-                    TurnTrigger::JobNotification => UserOrigin::JobNotification,
-                    TurnTrigger::Heartbeat => UserOrigin::Heartbeat,
-                    TurnTrigger::Goal => UserOrigin::Goal,
-                    TurnTrigger::Retry => UserOrigin::Retry,
-                };
-                // Show what the user typed, not the wrapper the model reads.
-                let (text, origin) = match crate::engine::turn::unwrap_out_of_band(&text) {
-                    Some(inner) => (inner.to_string(), UserOrigin::MidTurn),
-                    None => (text, origin),
+            Event::UserMessage { text, trigger, origin } => {
+                let origin = match (origin, trigger) {
+                    (MessageOrigin::MidTurn, _) => UserOrigin::MidTurn,
+                    (MessageOrigin::TurnInput, trigger) => match trigger {
+                        TurnTrigger::User => UserOrigin::Typed,
+                        TurnTrigger::Queued => UserOrigin::Queued,
+                        TurnTrigger::JobNotification => UserOrigin::JobNotification,
+                        TurnTrigger::Heartbeat => UserOrigin::Heartbeat,
+                        TurnTrigger::Goal => UserOrigin::Goal,
+                        TurnTrigger::Retry => UserOrigin::Retry,
+                    },
                 };
                 self.transcript.close_assistant();
                 if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
@@ -96,18 +92,15 @@ impl App {
                 self.reset_input(joined);
             }
             Event::AssistantDelta(delta) => {
-                self.turn_output = true;
                 self.transcript.append_assistant(&delta);
             }
             Event::ReasoningDelta(delta) => {
-                self.turn_output = true;
                 self.transcript.append_reasoning(&delta);
             }
             Event::AssistantDone { text, reasoning } => {
                 self.transcript.finish_assistant(&text, reasoning.as_deref());
             }
             Event::ToolStarted { call_id, name, summary } => {
-                self.turn_output = true;
                 self.transcript.tool_started(&call_id, &name, &summary, self.now);
                 self.tools.push(RunningTool {
                     call_id,
@@ -226,10 +219,10 @@ impl App {
 
     fn restore_item(&mut self, item: HistoryItem) {
         match item {
-            HistoryItem::User { text } => {
-                let (text, origin) = match crate::engine::turn::unwrap_out_of_band(&text) {
-                    Some(inner) => (inner.to_string(), UserOrigin::MidTurn),
-                    None => (text, UserOrigin::Typed),
+            HistoryItem::User { text, origin } => {
+                let origin = match origin {
+                    MessageOrigin::MidTurn => UserOrigin::MidTurn,
+                    MessageOrigin::TurnInput => UserOrigin::Typed,
                 };
                 self.push_history(text.trim());
                 self.transcript.push(CellBody::User { text, origin });

@@ -2,7 +2,7 @@
 //! shown as placeholders, mouse capture on/off, copying the last answer (OSC 52), and the
 //! requests for the event loop to suspend or to run an editor.
 
-use crate::engine::commands::{CommandHelp, COMMANDS};
+use crate::protocol::commands::{CommandHelp, COMMANDS};
 use crate::protocol::NoticeLevel;
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::CellBody;

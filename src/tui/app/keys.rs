@@ -5,7 +5,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui_textarea::CursorMove;
 
 use super::{App, ExitState, Focus, LogSource, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
-use crate::engine::commands::{self, JobsCmd, SlashCommand};
+use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::CellBody;
@@ -460,15 +460,15 @@ impl App {
         ops.push(Op::Submit { text, mode });
     }
 
-    fn run_command(&mut self, command: SlashCommand, ops: &mut Vec<Op>) {
+    fn run_command(&mut self, command: Command, ops: &mut Vec<Op>) {
         match command {
-            SlashCommand::Quit => self.request_quit(ops),
-            SlashCommand::Stop => ops.push(Op::Interrupt),
-            SlashCommand::Help => self.modal = Some(Modal::Help { scroll: 0 }),
-            SlashCommand::Jobs(JobsCmd::Log(id)) => self.open_job_log(id, ops),
-            SlashCommand::Mouse => self.toggle_mouse(),
-            SlashCommand::Copy => self.copy_last_answer(),
-            other => ops.push(Op::Command(other)),
+            Command::Ui(UiCommand::Quit) => self.request_quit(ops),
+            Command::Ui(UiCommand::Help) => self.modal = Some(Modal::Help { scroll: 0 }),
+            Command::Ui(UiCommand::Mouse) => self.toggle_mouse(),
+            Command::Ui(UiCommand::Copy) => self.copy_last_answer(),
+            Command::Engine(SlashCommand::Stop) => ops.push(Op::Interrupt),
+            Command::Engine(SlashCommand::Jobs(JobsCmd::Log(id))) => self.open_job_log(id, ops),
+            Command::Engine(other) => ops.push(Op::Command(other)),
         }
     }
 }

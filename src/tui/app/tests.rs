@@ -7,9 +7,9 @@ use pretty_assertions::assert_eq;
 
 use super::{App, ExitState, Focus, Modal, APPROVAL_ARM, DOUBLE_CTRL_C, LOG_LIMIT};
 use crate::config::Config;
-use crate::engine::commands::SlashCommand;
+use crate::protocol::commands::SlashCommand;
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel, Op};
-use crate::protocol::{Event, JobInfo, JobStatus, TurnTrigger};
+use crate::protocol::{Event, JobInfo, JobStatus, MessageOrigin, TurnTrigger};
 use crate::tui::app::AppEvent;
 use crate::tui::keymap::Keymap;
 use crate::tui::theme::Theme;
@@ -274,9 +274,17 @@ fn restored_input_and_mid_turn_messages() {
     app.update(AppEvent::Engine(Event::RestoreInput { text: "put back".into() }));
     assert_eq!(app.input_text(), "put back");
     busy(&mut app);
-    app.update(AppEvent::Engine(Event::UserMessage { text: "go".into(), trigger: TurnTrigger::User }));
+    app.update(AppEvent::Engine(Event::UserMessage {
+        text: "go".into(),
+        trigger: TurnTrigger::User,
+        origin: MessageOrigin::TurnInput,
+    }));
     app.update(AppEvent::Engine(Event::AssistantDelta("working".into())));
-    app.update(AppEvent::Engine(Event::UserMessage { text: "also this".into(), trigger: TurnTrigger::User }));
+    app.update(AppEvent::Engine(Event::UserMessage {
+        text: "also this".into(),
+        trigger: TurnTrigger::User,
+        origin: MessageOrigin::MidTurn,
+    }));
     let origins: Vec<_> = app
         .transcript
         .cells()
@@ -294,7 +302,7 @@ fn restored_input_and_mid_turn_messages() {
 fn slash_lists_matching_commands_and_tab_completes_the_unique_one() {
     let mut app = app();
     type_text(&mut app, "/");
-    assert_eq!(app.completions().len(), crate::engine::commands::COMMANDS.len());
+    assert_eq!(app.completions().len(), crate::protocol::commands::COMMANDS.len());
     type_text(&mut app, "co");
     let names: Vec<&str> = app.completions().iter().map(|c| c.usage).collect();
     assert_eq!(names, vec!["/compact [focus]", "/copy"]);

@@ -16,61 +16,13 @@ use ratatui::Frame;
 use super::app::{App, Focus};
 use super::wrap::truncate_spans;
 
-/// Below this size the TUI shows a notice instead of its layout.
-pub const MIN_WIDTH: u16 = 40;
-pub const MIN_HEIGHT: u16 = 10;
-/// The side column appears from this width on.
-const SIDE_MIN_TOTAL_WIDTH: u16 = 80;
-const INPUT_MAX_LINES: u16 = 6;
-const PENDING_MAX_LINES: usize = 3;
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Areas {
-    /// Transcript and side column together (the log view uses all of it).
-    pub main: Rect,
-    pub transcript: Rect,
-    pub tools: Option<Rect>,
-    pub jobs: Option<Rect>,
-    pub pending: Rect,
-    pub input: Rect,
-    pub status: Rect,
-    pub too_small: bool,
-}
-
-/// Where everything goes in a frame of `area`.
-pub fn layout(area: Rect, app: &App) -> Areas {
-    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
-        return Areas { too_small: true, ..Areas::default() };
-    }
-    let status = Rect::new(area.x, area.bottom() - 1, area.width, 1);
-    // Rows the input needs with its soft wrapping, within the cap.
-    let inner_w = usize::from(area.width.saturating_sub(2)).max(1);
-    let rows: usize = app.input.lines().iter().map(|l| super::wrap::str_width(l).div_ceil(inner_w).max(1)).sum();
-    let input_lines = u16::try_from(rows).unwrap_or(INPUT_MAX_LINES).clamp(1, INPUT_MAX_LINES);
-    let input_h = input_lines + 2;
-    let input = Rect::new(area.x, status.y.saturating_sub(input_h), area.width, input_h);
-    let pending_n = app.pending.len().min(PENDING_MAX_LINES) + usize::from(app.pending.len() > PENDING_MAX_LINES);
-    let pending_h = u16::try_from(pending_n).unwrap_or(0);
-    let pending = Rect::new(area.x, input.y.saturating_sub(pending_h), area.width, pending_h);
-    let main = Rect::new(area.x, area.y, area.width, pending.y.saturating_sub(area.y));
-    if area.width < SIDE_MIN_TOTAL_WIDTH {
-        let transcript = Rect::new(main.x + 1, main.y, main.width.saturating_sub(2), main.height);
-        return Areas { main, transcript, tools: None, jobs: None, pending, input, status, too_small: false };
-    }
-    let side_w = (main.width / 3).clamp(30, 50);
-    let side_x = main.right() - side_w;
-    let transcript = Rect::new(main.x + 1, main.y, side_x.saturating_sub(main.x + 2), main.height);
-    let wanted = u16::try_from(app.tools.len() * 2 + 2).unwrap_or(u16::MAX);
-    let tools_h = wanted.clamp(3, (main.height / 2).max(3)).min(main.height);
-    let tools = Rect::new(side_x, main.y, side_w, tools_h);
-    let jobs = Rect::new(side_x, main.y + tools_h, side_w, main.height - tools_h);
-    Areas { main, transcript, tools: Some(tools), jobs: Some(jobs), pending, input, status, too_small: false }
-}
+use super::layout::PENDING_MAX_LINES;
+pub use super::layout::{Areas, MIN_HEIGHT, MIN_WIDTH};
 
 /// Draw a whole frame from `app` (call `App::prepare` with the same area first).
 pub fn draw(frame: &mut Frame<'_>, app: &App) {
     let area = frame.area();
-    let areas = layout(area, app);
+    let areas = super::layout::layout(area, &app.layout_facts());
     if areas.too_small {
         draw_too_small(frame, area, app);
         return;

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
-use crate::engine::commands::COMMANDS;
+use crate::protocol::commands::COMMANDS;
 use crate::tui::app::{App, LogSource, LogView, Modal};
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::format_duration_ms;

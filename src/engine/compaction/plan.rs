@@ -1,5 +1,5 @@
-//! Compaction (`/compact [focus]` and automatic): the older part of the conversation is
-//! replaced by a summary the model writes, and the last few user turns are kept as they are.
+//! Compaction planning: the older part of the conversation is replaced by a summary the
+//! model writes, and the last few user turns are kept as they are.
 //!
 //! Pure planning and rewriting; only [`summarise`] talks to a model. The engine:
 //! `plan` → `summary_request` → `summarise` → `apply`, then stores the new history.

@@ -1,15 +1,21 @@
-//! Compaction glue: summarise older turns through the model, persist the summary, and
-//! rebuild the model's context from the database. The pure parts are in `compact`.
+//! Compaction (`/compact [focus]` and automatic): summarise older turns through the model,
+//! persist the summary, and rebuild the model's context from the database. The pure
+//! planning and rewriting is in [`plan`]; this file holds the storage side.
 //!
 //! In the database a compaction is a `display_kind = "compaction"` user row holding the
 //! summary, followed by copies of the kept recent messages (`display_kind = "copy:…"`).
 //! The model's context is everything from the last compaction row on; the transcript
 //! shows every original row, so nothing is lost.
 
-use crate::engine::compact;
-use crate::engine::llm::ChatMessage;
-use crate::engine::store::StoredMessage;
-use crate::engine::turn::{to_stored, TurnEnv};
+pub mod plan;
+
+use std::sync::Arc;
+
+use crate::engine::history::to_stored;
+use crate::engine::llm::{ChatMessage, Provider};
+use crate::engine::store::{Store, StoredMessage};
+
+pub use plan::SUMMARY_HEADER;
 
 pub const COMPACTION_KIND: &str = "compaction";
 pub const COPY_PREFIX: &str = "copy:";
@@ -38,24 +44,36 @@ pub struct Compacted {
     pub summarised: usize,
 }
 
+/// What a compaction needs: the model that summarises and the session it is stored in.
+/// Owned, so a compaction can run as its own task outside the engine loop.
+#[derive(Clone)]
+pub struct Compactor {
+    pub provider: Arc<dyn Provider>,
+    pub model: String,
+    pub store: Store,
+    pub session_id: String,
+    /// The model's context window in tokens (sizes the summary request).
+    pub context_window: u64,
+}
+
 /// Summarise all but the most recent turns of `history`. Errors leave the history as it was.
 pub async fn compact_history(
-    env: &TurnEnv,
+    with: &Compactor,
     history: Vec<ChatMessage>,
     focus: Option<&str>,
 ) -> Result<Compacted, (Vec<ChatMessage>, String)> {
-    let plan = compact::plan(&history, compact::DEFAULT_KEEP_USER_TURNS).or_else(|| compact::plan(&history, 0));
-    let Some(plan) = plan else {
+    let planned = plan::plan(&history, plan::DEFAULT_KEEP_USER_TURNS).or_else(|| plan::plan(&history, 0));
+    let Some(planned) = planned else {
         return Err((history, "nothing to compact yet".into()));
     };
-    let window_chars = (env.config.model.context_window as usize).saturating_mul(2).max(20_000);
-    let request = compact::summary_request_within(&env.model, &history[..plan.cut], focus, window_chars);
-    let summary = match compact::summarise(env.provider.as_ref(), &request).await {
+    let window_chars = usize::try_from(with.context_window).unwrap_or(usize::MAX).saturating_mul(2).max(20_000);
+    let request = plan::summary_request_within(&with.model, &history[..planned.cut], focus, window_chars);
+    let summary = match plan::summarise(with.provider.as_ref(), &request).await {
         Ok(s) => s,
         Err(e) => return Err((history, format!("could not summarise: {e}"))),
     };
-    let kept_from = plan.cut;
-    let new_history = compact::apply(history.clone(), plan.cut, &summary);
+    let kept_from = planned.cut;
+    let new_history = plan::apply(history.clone(), planned.cut, &summary);
     // new_history = [summary] + history[kept_from..]
     let summary_message = &new_history[0];
     let mut rows = vec![to_stored(summary_message, Some(COMPACTION_KIND.into()))];
@@ -63,7 +81,7 @@ pub async fn compact_history(
         rows.push(to_stored(m, Some(format!("{COPY_PREFIX}{}", "kept"))));
     }
     for row in rows {
-        if let Err(e) = env.store.append_message(&env.session_id, row).await {
+        if let Err(e) = with.store.append_message(&with.session_id, row).await {
             return Err((history, format!("could not save the compaction: {e}")));
         }
     }

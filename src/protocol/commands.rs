@@ -1,5 +1,8 @@
-//! Slash-command parser (DESIGN §5). Pure: text in, `SlashCommand` or a one-line usage
-//! error out. Nothing here touches the engine's state.
+//! Slash commands (DESIGN §5): the types both sides share, and the pure parser.
+//!
+//! `parse` turns text into a [`Command`]: either a [`UiCommand`] the front end handles by
+//! itself (quit, help, mouse, copy) or a [`SlashCommand`] it sends to the engine as
+//! `Op::Command`. Nothing here touches the engine's state.
 
 use serde::{Deserialize, Serialize};
 
@@ -40,9 +43,9 @@ pub enum JobsCmd {
     Kill(String),
 }
 
+/// A command the engine carries out (`Op::Command`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum SlashCommand {
-    Help,
     New,
     Resume(Option<String>),
     Sessions,
@@ -50,7 +53,6 @@ pub enum SlashCommand {
     Retry,
     Undo(usize),
     Stop,
-    Quit,
     Busy(Option<BusyMode>),
     Jobs(JobsCmd),
     Model(Option<String>),
@@ -61,10 +63,36 @@ pub enum SlashCommand {
     /// Summarise older turns; the optional text says what to focus on.
     Compact(Option<String>),
     Usage,
+}
+
+/// A command only the front end acts on; the engine never sees it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum UiCommand {
+    Help,
+    Quit,
     /// Toggle mouse capture (so the terminal's own selection works).
     Mouse,
     /// Copy the last answer to the clipboard (OSC 52).
     Copy,
+}
+
+/// What a slash command line parses to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Command {
+    Ui(UiCommand),
+    Engine(SlashCommand),
+}
+
+impl From<SlashCommand> for Command {
+    fn from(c: SlashCommand) -> Command {
+        Command::Engine(c)
+    }
+}
+
+impl From<UiCommand> for Command {
+    fn from(c: UiCommand) -> Command {
+        Command::Ui(c)
+    }
 }
 
 /// One entry of the command list shown by `/help` and the completion popup.
@@ -126,14 +154,14 @@ pub fn is_command(text: &str) -> bool {
 }
 
 /// Parse one slash command. The error is a one-line message with the correct usage.
-pub fn parse(text: &str) -> Result<SlashCommand, String> {
+pub fn parse(text: &str) -> Result<Command, String> {
     let t = text.trim();
     let (head, rest) = match t.find(char::is_whitespace) {
         Some(i) => (&t[..i], t[i..].trim()),
         None => (t, ""),
     };
     let args: Vec<&str> = rest.split_whitespace().collect();
-    let no_args = |cmd: SlashCommand| {
+    let no_args = |cmd: Command| {
         if args.is_empty() {
             Ok(cmd)
         } else {
@@ -141,55 +169,55 @@ pub fn parse(text: &str) -> Result<SlashCommand, String> {
         }
     };
     match head {
-        "/help" | "/?" => no_args(SlashCommand::Help),
-        "/new" => no_args(SlashCommand::New),
-        "/resume" => Ok(SlashCommand::Resume((!rest.is_empty()).then(|| rest.to_string()))),
-        "/sessions" => no_args(SlashCommand::Sessions),
+        "/help" | "/?" => no_args(UiCommand::Help.into()),
+        "/new" => no_args(SlashCommand::New.into()),
+        "/resume" => Ok(Command::Engine(SlashCommand::Resume((!rest.is_empty()).then(|| rest.to_string())))),
+        "/sessions" => no_args(SlashCommand::Sessions.into()),
         "/title" => {
             if rest.is_empty() {
                 Err(usage_of("/title"))
             } else {
-                Ok(SlashCommand::Title(rest.to_string()))
+                Ok(Command::Engine(SlashCommand::Title(rest.to_string())))
             }
         }
-        "/retry" => no_args(SlashCommand::Retry),
+        "/retry" => no_args(SlashCommand::Retry.into()),
         "/undo" => match args.as_slice() {
-            [] => Ok(SlashCommand::Undo(1)),
+            [] => Ok(Command::Engine(SlashCommand::Undo(1))),
             [n] => match n.parse::<usize>() {
-                Ok(n) if n >= 1 => Ok(SlashCommand::Undo(n)),
+                Ok(n) if n >= 1 => Ok(Command::Engine(SlashCommand::Undo(n))),
                 _ => Err(format!("not a positive number: {n}; {}", usage_of("/undo"))),
             },
             _ => Err(usage_of("/undo")),
         },
-        "/stop" => no_args(SlashCommand::Stop),
-        "/quit" | "/exit" | "/q" => no_args(SlashCommand::Quit),
+        "/stop" => no_args(SlashCommand::Stop.into()),
+        "/quit" | "/exit" | "/q" => no_args(UiCommand::Quit.into()),
         "/busy" => match args.as_slice() {
-            [] => Ok(SlashCommand::Busy(None)),
+            [] => Ok(Command::Engine(SlashCommand::Busy(None))),
             [m] => BusyMode::parse(m)
-                .map(|m| SlashCommand::Busy(Some(m)))
+                .map(|m| SlashCommand::Busy(Some(m)).into())
                 .ok_or_else(|| format!("unknown mode '{m}'; {}", usage_of("/busy"))),
             _ => Err(usage_of("/busy")),
         },
         "/jobs" => match args.as_slice() {
-            [] | ["list"] => Ok(SlashCommand::Jobs(JobsCmd::List)),
-            ["log", id] => Ok(SlashCommand::Jobs(JobsCmd::Log(job_id(id)))),
-            ["poll", id] => Ok(SlashCommand::Jobs(JobsCmd::Poll(job_id(id)))),
-            ["kill", id] => Ok(SlashCommand::Jobs(JobsCmd::Kill(job_id(id)))),
+            [] | ["list"] => Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::List))),
+            ["log", id] => Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Log(job_id(id))))),
+            ["poll", id] => Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Poll(job_id(id))))),
+            ["kill", id] => Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Kill(job_id(id))))),
             _ => Err(usage_of("/jobs")),
         },
         "/model" => match args.as_slice() {
-            [] => Ok(SlashCommand::Model(None)),
-            [m] => Ok(SlashCommand::Model(Some(m.to_string()))),
+            [] => Ok(Command::Engine(SlashCommand::Model(None))),
+            [m] => Ok(Command::Engine(SlashCommand::Model(Some(m.to_string())))),
             _ => Err(usage_of("/model")),
         },
-        "/heartbeat" | "/hb" => parse_heartbeat(rest).map(SlashCommand::Heartbeat),
-        "/goal" => parse_goal(rest).map(SlashCommand::Goal),
-        "/pause" => Ok(SlashCommand::Pause((!rest.is_empty()).then(|| rest.to_string()))),
-        "/unpause" => no_args(SlashCommand::Unpause),
-        "/compact" => Ok(SlashCommand::Compact((!rest.is_empty()).then(|| rest.to_string()))),
-        "/usage" => no_args(SlashCommand::Usage),
-        "/mouse" => no_args(SlashCommand::Mouse),
-        "/copy" => no_args(SlashCommand::Copy),
+        "/heartbeat" | "/hb" => parse_heartbeat(rest).map(|c| SlashCommand::Heartbeat(c).into()),
+        "/goal" => parse_goal(rest).map(|c| SlashCommand::Goal(c).into()),
+        "/pause" => Ok(Command::Engine(SlashCommand::Pause((!rest.is_empty()).then(|| rest.to_string())))),
+        "/unpause" => no_args(SlashCommand::Unpause.into()),
+        "/compact" => Ok(Command::Engine(SlashCommand::Compact((!rest.is_empty()).then(|| rest.to_string())))),
+        "/usage" => no_args(SlashCommand::Usage.into()),
+        "/mouse" => no_args(UiCommand::Mouse.into()),
+        "/copy" => no_args(UiCommand::Copy.into()),
         _ => Err(format!("unknown command {head}; type /help for the list")),
     }
 }
@@ -313,29 +341,29 @@ mod tests {
 
     #[test]
     fn simple_commands() {
-        assert_eq!(parse("/help"), Ok(SlashCommand::Help));
-        assert_eq!(parse("/new"), Ok(SlashCommand::New));
-        assert_eq!(parse("/quit"), Ok(SlashCommand::Quit));
-        assert_eq!(parse("/stop"), Ok(SlashCommand::Stop));
-        assert_eq!(parse("/retry"), Ok(SlashCommand::Retry));
-        assert_eq!(parse("/undo"), Ok(SlashCommand::Undo(1)));
-        assert_eq!(parse("/undo 3"), Ok(SlashCommand::Undo(3)));
+        assert_eq!(parse("/help"), Ok(Command::Ui(UiCommand::Help)));
+        assert_eq!(parse("/new"), Ok(Command::Engine(SlashCommand::New)));
+        assert_eq!(parse("/quit"), Ok(Command::Ui(UiCommand::Quit)));
+        assert_eq!(parse("/stop"), Ok(Command::Engine(SlashCommand::Stop)));
+        assert_eq!(parse("/retry"), Ok(Command::Engine(SlashCommand::Retry)));
+        assert_eq!(parse("/undo"), Ok(Command::Engine(SlashCommand::Undo(1))));
+        assert_eq!(parse("/undo 3"), Ok(Command::Engine(SlashCommand::Undo(3))));
         assert!(parse("/undo zero").unwrap_err().contains("usage: /undo [n]"));
         assert!(parse("/new now").unwrap_err().contains("takes no arguments"));
-        assert_eq!(parse("/resume"), Ok(SlashCommand::Resume(None)));
-        assert_eq!(parse("/resume my title"), Ok(SlashCommand::Resume(Some("my title".into()))));
-        assert_eq!(parse("/title  Fix the build "), Ok(SlashCommand::Title("Fix the build".into())));
+        assert_eq!(parse("/resume"), Ok(Command::Engine(SlashCommand::Resume(None))));
+        assert_eq!(parse("/resume my title"), Ok(Command::Engine(SlashCommand::Resume(Some("my title".into())))));
+        assert_eq!(parse("/title  Fix the build "), Ok(Command::Engine(SlashCommand::Title("Fix the build".into()))));
         assert!(parse("/title").is_err());
     }
 
     #[test]
     fn busy_and_jobs() {
-        assert_eq!(parse("/busy"), Ok(SlashCommand::Busy(None)));
-        assert_eq!(parse("/busy steer"), Ok(SlashCommand::Busy(Some(BusyMode::Steer))));
+        assert_eq!(parse("/busy"), Ok(Command::Engine(SlashCommand::Busy(None))));
+        assert_eq!(parse("/busy steer"), Ok(Command::Engine(SlashCommand::Busy(Some(BusyMode::Steer)))));
         assert!(parse("/busy sideways").unwrap_err().contains("redirect|steer|queue"));
-        assert_eq!(parse("/jobs"), Ok(SlashCommand::Jobs(JobsCmd::List)));
-        assert_eq!(parse("/jobs kill 3"), Ok(SlashCommand::Jobs(JobsCmd::Kill("job_3".into()))));
-        assert_eq!(parse("/jobs log job_2"), Ok(SlashCommand::Jobs(JobsCmd::Log("job_2".into()))));
+        assert_eq!(parse("/jobs"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::List))));
+        assert_eq!(parse("/jobs kill 3"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Kill("job_3".into())))));
+        assert_eq!(parse("/jobs log job_2"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Log("job_2".into())))));
         assert!(parse("/jobs frob").is_err());
     }
 
@@ -351,27 +379,30 @@ mod tests {
     fn heartbeat_intervals() {
         assert_eq!(
             parse("/heartbeat every 10m check the build"),
-            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 600, prompt: "check the build".into() }))
+            Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Set {
+                interval_s: 600,
+                prompt: "check the build".into()
+            })))
         );
         assert_eq!(
             parse("/hb every 90 minutes look"),
-            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 5400, prompt: "look".into() }))
+            Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 5400, prompt: "look".into() })))
         );
         assert_eq!(
             parse("/hb every 2h x"),
-            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 7200, prompt: "x".into() }))
+            Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 7200, prompt: "x".into() })))
         );
         assert_eq!(
             parse("/hb every 1d x"),
-            Ok(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 86400, prompt: "x".into() }))
+            Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 86400, prompt: "x".into() })))
         );
         let err = parse("/hb every 30s x").unwrap_err();
         assert!(err.contains("minimum is 1m"), "{err}");
         assert!(parse("/hb every 10m").unwrap_err().contains("needs a prompt"));
         assert!(parse("/hb every soon x").is_err());
-        assert_eq!(parse("/hb"), Ok(SlashCommand::Heartbeat(HeartbeatCmd::Status)));
-        assert_eq!(parse("/heartbeat pause"), Ok(SlashCommand::Heartbeat(HeartbeatCmd::Pause)));
-        assert_eq!(parse("/heartbeat clear"), Ok(SlashCommand::Heartbeat(HeartbeatCmd::Clear)));
+        assert_eq!(parse("/hb"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Status))));
+        assert_eq!(parse("/heartbeat pause"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Pause))));
+        assert_eq!(parse("/heartbeat clear"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Clear))));
         assert_eq!(format_interval(90), "90s");
         assert_eq!(format_interval(600), "10m");
         assert_eq!(format_interval(5400), "90m");
@@ -380,25 +411,31 @@ mod tests {
 
     #[test]
     fn goals_and_gates() {
-        assert_eq!(parse("/goal"), Ok(SlashCommand::Goal(GoalCmd::Status)));
+        assert_eq!(parse("/goal"), Ok(Command::Engine(SlashCommand::Goal(GoalCmd::Status))));
         assert_eq!(
             parse("/goal make the tests pass"),
-            Ok(SlashCommand::Goal(GoalCmd::Set("make the tests pass".into())))
+            Ok(Command::Engine(SlashCommand::Goal(GoalCmd::Set("make the tests pass".into()))))
         );
-        assert_eq!(parse("/goal pause"), Ok(SlashCommand::Goal(GoalCmd::Pause)));
-        assert_eq!(parse("/goal gate"), Ok(SlashCommand::Goal(GoalCmd::Gate(GateCmd::List))));
+        assert_eq!(parse("/goal pause"), Ok(Command::Engine(SlashCommand::Goal(GoalCmd::Pause))));
+        assert_eq!(parse("/goal gate"), Ok(Command::Engine(SlashCommand::Goal(GoalCmd::Gate(GateCmd::List)))));
         assert_eq!(
             parse("/goal gate add cargo test  --quiet"),
-            Ok(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Add("cargo test  --quiet".into()))))
+            Ok(Command::Engine(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Add("cargo test  --quiet".into())))))
         );
-        assert_eq!(parse("/goal gate remove 2"), Ok(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Remove(2)))));
+        assert_eq!(
+            parse("/goal gate remove 2"),
+            Ok(Command::Engine(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Remove(2)))))
+        );
         assert!(parse("/goal gate remove x").is_err());
         assert!(parse("/goal gate add").unwrap_err().contains("needs a command"));
-        assert_eq!(parse("/pause lunch"), Ok(SlashCommand::Pause(Some("lunch".into()))));
-        assert_eq!(parse("/unpause"), Ok(SlashCommand::Unpause));
-        assert_eq!(parse("/compact"), Ok(SlashCommand::Compact(None)));
-        assert_eq!(parse("/compact the db schema"), Ok(SlashCommand::Compact(Some("the db schema".into()))));
-        assert_eq!(parse("/usage"), Ok(SlashCommand::Usage));
+        assert_eq!(parse("/pause lunch"), Ok(Command::Engine(SlashCommand::Pause(Some("lunch".into())))));
+        assert_eq!(parse("/unpause"), Ok(Command::Engine(SlashCommand::Unpause)));
+        assert_eq!(parse("/compact"), Ok(Command::Engine(SlashCommand::Compact(None))));
+        assert_eq!(
+            parse("/compact the db schema"),
+            Ok(Command::Engine(SlashCommand::Compact(Some("the db schema".into()))))
+        );
+        assert_eq!(parse("/usage"), Ok(Command::Engine(SlashCommand::Usage)));
     }
 
     #[test]

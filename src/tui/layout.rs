@@ -1,0 +1,66 @@
+//! Where each part of a frame goes: one function of a few facts of the app state, used by
+//! the app (to size the transcript) and by the views (to draw).
+
+use ratatui::layout::Rect;
+
+use super::wrap::str_width;
+
+/// Below this size the TUI shows a notice instead of its layout.
+pub const MIN_WIDTH: u16 = 40;
+pub const MIN_HEIGHT: u16 = 10;
+/// The side column appears from this width on.
+const SIDE_MIN_TOTAL_WIDTH: u16 = 80;
+const INPUT_MAX_LINES: u16 = 6;
+pub const PENDING_MAX_LINES: usize = 3;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Areas {
+    /// Transcript and side column together (the log view uses all of it).
+    pub main: Rect,
+    pub transcript: Rect,
+    pub tools: Option<Rect>,
+    pub jobs: Option<Rect>,
+    pub pending: Rect,
+    pub input: Rect,
+    pub status: Rect,
+    pub too_small: bool,
+}
+
+/// What the layout depends on, taken from the app state (so the app can lay out a frame
+/// without depending on the views, and the views without recomputing it differently).
+#[derive(Debug, Clone, Copy)]
+pub struct LayoutFacts<'a> {
+    pub input_lines: &'a [String],
+    pub pending: usize,
+    pub tools: usize,
+}
+
+/// Where everything goes in a frame of `area`.
+pub fn layout(area: Rect, app: &LayoutFacts<'_>) -> Areas {
+    if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
+        return Areas { too_small: true, ..Areas::default() };
+    }
+    let status = Rect::new(area.x, area.bottom() - 1, area.width, 1);
+    // Rows the input needs with its soft wrapping, within the cap.
+    let inner_w = usize::from(area.width.saturating_sub(2)).max(1);
+    let rows: usize = app.input_lines.iter().map(|l| str_width(l).div_ceil(inner_w).max(1)).sum();
+    let input_lines = u16::try_from(rows).unwrap_or(INPUT_MAX_LINES).clamp(1, INPUT_MAX_LINES);
+    let input_h = input_lines + 2;
+    let input = Rect::new(area.x, status.y.saturating_sub(input_h), area.width, input_h);
+    let pending_n = app.pending.min(PENDING_MAX_LINES) + usize::from(app.pending > PENDING_MAX_LINES);
+    let pending_h = u16::try_from(pending_n).unwrap_or(0);
+    let pending = Rect::new(area.x, input.y.saturating_sub(pending_h), area.width, pending_h);
+    let main = Rect::new(area.x, area.y, area.width, pending.y.saturating_sub(area.y));
+    if area.width < SIDE_MIN_TOTAL_WIDTH {
+        let transcript = Rect::new(main.x + 1, main.y, main.width.saturating_sub(2), main.height);
+        return Areas { main, transcript, tools: None, jobs: None, pending, input, status, too_small: false };
+    }
+    let side_w = (main.width / 3).clamp(30, 50);
+    let side_x = main.right() - side_w;
+    let transcript = Rect::new(main.x + 1, main.y, side_x.saturating_sub(main.x + 2), main.height);
+    let wanted = u16::try_from(app.tools * 2 + 2).unwrap_or(u16::MAX);
+    let tools_h = wanted.clamp(3, (main.height / 2).max(3)).min(main.height);
+    let tools = Rect::new(side_x, main.y, side_w, tools_h);
+    let jobs = Rect::new(side_x, main.y + tools_h, side_w, main.height - tools_h);
+    Areas { main, transcript, tools: Some(tools), jobs: Some(jobs), pending, input, status, too_small: false }
+}
