@@ -22,25 +22,113 @@ pub struct Config {
     pub approvals: ApprovalsConfig,
     pub goals: GoalsConfig,
     pub ui: UiConfig,
+    pub prices: Prices,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
+    /// `auto`, `openai` (any OpenAI-compatible server) or `anthropic` (Messages API).
+    pub provider: String,
     pub base_url: String,
     pub name: String,
     pub api_key_env: String,
     pub context_window: u64,
+    /// Anthropic: `max_tokens` of every request.
+    pub max_tokens: u64,
+    /// Anthropic: extended thinking budget in tokens; 0 leaves thinking off.
+    pub thinking_budget: u64,
 }
 
 impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
+            provider: "auto".into(),
             base_url: String::new(),
             name: String::new(),
             api_key_env: String::new(),
             context_window: 128_000,
+            max_tokens: 8192,
+            thinking_budget: 0,
         }
+    }
+}
+
+/// US dollars per million tokens of one model.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    pub input: f64,
+    pub output: f64,
+    pub cache_read: f64,
+    pub cache_write: f64,
+}
+
+impl Price {
+    const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Price {
+        Price { input, output, cache_read, cache_write }
+    }
+
+    /// Dollars for `usage`: uncached input, cache reads, cache writes and output, each at
+    /// its own price.
+    pub fn cost(&self, usage: &crate::engine::llm::Usage) -> f64 {
+        let per_token = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
+        per_token(usage.uncached_prompt_tokens(), self.input)
+            + per_token(usage.cache_read_tokens, self.cache_read)
+            + per_token(usage.cache_write_tokens, self.cache_write)
+            + per_token(usage.completion_tokens, self.output)
+    }
+}
+
+/// `[prices.<provider>]`: model name (or name prefix) → price. A user's entries are added to
+/// the built-in ones (replacing one of the same name), never replace the whole table.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Prices(pub std::collections::BTreeMap<String, std::collections::BTreeMap<String, Price>>);
+
+impl Prices {
+    /// The price of `model` at `provider`: the entry with the longest name that `model`
+    /// starts with (`claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`).
+    pub fn find(&self, provider: &str, model: &str) -> Option<&Price> {
+        let table = self.0.get(provider)?;
+        table
+            .iter()
+            .filter(|(name, _)| model.starts_with(name.as_str()))
+            .max_by_key(|(name, _)| name.len())
+            .map(|(_, p)| p)
+    }
+}
+
+impl Default for Prices {
+    fn default() -> Self {
+        let table = |entries: &[(&str, Price)]| entries.iter().map(|(n, p)| (n.to_string(), *p)).collect();
+        let anthropic = table(&[
+            ("claude-opus-4-6", Price::new(5.0, 25.0, 0.5, 6.25)),
+            ("claude-opus-4-5", Price::new(5.0, 25.0, 0.5, 6.25)),
+            ("claude-opus-4-1", Price::new(15.0, 75.0, 1.5, 18.75)),
+            ("claude-opus-4", Price::new(15.0, 75.0, 1.5, 18.75)),
+            ("claude-sonnet-4", Price::new(3.0, 15.0, 0.3, 3.75)),
+            ("claude-haiku-4-5", Price::new(1.0, 5.0, 0.1, 1.25)),
+            ("claude-3-5-haiku", Price::new(0.8, 4.0, 0.08, 1.0)),
+        ]);
+        let openai = table(&[
+            ("gpt-4.1", Price::new(2.0, 8.0, 0.5, 2.0)),
+            ("gpt-4.1-mini", Price::new(0.4, 1.6, 0.1, 0.4)),
+            ("gpt-4o", Price::new(2.5, 10.0, 1.25, 2.5)),
+            ("gpt-4o-mini", Price::new(0.15, 0.6, 0.075, 0.15)),
+        ]);
+        Prices([("anthropic".to_string(), anthropic), ("openai".to_string(), openai)].into_iter().collect())
+    }
+}
+
+impl<'de> Deserialize<'de> for Prices {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Prices, D::Error> {
+        let given: std::collections::BTreeMap<String, std::collections::BTreeMap<String, Price>> =
+            Deserialize::deserialize(deserializer)?;
+        let mut prices = Prices::default();
+        for (provider, models) in given {
+            prices.0.entry(provider).or_default().extend(models);
+        }
+        Ok(prices)
     }
 }
 
@@ -257,6 +345,19 @@ impl Config {
         }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));
+        }
+        if !matches!(self.model.provider.as_str(), "auto" | "openai" | "anthropic") {
+            return Err(invalid("model.provider", "expected \"auto\", \"openai\" or \"anthropic\""));
+        }
+        for (provider, models) in &self.prices.0 {
+            for (model, p) in models {
+                if [p.input, p.output, p.cache_read, p.cache_write].iter().any(|v| !v.is_finite() || *v < 0.0) {
+                    return Err(invalid(
+                        &format!("prices.{provider}.{model}"),
+                        "expected non-negative dollars per million tokens",
+                    ));
+                }
+            }
         }
         if self.terminal.shell.trim().is_empty() {
             return Err(invalid("terminal.shell", "expected a shell name such as \"bash\""));

@@ -20,9 +20,12 @@ struct Cli {
     /// Model name for this run (overrides `[model] name`).
     #[arg(long, global = true, value_name = "NAME")]
     model: Option<String>,
-    /// OpenAI-compatible base URL for this run, e.g. http://127.0.0.1:8080/v1.
+    /// Model server base URL for this run, e.g. http://127.0.0.1:8080/v1.
     #[arg(long, global = true, value_name = "URL")]
     base_url: Option<String>,
+    /// Wire protocol for this run (overrides `[model] provider`).
+    #[arg(long, global = true, value_name = "auto|openai|anthropic", value_parser = ["auto", "openai", "anthropic"])]
+    provider: Option<String>,
     /// Continue the most recent session started in this directory.
     #[arg(short = 'c', long = "continue")]
     continue_session: bool,
@@ -121,6 +124,10 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     paths.ensure_dirs().with_context(|| format!("cannot create {}", paths.jobs_dir.display()))?;
     let _log_guard = talaria::logging::init(&paths.logs_dir)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "talaria starting");
+    let mut config = config;
+    if let Some(provider) = &cli.provider {
+        config.model.provider = provider.clone();
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async_main(cli, paths, Arc::new(config)));
     // Do not wait for stray blocking tasks (a stuck stdin read) on the way out.
@@ -186,6 +193,9 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
             let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner };
             let exit = talaria::tui::run(options, engine).await?;
+            if let Some(spend) = exit.spend {
+                println!("This run: {spend}");
+            }
             if let Some(id) = exit.session_id {
                 println!("Resume this session with: talaria --resume {id}");
             }

@@ -329,9 +329,17 @@ pub enum Event {
         text: String,
     },
     Status(StatusInfo),
+    /// Tokens of one model call; `prompt_tokens` includes the cache reads and writes.
     Usage {
         prompt_tokens: u64,
         completion_tokens: u64,
+        #[serde(default)]
+        cache_read_tokens: u64,
+        #[serde(default)]
+        cache_write_tokens: u64,
+        /// Dollars, when the price table knows the model.
+        #[serde(default)]
+        cost_usd: Option<f64>,
     },
     /// How full the model's context is: `label` is e.g. `ctx 42%`.
     Context {

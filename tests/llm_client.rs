@@ -88,7 +88,7 @@ async fn text_in_pieces_with_usage_and_done() {
         Completion {
             content: "The quick brown fox".into(),
             finish_reason: Some("stop".into()),
-            usage: Some(Usage { prompt_tokens: 21, completion_tokens: 5 }),
+            usage: Some(Usage::tokens(21, 5)),
             ..Completion::default()
         }
     );

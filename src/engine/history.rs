@@ -70,6 +70,7 @@ pub fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
         content: row.content.clone(),
         tool_calls: row.tool_calls.clone(),
         tool_call_id: row.tool_call_id.clone(),
+        thinking: Vec::new(),
     })
 }
 

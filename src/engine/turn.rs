@@ -149,10 +149,8 @@ pub async fn run_turn(
         match stream_once(&env, &control, &history, &mut redirect).await {
             StreamEnd::Done(completion) => {
                 if let Some(u) = completion.usage {
-                    usage.prompt_tokens += u.prompt_tokens;
-                    usage.completion_tokens += u.completion_tokens;
-                    env.events
-                        .send(Event::Usage { prompt_tokens: u.prompt_tokens, completion_tokens: u.completion_tokens });
+                    usage.add(&u);
+                    send_usage(&env, &u);
                     if u.prompt_tokens > 0 {
                         meter.observe_usage(u.prompt_tokens);
                         counted = request_len;
@@ -160,10 +158,17 @@ pub async fn run_turn(
                 }
                 send_context(&env, &meter);
                 let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
-                let message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
+                let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
+                message.thinking = completion.thinking.clone();
                 persist(&env, &message, None).await;
                 history.push(message);
                 env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
+                if completion.hit_token_limit() {
+                    env.events.send(Event::notice(
+                        NoticeLevel::Warn,
+                        "the answer stopped at the output token limit (model.max_tokens); say \"go on\" for the rest",
+                    ));
+                }
                 if completion.tool_calls.is_empty() {
                     outcome = TurnOutcome::Completed;
                     break;
@@ -258,6 +263,18 @@ pub async fn run_bang(
     history.push(message);
     let outcome = if control.interrupt.is_cancelled() { TurnOutcome::Interrupted } else { TurnOutcome::Completed };
     TurnResult { history, outcome, usage: crate::engine::llm::Usage::default(), meter }
+}
+
+/// One call's tokens, and its dollars when the model is priced.
+fn send_usage(env: &TurnEnv, u: &crate::engine::llm::Usage) {
+    let cost_usd = crate::engine::llm::spend::cost_of(&env.config.prices, env.provider.kind(), &env.model, u);
+    env.events.send(Event::Usage {
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        cache_read_tokens: u.cache_read_tokens,
+        cache_write_tokens: u.cache_write_tokens,
+        cost_usd,
+    });
 }
 
 pub fn send_context(env: &TurnEnv, meter: &ContextMeter) {

@@ -172,6 +172,8 @@ pub struct App {
     pub session: SessionFacts,
     pub status: StatusInfo,
     pub usage: Option<(u64, u64)>,
+    /// Every model call of this run added up (for the exit summary).
+    pub spend: crate::engine::llm::spend::Spend,
     pub tools: Vec<RunningTool>,
     pub jobs: Vec<JobRow>,
     pub focus: Focus,
@@ -228,6 +230,7 @@ impl App {
                 ..StatusInfo::default()
             },
             usage: None,
+            spend: Default::default(),
             tools: Vec::new(),
             jobs: Vec::new(),
             focus: Focus::Input,

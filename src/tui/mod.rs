@@ -57,6 +57,8 @@ pub struct TuiOptions {
 pub struct TuiExit {
     /// The session that was active at quit (for "resume with …").
     pub session_id: Option<String>,
+    /// What the model calls of this run used and cost (`None` when there were none).
+    pub spend: Option<String>,
 }
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -79,7 +81,8 @@ pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<Tu
     let result = event_loop(&mut terminal, &mut app, engine).await;
     restore();
     result?;
-    Ok(TuiExit { session_id: app.session.session_id.clone() })
+    let spend = (!app.spend.usage.is_empty()).then(|| app.spend.describe());
+    Ok(TuiExit { session_id: app.session.session_id.clone(), spend })
 }
 
 /// The full-screen UI needs a terminal on both ends.

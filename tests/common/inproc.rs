@@ -10,6 +10,7 @@ use std::time::Duration;
 use talaria::config::Config;
 use talaria::engine::approval::PromptPolicy;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
+use talaria::engine::llm::Provider;
 use talaria::engine::store::Store;
 use talaria::engine::{EngineOptions, SessionChoice};
 use talaria::paths::Paths;
@@ -49,15 +50,26 @@ pub async fn start(home: &Path, base_url: &str, session: SessionChoice) -> Runni
 }
 
 pub async fn start_with(home: &Path, base_url: &str, session: SessionChoice, config: Config) -> Running {
-    let (paths, work) = paths(home);
-    let store = Store::open(&paths.state_db).expect("open state.db");
     let settings = ClientSettings::new(base_url).max_retries(0);
     let provider = Arc::new(OpenAiClient::new(settings).expect("client"));
+    start_provider(home, provider, "scripted-model", session, config).await
+}
+
+/// The engine talking to `provider` (any wire protocol) as `model`.
+pub async fn start_provider(
+    home: &Path,
+    provider: Arc<dyn Provider>,
+    model: &str,
+    session: SessionChoice,
+    config: Config,
+) -> Running {
+    let (paths, work) = paths(home);
+    let store = Store::open(&paths.state_db).expect("open state.db");
     let options = EngineOptions {
         config: Arc::new(config),
         paths: paths.clone(),
         provider,
-        model: "scripted-model".into(),
+        model: model.into(),
         provider_label: "scripted".into(),
         demo: false,
         store: store.clone(),

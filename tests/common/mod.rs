@@ -37,6 +37,7 @@ impl Home {
             .env("TALARIA_TEST_GUARD", "1")
             .env_remove("OPENAI_API_KEY")
             .env_remove("OPENROUTER_API_KEY")
+            .env_remove("ANTHROPIC_API_KEY")
             .current_dir(self.work())
             .kill_on_drop(true);
         cmd

@@ -335,6 +335,7 @@ fn plain_completion(value: &Value, on_delta: &mut dyn FnMut(StreamDelta)) -> Res
         finish_reason: choice.get("finish_reason").and_then(Value::as_str).map(str::to_string),
         usage: value.get("usage").and_then(|u| serde_json::from_value(u.clone()).ok()),
         tool_calls,
+        thinking: Vec::new(),
     };
     if !completion.reasoning.is_empty() {
         on_delta(StreamDelta::Reasoning(completion.reasoning.clone()));
@@ -348,7 +349,7 @@ fn plain_completion(value: &Value, on_delta: &mut dyn FnMut(StreamDelta)) -> Res
     Ok(completion)
 }
 
-fn send_error(url: &str, error: &reqwest::Error) -> LlmError {
+pub(crate) fn send_error(url: &str, error: &reqwest::Error) -> LlmError {
     if error.is_connect() || error.is_timeout() {
         LlmError::Connect { url: url.to_string(), message: describe(error) }
     } else {
@@ -357,7 +358,7 @@ fn send_error(url: &str, error: &reqwest::Error) -> LlmError {
 }
 
 /// A non-success status: the server's own error text, and `Retry-After` in seconds.
-async fn http_error(response: reqwest::Response, timeout: Duration) -> LlmError {
+pub(crate) async fn http_error(response: reqwest::Response, timeout: Duration) -> LlmError {
     let status = response.status().as_u16();
     let retry_after_s = response
         .headers()
@@ -397,7 +398,7 @@ async fn http_error(response: reqwest::Response, timeout: Duration) -> LlmError 
 }
 
 /// An error and its causes on one line, without repeats.
-fn describe(error: &(dyn StdError + 'static)) -> String {
+pub(crate) fn describe(error: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current = Some(error);
     while let Some(e) = current {
@@ -410,7 +411,7 @@ fn describe(error: &(dyn StdError + 'static)) -> String {
     parts.join(": ")
 }
 
-fn whole_seconds(d: Duration) -> u64 {
+pub(crate) fn whole_seconds(d: Duration) -> u64 {
     d.as_secs_f64().ceil() as u64
 }
 

@@ -1,10 +1,12 @@
 //! Talking to models: the `Provider` trait, the OpenAI-compatible wire types, the
 //! streaming client, and the built-in demo model.
 
+pub mod anthropic;
 pub mod client;
 pub mod demo;
 pub mod provider;
 pub mod scripted;
+pub mod spend;
 pub mod sse;
 
 use async_trait::async_trait;
@@ -70,15 +72,32 @@ pub struct ChatMessage {
     pub tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
+    /// Anthropic `thinking` / `redacted_thinking` blocks of an assistant answer, exactly as
+    /// they arrived (signature included): the Messages API wants them back with the tool
+    /// results that follow. Never part of the OpenAI wire format.
+    #[serde(skip)]
+    pub thinking: Vec<serde_json::Value>,
 }
 
 impl ChatMessage {
     pub fn system(text: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: Role::System, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        ChatMessage {
+            role: Role::System,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            thinking: Vec::new(),
+        }
     }
 
     pub fn user(text: impl Into<String>) -> ChatMessage {
-        ChatMessage { role: Role::User, content: Some(text.into()), tool_calls: Vec::new(), tool_call_id: None }
+        ChatMessage {
+            role: Role::User,
+            content: Some(text.into()),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            thinking: Vec::new(),
+        }
     }
 
     pub fn assistant(text: impl Into<String>, tool_calls: Vec<ToolCall>) -> ChatMessage {
@@ -88,6 +107,7 @@ impl ChatMessage {
             content: (!text.is_empty() || tool_calls.is_empty()).then_some(text),
             tool_calls,
             tool_call_id: None,
+            thinking: Vec::new(),
         }
     }
 
@@ -97,6 +117,7 @@ impl ChatMessage {
             content: Some(content.into()),
             tool_calls: Vec::new(),
             tool_call_id: Some(call_id.into()),
+            thinking: Vec::new(),
         }
     }
 
@@ -127,10 +148,40 @@ pub enum StreamDelta {
     },
 }
 
+/// Tokens of one model call (or a sum of them).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
+    /// Every input token, cached or not (what fills the context window).
     pub prompt_tokens: u64,
     pub completion_tokens: u64,
+    /// Of `prompt_tokens`, read from the provider's prompt cache.
+    #[serde(default)]
+    pub cache_read_tokens: u64,
+    /// Of `prompt_tokens`, written to the provider's prompt cache.
+    #[serde(default)]
+    pub cache_write_tokens: u64,
+}
+
+impl Usage {
+    pub fn tokens(prompt_tokens: u64, completion_tokens: u64) -> Usage {
+        Usage { prompt_tokens, completion_tokens, ..Usage::default() }
+    }
+
+    /// Input tokens billed at the plain input price.
+    pub fn uncached_prompt_tokens(&self) -> u64 {
+        self.prompt_tokens.saturating_sub(self.cache_read_tokens + self.cache_write_tokens)
+    }
+
+    pub fn add(&mut self, other: &Usage) {
+        self.prompt_tokens += other.prompt_tokens;
+        self.completion_tokens += other.completion_tokens;
+        self.cache_read_tokens += other.cache_read_tokens;
+        self.cache_write_tokens += other.cache_write_tokens;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.prompt_tokens + self.completion_tokens == 0
+    }
 }
 
 /// A complete model answer.
@@ -139,8 +190,19 @@ pub struct Completion {
     pub content: String,
     pub reasoning: String,
     pub tool_calls: Vec<ToolCall>,
+    /// Why the answer ended as the server said it (`stop`, `length`, `end_turn`,
+    /// `max_tokens`, `tool_use`, …).
     pub finish_reason: Option<String>,
     pub usage: Option<Usage>,
+    /// Anthropic thinking blocks to send back with the next request (see [`ChatMessage`]).
+    pub thinking: Vec<serde_json::Value>,
+}
+
+impl Completion {
+    /// The answer stopped at the output token limit rather than by choice.
+    pub fn hit_token_limit(&self) -> bool {
+        matches!(self.finish_reason.as_deref(), Some("length" | "max_tokens"))
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -184,4 +246,9 @@ pub trait Provider: Send + Sync {
 
     /// Model names the server offers (`GET /v1/models`).
     async fn list_models(&self) -> Result<Vec<String>, LlmError>;
+
+    /// Which wire protocol (and price table) this is: `openai` or `anthropic`.
+    fn kind(&self) -> &'static str {
+        "openai"
+    }
 }

@@ -1,15 +1,18 @@
 //! Which model to talk to (DESIGN §8).
 //!
 //! An explicit base URL (`--base-url` beats `[model] base_url`) is used with the key named by
-//! `model.api_key_env` only; else `OPENAI_API_KEY`, else `OPENROUTER_API_KEY`; else a local
-//! OpenAI-compatible server answering `GET /v1/models` on loopback within 300 ms (Ollama,
-//! llama.cpp); else the built-in demo model. A key is only ever sent where it belongs.
+//! `model.api_key_env` only; else `OPENAI_API_KEY`, else `OPENROUTER_API_KEY`, else
+//! `ANTHROPIC_API_KEY` (DESIGN §8a); else a local OpenAI-compatible server answering
+//! `GET /v1/models` on loopback within 300 ms (Ollama, llama.cpp); else the built-in demo
+//! model. `model.provider` (`--provider`) picks the wire protocol: `openai`, `anthropic`, or
+//! `auto` (from the key found). A key is only ever sent where it belongs.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
 
+use super::anthropic::{AnthropicClient, MessagesOptions, ANTHROPIC_BASE_URL, ANTHROPIC_DEFAULT_MODEL};
 use super::client::{fetch_models, http_client, ClientSettings, OpenAiClient};
 use super::demo::{start_demo, DEMO_MODEL};
 use super::scripted::ScriptedServer;
@@ -17,7 +20,7 @@ use super::Provider;
 use crate::config::{AgentConfig, ModelConfig};
 
 /// Environment variables holding API keys: never logged, never passed to child processes.
-pub const SECRET_ENV_VARS: &[&str] = &["OPENAI_API_KEY", "OPENROUTER_API_KEY"];
+pub const SECRET_ENV_VARS: &[&str] = &["OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY"];
 
 pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
@@ -87,9 +90,19 @@ impl Default for LocalProbe {
     }
 }
 
+/// Which wire protocol a server speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WireKind {
+    /// OpenAI-compatible Chat Completions.
+    OpenAi,
+    /// Anthropic Messages.
+    Anthropic,
+}
+
 /// A remote endpoint picked from the configuration and environment alone.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Endpoint {
+    pub wire: WireKind,
     pub base_url: String,
     pub api_key: Option<String>,
     /// `None`: ask the server (`GET /models`) for its first model.
@@ -100,6 +113,7 @@ pub struct Endpoint {
 impl std::fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Endpoint")
+            .field("wire", &self.wire)
             .field("base_url", &self.base_url)
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("model", &self.model)
@@ -118,6 +132,10 @@ pub fn choose_endpoint(
 ) -> anyhow::Result<Option<Endpoint>> {
     let non_empty = |s: Option<&str>| s.map(str::trim).filter(|s| !s.is_empty()).map(str::to_string);
     let name = non_empty(cli_model).or_else(|| non_empty(Some(&model.name)));
+    let provider = model.provider.trim();
+    if !matches!(provider, "auto" | "openai" | "anthropic") {
+        bail!("unknown model provider {provider:?}: expected \"auto\", \"openai\" or \"anthropic\"");
+    }
     let key_env = model.api_key_env.trim();
     let named_key = || -> anyhow::Result<Option<String>> {
         if key_env.is_empty() {
@@ -142,32 +160,63 @@ pub fn choose_endpoint(
             (None, _) => base_url.clone(),
         };
         let base_url = base_url.trim_end_matches('/').to_string();
-        return Ok(Some(Endpoint { base_url, api_key: named_key()?, model: name, label }));
+        let wire = if provider == "anthropic" { WireKind::Anthropic } else { WireKind::OpenAi };
+        return Ok(Some(Endpoint { wire, base_url, api_key: named_key()?, model: name, label }));
     }
 
+    let anthropic = |key: String| Endpoint {
+        wire: WireKind::Anthropic,
+        base_url: ANTHROPIC_BASE_URL.into(),
+        api_key: Some(key),
+        model: Some(name.clone().unwrap_or_else(|| ANTHROPIC_DEFAULT_MODEL.into())),
+        label: "Anthropic".into(),
+    };
     let openai = |key: String| Endpoint {
+        wire: WireKind::OpenAi,
         base_url: OPENAI_BASE_URL.into(),
         api_key: Some(key),
         model: Some(name.clone().unwrap_or_else(|| OPENAI_DEFAULT_MODEL.into())),
         label: "OpenAI".into(),
     };
     let openrouter = |key: String| Endpoint {
+        wire: WireKind::OpenAi,
         base_url: OPENROUTER_BASE_URL.into(),
         api_key: Some(key),
         model: Some(name.clone().unwrap_or_else(|| OPENROUTER_DEFAULT_MODEL.into())),
         label: "OpenRouter".into(),
     };
+    let from_env = |var: &str| env(var).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
+    if provider == "anthropic" {
+        return match named_key()?.or_else(|| from_env("ANTHROPIC_API_KEY")) {
+            Some(key) => Ok(Some(anthropic(key))),
+            None => bail!(
+                "the model provider is \"anthropic\" but ANTHROPIC_API_KEY is not set \
+                 (or set [model] api_key_env to the variable holding the key)"
+            ),
+        };
+    }
     if let Some(key) = named_key()? {
-        // A key named without a base URL: OpenRouter if the name says so, else OpenAI.
-        let endpoint = if key_env.to_ascii_uppercase().contains("OPENROUTER") { openrouter(key) } else { openai(key) };
+        // A key named without a base URL: the provider its name says, else OpenAI.
+        let upper = key_env.to_ascii_uppercase();
+        let endpoint = if upper.contains("OPENROUTER") {
+            openrouter(key)
+        } else if upper.contains("ANTHROPIC") && provider == "auto" {
+            anthropic(key)
+        } else {
+            openai(key)
+        };
         return Ok(Some(endpoint));
     }
-    let from_env = |var: &str| env(var).map(|v| v.trim().to_string()).filter(|v| !v.is_empty());
     if let Some(key) = from_env("OPENAI_API_KEY") {
         return Ok(Some(openai(key)));
     }
     if let Some(key) = from_env("OPENROUTER_API_KEY") {
         return Ok(Some(openrouter(key)));
+    }
+    if provider == "auto" {
+        if let Some(key) = from_env("ANTHROPIC_API_KEY") {
+            return Ok(Some(anthropic(key)));
+        }
     }
     Ok(None)
 }
@@ -193,15 +242,39 @@ pub async fn resolve_with(
     probe: &LocalProbe,
 ) -> anyhow::Result<ResolvedProvider> {
     if let Some(endpoint) = choose_endpoint(model, cli_model, cli_base_url, env)? {
-        let client =
-            OpenAiClient::new(ClientSettings::from_agent(&endpoint.base_url, endpoint.api_key.clone(), agent))?;
-        let model_name = match endpoint.model {
-            Some(name) => name,
-            None => first_model(&client, &endpoint.base_url).await?,
+        let settings = ClientSettings::from_agent(&endpoint.base_url, endpoint.api_key.clone(), agent);
+        let (client, model_name): (Arc<dyn Provider>, String) = match endpoint.wire {
+            WireKind::OpenAi => {
+                let client = OpenAiClient::new(settings)?;
+                let name = match endpoint.model {
+                    Some(name) => name,
+                    None => first_model(&client, &endpoint.base_url).await?,
+                };
+                (Arc::new(client), name)
+            }
+            WireKind::Anthropic => {
+                let options =
+                    MessagesOptions { max_tokens: model.max_tokens.max(1), thinking_budget: model.thinking_budget };
+                let client = AnthropicClient::new(settings, options)?;
+                let name = match endpoint.model {
+                    Some(name) => name,
+                    None => match client.list_models().await {
+                        Ok(models) => models.into_iter().next().with_context(|| {
+                            format!("{}/models lists no models; set [model] name or pass --model", endpoint.base_url)
+                        })?,
+                        Err(e) => bail!(
+                            "no model name is configured and asking {}/models failed ({e}); \
+                             set [model] name in config.toml or pass --model",
+                            endpoint.base_url
+                        ),
+                    },
+                };
+                (Arc::new(client), name)
+            }
         };
         tracing::info!(label = %endpoint.label, base_url = %endpoint.base_url, model = %model_name, "model provider");
         return Ok(ResolvedProvider {
-            provider: Arc::new(client),
+            provider: client,
             model: model_name,
             base_url: endpoint.base_url,
             label: endpoint.label,
@@ -304,6 +377,7 @@ mod tests {
 
     fn endpoint(base_url: &str, key: Option<&str>, model: Option<&str>, label: &str) -> Option<Endpoint> {
         Some(Endpoint {
+            wire: WireKind::OpenAi,
             base_url: base_url.into(),
             api_key: key.map(str::to_string),
             model: model.map(str::to_string),
@@ -377,6 +451,52 @@ mod tests {
         assert_eq!(chosen.unwrap().label, "OpenRouter");
     }
 
+    fn with_provider(provider: &str, base_url: &str, api_key_env: &str) -> ModelConfig {
+        ModelConfig { provider: provider.into(), ..config(base_url, "", api_key_env) }
+    }
+
+    #[test]
+    fn anthropic_key_comes_after_the_openai_and_openrouter_keys() {
+        let all = env_of(&[("OPENAI_API_KEY", "sk-openai"), ("ANTHROPIC_API_KEY", "sk-ant")]);
+        let chosen = choose_endpoint(&config("", "", ""), None, None, &all).unwrap().unwrap();
+        assert_eq!((chosen.wire, chosen.label.as_str()), (WireKind::OpenAi, "OpenAI"));
+        let only = env_of(&[("ANTHROPIC_API_KEY", "sk-ant")]);
+        let chosen = choose_endpoint(&config("", "", ""), None, None, &only).unwrap();
+        assert_eq!(
+            chosen,
+            Some(Endpoint {
+                wire: WireKind::Anthropic,
+                base_url: ANTHROPIC_BASE_URL.into(),
+                api_key: Some("sk-ant".into()),
+                model: Some(ANTHROPIC_DEFAULT_MODEL.into()),
+                label: "Anthropic".into(),
+            })
+        );
+        // provider = "openai" never picks the Anthropic key.
+        assert_eq!(choose_endpoint(&with_provider("openai", "", ""), None, None, &only).unwrap(), None);
+    }
+
+    #[test]
+    fn provider_anthropic_wins_over_other_keys_and_needs_its_key() {
+        let all = env_of(&[("OPENAI_API_KEY", "sk-openai"), ("ANTHROPIC_API_KEY", "sk-ant")]);
+        let chosen = choose_endpoint(&with_provider("anthropic", "", ""), None, None, &all).unwrap().unwrap();
+        assert_eq!((chosen.wire, chosen.api_key.as_deref()), (WireKind::Anthropic, Some("sk-ant")));
+        let err = choose_endpoint(&with_provider("anthropic", "", ""), None, None, &env_of(BOTH_KEYS)).unwrap_err();
+        assert!(err.to_string().contains("ANTHROPIC_API_KEY"), "{err}");
+        // An explicit server speaks the configured protocol and gets only the named key.
+        let chosen = choose_endpoint(
+            &with_provider("anthropic", "http://proxy:9/v1", "MY_KEY"),
+            None,
+            None,
+            &env_of(&[("MY_KEY", "sk-mine"), ("ANTHROPIC_API_KEY", "sk-ant")]),
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!((chosen.wire, chosen.api_key.as_deref()), (WireKind::Anthropic, Some("sk-mine")));
+        let err = choose_endpoint(&with_provider("gemini", "", ""), None, None, &all).unwrap_err();
+        assert!(err.to_string().contains("gemini"), "{err}");
+    }
+
     #[test]
     fn no_key_means_look_locally() {
         assert_eq!(choose_endpoint(&config("", "", ""), None, None, &env_of(&[])).unwrap(), None);
@@ -384,8 +504,11 @@ mod tests {
 
     #[test]
     fn secret_variables_include_the_configured_one() {
-        assert_eq!(secret_env_vars(&config("", "", "MY_KEY")), vec!["OPENAI_API_KEY", "OPENROUTER_API_KEY", "MY_KEY"]);
-        assert_eq!(secret_env_vars(&config("", "", "OPENAI_API_KEY")).len(), 2);
+        assert_eq!(
+            secret_env_vars(&config("", "", "MY_KEY")),
+            vec!["OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY", "MY_KEY"]
+        );
+        assert_eq!(secret_env_vars(&config("", "", "OPENAI_API_KEY")).len(), 3);
     }
 
     #[test]

@@ -730,6 +730,6 @@ mod tests {
         let done = acc.finish();
         assert_eq!(done.content, "héllo wörld");
         assert_eq!(done.tool_calls, vec![super::super::ToolCall::new("c1", "terminal", r#"{"command":"ls"}"#)]);
-        assert_eq!(done.usage, Some(super::super::Usage { prompt_tokens: 1, completion_tokens: 2 }));
+        assert_eq!(done.usage, Some(super::super::Usage::tokens(1, 2)));
     }
 }

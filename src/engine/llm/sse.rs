@@ -229,6 +229,7 @@ impl ChunkAccumulator {
             tool_calls,
             finish_reason: self.finish_reason,
             usage: self.usage,
+            thinking: Vec::new(),
         }
     }
 }
@@ -239,7 +240,9 @@ fn parse_usage(value: &Value) -> Option<Usage> {
     if prompt.is_none() && completion.is_none() {
         return None;
     }
-    Some(Usage { prompt_tokens: prompt.unwrap_or(0), completion_tokens: completion.unwrap_or(0) })
+    // OpenAI reports cached prompt tokens here (they are part of `prompt_tokens`).
+    let cached = value.pointer("/prompt_tokens_details/cached_tokens").and_then(Value::as_u64).unwrap_or(0);
+    Some(Usage { cache_read_tokens: cached, ..Usage::tokens(prompt.unwrap_or(0), completion.unwrap_or(0)) })
 }
 
 /// The human part of an OpenAI-style error: `{"message": ...}`, a bare string, or the JSON.
@@ -349,7 +352,7 @@ mod tests {
             Completion {
                 content: "Hello".into(),
                 finish_reason: Some("stop".into()),
-                usage: Some(Usage { prompt_tokens: 12, completion_tokens: 3 }),
+                usage: Some(Usage::tokens(12, 3)),
                 ..Completion::default()
             }
         );

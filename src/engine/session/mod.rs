@@ -19,6 +19,7 @@ use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
 use crate::engine::jobs::{JobsHandle, JobsOptions, ReaperMode};
+use crate::engine::llm::spend::{cost_of, Spend};
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::store::Store;
 use crate::engine::tools::Registry;
@@ -108,8 +109,8 @@ struct Engine {
     busy_mode: BusyMode,
     title: Option<String>,
     meter: ContextMeter,
-    session_usage: (u64, u64),
-    last_turn_usage: (u64, u64),
+    session_usage: Spend,
+    last_turn_usage: Spend,
     heartbeat: Option<Heartbeat>,
     goal: GoalMachine,
     /// A goal continuation waiting for the session to be idle (and unpaused).
@@ -176,8 +177,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         queued: VecDeque::new(),
         title,
         meter: ContextMeter::new(opts.config.model.context_window),
-        session_usage: (0, 0),
-        last_turn_usage: (0, 0),
+        session_usage: Spend::default(),
+        last_turn_usage: Spend::default(),
         heartbeat: None,
         goal: GoalMachine::new(opts.config.goals.clone()),
         goal_continuation: None,
@@ -497,9 +498,12 @@ impl Engine {
         self.history = result.history;
         self.meter = result.meter;
         self.events().send(Event::TurnFinished { outcome: result.outcome });
-        self.last_turn_usage = (result.usage.prompt_tokens, result.usage.completion_tokens);
-        self.session_usage.0 += result.usage.prompt_tokens;
-        self.session_usage.1 += result.usage.completion_tokens;
+        if !result.usage.is_empty() {
+            let cost = cost_of(&self.env.config.prices, self.env.provider.kind(), &self.env.model, &result.usage);
+            self.last_turn_usage = Spend::default();
+            self.last_turn_usage.add(&result.usage, cost);
+            self.session_usage.add(&result.usage, cost);
+        }
         let last_reply = self
             .history
             .iter()
@@ -666,12 +670,14 @@ impl Engine {
             }
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
             SlashCommand::Usage => {
-                let (p, c) = self.session_usage;
-                let (lp, lc) = self.last_turn_usage;
+                let priced = self.env.config.prices.find(self.env.provider.kind(), &self.env.model).is_some();
+                let unpriced = if priced { "" } else { " (no price for this model in [prices]: tokens only)" };
                 self.notice(
                     NoticeLevel::Info,
                     format!(
-                        "tokens — this session: {p} in / {c} out · last turn: {lp} in / {lc} out · {}",
+                        "this session: {} · last turn: {} · {}{unpriced}",
+                        self.session_usage.describe(),
+                        self.last_turn_usage.describe(),
                         self.meter.label()
                     ),
                 );

@@ -211,7 +211,16 @@ impl App {
                 let context_pct = info.context_pct.or(self.status.context_pct);
                 self.status = StatusInfo { context_pct, ..info };
             }
-            Event::Usage { prompt_tokens, completion_tokens } => self.usage = Some((prompt_tokens, completion_tokens)),
+            Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
+                self.usage = Some((prompt_tokens, completion_tokens));
+                let usage = crate::engine::llm::Usage {
+                    prompt_tokens,
+                    completion_tokens,
+                    cache_read_tokens,
+                    cache_write_tokens,
+                };
+                self.spend.add(&usage, cost_usd);
+            }
             Event::Context { percent, .. } => self.status.context_pct = percent,
             Event::ShutdownComplete => self.exit = ExitState::Done,
         }

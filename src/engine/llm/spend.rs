@@ -1,0 +1,113 @@
+//! What model calls cost: tokens added up, and dollars where the price table knows the model.
+
+use super::Usage;
+use crate::config::Prices;
+
+/// Tokens and dollars of some model calls.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Spend {
+    pub usage: Usage,
+    /// Dollars of the priced calls.
+    pub cost_usd: f64,
+    pub priced_calls: u32,
+    pub unpriced_calls: u32,
+}
+
+impl Spend {
+    pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
+        self.usage.add(usage);
+        match cost_usd {
+            Some(cost) => {
+                self.cost_usd += cost;
+                self.priced_calls += 1;
+            }
+            None => self.unpriced_calls += 1,
+        }
+    }
+
+    /// `12,345 in (10,000 cache read, 1,200 cache write) / 678 out · $0.0123`; the cost is
+    /// left out when no call was priced, and marked as a lower bound when some were not.
+    pub fn describe(&self) -> String {
+        let u = &self.usage;
+        let mut text = format!("{} in", thousands(u.prompt_tokens));
+        if u.cache_read_tokens + u.cache_write_tokens > 0 {
+            text.push_str(&format!(
+                " ({} cache read, {} cache write)",
+                thousands(u.cache_read_tokens),
+                thousands(u.cache_write_tokens)
+            ));
+        }
+        text.push_str(&format!(" / {} out", thousands(u.completion_tokens)));
+        if self.priced_calls > 0 {
+            let at_least = if self.unpriced_calls > 0 { "at least " } else { "" };
+            text.push_str(&format!(" · {at_least}{}", dollars(self.cost_usd)));
+        }
+        text
+    }
+}
+
+/// The cost of `usage` on `model` at `provider` (`openai` / `anthropic`), if priced.
+pub fn cost_of(prices: &Prices, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
+    prices.find(provider, model).map(|p| p.cost(usage))
+}
+
+/// Dollars with enough digits to see small sums: `$0.0123`, `$1.23`.
+pub fn dollars(amount: f64) -> String {
+    if amount < 1.0 {
+        format!("${amount:.4}")
+    } else {
+        format!("${amount:.2}")
+    }
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn cost_prices_each_kind_of_token_separately() {
+        let prices = Prices::default();
+        let usage = Usage {
+            prompt_tokens: 1_100_000,
+            completion_tokens: 100_000,
+            cache_read_tokens: 800_000,
+            cache_write_tokens: 200_000,
+        };
+        // 100k uncached × $3 + 800k × $0.30 + 200k × $3.75 + 100k out × $15 per million.
+        let cost = cost_of(&prices, "anthropic", "claude-sonnet-4-5-20250929", &usage).unwrap();
+        assert!((cost - (0.3 + 0.24 + 0.75 + 1.5)).abs() < 1e-9, "{cost}");
+        assert_eq!(cost_of(&prices, "anthropic", "llama3", &usage), None);
+        assert_eq!(cost_of(&prices, "openai", "claude-sonnet-4-5", &usage), None);
+        // The longest matching name wins.
+        assert_eq!(prices.find("openai", "gpt-4.1-mini-2025-04-14").unwrap().input, 0.4);
+        assert_eq!(prices.find("openai", "gpt-4.1-2025-04-14").unwrap().input, 2.0);
+    }
+
+    #[test]
+    fn describe_shows_cache_tokens_and_a_cost_only_when_priced() {
+        let mut spend = Spend::default();
+        spend.add(&Usage::tokens(1234, 56), None);
+        assert_eq!(spend.describe(), "1,234 in / 56 out");
+        spend.add(
+            &Usage { prompt_tokens: 10_000, completion_tokens: 100, cache_read_tokens: 9_000, cache_write_tokens: 500 },
+            Some(0.0123),
+        );
+        assert_eq!(spend.describe(), "11,234 in (9,000 cache read, 500 cache write) / 156 out · at least $0.0123");
+        let mut priced = Spend::default();
+        priced.add(&Usage::tokens(10, 1), Some(2.5));
+        assert_eq!(priced.describe(), "10 in / 1 out · $2.50");
+    }
+}
