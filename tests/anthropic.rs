@@ -16,14 +16,13 @@ use anthropic_wire::*;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::config::Config;
-use talaria::engine::commands::SlashCommand;
 use talaria::engine::jobs::group;
 use talaria::engine::llm::anthropic::{AnthropicClient, MessagesOptions};
 use talaria::engine::llm::client::ClientSettings;
 use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall, Usage};
 use talaria::engine::SessionChoice;
-use talaria::protocol::{BusyMode, Event, Op, TurnOutcome};
+use talaria::protocol::{BusyMode, Event, Op, SlashCommand, TurnOutcome};
 
 const KEY: &str = "sk-ant-test-0123456789";
 const MODEL: &str = "claude-sonnet-4-5";

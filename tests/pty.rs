@@ -318,6 +318,8 @@ fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
         .and_then(|rest| rest.split_whitespace().next())
         .expect("a session id after --resume");
     assert!(!id.is_empty());
+    // The exit summary: what the run's model calls used (this model has no price: tokens only).
+    assert!(after.contains("This run: 10 in / 2 out\r\n"), "{after:?}");
 }
 
 #[test]
