@@ -43,6 +43,13 @@ fn spawn(home: &Home, model: &Model, extra: &[&str]) -> Pty {
     Pty::spawn(home.path(), &home.work(), &args, COLS, ROWS)
 }
 
+/// A `sleep` argument no other test (or program) uses: `300.<our pid><n>` (sleep takes
+/// fractions), so a process search finds only this test's command.
+fn unique_secs(base: u32) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    format!("{base}.{}{:03}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
+}
+
 /// Wait until `cond` holds (panics with `what` after the deadline).
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -201,15 +208,16 @@ fn without_a_terminal_talaria_points_to_exec() {
 #[test]
 fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     let home = Home::new();
+    let secs = unique_secs(300);
     let model = Model::start(vec![
-        ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 300"}"#),
+        ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}"}}"#)),
         ScriptedResponse::text("It is in the background now; I read your message."),
     ]);
     let mut p = spawn(&home, &model, &[]);
     p.wait_for(" message ", WAIT);
     p.type_text("run the long thing");
     p.send(b"\r");
-    wait_until("sleep 300 to start", || !pids_with_cmdline(&["sleep", "300"]).is_empty());
+    wait_until("sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
     p.wait_for(" busy ", WAIT);
 
     p.type_text("while that runs: what is 2+2?");
@@ -221,8 +229,8 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     assert!(body.contains("while that runs: what is 2+2?"), "request: {body}");
     p.wait_for("I read your message.", WAIT);
 
-    let pids = pids_with_cmdline(&["sleep", "300"]);
-    assert_eq!(pids.len(), 1, "exactly one sleep 300: {pids:?}");
+    let pids = pids_with_cmdline(&["sleep", &secs]);
+    assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     let pid = pids[0];
     assert!(alive(pid));
     let pgid = pgid_of(pid).expect("sleep's process group");
@@ -236,7 +244,7 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     std::thread::sleep(Duration::from_millis(200));
     p.send(b"k");
     p.wait_for(" Kill job_1? ", WAIT);
-    p.wait_for("$ sleep 300", WAIT);
+    p.wait_for(&format!("$ sleep {secs}"), WAIT);
     p.send(b"y");
     wait_until("the job's process group to end", || group_members(pgid).is_empty());
     assert!(!alive(pid));
@@ -244,15 +252,16 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
 
     let code = quit(&mut p);
     assert_eq!(code, 0);
-    wait_until("no sleep 300 left", || pids_with_cmdline(&["sleep", "300"]).is_empty());
+    wait_until("no sleep left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
     wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
 }
 
 #[test]
 fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
     let home = Home::new();
+    let secs = unique_secs(301);
     let model = Model::start(vec![
-        ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 301","background":true}"#),
+        ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}","background":true}}"#)),
         ScriptedResponse::text("Started it in the background."),
     ]);
     let mut p = spawn(&home, &model, &[]);
@@ -261,8 +270,8 @@ fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
     p.send(b"\r");
     p.wait_for("Started it in the background.", WAIT);
     p.wait_for("job_1", WAIT);
-    let pids = pids_with_cmdline(&["sleep", "301"]);
-    assert_eq!(pids.len(), 1, "exactly one sleep 301: {pids:?}");
+    let pids = pids_with_cmdline(&["sleep", &secs]);
+    assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     assert!(!processes_of_home(home.path()).is_empty(), "the environ scan sees talaria");
 
     p.wait_for(" message ", WAIT);
@@ -326,8 +335,13 @@ fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
 fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
     for signal in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGHUP] {
         let home = Home::new();
+        let secs = unique_secs(302);
         let model = Model::start(vec![
-            ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 302","background":true}"#),
+            ScriptedResponse::tool_call(
+                "c1",
+                "terminal",
+                &format!(r#"{{"command":"sleep {secs}","background":true}}"#),
+            ),
             ScriptedResponse::text("Started it in the background."),
         ]);
         let mut p = spawn(&home, &model, &[]);
@@ -335,8 +349,8 @@ fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
         p.type_text("start it");
         p.send(b"\r");
         p.wait_for("Started it in the background.", WAIT);
-        let pids = pids_with_cmdline(&["sleep", "302"]);
-        assert_eq!(pids.len(), 1, "exactly one sleep 302: {pids:?}");
+        let pids = pids_with_cmdline(&["sleep", &secs]);
+        assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
         let pid = p.child.process_id().expect("child pid") as i32;
         nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), signal).unwrap();
         assert!(p.wait_exit(WAIT).is_some(), "talaria exits on {signal}");

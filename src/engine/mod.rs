@@ -13,6 +13,7 @@ pub mod instructions;
 pub mod jobs;
 pub mod llm;
 pub mod mentions;
+pub mod scheduler;
 pub mod signals;
 pub mod store;
 pub mod tools;

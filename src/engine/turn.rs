@@ -142,7 +142,7 @@ pub async fn run_turn(
         meter.add_estimate(&history[counted..]);
         counted = history.len();
         if meter.should_compact(env.config.agent.compact_at) {
-            history = auto_compact(&env, history, &mut meter).await;
+            history = auto_compact(&env, &control, history, &mut meter).await;
             counted = history.len();
         }
         let request_len = history.len();
@@ -289,9 +289,14 @@ pub fn fixed_context(env: &TurnEnv) -> Vec<ChatMessage> {
 }
 
 /// Compact before a request would overflow the window, and say so in the transcript.
-async fn auto_compact(env: &TurnEnv, history: Vec<ChatMessage>, meter: &mut ContextMeter) -> Vec<ChatMessage> {
+async fn auto_compact(
+    env: &TurnEnv,
+    control: &TurnControl,
+    history: Vec<ChatMessage>,
+    meter: &mut ContextMeter,
+) -> Vec<ChatMessage> {
     env.events.send(Event::notice(NoticeLevel::Info, format!("{} — compacting older turns…", meter.label())));
-    match compaction::compact_history(&compactor(env), history, None).await {
+    match compaction::compact_history(&compactor(env), history, None, &control.interrupt).await {
         Ok(done) => {
             let mut all = fixed_context(env);
             all.extend_from_slice(&done.history);

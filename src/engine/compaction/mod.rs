@@ -11,6 +11,8 @@ pub mod plan;
 
 use std::sync::Arc;
 
+use tokio_util::sync::CancellationToken;
+
 use crate::engine::history::to_stored;
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::store::{Store, StoredMessage};
@@ -61,6 +63,7 @@ pub async fn compact_history(
     with: &Compactor,
     history: Vec<ChatMessage>,
     focus: Option<&str>,
+    cancel: &CancellationToken,
 ) -> Result<Compacted, (Vec<ChatMessage>, String)> {
     let planned = plan::plan(&history, plan::DEFAULT_KEEP_USER_TURNS).or_else(|| plan::plan(&history, 0));
     let Some(planned) = planned else {
@@ -68,9 +71,14 @@ pub async fn compact_history(
     };
     let window_chars = usize::try_from(with.context_window).unwrap_or(usize::MAX).saturating_mul(2).max(20_000);
     let request = plan::summary_request_within(&with.model, &history[..planned.cut], focus, window_chars);
-    let summary = match plan::summarise(with.provider.as_ref(), &request).await {
-        Ok(s) => s,
-        Err(e) => return Err((history, format!("could not summarise: {e}"))),
+    // Only the summary request waits on the network, so only it can be interrupted; the
+    // rows below are written all or (on a store error) not at all before the next turn.
+    let summary = tokio::select! {
+        s = plan::summarise(with.provider.as_ref(), &request) => match s {
+            Ok(s) => s,
+            Err(e) => return Err((history, format!("could not summarise: {e}"))),
+        },
+        _ = cancel.cancelled() => return Err((history, "interrupted".into())),
     };
     let kept_from = planned.cut;
     let new_history = plan::apply(history.clone(), planned.cut, &summary);

@@ -354,6 +354,11 @@ impl JobsHandle {
         self.inner.get(id).map(|j| j.info())
     }
 
+    /// Whether `take_exit_notices` would return something now (the scheduler asks).
+    pub async fn has_exit_notices(&self, session_id: &str) -> bool {
+        lock(&self.inner.notices).iter().any(|n| n.session_id == session_id)
+    }
+
     /// Finished jobs of `session_id` whose exit the model has not seen; each is returned
     /// once and marked seen.
     pub async fn take_exit_notices(&self, session_id: &str) -> Vec<ExitNotice> {

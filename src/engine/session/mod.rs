@@ -1,7 +1,9 @@
-//! The engine task: owns the session, receives `Op`, starts turns, emits `Event`.
-//! All effects happen here; deciding what a typed message does while busy is
-//! `route_busy_message` (pure).
+//! The engine task: owns the session, receives `Op`, emits `Event`. It decides nothing
+//! by itself: each input goes to `scheduler::decide` and this file performs the effects.
+//! Slash commands are in `commands`, standing work (heartbeat, goal, compaction) in
+//! `standing`.
 
+mod commands;
 mod standing;
 
 use std::collections::VecDeque;
@@ -12,22 +14,24 @@ use std::time::Duration;
 use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::engine::approval::{Approver, PromptPolicy};
+use crate::engine::compaction::Compacted;
 use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
 use crate::engine::jobs::{JobsHandle, JobsOptions, ReaperMode};
 use crate::engine::llm::spend::{cost_of, Spend};
 use crate::engine::llm::{ChatMessage, Provider};
+use crate::engine::scheduler::{self, Effect, Input, Phase, Start, State};
 use crate::engine::store::Store;
 use crate::engine::tools::Registry;
 use crate::engine::turn::{lock, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
 use crate::engine::EventSink;
 use crate::engine::{compaction, history, instructions};
 use crate::paths::Paths;
-use crate::protocol::commands::{JobsCmd, SlashCommand};
 use crate::protocol::{
     BusyMode, EngineHandle, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
 };
@@ -59,40 +63,17 @@ pub struct EngineOptions {
     pub reaper: bool,
 }
 
-/// What a message typed while a turn runs does (DESIGN §3).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct BusyRoute {
-    /// Add to the messages delivered at the next delivery point.
-    pub pending: bool,
-    /// Add to the messages run as later turns.
-    pub queue: bool,
-    /// Abort a model stream in progress.
-    pub abort_stream: bool,
-    /// Ask running tools to yield (foreground commands become jobs).
-    pub yield_tools: bool,
-    /// Release a `process wait` early.
-    pub release_wait: bool,
-}
-
-pub fn route_busy_message(mode: BusyMode) -> BusyRoute {
-    match mode {
-        BusyMode::Redirect => {
-            BusyRoute { pending: true, queue: false, abort_stream: true, yield_tools: true, release_wait: true }
-        }
-        BusyMode::Steer => {
-            BusyRoute { pending: true, queue: false, abort_stream: false, yield_tools: false, release_wait: true }
-        }
-        BusyMode::Queue => {
-            BusyRoute { pending: false, queue: true, abort_stream: false, yield_tools: false, release_wait: false }
-        }
-    }
-}
-
 struct RunningTurn {
     control: TurnControl,
     join: JoinHandle<TurnResult>,
     /// A `!command` run, not a model turn (goals do not count it).
     bang: bool,
+}
+
+/// `/compact` running as its own task (the engine loop never awaits the model).
+struct RunningCompaction {
+    cancel: CancellationToken,
+    join: JoinHandle<Result<Compacted, (Vec<ChatMessage>, String)>>,
 }
 
 struct Engine {
@@ -104,6 +85,7 @@ struct Engine {
     job_done: mpsc::UnboundedReceiver<JobId>,
     history: Vec<ChatMessage>,
     turn: Option<RunningTurn>,
+    compaction: Option<RunningCompaction>,
     pending: Arc<Mutex<Vec<String>>>,
     queued: VecDeque<String>,
     busy_mode: BusyMode,
@@ -173,6 +155,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         job_done,
         history: Vec::new(),
         turn: None,
+        compaction: None,
         pending: Arc::new(Mutex::new(Vec::new())),
         queued: VecDeque::new(),
         title,
@@ -217,6 +200,16 @@ async fn turn_done(turn: &mut Option<RunningTurn>) -> Result<TurnResult, tokio::
     }
 }
 
+/// Await the running compaction, or never.
+async fn compaction_done(
+    c: &mut Option<RunningCompaction>,
+) -> Result<Result<Compacted, (Vec<ChatMessage>, String)>, tokio::task::JoinError> {
+    match c {
+        Some(c) => (&mut c.join).await,
+        None => std::future::pending().await,
+    }
+}
+
 impl Engine {
     fn events(&self) -> &EventSink {
         &self.env.events
@@ -226,23 +219,43 @@ impl Engine {
         self.events().send(Event::notice(level, text));
     }
 
-    fn is_busy(&self) -> bool {
-        self.turn.is_some()
-    }
-
     fn is_paused(&self) -> bool {
         *self.paused.borrow() || crate::engine::estop::is_paused(&self.paths.estop)
     }
 
-    /// DESIGN §3: no turn, gate run, judge call or approval in progress; no queued or
-    /// pending message; no goal continuation due; not paused.
-    fn is_idle(&self) -> bool {
-        self.turn.is_none()
-            && !self.goal.in_boundary()
-            && lock(&self.pending).is_empty()
-            && self.queued.is_empty()
-            && self.goal_continuation.is_none()
-            && !self.is_paused()
+    fn phase(&self) -> Phase {
+        match (&self.turn, &self.compaction) {
+            (Some(t), _) if t.bang => Phase::Bang,
+            (Some(_), _) => Phase::Turn,
+            (None, Some(_)) => Phase::Compacting,
+            (None, None) => Phase::Idle,
+        }
+    }
+
+    /// What the scheduler decides on. `job_notices` comes from the job registry (async).
+    fn snapshot(&self, job_notices: bool) -> State {
+        let now = crate::engine::heartbeat::now_ms();
+        State {
+            phase: self.phase(),
+            busy_mode: self.busy_mode,
+            pending: lock(&self.pending).len(),
+            queued: self.queued.len(),
+            goal_boundary: self.goal.in_boundary(),
+            goal_continuation: self.goal_continuation.is_some(),
+            job_notices,
+            notify_starts_turn: self.env.config.jobs.notify_starts_turn,
+            heartbeat_due: self.heartbeat.as_ref().is_some_and(|h| h.due(now, true)),
+            paused: self.is_paused(),
+        }
+    }
+
+    async fn state(&self) -> State {
+        let notices = self.env.jobs.has_exit_notices(&self.env.session_id).await;
+        self.snapshot(notices)
+    }
+
+    async fn decide(&self, input: Input) -> Vec<Effect> {
+        scheduler::decide(&self.state().await, input)
     }
 
     async fn run(mut self) {
@@ -256,32 +269,36 @@ impl Engine {
                     }
                     self.handle_op(op).await;
                 }
-                result = turn_done(&mut self.turn) => {
-                    let bang = self.turn.take().is_some_and(|t| t.bang);
-                    self.on_turn_finished(result, bang).await;
-                }
+                result = turn_done(&mut self.turn) => self.on_turn_finished(result).await,
+                result = compaction_done(&mut self.compaction) => self.on_compaction_finished(result).await,
                 Some(_) = self.job_done.recv() => {}
                 Some(result) = self.boundary.results.recv() => self.on_boundary_result(result).await,
                 changed = self.paused.changed() => {
                     if changed.is_ok() {
                         let paused = *self.paused.borrow();
-                        self.notice(
-                            if paused { NoticeLevel::Warn } else { NoticeLevel::Info },
-                            if paused { "PAUSED: no heartbeat, goal, queued message or job notice runs until unpaused" } else { "unpaused" },
-                        );
-                        self.send_status();
+                        let effects = self.decide(Input::PauseChanged { paused }).await;
+                        self.perform_all(effects).await;
                     }
                 }
-                _ = standing::sleep_until_ms(wake) => self.on_timer().await,
+                _ = standing::sleep_until_ms(wake) => self.send_status(),
             }
             let effects = std::mem::take(&mut self.pending_effects);
             self.perform_goal_effects(effects).await;
-            self.start_next_turn().await;
+            let effects = self.decide(Input::Settle).await;
+            self.perform_all(effects).await;
         }
         self.shutdown().await;
     }
 
     async fn shutdown(&mut self) {
+        if let Some(c) = self.compaction.take() {
+            c.cancel.cancel();
+            if let Ok(Ok(Err((history, _)) | Ok(Compacted { history, .. }))) =
+                tokio::time::timeout(Duration::from_secs(5), c.join).await
+            {
+                self.history = history;
+            }
+        }
         if let Some(turn) = self.turn.take() {
             turn.control.interrupt.cancel();
             self.env.approver.deny_all();
@@ -376,30 +393,32 @@ impl Engine {
     async fn handle_op(&mut self, op: Op) {
         match op {
             Op::Submit { text, mode } => self.submit(text, mode).await,
-            Op::Interrupt => self.interrupt(),
-            Op::YieldForeground => match &self.turn {
-                Some(turn) => TurnControl::bump(&turn.control.yield_tx),
-                None => self.notice(NoticeLevel::Info, "nothing is running in the foreground"),
-            },
-            Op::Approve { id, decision } => self.env.approver.answer(id, decision),
-            Op::Command(command) => self.command(command).await,
-            Op::Job { id, action } => self.job_action(id, action).await,
+            Op::Interrupt => {
+                let effects = self.decide(Input::Interrupt).await;
+                self.perform_all(effects).await;
+            }
+            Op::YieldForeground => {
+                let effects = self.decide(Input::YieldForeground).await;
+                self.perform_all(effects).await;
+            }
+            Op::Approve { id, decision } => {
+                for effect in self.decide(Input::ApprovalAnswered).await {
+                    match effect {
+                        Effect::AnswerApproval => self.env.approver.answer(id, decision),
+                        other => self.perform(other).await,
+                    }
+                }
+            }
+            Op::Command(command) => {
+                for effect in self.decide(Input::Command(command.clone())).await {
+                    match effect {
+                        Effect::RunCommand => self.run_command(command.clone()).await,
+                        other => self.perform(other).await,
+                    }
+                }
+            }
+            Op::Job { id, action } => self.job_action(id, action),
             Op::Shutdown => {}
-        }
-    }
-
-    fn interrupt(&mut self) {
-        match &self.turn {
-            Some(turn) => {
-                turn.control.interrupt.cancel();
-                self.env.approver.deny_all();
-            }
-            None if self.goal.in_boundary() => {
-                let effects = self.goal.on_interrupt();
-                self.boundary.cancel();
-                self.pending_effects.extend(effects);
-            }
-            None => self.notice(NoticeLevel::Info, "nothing to interrupt"),
         }
     }
 
@@ -410,48 +429,122 @@ impl Engine {
         // Input history persists per working directory (↑/↓ in the next run too).
         let cwd_text = self.env.cwd().display().to_string();
         let _ = self.env.store.history_push(&cwd_text, &text).await;
-        if let Some(command) = crate::engine::bang::parse_bang(&text) {
-            if self.turn.is_some() {
-                self.notice(
-                    NoticeLevel::Warn,
-                    "`!command` runs when the agent is idle; press Esc to stop the turn first",
-                );
-                self.events().send(Event::RestoreInput { text });
-            } else {
-                self.begin_bang(command.to_string());
+        let bang = crate::engine::bang::parse_bang(&text).map(str::to_string);
+        let input = if bang.is_some() { Input::Bang } else { Input::Message { mode } };
+        for effect in self.decide(input).await {
+            match effect {
+                Effect::StartTurn(Start::User) => {
+                    let text = crate::engine::mentions::expand(&text, &self.env.cwd());
+                    self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
+                }
+                Effect::StartBang => {
+                    if let Some(command) = &bang {
+                        self.begin_bang(command.clone());
+                    }
+                }
+                Effect::AddPending => lock(&self.pending).push(text.clone()),
+                Effect::AddQueued => self.queued.push_back(text.clone()),
+                Effect::RestoreInput => self.events().send(Event::RestoreInput { text: text.clone() }),
+                other => self.perform(other).await,
             }
-            return;
         }
-        let Some(turn) = &self.turn else {
-            if self.is_paused() {
-                self.notice(
-                    NoticeLevel::Warn,
-                    "paused: nothing is sent to the model until `/unpause` (or `talaria unpause`)",
-                );
-                self.events().send(Event::RestoreInput { text });
-                return;
+    }
+
+    async fn perform_all(&mut self, effects: Vec<Effect>) {
+        for effect in effects {
+            self.perform(effect).await;
+        }
+    }
+
+    /// Perform one effect that needs nothing but the engine's state. Effects about the
+    /// input being handled (its text, its command) are performed by that input's handler.
+    async fn perform(&mut self, effect: Effect) {
+        match effect {
+            Effect::StartTurn(start) => self.start(start).await,
+            Effect::PublishPending => self.publish_pending().await,
+            Effect::AbortStream => self.signal_turn(|c| &c.redirect_tx),
+            Effect::YieldTools => self.signal_turn(|c| &c.yield_tx),
+            Effect::ReleaseWait => self.signal_turn(|c| &c.release_tx),
+            Effect::InterruptTurn => {
+                if let Some(turn) = &self.turn {
+                    turn.control.interrupt.cancel();
+                }
             }
-            let text = crate::engine::mentions::expand(&text, &self.env.cwd());
-            self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
-            return;
-        };
-        let route = route_busy_message(mode.unwrap_or(self.busy_mode));
-        let control = turn.control.clone();
-        if route.queue {
-            self.queued.push_back(text);
-        } else if route.pending {
-            lock(&self.pending).push(text);
+            Effect::DenyApprovals => self.env.approver.deny_all(),
+            Effect::InterruptBoundary => {
+                let effects = self.goal.on_interrupt();
+                self.boundary.cancel();
+                self.pending_effects.extend(effects);
+            }
+            Effect::CancelCompaction => {
+                if let Some(c) = &self.compaction {
+                    c.cancel.cancel();
+                }
+            }
+            Effect::RestorePending => {
+                // Never dropped, never auto-sent: typed messages go back into the input box.
+                let mut back: Vec<String> = std::mem::take(&mut *lock(&self.pending));
+                back.extend(self.queued.drain(..));
+                if !back.is_empty() {
+                    self.events().send(Event::RestoreInput { text: back.join("\n\n") });
+                }
+            }
+            Effect::Notice { level, text } => self.notice(level, text),
+            Effect::SendStatus => self.send_status(),
+            Effect::StartBang
+            | Effect::AddPending
+            | Effect::AddQueued
+            | Effect::AnswerApproval
+            | Effect::RestoreInput
+            | Effect::GoalTurnEnded
+            | Effect::RunCommand => {
+                tracing::error!(?effect, "an effect reached the engine without the input it belongs to");
+            }
         }
-        if route.release_wait {
-            TurnControl::bump(&control.release_tx);
+    }
+
+    fn signal_turn(&self, which: impl Fn(&TurnControl) -> &Arc<tokio::sync::watch::Sender<u64>>) {
+        if let Some(turn) = &self.turn {
+            TurnControl::bump(which(&turn.control));
         }
-        if route.abort_stream {
-            TurnControl::bump(&control.redirect_tx);
+    }
+
+    /// Start what the scheduler chose to run next.
+    async fn start(&mut self, start: Start) {
+        match start {
+            // The user's own message is started by `submit`, which holds its text.
+            Start::User => {}
+            Start::Pending => {
+                let pending: Vec<String> = std::mem::take(&mut *lock(&self.pending));
+                self.publish_pending().await;
+                self.begin_turn(
+                    vec![TurnInput { text: pending.join("\n\n"), display_kind: None }],
+                    TurnTrigger::Queued,
+                );
+            }
+            Start::Queued => {
+                let Some(text) = self.queued.pop_front() else { return };
+                self.publish_pending().await;
+                self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Queued);
+            }
+            Start::Goal => {
+                let Some(prompt) = self.goal_continuation.take() else { return };
+                self.begin_turn(vec![TurnInput { text: prompt, display_kind: Some("goal".into()) }], TurnTrigger::Goal);
+                self.send_status();
+            }
+            Start::JobNotices => {
+                let notices = self.env.jobs.take_exit_notices(&self.env.session_id).await;
+                if notices.is_empty() {
+                    return;
+                }
+                let inputs = notices
+                    .into_iter()
+                    .map(|n| TurnInput { text: n.text, display_kind: Some("job_notice".into()) })
+                    .collect();
+                self.begin_turn(inputs, TurnTrigger::JobNotification);
+            }
+            Start::Heartbeat => self.fire_heartbeat().await,
         }
-        if route.yield_tools {
-            TurnControl::bump(&control.yield_tx);
-        }
-        self.publish_pending().await;
     }
 
     fn begin_turn(&mut self, inputs: Vec<TurnInput>, trigger: TurnTrigger) {
@@ -477,7 +570,10 @@ impl Engine {
         self.turn = Some(RunningTurn { control, join, bang: true });
     }
 
-    async fn on_turn_finished(&mut self, result: Result<TurnResult, tokio::task::JoinError>, bang: bool) {
+    async fn on_turn_finished(&mut self, result: Result<TurnResult, tokio::task::JoinError>) {
+        // Decide while the turn still counts as running (its phase says turn or `!command`).
+        let state = self.state().await;
+        self.turn = None;
         let result = match result {
             Ok(r) => r,
             Err(e) => {
@@ -504,17 +600,6 @@ impl Engine {
             self.last_turn_usage.add(&result.usage, cost);
             self.session_usage.add(&result.usage, cost);
         }
-        let last_reply = self
-            .history
-            .iter()
-            .rev()
-            .find(|m| m.role == crate::engine::llm::Role::Assistant)
-            .map(|m| m.text().to_string())
-            .unwrap_or_default();
-        if !bang {
-            let effects = self.goal.on_turn_end(result.outcome, &last_reply);
-            self.pending_effects.extend(effects);
-        }
         if result.usage.prompt_tokens + result.usage.completion_tokens > 0 {
             let _ = self
                 .env
@@ -522,305 +607,29 @@ impl Engine {
                 .add_usage(&self.env.session_id, result.usage.prompt_tokens, result.usage.completion_tokens)
                 .await;
         }
-        if result.outcome == TurnOutcome::Interrupted {
-            // Never dropped, never auto-sent: typed messages go back into the input box.
-            let mut back: Vec<String> = std::mem::take(&mut *lock(&self.pending));
-            back.extend(self.queued.drain(..));
-            if !back.is_empty() {
-                self.events().send(Event::RestoreInput { text: back.join("\n\n") });
-            }
-            self.publish_pending().await;
-        }
-    }
-
-    /// When idle: leftover pending messages, then queued ones, then job notices.
-    async fn start_next_turn(&mut self) {
-        if self.is_busy() || self.is_paused() {
-            return;
-        }
-        let pending: Vec<String> = std::mem::take(&mut *lock(&self.pending));
-        if !pending.is_empty() {
-            self.publish_pending().await;
-            self.begin_turn(vec![TurnInput { text: pending.join("\n\n"), display_kind: None }], TurnTrigger::Queued);
-            return;
-        }
-        if let Some(text) = self.queued.pop_front() {
-            self.publish_pending().await;
-            self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Queued);
-            return;
-        }
-        if self.goal.in_boundary() {
-            return;
-        }
-        if let Some(prompt) = self.goal_continuation.take() {
-            self.begin_turn(vec![TurnInput { text: prompt, display_kind: Some("goal".into()) }], TurnTrigger::Goal);
-            self.send_status();
-            return;
-        }
-        if self.env.config.jobs.notify_starts_turn {
-            let notices = self.env.jobs.take_exit_notices(&self.env.session_id).await;
-            if !notices.is_empty() {
-                let inputs = notices
-                    .into_iter()
-                    .map(|n| TurnInput { text: n.text, display_kind: Some("job_notice".into()) })
-                    .collect();
-                self.begin_turn(inputs, TurnTrigger::JobNotification);
-                return;
+        for effect in scheduler::decide(&state, Input::TurnFinished { outcome: result.outcome }) {
+            match effect {
+                Effect::GoalTurnEnded => {
+                    let last_reply = self
+                        .history
+                        .iter()
+                        .rev()
+                        .find(|m| m.role == crate::engine::llm::Role::Assistant)
+                        .map(|m| m.text().to_string())
+                        .unwrap_or_default();
+                    let effects = self.goal.on_turn_end(result.outcome, &last_reply);
+                    self.pending_effects.extend(effects);
+                }
+                other => self.perform(other).await,
             }
         }
-        self.maybe_fire_heartbeat().await;
     }
 
     /// A job action from the UI runs as its own task: reading a large log must not hold up
     /// the engine loop (a redirect or interrupt typed meanwhile is handled at once).
-    async fn job_action(&mut self, id: JobId, action: JobAction) {
+    fn job_action(&self, id: JobId, action: JobAction) {
         let jobs = self.env.jobs.clone();
         let events = self.env.events.clone();
         tokio::spawn(async move { events.send(jobs.ui_action(&id, action).await) });
-    }
-
-    async fn command(&mut self, command: SlashCommand) {
-        let busy = self.is_busy();
-        let refuse = |name: &str| format!("{name} is not available while a turn runs; press Esc to stop it first");
-        match command {
-            SlashCommand::Stop => self.interrupt(),
-            SlashCommand::New if busy => self.notice(NoticeLevel::Warn, refuse("/new")),
-            SlashCommand::New => {
-                let cwd = self.env.cwd().display().to_string();
-                match self.env.store.create_session(&self.env.model, &cwd, None).await {
-                    Ok(id) => {
-                        self.env.session_id = id;
-                        self.title = None;
-                        self.queued.clear();
-                        lock(&self.pending).clear();
-                        if let Err(e) = self.load_session().await {
-                            self.notice(NoticeLevel::Error, format!("could not open the new session: {e}"));
-                        }
-                    }
-                    Err(e) => self.notice(NoticeLevel::Error, format!("could not create a session: {e}")),
-                }
-            }
-            SlashCommand::Resume(_) if busy => self.notice(NoticeLevel::Warn, refuse("/resume")),
-            SlashCommand::Resume(None) | SlashCommand::Sessions => self.list_sessions().await,
-            SlashCommand::Resume(Some(key)) => match self.env.store.find_session(&key).await {
-                Ok(Some(s)) => {
-                    self.env.session_id = s.id;
-                    self.title = s.title;
-                    if let Err(e) = self.load_session().await {
-                        self.notice(NoticeLevel::Error, format!("could not resume: {e}"));
-                    }
-                }
-                Ok(None) => self.notice(NoticeLevel::Error, format!("no session matches '{key}'")),
-                Err(e) => self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
-            },
-            SlashCommand::Title(title) => match self.env.store.set_title(&self.env.session_id, &title).await {
-                Ok(()) => {
-                    self.title = Some(title.clone());
-                    self.notice(NoticeLevel::Info, format!("session titled \"{title}\""));
-                }
-                Err(e) => self.notice(NoticeLevel::Error, format!("could not set the title: {e}")),
-            },
-            SlashCommand::Retry if busy => self.notice(NoticeLevel::Warn, refuse("/retry")),
-            SlashCommand::Retry => self.retry().await,
-            SlashCommand::Undo(_) if busy => self.notice(NoticeLevel::Warn, refuse("/undo")),
-            SlashCommand::Undo(n) => self.undo(n).await,
-            SlashCommand::Busy(None) => self.notice(
-                NoticeLevel::Info,
-                format!("busy mode: {} (redirect | steer | queue)", self.busy_mode.as_str()),
-            ),
-            SlashCommand::Busy(Some(mode)) => {
-                self.busy_mode = mode;
-                let saved =
-                    crate::config_edit::set_string(&self.paths.config_file, "agent", "busy_input_mode", mode.as_str());
-                match saved {
-                    Ok(()) => self.notice(NoticeLevel::Info, format!("busy mode: {} (saved)", mode.as_str())),
-                    Err(e) => self.notice(NoticeLevel::Warn, format!("busy mode: {} (not saved: {e})", mode.as_str())),
-                }
-                self.send_status();
-            }
-            SlashCommand::Jobs(JobsCmd::List) => {
-                let jobs = self.env.jobs.list().await;
-                if jobs.is_empty() {
-                    self.notice(NoticeLevel::Info, "no background jobs");
-                } else {
-                    let lines: Vec<String> = jobs
-                        .iter()
-                        .map(|j| format!("{}  {:<10} {}  {}", j.id, j.status.label(), j.command, j.last_line))
-                        .collect();
-                    self.notice(NoticeLevel::Info, lines.join("\n"));
-                }
-            }
-            SlashCommand::Jobs(JobsCmd::Log(id)) => {
-                self.job_action(id, JobAction::Log { offset: None, limit: None }).await
-            }
-            SlashCommand::Jobs(JobsCmd::Poll(id)) => self.job_action(id, JobAction::Poll).await,
-            SlashCommand::Jobs(JobsCmd::Kill(id)) => self.job_action(id, JobAction::Kill).await,
-            SlashCommand::Model(None) => match self.env.provider.list_models().await {
-                Ok(models) => self
-                    .notice(NoticeLevel::Info, format!("model: {} · available: {}", self.env.model, models.join(", "))),
-                Err(e) => {
-                    self.notice(NoticeLevel::Warn, format!("model: {} · could not list models: {e}", self.env.model))
-                }
-            },
-            SlashCommand::Model(Some(_)) if busy => self.notice(NoticeLevel::Warn, refuse("/model")),
-            SlashCommand::Model(Some(name)) => {
-                self.env.model = name.clone();
-                self.notice(NoticeLevel::Info, format!("model for this session: {name}"));
-                self.send_status();
-            }
-            SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
-            SlashCommand::Usage => {
-                let priced = self.env.config.prices.find(self.env.provider.kind(), &self.env.model).is_some();
-                let unpriced = if priced { "" } else { " (no price for this model in [prices]: tokens only)" };
-                self.notice(
-                    NoticeLevel::Info,
-                    format!(
-                        "this session: {} · last turn: {} · {}{unpriced}",
-                        self.session_usage.describe(),
-                        self.last_turn_usage.describe(),
-                        self.meter.label()
-                    ),
-                );
-            }
-            SlashCommand::Compact(_) if busy => self.notice(NoticeLevel::Warn, refuse("/compact")),
-            SlashCommand::Compact(focus) => self.compact(focus.as_deref()).await,
-            SlashCommand::Goal(cmd) => {
-                // Nothing running that the goal must wait for. A pause or a queued message
-                // does not count: the continuation waits for them in `start_next_turn`
-                // (a goal set while paused would otherwise never start).
-                let idle = !busy && !self.goal.in_boundary();
-                let effects = self.goal.command(&cmd, idle);
-                self.perform_goal_effects(effects).await;
-                if self.goal_continuation.is_some() && self.is_paused() {
-                    self.notice(NoticeLevel::Info, "◎ paused: the goal starts when you unpause");
-                }
-                self.send_status();
-            }
-            SlashCommand::Pause(reason) => {
-                match crate::engine::estop::pause(&self.paths.estop, reason.as_deref()) {
-                    Ok(_) => self.notice(
-                        NoticeLevel::Warn,
-                        "paused: no heartbeat, goal, queued message or job notice runs until /unpause",
-                    ),
-                    Err(e) => self.notice(NoticeLevel::Error, format!("could not pause: {e}")),
-                }
-                self.send_status();
-            }
-            SlashCommand::Unpause => {
-                match crate::engine::estop::unpause(&self.paths.estop) {
-                    Ok(true) => self.notice(NoticeLevel::Info, "unpaused"),
-                    Ok(false) => self.notice(NoticeLevel::Info, "not paused"),
-                    Err(e) => self.notice(NoticeLevel::Error, format!("could not unpause: {e}")),
-                }
-                self.send_status();
-            }
-        }
-    }
-
-    async fn list_sessions(&self) {
-        match self.env.store.list_sessions(20).await {
-            Ok(sessions) if sessions.is_empty() => self.notice(NoticeLevel::Info, "no sessions yet"),
-            Ok(sessions) => {
-                let lines: Vec<String> = sessions
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{}  {:<30} {:>4} msgs  {}",
-                            s.id,
-                            s.title.clone().unwrap_or_else(|| "(untitled)".into()),
-                            s.message_count,
-                            s.first_line
-                        )
-                    })
-                    .collect();
-                self.notice(NoticeLevel::Info, format!("{}\n/resume <id|title> to open one", lines.join("\n")));
-            }
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not list sessions: {e}")),
-        }
-    }
-
-    async fn reload_history(&mut self) -> anyhow::Result<()> {
-        self.load_session().await
-    }
-
-    async fn retry(&mut self) {
-        match self.env.store.deactivate_last_exchanges(&self.env.session_id, 1).await {
-            Ok(Some(text)) => {
-                if let Err(e) = self.reload_history().await {
-                    self.notice(NoticeLevel::Error, format!("could not reload the session: {e}"));
-                    return;
-                }
-                self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Retry);
-            }
-            Ok(None) => self.notice(NoticeLevel::Info, "nothing to retry"),
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not retry: {e}")),
-        }
-    }
-
-    async fn undo(&mut self, n: usize) {
-        match self.env.store.deactivate_last_exchanges(&self.env.session_id, n).await {
-            Ok(Some(text)) => {
-                if let Err(e) = self.reload_history().await {
-                    self.notice(NoticeLevel::Error, format!("could not reload the session: {e}"));
-                    return;
-                }
-                self.events().send(Event::RestoreInput { text });
-                self.notice(
-                    NoticeLevel::Info,
-                    format!("removed the last {n} exchange(s); the message is back in the input"),
-                );
-            }
-            Ok(None) => self.notice(NoticeLevel::Info, "nothing to undo"),
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not undo: {e}")),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn busy_routing_matches_the_design_table() {
-        let r = route_busy_message(BusyMode::Redirect);
-        assert!(r.pending && r.abort_stream && r.yield_tools && r.release_wait && !r.queue);
-        let s = route_busy_message(BusyMode::Steer);
-        assert!(s.pending && !s.abort_stream && !s.yield_tools && s.release_wait && !s.queue);
-        let q = route_busy_message(BusyMode::Queue);
-        assert!(!q.pending && !q.abort_stream && !q.yield_tools && !q.release_wait && q.queue);
-    }
-
-    #[test]
-    fn redirect_interrupts_both_phases_and_delivers_at_once() {
-        assert_eq!(
-            route_busy_message(BusyMode::Redirect),
-            BusyRoute { pending: true, queue: false, abort_stream: true, yield_tools: true, release_wait: true }
-        );
-    }
-
-    #[test]
-    fn steer_waits_for_the_running_tools_but_not_for_a_process_wait() {
-        assert_eq!(
-            route_busy_message(BusyMode::Steer),
-            BusyRoute { pending: true, queue: false, abort_stream: false, yield_tools: false, release_wait: true }
-        );
-    }
-
-    #[test]
-    fn queue_touches_nothing_running() {
-        assert_eq!(
-            route_busy_message(BusyMode::Queue),
-            BusyRoute { pending: false, queue: true, abort_stream: false, yield_tools: false, release_wait: false }
-        );
-    }
-
-    #[test]
-    fn every_mode_keeps_the_message_exactly_once() {
-        for mode in [BusyMode::Redirect, BusyMode::Steer, BusyMode::Queue] {
-            let r = route_busy_message(mode);
-            assert!(r.pending ^ r.queue, "{mode:?} goes to exactly one of pending and queued");
-            assert!(!r.abort_stream || r.pending, "{mode:?}: an aborted stream is followed by the message");
-            assert!(!r.yield_tools || r.pending, "{mode:?}: yielded tools are followed by the message");
-        }
     }
 }

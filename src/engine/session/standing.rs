@@ -1,5 +1,5 @@
 //! The engine's effects for standing work: heartbeats, goals with gates and a judge,
-//! the turn-liveness watchdog, and compaction on request. The decisions are made by the
+//! the turn-liveness watchdog, and the end of a `/compact`. The decisions are made by the
 //! pure state machines in `heartbeat` and `goal`; this file only performs their effects.
 
 use std::time::Duration;
@@ -9,9 +9,11 @@ use tokio_util::sync::CancellationToken;
 
 use super::Engine;
 use crate::engine::activity;
+use crate::engine::compaction::Compacted;
 use crate::engine::goal::{self, GateOutcome, GoalEffect, GoalMachine};
 use crate::engine::heartbeat::{self, Heartbeat};
 use crate::engine::llm::{ChatMessage, ChatRequest};
+use crate::engine::scheduler::Input;
 use crate::engine::turn::{TurnControl, TurnInput};
 use crate::protocol::commands::HeartbeatCmd;
 use crate::protocol::{Event, NoticeLevel, TurnTrigger};
@@ -63,7 +65,7 @@ impl Engine {
         let now = heartbeat::now_ms();
         // A heartbeat already due that cannot fire yet (busy, paused) needs no timer: the
         // loop tries again after the event that ends the wait. Waking for it would spin.
-        let idle = self.is_idle();
+        let idle = self.snapshot(false).idle();
         let due = hb.next_due_at().filter(|&d| d > now || idle).map(|d| d.max(now));
         let change = hb.next_change_at(now);
         match (due, change) {
@@ -72,18 +74,10 @@ impl Engine {
         }
     }
 
-    pub(super) async fn on_timer(&mut self) {
-        self.send_status();
-        self.maybe_fire_heartbeat().await;
-    }
-
-    pub(super) async fn maybe_fire_heartbeat(&mut self) {
-        let idle = self.is_idle();
+    /// The scheduler chose the heartbeat: record the fire and start its turn.
+    pub(super) async fn fire_heartbeat(&mut self) {
         let now = heartbeat::now_ms();
         let Some(hb) = self.heartbeat.as_mut() else { return };
-        if !hb.due(now, idle) {
-            return;
-        }
         let text = hb.fire(now);
         let json = hb.to_json();
         let _ = self.env.store.meta_set(&heartbeat::state_key(&self.env.session_id), &json).await;
@@ -241,14 +235,15 @@ impl Engine {
         });
     }
 
-    /// `/compact [focus]`.
-    pub(super) async fn compact(&mut self, focus: Option<&str>) {
-        self.notice(NoticeLevel::Info, "compacting older turns…");
-        let history = std::mem::take(&mut self.history);
-        match crate::engine::compaction::compact_history(&crate::engine::turn::compactor(&self.env), history, focus)
-            .await
-        {
-            Ok(done) => {
+    /// `/compact` ended: keep the new history, or the old one when it failed or was
+    /// interrupted.
+    pub(super) async fn on_compaction_finished(
+        &mut self,
+        result: Result<Result<Compacted, (Vec<ChatMessage>, String)>, tokio::task::JoinError>,
+    ) {
+        self.compaction = None;
+        match result {
+            Ok(Ok(done)) => {
                 self.history = done.history;
                 let mut all = crate::engine::turn::fixed_context(&self.env);
                 all.extend_from_slice(&self.history);
@@ -262,12 +257,22 @@ impl Engine {
                     ),
                 );
                 crate::engine::turn::send_context(&self.env, &self.meter);
-                self.send_status();
             }
-            Err((history, why)) => {
+            Ok(Err((history, why))) => {
                 self.history = history;
                 self.notice(NoticeLevel::Warn, format!("not compacted: {why}"));
             }
+            Err(e) => {
+                // The task panicked with the history: rebuild it from the database.
+                tracing::error!(error = %e, "compaction task failed");
+                self.notice(NoticeLevel::Error, format!("compaction crashed: {e}; reloading the session"));
+                let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
+                let context = crate::engine::compaction::context_rows(&rows);
+                let chat = context.iter().filter_map(crate::engine::history::to_chat).collect();
+                self.history = crate::engine::history::repair(chat).0;
+            }
         }
+        let effects = self.decide(Input::CompactionFinished).await;
+        self.perform_all(effects).await;
     }
 }

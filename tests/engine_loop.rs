@@ -1,0 +1,79 @@
+//! The engine loop never awaits the network for a command: Esc interrupts a `/compact`
+//! whose summary request hangs, and `/model` lists models while the engine keeps
+//! answering (DESIGN §3a).
+
+mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
+
+use std::time::Duration;
+
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::engine::SessionChoice;
+use talaria::protocol::{Event, Op, SlashCommand};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn submit(text: &str) -> Op {
+    Op::Submit { text: text.into(), mode: None }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn esc_interrupts_a_compact_whose_summary_request_hangs() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("answer one"),
+        ScriptedResponse::text("answer two"),
+        ScriptedResponse::hang(),
+        ScriptedResponse::text("answer three"),
+    ])
+    .await
+    .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    for text in ["first question", "second question"] {
+        engine.send(submit(text));
+        engine.turn_finished().await;
+    }
+
+    engine.send(Op::Command(SlashCommand::Compact(None)));
+    engine.notice("compacting older turns").await;
+    // The summary request has reached the server, which never answers it.
+    let requests = server.wait_for_requests(3, DEADLINE).await;
+    assert_eq!(requests.iter().filter(|r| r.is_chat()).count(), 3, "the summary request was sent");
+
+    // A message sent meanwhile waits (the compaction owns the history); it does not block
+    // the loop either: Esc is handled at once.
+    engine.send(submit("third question"));
+    engine.wait_for("PendingChanged", |e| matches!(e, Event::PendingChanged { pending } if !pending.is_empty())).await;
+    let interrupted_at = std::time::Instant::now();
+    engine.send(Op::Interrupt);
+    engine.notice("not compacted: interrupted").await;
+    assert!(interrupted_at.elapsed() < Duration::from_secs(10), "Esc waited {:?}", interrupted_at.elapsed());
+
+    // The queued message then runs with the whole history, not compacted.
+    engine.turn_finished().await;
+    let chats = server.chat_requests();
+    let last = chats.last().expect("a request for the third question");
+    let texts: Vec<String> = last.messages().iter().map(|m| m.text().to_string()).collect();
+    for expected in ["first question", "answer one", "second question", "answer two", "third question"] {
+        assert!(texts.iter().any(|t| t == expected), "{expected:?} missing from {texts:#?}");
+    }
+    assert!(!texts.iter().any(|t| t.contains("Summary of the earlier conversation")), "{texts:#?}");
+    engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn listing_models_does_not_hold_up_the_engine() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("still here")]).await.unwrap();
+    server.set_models_response(ScriptedResponse::hang());
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+
+    engine.send(Op::Command(SlashCommand::Model(None)));
+    server.wait_for_requests(1, DEADLINE).await;
+    // While the listing hangs, a message is answered.
+    engine.send(submit("are you there?"));
+    engine.wait_for("the answer", |e| matches!(e, Event::AssistantDone { text, .. } if text == "still here")).await;
+    engine.turn_finished().await;
+    engine.shutdown().await;
+}
