@@ -5,6 +5,7 @@
 
 #[path = "common/anthropic.rs"]
 mod anthropic_wire;
+mod common;
 #[path = "common/inproc.rs"]
 mod inproc;
 
@@ -688,4 +689,42 @@ fn thousands(n: u64) -> String {
         out.push(c);
     }
     out
+}
+
+/// `--provider anthropic` for one run, through the binary: the Messages wire, the key from
+/// `api_key_env` only, and the cost in `exec --json`'s usage events.
+#[tokio::test(flavor = "multi_thread")]
+async fn the_provider_flag_switches_one_run_to_the_messages_api() {
+    let server = ScriptedServer::start([stream(answer(
+        start_usage(1000, 0, 0),
+        vec![text_block(0, "Hello from the Messages API.", 6)],
+        "end_turn",
+        10,
+    ))])
+    .await
+    .unwrap();
+    let home = common::Home::new();
+    home.write_config("[model]\napi_key_env = \"TALARIA_TEST_ANT_KEY\"\n");
+    let run = home
+        .command()
+        .env("TALARIA_TEST_ANT_KEY", KEY)
+        .env("OPENAI_API_KEY", "sk-openai-must-not-leak")
+        .args(["exec", "--json", "--provider", "anthropic", "--base-url", &server.base_url(), "--model", MODEL, "hi"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("exec finishes").expect("exec runs");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", common::stderr(&out));
+    let events: Vec<Value> =
+        common::stdout(&out).lines().map(|l| serde_json::from_str(l).expect("a JSON line")).collect();
+    let usage = events.iter().find(|e| e["type"] == "Usage").expect("a Usage event");
+    // 1000 input tokens × $3 + 10 output tokens × $15, per million.
+    assert_eq!(usage["data"]["prompt_tokens"], 1000);
+    assert!((usage["data"]["cost_usd"].as_f64().unwrap() - 0.00315).abs() < 1e-12, "{usage}");
+    let done = events.iter().find(|e| e["type"] == "AssistantDone").expect("the answer");
+    assert_eq!(done["data"]["text"], "Hello from the Messages API.");
+    let sent = message_requests(&server);
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].header("x-api-key"), Some(KEY));
+    assert_eq!(sent[0].header("authorization"), None);
+    assert_eq!(sent[0].body["model"], MODEL);
 }

@@ -125,7 +125,7 @@ pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/pause [reason]", help: "pause all autonomous work" },
     CommandHelp { usage: "/unpause", help: "lift the pause" },
     CommandHelp { usage: "/compact [focus]", help: "summarise older turns to free context" },
-    CommandHelp { usage: "/usage", help: "tokens used by this session and the last turn" },
+    CommandHelp { usage: "/usage", help: "tokens and cost of this session and the last turn" },
     CommandHelp { usage: "/mouse", help: "toggle mouse capture (off: select text with the mouse)" },
     CommandHelp { usage: "/copy", help: "copy the last answer to the clipboard" },
 ];

@@ -293,7 +293,7 @@ pub fn request_body(request: &ChatRequest, options: MessagesOptions) -> Value {
     if !tools.is_empty() {
         body["tools"] = Value::Array(tools);
     }
-    if options.thinking_budget > 0 {
+    if options.thinking_budget > 0 && thinking_possible(&request.messages) {
         // The budget must stay below max_tokens.
         body["max_tokens"] = json!(options.max_tokens.max(options.thinking_budget + 1024));
         body["thinking"] = json!({"type": "enabled", "budget_tokens": options.thinking_budget});
@@ -301,6 +301,17 @@ pub fn request_body(request: &ChatRequest, options: MessagesOptions) -> Value {
         body["temperature"] = t.to_string().parse::<f64>().map(Value::from).unwrap_or(Value::Null);
     }
     body
+}
+
+/// Thinking may be on for this request: the API wants an assistant answer that called tools
+/// to start with its thinking blocks while thinking is on, and an answer restored from the
+/// session database (or written by another model) has none. Such a request goes without
+/// thinking rather than being refused.
+fn thinking_possible(history: &[ChatMessage]) -> bool {
+    match history.iter().rev().find(|m| m.role == Role::Assistant) {
+        Some(last) => last.tool_calls.is_empty() || !last.thinking.is_empty(),
+        None => true,
+    }
 }
 
 /// An OpenAI function tool `{"type":"function","function":{name,description,parameters}}` as
@@ -679,5 +690,18 @@ mod tests {
         assert!(thinking.get("temperature").is_none());
         assert_eq!(thinking["thinking"], json!({"type":"enabled","budget_tokens":4000}));
         assert_eq!(thinking["max_tokens"], json!(5024));
+        // A tool-calling answer without its thinking blocks (restored from the database):
+        // this request goes without thinking.
+        let options = MessagesOptions { max_tokens: 8000, thinking_budget: 4000 };
+        let mut messages = vec![
+            ChatMessage::user("hi"),
+            ChatMessage::assistant("", vec![ToolCall::new("t1", "terminal", "{}")]),
+            ChatMessage::tool("t1", "{}"),
+        ];
+        let restored = ChatRequest { messages: messages.clone(), ..request.clone() };
+        assert!(request_body(&restored, options).get("thinking").is_none());
+        messages[1].thinking = vec![json!({"type": "thinking", "thinking": "t", "signature": "s"})];
+        let live = ChatRequest { messages, ..request };
+        assert_eq!(request_body(&live, options)["thinking"], json!({"type":"enabled","budget_tokens":4000}));
     }
 }
