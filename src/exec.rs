@@ -22,7 +22,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let _ = engine.ops.send(Op::Submit { text: prompt.clone(), mode: None });
-    let mut printer = Printer { json: options.json, mid_line: false };
+    let mut printer = Printer { json: options.json, mid_line: false, replied: false };
     let mut outcome: Option<TurnOutcome> = None;
     let mut interrupted = false;
     let mut submitted = false;
@@ -84,25 +84,56 @@ struct Printer {
     json: bool,
     /// The last thing written to stdout did not end with a newline.
     mid_line: bool,
+    /// A reply was printed: the next one is set apart by a blank line.
+    replied: bool,
+}
+
+/// An event as `--json` prints it: without what only an interactive front end uses (the
+/// input history), and with a tool result that is JSON as an object, not a string.
+pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> {
+    let mut value = match event {
+        Event::SessionReady { .. } => {
+            let mut value = serde_json::to_value(event)?;
+            if let Some(data) = value.get_mut("data").and_then(serde_json::Value::as_object_mut) {
+                data.remove("input_history");
+            }
+            value
+        }
+        _ => serde_json::to_value(event)?,
+    };
+    if let Some(result) = value.pointer_mut("/data/outcome/result") {
+        let parsed = result.as_str().and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());
+        if let Some(parsed) = parsed.filter(|v| v.is_object() || v.is_array()) {
+            *result = parsed;
+        }
+    }
+    Ok(value)
 }
 
 impl Printer {
     fn print(&mut self, event: &Event) -> anyhow::Result<()> {
         if self.json {
             let mut out = std::io::stdout().lock();
-            serde_json::to_writer(&mut out, event)?;
+            serde_json::to_writer(&mut out, &json_line(event)?)?;
             out.write_all(b"\n")?;
             out.flush()?;
             return Ok(());
         }
         match event {
             Event::AssistantDelta(text) => {
+                if self.replied && !text.is_empty() {
+                    println!();
+                    self.replied = false;
+                }
                 let mut out = std::io::stdout().lock();
                 out.write_all(crate::text::strip_ansi(text).as_bytes())?;
                 out.flush()?;
                 self.mid_line = !text.ends_with('\n');
             }
-            Event::AssistantDone { .. } => self.end_line(),
+            Event::AssistantDone { text, .. } => {
+                self.end_line();
+                self.replied |= !text.trim().is_empty();
+            }
             Event::ToolStarted { name, summary, .. } => {
                 self.end_line();
                 eprintln!("▸ {name} {summary}");
@@ -127,7 +158,12 @@ impl Printer {
                 };
                 eprintln!("{prefix}: {text}");
             }
-            Event::SessionReady { .. }
+            Event::TurnFinished { outcome: TurnOutcome::Failed } => {
+                self.end_line();
+                eprintln!("talaria: the turn failed; run the command again (add -c to continue this session)");
+            }
+            Event::TurnFinished { .. }
+            | Event::SessionReady { .. }
             | Event::TurnStarted { .. }
             | Event::UserMessage { .. }
             | Event::PendingChanged { .. }
@@ -136,7 +172,6 @@ impl Printer {
             | Event::ToolOutput { .. }
             | Event::JobUpdated { .. }
             | Event::JobLog { .. }
-            | Event::TurnFinished { .. }
             | Event::Status(_)
             | Event::Usage { .. }
             | Event::Context { .. }
@@ -150,5 +185,40 @@ impl Printer {
             println!();
             self.mid_line = false;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::json_line;
+    use crate::protocol::{BusyMode, Event, ToolOutcome};
+    use pretty_assertions::assert_eq;
+    use serde_json::json;
+
+    #[test]
+    fn json_lines_leave_out_the_input_history_and_give_json_results_as_objects() {
+        let ready = Event::SessionReady {
+            session_id: "s1".into(),
+            title: None,
+            model: "demo".into(),
+            provider: "demo".into(),
+            demo: true,
+            cwd: "/w".into(),
+            busy_mode: BusyMode::Redirect,
+            history: Vec::new(),
+            input_history: vec!["an earlier paste".into()],
+        };
+        let line = json_line(&ready).unwrap();
+        assert_eq!(line["type"], "SessionReady");
+        assert!(line["data"].get("input_history").is_none(), "{line}");
+        assert_eq!(line["data"]["session_id"], "s1");
+        let finished = |result: &str| Event::ToolFinished {
+            call_id: "c1".into(),
+            outcome: ToolOutcome { ok: true, exit_code: Some(0), status: None, duration_ms: 5, result: result.into() },
+        };
+        let line = json_line(&finished(r#"{"output":"hi","exit_code":0}"#)).unwrap();
+        assert_eq!(line["data"]["outcome"]["result"], json!({"output": "hi", "exit_code": 0}));
+        let line = json_line(&finished("plain text")).unwrap();
+        assert_eq!(line["data"]["outcome"]["result"], "plain text", "a result that is not JSON stays a string");
     }
 }

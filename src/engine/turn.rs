@@ -325,10 +325,9 @@ pub fn compactor(env: &TurnEnv) -> Compactor {
     }
 }
 
+/// What went wrong, without advice: each front end says what to do next in its own terms.
 fn failure_text(error: &LlmError) -> String {
-    format!(
-        "model request failed: {error}. Your message is kept; press Enter on an empty input or /retry to try again."
-    )
+    format!("model request failed: {error}")
 }
 
 /// Add a user-role message: `text` is what the model reads, `shown` what the user typed.

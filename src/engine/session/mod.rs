@@ -630,6 +630,41 @@ impl Engine {
     fn job_action(&self, id: JobId, action: JobAction) {
         let jobs = self.env.jobs.clone();
         let events = self.env.events.clone();
-        tokio::spawn(async move { events.send(jobs.ui_action(&id, action).await) });
+        let poll = action == JobAction::Poll;
+        tokio::spawn(async move {
+            let event = jobs.ui_action(&id, action).await;
+            // A poll the user asked for says what it found (the pane alone may be hidden).
+            if let (true, Event::JobUpdated { id, status, tail }) = (poll, &event) {
+                events.send(Event::notice(NoticeLevel::Info, poll_text(id, status, tail)));
+            }
+            events.send(event)
+        });
+    }
+}
+
+/// What `/jobs poll` (or `p`) found: the status and the last line of output.
+fn poll_text(id: &str, status: &crate::protocol::JobStatus, tail: &str) -> String {
+    let last = crate::text::strip_ansi(tail);
+    let last = last.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
+    let state = if status.is_running() { "is running".to_string() } else { status.label() };
+    if last.is_empty() {
+        format!("{id} {state} · no output{}", if status.is_running() { " yet" } else { "" })
+    } else {
+        format!("{id} {state} · last output: {last}")
+    }
+}
+
+#[cfg(test)]
+mod poll_tests {
+    use super::poll_text;
+    use crate::protocol::JobStatus;
+
+    #[test]
+    fn a_poll_says_the_status_and_the_last_line() {
+        assert_eq!(
+            poll_text("job_3", &JobStatus::Running, "tick 1\n\x1b[32mtick 2\x1b[0m\n\n"),
+            "job_3 is running · last output: tick 2"
+        );
+        assert_eq!(poll_text("job_4", &JobStatus::Exited(0), ""), "job_4 exited 0 · no output");
     }
 }
