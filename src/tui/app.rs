@@ -4,6 +4,7 @@
 mod events;
 mod extras;
 mod keys;
+mod log;
 #[cfg(test)]
 mod tests;
 
@@ -17,12 +18,13 @@ use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
 pub use extras::{osc52, Paste, TerminalRequest, PASTE_MAX_CHARS, PASTE_MAX_LINES, POPUP_MAX_ROWS};
+pub(crate) use log::{highlight, hit_style};
 
 use super::keymap::Keymap;
 use super::theme::Theme;
 use super::transcript::{Slice, Transcript};
 use crate::config::{Config, NotifyMode};
-use crate::protocol::{BusyMode, Event, JobId, JobInfo, Op, StatusInfo, TurnOutcome};
+use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, StatusInfo, TurnOutcome};
 
 /// A second Ctrl+C within this window quits.
 pub const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
@@ -90,16 +92,21 @@ pub enum LogSource {
 pub struct LogView {
     pub source: LogSource,
     pub lines: Vec<Line<'static>>,
+    /// The log's line number of `lines[0]` (1-based).
     pub first_line: u64,
     pub total_lines: u64,
     /// Keep the newest line in view and refresh as output arrives.
     pub follow: bool,
-    /// Logical lines between the bottom of the view and the last line.
-    pub scroll: usize,
+    /// The first line shown when not following (an index into `lines`).
+    pub top: usize,
     /// A log request is on its way (don't ask again until it answers).
     pub inflight: bool,
     /// The last search (`/` in the log view); `n`/`N` move between its matches.
     pub search: Option<String>,
+    /// The line of the match `n`/`N` went to last.
+    pub current_match: Option<usize>,
+    /// The answer to the last thing done from the view (poll, kill, write), shown in it.
+    pub message: Option<(NoticeLevel, String)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -190,6 +197,12 @@ pub struct App {
     pub transcript_area: Rect,
     /// The log view's area in the last frame.
     pub log_area: Rect,
+    /// The whole frame in the last draw (the help's size).
+    pub frame_area: Rect,
+    /// The jobs and tools panes were on screen in the last frame (not at narrow widths).
+    pub panes_shown: bool,
+    /// A one-off hint in the input's border (what Tab did not do, …); cleared by the next key.
+    pub input_hint: Option<String>,
     /// A bell or OSC 9 text the event loop should write, then clear.
     pub notification: Option<String>,
     /// An OSC 52 clipboard write the event loop should send, then clear.
@@ -244,6 +257,9 @@ impl App {
             visible: Vec::new(),
             transcript_area: Rect::new(0, 0, 80, 20),
             log_area: Rect::new(0, 0, 80, 20),
+            frame_area: Rect::new(0, 0, 80, 24),
+            panes_shown: true,
+            input_hint: None,
             notification: None,
             clipboard: None,
             terminal_request: None,
@@ -273,6 +289,8 @@ impl App {
     /// Lay out the transcript for a frame of `area` (caches wrapped lines).
     pub fn prepare(&mut self, area: Rect) {
         let areas = super::layout::layout(area, &self.layout_facts());
+        self.frame_area = area;
+        self.panes_shown = areas.jobs.is_some();
         self.transcript_area = areas.transcript;
         self.log_area = areas.main;
         let t = areas.transcript;
@@ -362,6 +380,9 @@ impl App {
     }
 
     fn normalise_focus(&mut self) {
+        if !self.panes_shown {
+            self.focus = Focus::Input;
+        }
         match self.focus {
             Focus::Jobs if self.jobs.is_empty() => self.focus = Focus::Input,
             Focus::Tools if self.tools.is_empty() => self.focus = Focus::Input,
@@ -432,53 +453,6 @@ impl App {
     fn scroll_transcript_down(&mut self, n: usize) {
         let a = self.transcript_area;
         self.transcript.scroll_down(n, a.width, usize::from(a.height), &self.theme);
-    }
-
-    /// Scroll the log so the nearest line containing the search is the bottom line:
-    /// `older` searches upwards from the current bottom, otherwise downwards.
-    pub(crate) fn log_find(&mut self, older: bool) -> bool {
-        let Some(view) = &mut self.log_view else { return false };
-        let Some(query) = view.search.clone().filter(|q| !q.is_empty()) else { return false };
-        let query = query.to_lowercase();
-        let len = view.lines.len();
-        if len == 0 {
-            return false;
-        }
-        let bottom = len - 1 - view.scroll.min(len - 1);
-        let text_of = |i: usize| -> String {
-            view.lines[i].spans.iter().map(|s| s.content.as_ref()).collect::<String>().to_lowercase()
-        };
-        let found = if older {
-            (0..bottom).rev().find(|&i| text_of(i).contains(&query))
-        } else {
-            (bottom + 1..len).find(|&i| text_of(i).contains(&query))
-        };
-        // The first search also looks at the bottom line itself.
-        let found = found.or_else(|| text_of(bottom).contains(&query).then_some(bottom));
-        match found {
-            Some(i) => {
-                view.follow = false;
-                view.scroll = len - 1 - i;
-                true
-            }
-            None => false,
-        }
-    }
-
-    fn log_scroll_up(&mut self, n: usize) {
-        if let Some(view) = &mut self.log_view {
-            view.follow = false;
-            view.scroll = (view.scroll + n).min(view.lines.len().saturating_sub(1));
-        }
-    }
-
-    fn log_scroll_down(&mut self, n: usize) {
-        if let Some(view) = &mut self.log_view {
-            view.scroll = view.scroll.saturating_sub(n);
-            if view.scroll == 0 {
-                view.follow = true;
-            }
-        }
     }
 
     fn notify(&mut self, text: &str) {

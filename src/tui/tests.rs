@@ -152,6 +152,24 @@ fn help_overlay() {
 }
 
 #[test]
+fn help_overlay_wraps_at_forty_columns_and_scrolls_to_the_end() {
+    let mut app = app();
+    key(&mut app, KeyCode::F(1), KeyModifiers::NONE);
+    let top = screen(&mut app, 40, 12);
+    insta::assert_snapshot!("help_overlay_40", top);
+    key(&mut app, KeyCode::End, KeyModifiers::NONE);
+    let end = screen(&mut app, 40, 12);
+    assert!(end.contains("clipboard"), "End shows the last command:\n{end}");
+    key(&mut app, KeyCode::Home, KeyModifiers::NONE);
+    assert_eq!(screen(&mut app, 40, 12), top);
+    // Every line of the help fits: no cut words at the right edge.
+    let lines = crate::tui::view::help_lines(&app, 60);
+    assert!(lines.iter().all(|l| l.width() <= 60));
+    let text: String = lines.iter().map(|l| l.to_string() + "\n").collect();
+    assert!(text.contains("!cmd") && text.contains("@path"), "{text}");
+}
+
+#[test]
 fn tiny_terminal() {
     let mut app = app();
     insta::assert_snapshot!(screen(&mut app, 30, 8));
@@ -293,6 +311,10 @@ fn a_resumed_session_restores_its_transcript_and_history() {
             input_history: vec!["an earlier line".into()],
             history: vec![
                 HistoryItem::User { text: "list the files".into(), origin: MessageOrigin::TurnInput },
+                HistoryItem::User {
+                    text: "[Continuing toward your standing goal]\nGoal: x".into(),
+                    origin: MessageOrigin::TurnInput,
+                },
                 HistoryItem::Tool {
                     call_id: "c1".into(),
                     name: "terminal".into(),
@@ -310,8 +332,11 @@ fn a_resumed_session_restores_its_transcript_and_history() {
     {
         assert!(out.contains(expected), "missing {expected:?} in\n{out}");
     }
+    // ↑ recalls what was typed, never the texts Talaria injected into the session.
     key(&mut app, KeyCode::Up, KeyModifiers::NONE);
-    assert_eq!(app.input_text(), "list the files");
+    assert_eq!(app.input_text(), "an earlier line");
+    key(&mut app, KeyCode::Up, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "an earlier line", "nothing older than the typed history");
 }
 
 #[test]
@@ -371,8 +396,8 @@ fn status_line_with_context_use() {
     insta::assert_snapshot!(text);
 }
 
-#[test]
-fn slash_in_a_job_log_searches_and_n_goes_to_older_matches() {
+/// A running job with a 50-line log, its log view open at 100×20.
+fn open_fifty_line_log() -> App {
     let mut app = app();
     let running = job(&app, "job_1", "make", JobStatus::Running);
     feed(&mut app, Event::JobStarted { job: running });
@@ -382,6 +407,13 @@ fn slash_in_a_job_log_searches_and_n_goes_to_older_matches() {
         .map(|i| if i == 10 || i == 30 { format!("line {i} ERROR here") } else { format!("line {i}") })
         .collect();
     feed(&mut app, Event::JobLog { id: "job_1".into(), text: text.join("\n"), first_line: 1, total_lines: 50 });
+    screen(&mut app, 100, 20);
+    app
+}
+
+#[test]
+fn slash_in_a_job_log_searches_highlights_and_n_goes_to_the_next_match() {
+    let mut app = open_fifty_line_log();
     key(&mut app, KeyCode::Char('/'), KeyModifiers::NONE);
     for c in "error".chars() {
         key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
@@ -390,11 +422,106 @@ fn slash_in_a_job_log_searches_and_n_goes_to_older_matches() {
     let view = app.log_view.as_ref().expect("log view open");
     assert_eq!(view.search.as_deref(), Some("error"));
     assert!(!view.follow, "a search stops following");
-    assert_eq!(view.lines.len() - 1 - view.scroll, 29, "the newest match (line 30) is at the bottom");
+    // From the end of the log the search wraps to the first match, shown near the top.
+    assert_eq!(view.current_match, Some(9));
+    insta::assert_snapshot!("job_log_search", screen(&mut app, 100, 20));
     key(&mut app, KeyCode::Char('n'), KeyModifiers::NONE);
-    let view = app.log_view.as_ref().unwrap();
-    assert_eq!(view.lines.len() - 1 - view.scroll, 9, "n goes to the older match (line 10)");
+    assert_eq!(app.log_view.as_ref().unwrap().current_match, Some(29), "n goes to the next match (line 30)");
+    assert!(screen(&mut app, 100, 20).contains("match 2/2"));
     key(&mut app, KeyCode::Char('N'), KeyModifiers::SHIFT);
-    let view = app.log_view.as_ref().unwrap();
-    assert_eq!(view.lines.len() - 1 - view.scroll, 29, "N comes back to the newer one");
+    assert_eq!(app.log_view.as_ref().unwrap().current_match, Some(9), "N goes back to the previous one");
+}
+
+#[test]
+fn home_in_a_job_log_shows_the_first_page_not_one_line() {
+    let mut app = open_fifty_line_log();
+    key(&mut app, KeyCode::Home, KeyModifiers::NONE);
+    let out = screen(&mut app, 100, 20);
+    insta::assert_snapshot!("job_log_top", out);
+    assert!(out.contains("lines 1–14 of 50"), "the footer describes what is on screen:\n{out}");
+    key(&mut app, KeyCode::PageDown, KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("lines 14–27 of 50"));
+}
+
+#[test]
+fn the_log_view_says_what_its_keys_did_and_offers_only_keys_that_apply() {
+    let mut app = app();
+    let mut finished = job(&app, "job_2", "npm test", JobStatus::Exited(1));
+    finished.has_stdin = false;
+    feed(&mut app, Event::JobStarted { job: finished });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    feed(&mut app, Event::JobLog { id: "job_2".into(), text: "1 failed".into(), first_line: 1, total_lines: 1 });
+    let out = screen(&mut app, 100, 20);
+    let footer = out.lines().nth(15).unwrap_or_default().to_string();
+    assert!(footer.contains("p poll") && footer.contains("close"), "{footer}");
+    for absent in ["kill", "write", "follow"] {
+        assert!(!footer.contains(absent), "a finished job offers no {absent}: {footer}");
+    }
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("job_2 is not running"), "k answers in the log view:\n{out}");
+    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("job_2 has no stdin"));
+    feed(&mut app, Event::notice(NoticeLevel::Info, "job_2 · exited 1 · 1m02s · 1 failed"));
+    assert!(screen(&mut app, 100, 20).contains("job_2 · exited 1 · 1m02s"), "a poll's answer shows in the view");
+}
+
+#[test]
+fn five_finished_jobs_never_hide_the_running_one_at_80x24() {
+    let mut app = app();
+    for i in 1..=6 {
+        let mut info = job(&app, &format!("job_{i}"), &format!("step {i}"), JobStatus::Running);
+        info.started_at_ms += i * 1000;
+        feed(&mut app, Event::JobStarted { job: info });
+    }
+    for i in 1..=5 {
+        feed(&mut app, Event::JobFinished { id: format!("job_{i}"), status: JobStatus::Exited(0) });
+    }
+    let out = screen(&mut app, 80, 24);
+    insta::assert_snapshot!("jobs_pane_many", out);
+    assert!(out.contains("job_6"), "the running job is listed first:\n{out}");
+    assert!(out.contains("more below"), "{out}");
+    // The list scrolls with the selection down to the last job.
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    for _ in 0..5 {
+        key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    }
+    let out = screen(&mut app, 80, 24);
+    assert!(out.contains("▶ job_1") && out.contains("more above"), "{out}");
+}
+
+#[test]
+fn a_bang_command_shows_its_output_and_a_yielded_command_shows_its_job() {
+    let mut app = app();
+    feed(&mut app, Event::ToolStarted { call_id: "bang_1".into(), name: "!".into(), summary: "ls".into() });
+    let listing: Vec<String> = (1..=30).map(|i| format!("file_{i}.txt")).collect();
+    let result = serde_json::json!({ "output": listing.join("\n"), "exit_code": 0, "error": null });
+    feed(
+        &mut app,
+        Event::ToolFinished {
+            call_id: "bang_1".into(),
+            outcome: ToolOutcome { result: result.to_string(), ..outcome(true, 0, 6) },
+        },
+    );
+    feed(&mut app, Event::ToolStarted { call_id: "c2".into(), name: "terminal".into(), summary: "sleep 300".into() });
+    let yielded = serde_json::json!({ "status": "yielded_to_background", "session_id": "job_3", "output": "" });
+    feed(
+        &mut app,
+        Event::ToolFinished {
+            call_id: "c2".into(),
+            outcome: ToolOutcome {
+                ok: true,
+                exit_code: None,
+                status: Some("yielded".into()),
+                duration_ms: 2_000,
+                result: yielded.to_string(),
+            },
+        },
+    );
+    let out = screen(&mut app, 100, 30);
+    insta::assert_snapshot!("bang_output_and_yield", out);
+    assert!(out.contains("│ file_1.txt") && out.contains("│ file_30.txt"), "{out}");
+    assert!(out.contains("more lines"), "a long output is collapsed:\n{out}");
+    assert!(out.contains("↪ terminal sleep 300 · job_3 · running in the background"), "{out}");
 }

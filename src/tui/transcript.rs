@@ -9,7 +9,7 @@ use ratatui::text::Line;
 mod render;
 
 pub use render::format_duration_ms;
-use render::{body_lines, tool_line};
+use render::{body_lines, tool_line, tool_output_lines};
 
 use super::markdown::CodeCache;
 use super::theme::Theme;
@@ -236,7 +236,7 @@ impl Transcript {
         if let Some(CellBody::Tool { outcome, .. }) = self.cells.get_mut(i).map(|c| &mut c.body) {
             *outcome = Some(result);
         }
-        self.changed_below();
+        self.invalidate(i);
     }
 
     pub fn toggle_reasoning(&mut self) {
@@ -257,20 +257,25 @@ impl Transcript {
         let gap = self.gap(i);
         let show = self.show_reasoning;
         let cell = &self.cells[i];
-        if cell.body.is_tool() {
-            return gap + 1;
-        }
         if let Some(l) = &cell.layout {
             if l.width == width && l.show_reasoning == show && l.lines.is_some() {
                 return gap + l.height;
             }
         }
-        let lines = wrap_lines(&body_lines(&cell.body, theme, show, &mut self.code_cache), width);
-        let height = lines.len();
+        // A tool cell's first row is drawn live (its spinner); the cache holds what is under it.
+        let (lines, height) = if cell.body.is_tool() {
+            let lines = wrap_lines(&tool_output_lines(&cell.body, theme), width);
+            let height = lines.len() + 1;
+            (lines, height)
+        } else {
+            let lines = wrap_lines(&body_lines(&cell.body, theme, show, &mut self.code_cache), width);
+            let height = lines.len();
+            (lines, height)
+        };
         if let Some(CellLayout { lines: Some(old), .. }) = &self.cells[i].layout {
             self.cached_lines = self.cached_lines.saturating_sub(old.len());
         }
-        self.cached_lines += height;
+        self.cached_lines += lines.len();
         self.cells[i].layout = Some(CellLayout { width, show_reasoning: show, height, lines: Some(lines) });
         gap + height
     }
@@ -435,8 +440,15 @@ impl Transcript {
         let mut rows: Vec<Line<'static>> = Vec::with_capacity(slice.take);
         let body: Vec<Line<'static>>;
         let body_ref: &[Line<'static>] = match (&cell.body, &cell.layout) {
-            (CellBody::Tool { .. }, _) => {
-                body = vec![tool_line(&cell.body, theme, now, usize::from(width))];
+            (CellBody::Tool { .. }, layout) => {
+                let mut lines = vec![tool_line(&cell.body, theme, now, usize::from(width))];
+                match layout {
+                    Some(CellLayout { width: w, lines: Some(cached), .. }) if *w == width => {
+                        lines.extend(cached.iter().cloned())
+                    }
+                    _ => lines.extend(wrap_lines(&tool_output_lines(&cell.body, theme), width)),
+                }
+                body = lines;
                 &body
             }
             (_, Some(CellLayout { width: w, show_reasoning, lines: Some(lines), .. }))

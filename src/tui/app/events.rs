@@ -7,7 +7,9 @@ use super::{
     App, ExitState, JobRow, LogSource, LogView, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
     TOOL_OUTPUT_MAX,
 };
-use crate::protocol::{Event, HistoryItem, JobAction, MessageOrigin, StatusInfo, TurnOutcome, TurnTrigger};
+use crate::protocol::{
+    Event, HistoryItem, JobAction, MessageOrigin, NoticeLevel, StatusInfo, TurnOutcome, TurnTrigger,
+};
 use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
 
@@ -124,8 +126,9 @@ impl App {
                 }
                 if let Some(view) = &mut self.log_view {
                     if view.source == LogSource::Tool(call_id) {
-                        view.lines = log_lines(&tool.output);
-                        view.total_lines = view.lines.len() as u64;
+                        let lines = log_lines(&tool.output);
+                        let total = lines.len() as u64;
+                        view.replace_lines(lines, 1, total);
                     }
                 }
             }
@@ -152,7 +155,7 @@ impl App {
                     Some(existing) => *existing = row,
                     None => self.jobs.push(row),
                 }
-                self.prune_jobs();
+                self.sort_jobs();
             }
             Event::JobUpdated { id, status, tail } => {
                 if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
@@ -165,23 +168,25 @@ impl App {
                     }
                     row.info.status = status;
                 }
+                self.sort_jobs();
                 self.refresh_log(&id, ops);
             }
             Event::JobFinished { id, status } => {
+                if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id.clone())) {
+                    view.message = Some((NoticeLevel::Info, format!("{id} {}", status.label())));
+                }
                 if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
                     row.info.status = status;
                     row.finished_at_ms.get_or_insert(self.wall_ms);
                 }
+                self.sort_jobs();
                 self.refresh_log(&id, ops);
             }
             Event::JobLog { id, text, first_line, total_lines } => {
                 if let Some(view) = &mut self.log_view {
                     if view.source == LogSource::Job(id) {
-                        view.lines = log_lines(&text);
-                        view.first_line = first_line;
-                        view.total_lines = total_lines;
+                        view.replace_lines(log_lines(&text), first_line, total_lines);
                         view.inflight = false;
-                        view.scroll = view.scroll.min(view.lines.len().saturating_sub(1));
                     }
                 }
             }
@@ -201,7 +206,8 @@ impl App {
                 }
                 self.turn_started = None;
             }
-            Event::Notice { level, text } => self.transcript.push(CellBody::Notice { level, text }),
+            // The log view covers the transcript: what is said meanwhile shows in it too.
+            Event::Notice { level, text } => self.log_say(level, text),
             Event::Status(info) => {
                 if let Some(mode) = info.busy_mode {
                     self.session.busy_mode = mode;
@@ -233,7 +239,8 @@ impl App {
                     MessageOrigin::MidTurn => UserOrigin::MidTurn,
                     MessageOrigin::TurnInput => UserOrigin::Typed,
                 };
-                self.push_history(text.trim());
+                // ↑ recalls only what the user typed (the engine's per-directory input
+                // history); stored user rows also hold goal, heartbeat and summary texts.
                 self.transcript.push(CellBody::User { text, origin });
             }
             HistoryItem::Assistant { text, reasoning } => {
@@ -251,16 +258,23 @@ impl App {
         }
     }
 
-    /// Drop the oldest finished jobs beyond the cap.
-    fn prune_jobs(&mut self) {
-        while self.jobs.len() > JOB_ROWS_MAX {
-            match self.jobs.iter().position(|j| !j.info.status.is_running()) {
-                Some(i) => {
-                    self.jobs.remove(i);
-                }
-                None => break,
-            }
+    /// Running jobs first (oldest first), then finished ones (latest to end first); the
+    /// selection stays on the same job. Finished jobs beyond the cap are dropped.
+    fn sort_jobs(&mut self) {
+        let selected = self.jobs.get(self.job_sel).map(|j| j.info.id.clone());
+        self.jobs.sort_by_key(|j| match j.finished_at_ms {
+            _ if j.info.status.is_running() => (0, j.info.started_at_ms, 0),
+            Some(at) => (1, u64::MAX - at, u64::MAX - j.info.started_at_ms),
+            None => (1, u64::MAX, u64::MAX - j.info.started_at_ms),
+        });
+        while self.jobs.len() > JOB_ROWS_MAX && self.jobs.last().is_some_and(|j| !j.info.status.is_running()) {
+            self.jobs.pop();
         }
+        // Only a focused pane keeps its selection; otherwise the list shows from the top.
+        self.job_sel = match selected.filter(|_| self.focus == super::Focus::Jobs) {
+            Some(id) => self.jobs.iter().position(|j| j.info.id == id).unwrap_or(0),
+            None => 0,
+        };
     }
 
     /// A followed job log asks for its newest lines when the job changes.
@@ -276,30 +290,11 @@ impl App {
     /// Open the log view of a job and ask the engine for its log.
     pub(super) fn open_job_log(&mut self, id: String, ops: &mut Vec<Op>) {
         ops.push(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: Some(LOG_LIMIT) } });
-        self.log_view = Some(LogView {
-            source: LogSource::Job(id),
-            lines: Vec::new(),
-            first_line: 0,
-            total_lines: 0,
-            follow: true,
-            scroll: 0,
-            inflight: true,
-            search: None,
-        });
+        self.log_view = Some(LogView::new(LogSource::Job(id), Vec::new(), true));
     }
 
     pub(super) fn open_tool_log(&mut self, call_id: String) {
         let lines = self.tools.iter().find(|t| t.call_id == call_id).map(|t| log_lines(&t.output)).unwrap_or_default();
-        let total = lines.len() as u64;
-        self.log_view = Some(LogView {
-            source: LogSource::Tool(call_id),
-            lines,
-            first_line: 0,
-            total_lines: total,
-            follow: true,
-            scroll: 0,
-            inflight: false,
-            search: None,
-        });
+        self.log_view = Some(LogView::new(LogSource::Tool(call_id), lines, false));
     }
 }

@@ -37,6 +37,22 @@ fn command_name(c: &CommandHelp) -> &'static str {
     c.usage.split_whitespace().next().unwrap_or(c.usage)
 }
 
+/// The words of a usage line before its first argument (`/goal gate [list|…]` ->
+/// `/goal gate`), and whether that command needs an argument (`<…>`).
+fn usage_head(c: &CommandHelp) -> (String, bool) {
+    let mut words = Vec::new();
+    for word in c.usage.split_whitespace() {
+        if word.starts_with('<') {
+            return (words.join(" "), true);
+        }
+        if word.starts_with('[') {
+            break;
+        }
+        words.push(word);
+    }
+    (words.join(" "), false)
+}
+
 /// OSC 52 "set clipboard" for `text` (base64, as terminals expect).
 pub fn osc52(text: &str) -> String {
     format!("\x1b]52;c;{}\x07", base64(text.as_bytes()))
@@ -100,18 +116,35 @@ impl App {
         self.completion_dismissed = Some(self.input_text());
     }
 
+    /// The command the popup would take: the only match, or the highlighted one.
+    fn chosen_completion(&self) -> Option<&'static CommandHelp> {
+        let matches = self.completions();
+        matches.get(self.completion_selected()).copied()
+    }
+
     /// Tab: complete the only matching command, or the highlighted one. A command that
     /// takes arguments gets a space after it.
     pub(super) fn complete(&mut self) {
-        let matches = self.completions();
-        let Some(first) = matches.first() else { return };
-        let unique = matches.iter().all(|c| command_name(c) == command_name(first));
-        let chosen = if unique { first } else { matches[self.completion_selected()] };
-        let name = command_name(chosen);
-        let takes_args = COMMANDS.iter().any(|c| command_name(c) == name && c.usage.len() > name.len());
-        let text = if takes_args { format!("{name} ") } else { name.to_string() };
+        let Some(chosen) = self.chosen_completion() else { return };
+        let (head, _) = usage_head(chosen);
+        let text = if chosen.usage.len() > head.len() { format!("{head} ") } else { head };
         self.reset_input(text);
         self.completion_sel = 0;
+    }
+
+    /// Enter with the popup open: the highlighted command. Returns true when it is ready
+    /// to run; one that needs an argument is completed and waits for it.
+    pub(super) fn accept_completion(&mut self) -> bool {
+        let Some(chosen) = self.chosen_completion() else { return true };
+        let (head, required) = usage_head(chosen);
+        self.completion_sel = 0;
+        if required {
+            self.reset_input(format!("{head} "));
+            false
+        } else {
+            self.reset_input(head);
+            true
+        }
     }
 
     /// Paste into the input; a large one becomes a placeholder that submit expands.

@@ -4,7 +4,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui_textarea::CursorMove;
 
-use super::{App, ExitState, Focus, LogSource, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
+use super::{App, ExitState, Focus, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
 use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
 use crate::tui::keymap::{Action, Context};
@@ -141,14 +141,10 @@ impl App {
                 }
                 Some(Modal::LogSearch { text: query }) => {
                     if let Some(view) = &mut self.log_view {
-                        view.search = Some(query.clone());
+                        view.search = Some(query);
+                        view.current_match = None;
                     }
-                    if !self.log_find(true) {
-                        self.transcript.push(CellBody::Notice {
-                            level: NoticeLevel::Info,
-                            text: format!("no line in the log contains \"{query}\""),
-                        });
-                    }
+                    self.log_next_match(true);
                 }
                 other => self.modal = other,
             },
@@ -166,17 +162,26 @@ impl App {
             let modal = self.modal.take();
             match (modal, action) {
                 (Some(Modal::Help { .. }), Action::Close | Action::Help) => {}
-                (Some(Modal::Help { scroll }), Action::LineUp) => {
-                    self.modal = Some(Modal::Help { scroll: scroll.saturating_sub(1) })
-                }
-                (Some(Modal::Help { scroll }), Action::LineDown) => {
-                    self.modal = Some(Modal::Help { scroll: scroll + 1 })
-                }
-                (Some(Modal::Help { scroll }), Action::PageUp) => {
-                    self.modal = Some(Modal::Help { scroll: scroll.saturating_sub(page) })
-                }
-                (Some(Modal::Help { scroll }), Action::PageDown) => {
-                    self.modal = Some(Modal::Help { scroll: scroll + page })
+                (
+                    Some(Modal::Help { scroll }),
+                    Action::LineUp
+                    | Action::LineDown
+                    | Action::PageUp
+                    | Action::PageDown
+                    | Action::Top
+                    | Action::Follow,
+                ) => {
+                    let max = crate::tui::view::help_max_scroll(self, self.frame_area);
+                    let scroll = scroll.min(max);
+                    let scroll = match action {
+                        Action::LineUp => scroll.saturating_sub(1),
+                        Action::LineDown => scroll + 1,
+                        Action::PageUp => scroll.saturating_sub(page),
+                        Action::PageDown => scroll + page,
+                        Action::Top => 0,
+                        _ => max,
+                    };
+                    self.modal = Some(Modal::Help { scroll: scroll.min(max) })
                 }
                 (Some(Modal::QuitConfirm), Action::Yes | Action::Cancel) => self.begin_quit(ops),
                 (Some(Modal::KillConfirm { id }), Action::Yes) => {
@@ -194,51 +199,44 @@ impl App {
 
     fn log_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
         let page = usize::from(self.log_area.height.saturating_sub(3)).max(1);
-        let job_id = match self.log_view.as_ref().map(|v| &v.source) {
-            Some(LogSource::Job(id)) => Some(id.clone()),
-            Some(LogSource::Tool(_)) | None => None,
-        };
+        let job_id = self.log_job();
         for action in self.keymap.actions(Context::Log, key) {
-            match action {
-                Action::LineUp => self.log_scroll_up(1),
-                Action::LineDown => self.log_scroll_down(1),
-                Action::PageUp => self.log_scroll_up(page),
-                Action::PageDown => self.log_scroll_down(page),
-                Action::Top => self.log_scroll_up(usize::MAX / 2),
-                Action::Follow => {
+            match (action, &job_id) {
+                (Action::LineUp, _) => self.log_scroll_up(1),
+                (Action::LineDown, _) => self.log_scroll_down(1),
+                (Action::PageUp, _) => self.log_scroll_up(page),
+                (Action::PageDown, _) => self.log_scroll_down(page),
+                (Action::Top, _) => {
                     if let Some(view) = &mut self.log_view {
-                        view.scroll = 0;
-                        view.follow = true;
+                        view.go_top();
+                    }
+                }
+                (Action::Follow, _) => {
+                    if let Some(view) = &mut self.log_view {
+                        view.go_bottom();
                     }
                     if let Some(id) = &job_id {
                         self.request_log(id, ops);
                     }
                 }
-                Action::Kill => {
-                    if let Some(id) = job_id.clone() {
-                        self.ask_kill(id);
+                (Action::Kill, Some(id)) => self.ask_kill(id.clone()),
+                (Action::Poll, Some(id)) => {
+                    ops.push(Op::Job { id: id.clone(), action: JobAction::Poll });
+                    self.request_log(id, ops);
+                }
+                (Action::Write, Some(id)) => self.ask_write(id.clone()),
+                (Action::Kill | Action::Poll | Action::Write, None) => {
+                    let bg = self.keymap.hint(Context::Global, Action::Background);
+                    if let Some(view) = &mut self.log_view {
+                        let text = format!("this is a running tool, not a job: {bg} moves it to the background");
+                        view.message = Some((NoticeLevel::Info, text));
                     }
                 }
-                Action::Poll => {
-                    if let Some(id) = &job_id {
-                        ops.push(Op::Job { id: id.clone(), action: JobAction::Poll });
-                        self.request_log(id, ops);
-                    }
-                }
-                Action::Write => {
-                    if let Some(id) = job_id.clone() {
-                        self.ask_write(id);
-                    }
-                }
-                Action::Search => self.modal = Some(Modal::LogSearch { text: String::new() }),
-                Action::NextMatch => {
-                    self.log_find(true);
-                }
-                Action::PrevMatch => {
-                    self.log_find(false);
-                }
-                Action::Close => self.log_view = None,
-                other => {
+                (Action::Search, _) => self.modal = Some(Modal::LogSearch { text: String::new() }),
+                (Action::NextMatch, _) => self.log_next_match(true),
+                (Action::PrevMatch, _) => self.log_next_match(false),
+                (Action::Close, _) => self.log_view = None,
+                (other, _) => {
                     if self.global_action(other, ops) {
                         return;
                     }
@@ -246,6 +244,19 @@ impl App {
                 }
             }
             return;
+        }
+    }
+
+    /// `n`/`N`: the next or previous match, or say why there is none.
+    fn log_next_match(&mut self, next: bool) {
+        let search = self.log_view.as_ref().and_then(|v| v.search.clone()).filter(|q| !q.is_empty());
+        let message = match search {
+            None => Some("no search yet: / searches the log".to_string()),
+            Some(query) if !self.log_find(next) => Some(format!("no line in the log contains \"{query}\"")),
+            Some(_) => None,
+        };
+        if let Some(view) = &mut self.log_view {
+            view.message = message.map(|m| (NoticeLevel::Info, m));
         }
     }
 
@@ -261,7 +272,7 @@ impl App {
         if running {
             self.modal = Some(Modal::KillConfirm { id });
         } else {
-            self.transcript.push(CellBody::Notice { level: NoticeLevel::Info, text: format!("{id} is not running") });
+            self.log_say(NoticeLevel::Info, format!("{id} is not running: there is nothing to kill"));
         }
     }
 
@@ -271,7 +282,7 @@ impl App {
             self.modal = Some(Modal::WritePrompt { id, text: String::new() });
         } else {
             let text = format!("{id} has no stdin to write to (only running background jobs started with one do)");
-            self.transcript.push(CellBody::Notice { level: NoticeLevel::Warn, text });
+            self.log_say(NoticeLevel::Warn, text);
         }
     }
 
@@ -348,12 +359,22 @@ impl App {
     fn input_key(&mut self, key: KeyEvent, ops: &mut Vec<Op>) {
         let empty = self.input_is_empty();
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
+        self.input_hint = None;
+        let panes = self.panes_shown && (!self.jobs.is_empty() || !self.tools.is_empty());
         for action in self.keymap.actions(Context::Input, &key) {
             match action {
+                // Enter with the popup open takes the highlighted command, never a bare `/`.
+                Action::Submit if !self.completions().is_empty() => {
+                    if self.accept_completion() {
+                        self.submit(None, ops);
+                    }
+                }
                 Action::Submit => self.submit(None, ops),
                 Action::Complete if !self.busy && !self.completions().is_empty() => self.complete(),
                 Action::Queue if self.busy && !empty => self.submit(Some(BusyMode::Queue), ops),
-                Action::FocusPanes if !self.jobs.is_empty() || !self.tools.is_empty() => {
+                // Tab moves to the panes only from an empty input (text there means the user
+                // is writing); a dedicated key (Alt+J) works either way.
+                Action::FocusPanes if panes && (empty || key.code != KeyCode::Tab) => {
                     self.focus = self.next_focus();
                 }
                 Action::Newline => self.input.insert_newline(),
@@ -404,12 +425,26 @@ impl App {
         }
         // Keys no action took: editing, unless they would do something surprising.
         match key.code {
-            KeyCode::Tab | KeyCode::BackTab | KeyCode::Esc | KeyCode::Enter => {}
+            KeyCode::Tab => self.input_hint = Some(self.tab_hint(empty)),
+            KeyCode::BackTab | KeyCode::Esc | KeyCode::Enter => {}
             _ => {
                 if self.input.input(key) {
                     self.completion_sel = 0;
                 }
             }
+        }
+    }
+
+    /// Why Tab did nothing, for the input's hint line.
+    fn tab_hint(&self, empty: bool) -> String {
+        if self.busy && !empty {
+            "nothing to complete".to_string()
+        } else if !empty {
+            "nothing to complete: Tab completes /commands".to_string()
+        } else if self.jobs.is_empty() && self.tools.is_empty() {
+            "no jobs or tools to focus yet".to_string()
+        } else {
+            "the panes are hidden at this width: /jobs lists the jobs".to_string()
         }
     }
 

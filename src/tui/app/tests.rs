@@ -102,7 +102,7 @@ fn ctrl_c_interrupts_when_busy_and_a_slow_second_does_not_quit() {
 }
 
 #[test]
-fn quitting_with_running_jobs_asks_and_kills_by_default() {
+fn quitting_with_running_jobs_asks_and_enter_is_the_safe_answer() {
     let mut app = app();
     app.update(AppEvent::Engine(Event::JobStarted { job: running_job("job_1") }));
     assert_eq!(key(&mut app, KeyCode::Char('d'), KeyModifiers::CONTROL), vec![]);
@@ -110,8 +110,11 @@ fn quitting_with_running_jobs_asks_and_kills_by_default() {
     assert_eq!(key(&mut app, KeyCode::Esc, KeyModifiers::NONE), vec![]);
     assert_eq!(app.modal, None);
     key(&mut app, KeyCode::Char('d'), KeyModifiers::CONTROL);
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![], "Enter cancels");
+    assert_eq!(app.modal, None);
+    key(&mut app, KeyCode::Char('d'), KeyModifiers::CONTROL);
     assert_eq!(
-        key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
+        key(&mut app, KeyCode::Char('y'), KeyModifiers::NONE),
         vec![Op::Job { id: "job_1".into(), action: JobAction::Kill }, Op::Shutdown]
     );
 }
@@ -459,7 +462,7 @@ fn context_use_reaches_the_status() {
 fn every_new_key_is_in_the_keymap_and_the_help() {
     use crate::tui::keymap::{Action, Context};
     let app = app();
-    let help: String = crate::tui::view::help_lines(&app)
+    let help: String = crate::tui::view::help_lines(&app, 100)
         .iter()
         .map(|l| l.spans.iter().map(|s| s.content.as_ref()).collect::<String>() + "\n")
         .collect();
@@ -474,4 +477,68 @@ fn every_new_key_is_in_the_keymap_and_the_help() {
     }
     assert!(help.contains("$VISUAL"));
     assert!(help.contains("mouse capture"));
+}
+
+#[test]
+fn enter_in_the_slash_popup_takes_the_highlighted_command_never_a_bare_slash() {
+    let mut app = app();
+    type_text(&mut app, "/");
+    key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![Op::Command(SlashCommand::New)]);
+    assert!(app.input_is_empty());
+    // A command that needs an argument is completed and waits for it.
+    type_text(&mut app, "/ti");
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![]);
+    assert_eq!(app.input_text(), "/title ");
+    // The second of two entries with the same name completes to its own words.
+    app.reset_input(String::new());
+    type_text(&mut app, "/goal");
+    key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "/goal gate ");
+}
+
+#[test]
+fn tab_on_text_with_nothing_to_complete_stays_in_the_input_and_says_so() {
+    let mut app = app();
+    app.update(AppEvent::Engine(Event::JobStarted { job: running_job("job_1") }));
+    type_text(&mut app, "hello");
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.focus, Focus::Input);
+    assert_eq!(app.input_text(), "hello");
+    assert_eq!(app.input_hint.as_deref(), Some("nothing to complete: Tab completes /commands"));
+    type_text(&mut app, "!");
+    assert_eq!(app.input_text(), "hello!", "the next keys still type");
+    assert_eq!(app.input_hint, None, "the hint goes with the next key");
+    // Where the panes are hidden (narrow terminals), Tab does not focus them either.
+    app.reset_input(String::new());
+    app.panes_shown = false;
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.focus, Focus::Input);
+    assert!(app.input_hint.as_deref().is_some_and(|h| h.contains("hidden")));
+    app.panes_shown = true;
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.focus, Focus::Jobs);
+}
+
+#[test]
+fn running_jobs_sort_first_and_the_selection_follows_its_job() {
+    let mut app = app();
+    for i in 1..=4 {
+        let mut job = running_job(&format!("job_{i}"));
+        job.started_at_ms = i;
+        app.update(AppEvent::Engine(Event::JobStarted { job }));
+    }
+    app.wall_ms = 100;
+    app.update(AppEvent::Engine(Event::JobFinished { id: "job_1".into(), status: JobStatus::Exited(0) }));
+    app.wall_ms = 200;
+    app.update(AppEvent::Engine(Event::JobFinished { id: "job_3".into(), status: JobStatus::Killed }));
+    let order: Vec<&str> = app.jobs.iter().map(|j| j.info.id.as_str()).collect();
+    assert_eq!(order, vec!["job_2", "job_4", "job_3", "job_1"]);
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Down, KeyModifiers::NONE);
+    assert_eq!(app.jobs[app.job_sel].info.id, "job_4");
+    app.update(AppEvent::Engine(Event::JobFinished { id: "job_2".into(), status: JobStatus::Exited(1) }));
+    assert_eq!(app.jobs[app.job_sel].info.id, "job_4", "the selection stays on its job");
+    assert_eq!(app.jobs[0].info.id, "job_4");
 }

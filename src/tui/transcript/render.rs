@@ -15,6 +15,8 @@ use crate::tui::wrap::{truncate_spans, RLine};
 
 /// Lines an injected (heartbeat, goal, job) message shows before it is cut.
 const INJECTED_MAX_LINES: usize = 6;
+/// Output lines a `!cmd` cell shows; a longer output is cut in the middle.
+const BANG_MAX_LINES: usize = 12;
 
 /// Format a duration in milliseconds the way the transcript shows it.
 pub fn format_duration_ms(ms: u64) -> String {
@@ -44,6 +46,17 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             spans.push(Span::raw(format!(" {summary}")));
             spans.push(Span::styled(format!(" · {}s", elapsed.as_secs()), dim));
         }
+        Some(o) if o.status.as_deref() == Some("yielded") => {
+            // Moved, not done: the command goes on as a job.
+            let job = result_field(&o.result, "session_id").unwrap_or_else(|| "a job".into());
+            spans.push(Span::styled("↪ ", Style::default().fg(theme.tool_running)));
+            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
+            spans.push(Span::raw(format!(" {summary}")));
+            spans.push(Span::styled(
+                format!(" · {job} · running in the background"),
+                Style::default().fg(theme.tool_running),
+            ));
+        }
         Some(o) => {
             let (mark, color) = if o.ok { ("✓", theme.tool_ok) } else { ("✗", theme.tool_failed) };
             spans.push(Span::styled(format!("{mark} "), Style::default().fg(color)));
@@ -60,6 +73,38 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
         }
     }
     truncate_spans(spans, width)
+}
+
+/// A string field of a tool's JSON result.
+fn result_field(result: &str, field: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_str(result).ok()?;
+    value.get(field)?.as_str().map(str::to_string)
+}
+
+/// The output lines shown under a tool cell: only a `!cmd` the user ran shows its
+/// output (the model's commands keep one line each); a long one is cut in the middle.
+pub(super) fn tool_output_lines(body: &CellBody, theme: &Theme) -> Vec<RLine> {
+    let CellBody::Tool { name, outcome: Some(o), .. } = body else { return Vec::new() };
+    if name != "!" {
+        return Vec::new();
+    }
+    let mut text = result_field(&o.result, "output").unwrap_or_default();
+    if let Some(error) = result_field(&o.result, "error").filter(|e| !e.trim().is_empty()) {
+        text.push_str(&format!("\n{error}"));
+    }
+    let text = display_text(&text);
+    let lines: Vec<&str> = text.trim_end().lines().collect();
+    let dim = Style::default().fg(theme.dim);
+    let row = |l: &str| RLine::plain(format!("  │ {l}"), Style::default()).with_hang(4);
+    if lines.len() <= BANG_MAX_LINES {
+        return lines.iter().map(|l| row(l)).collect();
+    }
+    let head = BANG_MAX_LINES / 2;
+    let tail = BANG_MAX_LINES - head - 1;
+    let mut out: Vec<RLine> = lines[..head].iter().map(|l| row(l)).collect();
+    out.push(RLine::plain(format!("  │ … {} more lines …", lines.len() - head - tail), dim));
+    out.extend(lines[lines.len() - tail..].iter().map(|l| row(l)));
+    out
 }
 
 /// The logical lines of a cell, before wrapping.
@@ -113,7 +158,9 @@ pub(super) fn body_lines(body: &CellBody, theme: &Theme, show_reasoning: bool, c
             let (text, color) = match outcome {
                 TurnOutcome::Completed => ("", theme.dim),
                 TurnOutcome::Interrupted => ("■ interrupted", theme.notice_warn),
-                TurnOutcome::Failed => ("✗ the turn failed", theme.notice_error),
+                TurnOutcome::Failed => {
+                    ("✗ the turn failed · your message is kept: /retry sends it again", theme.notice_error)
+                }
                 TurnOutcome::BudgetExhausted => ("⚠ the turn used its iteration budget", theme.notice_warn),
             };
             vec![RLine::plain(text, Style::default().fg(color))]

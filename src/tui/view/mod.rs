@@ -5,7 +5,7 @@ mod side;
 mod status;
 mod transcript;
 
-pub use overlay::help_lines;
+pub use overlay::{help_lines, help_max_scroll};
 
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Modifier, Style};
@@ -135,10 +135,13 @@ fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {
     } else {
         " message ".to_string()
     };
-    let block = Block::default()
+    let mut block = Block::default()
         .borders(Borders::ALL)
         .border_style(Style::default().fg(border))
         .title(Span::styled(title, Style::default().fg(app.theme.dim)));
+    if let Some(hint) = &app.input_hint {
+        block = block.title_bottom(Span::styled(format!(" {hint} "), Style::default().fg(app.theme.notice_warn)));
+    }
     let inner = block.inner(area);
     frame.render_widget(block, area);
     frame.render_widget(&app.input, inner);

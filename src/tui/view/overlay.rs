@@ -7,10 +7,11 @@ use ratatui::widgets::{Block, Borders, Clear, Paragraph, Wrap};
 use ratatui::Frame;
 
 use crate::protocol::commands::COMMANDS;
-use crate::tui::app::{App, LogSource, LogView, Modal};
+use crate::protocol::NoticeLevel;
+use crate::tui::app::{highlight, hit_style, App, LogSource, LogView, Modal};
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::format_duration_ms;
-use crate::tui::wrap::{str_width, wrap_line, RLine};
+use crate::tui::wrap::{str_width, truncate_spans, wrap_line, RLine};
 
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width.saturating_sub(2)).max(1);
@@ -47,7 +48,7 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
                 if jobs > 0 { "the jobs" } else { "it" }
             );
             let answer = format!(
-                "[{}] kill and quit (default)   [{}] cancel",
+                "[{}] kill and quit   [{}] cancel (default)",
                 keys_of(app, Context::Confirm, Action::Yes),
                 keys_of(app, Context::Confirm, Action::No)
             );
@@ -57,7 +58,7 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
             let command =
                 app.jobs.iter().find(|j| &j.info.id == id).map(|j| j.info.command.clone()).unwrap_or_default();
             let answer = format!(
-                "[{}] kill   [{}] cancel",
+                "[{}] kill   [{}] cancel (default)",
                 keys_of(app, Context::Confirm, Action::Yes),
                 keys_of(app, Context::Confirm, Action::No)
             );
@@ -154,8 +155,32 @@ fn draw_approval(
     );
 }
 
-/// Every key from the keymap and every slash command.
-pub fn help_lines(app: &App) -> Vec<Line<'static>> {
+/// Help text for what is typed into the input rather than bound to a key.
+const TYPED_HELP: &[(&str, &str)] = &[
+    ("!cmd", "run a shell command yourself; its output shows here and is context for your next message"),
+    ("@path", "attach a file to the message (Tab completes the path)"),
+];
+
+/// One help entry: `key` in a column of `col`, then its description, wrapped to `width`;
+/// when the column leaves too little room, the description goes on its own line.
+fn help_entry(key: &str, help: &str, col: usize, width: u16, key_style: Style, dim: Style) -> Vec<Line<'static>> {
+    let width_us = usize::from(width);
+    if width_us >= col + 4 + 20 && str_width(key) <= col {
+        let pad = col + 2 - str_width(key);
+        let line = RLine::new(vec![
+            Span::styled(format!("  {key}{}", " ".repeat(pad)), key_style),
+            Span::styled(help.to_string(), dim),
+        ])
+        .with_hang(u16::try_from(col + 4).unwrap_or(0));
+        return wrap_line(&line, width);
+    }
+    let mut out = wrap_line(&RLine::plain(format!("  {key}"), key_style).with_hang(4), width);
+    out.extend(wrap_line(&RLine::plain(format!("    {help}"), dim).with_hang(4), width));
+    out
+}
+
+/// Every key from the keymap, what can be typed, and every slash command, wrapped to `width`.
+pub fn help_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     let heading = Style::default().fg(app.theme.heading).add_modifier(Modifier::BOLD);
     let key_style = Style::default().add_modifier(Modifier::BOLD);
     let dim = Style::default().fg(app.theme.dim);
@@ -167,7 +192,8 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
             text
         }
     };
-    let col = app.keymap.bindings().iter().map(|b| str_width(&key_text(&b.keys))).max().unwrap_or(10) + 2;
+    let widest = app.keymap.bindings().iter().map(|b| str_width(&key_text(&b.keys))).max().unwrap_or(10);
+    let col = widest.min(usize::from(width) / 3).max(6);
     let mut lines = Vec::new();
     for context in Context::ALL {
         let bindings: Vec<_> = app.keymap.bindings().iter().filter(|b| b.context == context).collect();
@@ -179,29 +205,49 @@ pub fn help_lines(app: &App) -> Vec<Line<'static>> {
         }
         lines.push(Line::from(Span::styled(context.title().to_string(), heading)));
         for b in bindings {
-            let keys = key_text(&b.keys);
-            let pad = col.saturating_sub(str_width(&keys));
-            lines.push(Line::from(vec![
-                Span::styled(format!("  {keys}{}", " ".repeat(pad)), key_style),
-                Span::styled(b.help, dim),
-            ]));
+            lines.extend(help_entry(&key_text(&b.keys), b.help, col, width, key_style, dim));
         }
     }
     lines.push(Line::default());
+    lines.push(Line::from(Span::styled("Typed into the message", heading)));
+    for (key, help) in TYPED_HELP {
+        lines.extend(help_entry(key, help, col, width, key_style, dim));
+    }
+    lines.push(Line::default());
     lines.push(Line::from(Span::styled("Slash commands", heading)));
+    let usage_col = COMMANDS.iter().map(|c| str_width(c.usage)).max().unwrap_or(20).min(usize::from(width) / 2);
     for c in COMMANDS {
-        lines.push(Line::from(vec![Span::styled(format!("  {:<44}", c.usage), key_style), Span::styled(c.help, dim)]));
+        lines.extend(help_entry(c.usage, c.help, usage_col, width, key_style, dim));
     }
     lines
 }
 
-fn draw_help(frame: &mut Frame<'_>, area: Rect, app: &App, scroll: usize) {
+/// The help's box in a frame of `area`, and the width of its text.
+pub fn help_rect(area: Rect) -> (Rect, u16) {
     let rect = centered(area, 110, area.height.saturating_sub(2));
+    (rect, rect.width.saturating_sub(4).max(1))
+}
+
+/// How far the help can scroll in a frame of `area`.
+pub fn help_max_scroll(app: &App, area: Rect) -> usize {
+    let (rect, width) = help_rect(area);
+    help_lines(app, width).len().saturating_sub(usize::from(rect.height.saturating_sub(2)))
+}
+
+fn draw_help(frame: &mut Frame<'_>, area: Rect, app: &App, scroll: usize) {
+    let (rect, width) = help_rect(area);
     frame.render_widget(Clear, rect);
-    let lines = help_lines(app);
+    let lines = help_lines(app, width);
     let rows = usize::from(rect.height.saturating_sub(2));
     let scroll = scroll.min(lines.len().saturating_sub(rows));
-    let footer = format!(" ↑↓ PgUp PgDn scroll · {} close ", keys_of(app, Context::Help, Action::Close));
+    let key = |action: Action| app.keymap.hint(Context::Help, action);
+    let footer =
+        format!(" ↑↓ PgUp PgDn {}/{} scroll · {} close ", key(Action::Top), key(Action::Follow), key(Action::Close));
+    let footer = if str_width(&footer) + 2 > usize::from(rect.width) {
+        format!(" ↑↓ {}/{} · {} close ", key(Action::Top), key(Action::Follow), key(Action::Close))
+    } else {
+        footer
+    };
     let block = modal_block(app, " Keys and commands ".into())
         .title_bottom(Span::styled(footer, Style::default().fg(app.theme.dim)))
         .padding(ratatui::widgets::Padding::horizontal(1));
@@ -209,72 +255,134 @@ fn draw_help(frame: &mut Frame<'_>, area: Rect, app: &App, scroll: usize) {
     frame.render_widget(Paragraph::new(shown).block(block), rect);
 }
 
+/// The keys of the log view that apply to what it shows, in the footer.
+fn log_keys(app: &App, view: &LogView) -> Vec<String> {
+    let key = |action: Action| keys_of(app, Context::Log, action);
+    let mut keys = Vec::new();
+    let job = match &view.source {
+        LogSource::Job(id) => app.jobs.iter().find(|j| &j.info.id == id),
+        LogSource::Tool(_) => None,
+    };
+    let running = match &view.source {
+        LogSource::Job(_) => job.is_some_and(|j| j.info.status.is_running()),
+        LogSource::Tool(call_id) => app.tools.iter().any(|t| &t.call_id == call_id),
+    };
+    if view.search.as_deref().is_some_and(|q| !q.is_empty()) {
+        keys.push(format!("{}/{} next/prev", key(Action::NextMatch), key(Action::PrevMatch)));
+    } else {
+        keys.push(format!("{} search", key(Action::Search)));
+    }
+    if !view.follow {
+        keys.push(format!("{} {}", key(Action::Follow), if running { "follow" } else { "end" }));
+    }
+    if let Some(job) = job {
+        keys.push(format!("{} poll", key(Action::Poll)));
+        if job.info.status.is_running() {
+            keys.push(format!("{} kill", key(Action::Kill)));
+            if job.info.has_stdin {
+                keys.push(format!("{} write", key(Action::Write)));
+            }
+        }
+    }
+    keys.push(format!("{} close", key(Action::Close)));
+    keys
+}
+
 pub fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
     let dim = Style::default().fg(app.theme.dim);
-    let title = match &view.source {
+    let (title, running) = match &view.source {
         LogSource::Job(id) => match app.jobs.iter().find(|j| &j.info.id == id) {
-            Some(job) => format!(
-                " {id} · {} · {} · $ {} ",
-                job.info.status.label(),
-                format_duration_ms(job.runtime_ms(app.wall_ms) / 1000 * 1000),
-                job.info.command.replace('\n', " ")
+            Some(job) => (
+                format!(
+                    " {id} · {} · {} · $ {} ",
+                    job.info.status.label(),
+                    format_duration_ms(job.runtime_ms(app.wall_ms) / 1000 * 1000),
+                    job.info.command.replace('\n', " ")
+                ),
+                job.info.status.is_running(),
             ),
-            None => format!(" {id} "),
+            None => (format!(" {id} "), false),
         },
         LogSource::Tool(call_id) => match app.tools.iter().find(|t| &t.call_id == call_id) {
-            Some(tool) => format!(" {} · {} · running ", tool.name, tool.summary),
-            None => " tool output (finished) ".to_string(),
+            Some(tool) => (format!(" {} · {} · running ", tool.name, tool.summary), true),
+            None => (" tool output (finished) ".to_string(), false),
         },
     };
-    let shown_lines = view.lines.len() as u64;
-    let range = if shown_lines == 0 {
-        if view.inflight {
-            "loading…".to_string()
-        } else {
-            "no output".to_string()
-        }
-    } else {
-        let first = view.first_line.max(1);
-        format!("lines {}–{} of {}", first, first + shown_lines - 1, view.total_lines.max(shown_lines))
-    };
-    let follow = match &view.search {
-        Some(q) if !q.is_empty() => format!("/{q} (n older · N newer)"),
-        _ => (if view.follow { "follow on" } else { "follow off" }).to_string(),
-    };
-    let footer = format!(
-        " {range} · {follow} · {} follow · {} kill · {} poll · {} write · {} close ",
-        keys_of(app, Context::Log, Action::Follow),
-        keys_of(app, Context::Log, Action::Kill),
-        keys_of(app, Context::Log, Action::Poll),
-        keys_of(app, Context::Log, Action::Write),
-        keys_of(app, Context::Log, Action::Close),
-    );
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(Style::default().fg(app.theme.border_focus))
-        .title(Span::styled(title, Style::default().add_modifier(Modifier::BOLD)))
-        .title_bottom(Span::styled(footer, dim));
+        .title(Span::styled(title, Style::default().add_modifier(Modifier::BOLD)));
     let inner = block.inner(area);
+    let mut rows = usize::from(inner.height);
+    let message = view.message.as_ref().filter(|_| rows > 1);
+    if message.is_some() {
+        rows -= 1;
+    }
+    // What is on screen, in the log's own line numbers.
+    let mut facts = Vec::new();
+    if view.lines.is_empty() {
+        facts.push((if view.inflight { "loading…" } else { "no output" }).to_string());
+    } else {
+        let (first, _) = view.window(inner.width, rows);
+        let last = view.last_shown(inner.width, rows);
+        let base = view.first_line.max(1);
+        let total = view.total_lines.max(base + view.lines.len() as u64 - 1);
+        facts.push(format!("lines {}–{} of {total}", base + first as u64, base + last as u64));
+    }
+    if let Some(label) = view.match_label() {
+        facts.push(label);
+    } else if running {
+        facts.push((if view.follow { "following" } else { "paused" }).to_string());
+    }
+    // Keys that do not fit are dropped from the end, but "close" stays.
+    let mut keys = log_keys(app, view);
+    let room = usize::from(area.width.saturating_sub(4));
+    let width_of = |facts: &[String], keys: &[String]| {
+        str_width(&facts.iter().chain(keys).cloned().collect::<Vec<_>>().join(" · ")) + 2
+    };
+    while keys.len() > 1 && width_of(&facts, &keys) > room {
+        keys.remove(keys.len() - 2);
+    }
+    facts.extend(keys);
+    let footer = format!(" {} ", facts.join(" · "));
+    let block = block.title_bottom(Span::styled(footer, dim));
     frame.render_widget(block, area);
     if inner.width == 0 || inner.height == 0 {
         return;
     }
-    // Walk up from the bottom line, wrapping only what is shown.
-    let rows = usize::from(inner.height);
-    let end = view.lines.len().saturating_sub(if view.follow { 0 } else { view.scroll });
+    let query = view.search.as_deref().filter(|q| !q.is_empty()).map(str::to_lowercase);
+    let (first, skip) = view.window(inner.width, rows);
     let mut shown: Vec<Line<'static>> = Vec::with_capacity(rows);
-    for line in view.lines[..end].iter().rev() {
-        let wrapped = wrap_line(&RLine::new(line.spans.clone()), inner.width);
-        for row in wrapped.into_iter().rev() {
-            shown.push(row);
-            if shown.len() == rows {
-                break;
+    for (i, line) in view.lines.iter().enumerate().skip(first) {
+        let line = match &query {
+            Some(q) => {
+                let mut style = hit_style();
+                if view.current_match == Some(i) {
+                    style = style.fg(app.theme.notice_warn);
+                }
+                highlight(line, q, style)
             }
-        }
-        if shown.len() == rows {
+            None => line.clone(),
+        };
+        let wrapped = wrap_line(&RLine::new(line.spans.clone()), inner.width);
+        let skip = if i == first { skip } else { 0 };
+        shown.extend(wrapped.into_iter().skip(skip));
+        if shown.len() >= rows {
             break;
         }
     }
-    shown.reverse();
-    frame.render_widget(Paragraph::new(shown), inner);
+    shown.truncate(rows);
+    frame.render_widget(Paragraph::new(shown), Rect { height: rows as u16, ..inner });
+    if let Some((level, text)) = message {
+        let color = match level {
+            NoticeLevel::Info => app.theme.notice_info,
+            NoticeLevel::Warn => app.theme.notice_warn,
+            NoticeLevel::Error => app.theme.notice_error,
+        };
+        let line = truncate_spans(
+            vec![Span::styled(text.replace('\n', " "), Style::default().fg(color))],
+            usize::from(inner.width),
+        );
+        frame.render_widget(Paragraph::new(line), Rect { y: inner.bottom() - 1, height: 1, ..inner });
+    }
 }

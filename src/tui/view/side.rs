@@ -94,7 +94,12 @@ pub fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
         return;
     }
     let mut lines = Vec::new();
-    for i in window(app.jobs.len(), 3, usize::from(inner.height), app.job_sel) {
+    let rows = usize::from(inner.height);
+    // When not every job fits, the last row says how many are above and below.
+    let fits = app.jobs.len() * 3 <= rows;
+    let shown = window(app.jobs.len(), 3, if fits { rows } else { rows.saturating_sub(1) }, app.job_sel);
+    let (above, below) = (shown.start, app.jobs.len() - shown.end);
+    for i in shown {
         let job = &app.jobs[i];
         let sel = focused && i == app.job_sel;
         let (mark, color) = status_mark(app, &job.info.status);
@@ -110,6 +115,17 @@ pub fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
         ));
         lines.push(truncate_spans(vec![Span::raw("  $ "), Span::raw(job.info.command.replace('\n', " "))], width));
         lines.push(truncate_spans(vec![Span::styled(format!("  {}", job.info.last_line), dim)], width));
+    }
+    if !fits {
+        let mut parts = Vec::new();
+        if above > 0 {
+            parts.push(format!("↑ {above} more above"));
+        }
+        if below > 0 {
+            parts.push(format!("↓ {below} more below"));
+        }
+        lines.truncate(rows.saturating_sub(1));
+        lines.push(truncate_spans(vec![Span::styled(format!("  {}", parts.join(" · ")), dim)], width));
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
