@@ -141,7 +141,7 @@ impl Printer {
             Event::ToolFinished { outcome, .. } => {
                 let mark = if outcome.ok { "✓" } else { "✗" };
                 let code = outcome.exit_code.map(|c| format!(" exit {c}")).unwrap_or_default();
-                let status = outcome.status.as_deref().map(|s| format!(" {s}")).unwrap_or_default();
+                let status = outcome.status.map(|s| format!(" {}", s.as_str())).unwrap_or_default();
                 eprintln!("  {mark}{code}{status} ({:.1}s)", outcome.duration_ms as f64 / 1000.0);
             }
             Event::ApprovalNeeded { command, reason, .. } => {

@@ -13,6 +13,9 @@
 //! config, paths, text, logging   leaves: used by everything above, import nothing of it
 //! ```
 
+// A failure that can happen is handled; tests may unwrap (as in codex-rs).
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod config;
 pub mod config_edit;
 pub mod engine;

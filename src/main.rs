@@ -1,5 +1,7 @@
 //! The `talaria` binary: parse the command line, load config, start logging, pick a mode.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 use std::sync::Arc;

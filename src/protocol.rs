@@ -130,14 +130,77 @@ impl TurnOutcome {
     }
 }
 
+/// How a tool call ended, beyond ok / failed (shown in the tool cell).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ToolStatus {
+    /// A `terminal` call started a background job.
+    Background,
+    /// A foreground command was moved to the background (redirect, Ctrl+B).
+    Yielded,
+    Interrupted,
+    Timeout,
+    Denied,
+    /// Not run: a message arrived before the call started.
+    Skipped,
+    Failed,
+    /// `process`: the job was killed, had exited already, is still running, …
+    Killed,
+    AlreadyExited,
+    Running,
+    Exited,
+    Released,
+    NotFound,
+}
+
+impl ToolStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ToolStatus::Background => "background",
+            ToolStatus::Yielded => "yielded",
+            ToolStatus::Interrupted => "interrupted",
+            ToolStatus::Timeout => "timeout",
+            ToolStatus::Denied => "denied",
+            ToolStatus::Skipped => "skipped",
+            ToolStatus::Failed => "failed",
+            ToolStatus::Killed => "killed",
+            ToolStatus::AlreadyExited => "already_exited",
+            ToolStatus::Running => "running",
+            ToolStatus::Exited => "exited",
+            ToolStatus::Released => "released",
+            ToolStatus::NotFound => "not_found",
+        }
+    }
+
+    /// The status word of a tool's JSON result (`"status"`), when it is one of these.
+    pub fn parse(s: &str) -> Option<ToolStatus> {
+        [
+            ToolStatus::Background,
+            ToolStatus::Yielded,
+            ToolStatus::Interrupted,
+            ToolStatus::Timeout,
+            ToolStatus::Denied,
+            ToolStatus::Skipped,
+            ToolStatus::Failed,
+            ToolStatus::Killed,
+            ToolStatus::AlreadyExited,
+            ToolStatus::Running,
+            ToolStatus::Exited,
+            ToolStatus::Released,
+            ToolStatus::NotFound,
+        ]
+        .into_iter()
+        .find(|t| t.as_str() == s)
+    }
+}
+
 /// How a tool call ended, for display.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolOutcome {
     /// True when the tool did what it was asked (exit code 0 for commands).
     pub ok: bool,
     pub exit_code: Option<i32>,
-    /// e.g. "interrupted", "yielded", "timeout", "denied".
-    pub status: Option<String>,
+    pub status: Option<ToolStatus>,
     pub duration_ms: u64,
     /// The JSON text the model sees (already capped).
     pub result: String,

@@ -200,7 +200,7 @@ async fn write_into_ssh_dir_asks_and_respects_a_denial() {
     assert_eq!(command, format!("write {}", path.display()));
     assert!(reason.contains("log in"), "{reason}");
     let r = task.await.unwrap();
-    assert_eq!(r.status.as_deref(), Some("denied"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("denied"));
     assert_eq!(r.value["status"], "denied");
     assert!(err(&r).contains("not allowed"));
     assert!(!path.exists(), "a denied write must not touch the disk");
@@ -225,7 +225,7 @@ async fn a_symlink_into_a_protected_place_is_judged_by_its_target() {
     let (approvals, _rx) = approver(PromptPolicy::DenyUnattended);
     let path = dir.path().join("innocent/config");
     let r = write_file_at(&path, "Host *", &approvals, &CancellationToken::new()).await;
-    assert_eq!(r.status.as_deref(), Some("denied"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("denied"));
     assert!(err(&r).contains("--yes"), "{:?}", r.value);
     assert!(!path.exists());
 }
@@ -243,7 +243,7 @@ async fn an_interrupt_while_waiting_denies_the_write() {
     let _ = tokio::time::timeout(Duration::from_secs(20), rx.recv()).await.expect("prompt");
     stop.cancel();
     let r = task.await.unwrap();
-    assert_eq!(r.status.as_deref(), Some("denied"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("denied"));
     assert!(!path.exists());
 }
 
@@ -322,7 +322,7 @@ async fn edit_in_a_protected_place_is_checked_before_writing() {
     fs::create_dir_all(path.parent().unwrap()).unwrap();
     fs::write(&path, "Host a\n").unwrap();
     let r = edit_file_at(&path, &edit("Host a", "Host b", false), &approvals, &CancellationToken::new()).await;
-    assert_eq!(r.status.as_deref(), Some("denied"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("denied"));
     assert_eq!(fs::read_to_string(&path).unwrap(), "Host a\n");
 
     let (allow, _rx) = approver(PromptPolicy::AllowUnattended);
@@ -423,7 +423,7 @@ fn search_errors_are_clear() {
 
     stop.cancel();
     let r = search_at(dir.path(), "needle", None, BIG, &stop);
-    assert_eq!(r.status.as_deref(), Some("interrupted"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("interrupted"));
 }
 
 // ------------------------------------------------------------------------------------------

@@ -332,7 +332,7 @@ async fn yield_adopts_a_running_command_without_losing_a_byte() {
     env.wait_event("first output", |e| matches!(e, Event::ToolOutput { chunk, .. } if chunk.contains("line 1"))).await;
     signals.bump_yield();
     let r = tokio::time::timeout(DEADLINE, call).await.expect("the yield returned").expect("no panic");
-    assert_eq!(r.status.as_deref(), Some("yielded"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("yielded"));
     let id = str_of(&r.value, "session_id").to_string();
     assert_eq!(r.value["status"], json!("yielded_to_background"));
     assert_eq!(r.value["note"], json!(YIELD_NOTE));
@@ -365,7 +365,7 @@ async fn interrupt_kills_with_130() {
     signals.interrupt.cancel();
     let r = tokio::time::timeout(DEADLINE, call).await.expect("returned").expect("no panic");
     assert_eq!(r.value["exit_code"], json!(130));
-    assert_eq!(r.status.as_deref(), Some("interrupted"));
+    assert_eq!(r.status.map(|s| s.as_str()), Some("interrupted"));
     assert!(output(&r).ends_with("[Command interrupted]"), "{}", r.value);
     assert_group_gone(pid_line(output(&r))).await;
 }

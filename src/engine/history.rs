@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::engine::llm::{ChatMessage, Role, ToolCall};
 use crate::engine::store::StoredMessage;
 use crate::engine::tools::Registry;
-use crate::protocol::{HistoryItem, MessageOrigin, ToolOutcome};
+use crate::protocol::{HistoryItem, MessageOrigin, ToolOutcome, ToolStatus};
 
 /// The result given to a tool call that never got one (talaria died mid-tool).
 pub const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
@@ -51,7 +51,7 @@ pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
     ToolOutcome {
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(true),
         exit_code: v.get("exit_code").and_then(Value::as_i64).map(|c| c as i32),
-        status: v.get("status").and_then(Value::as_str).map(str::to_string),
+        status: v.get("status").and_then(Value::as_str).and_then(ToolStatus::parse),
         duration_ms: v.get("duration_ms").and_then(Value::as_u64).unwrap_or(0),
         result: result.to_string(),
     }
@@ -217,7 +217,7 @@ mod tests {
         let o = ToolOutcome {
             ok: false,
             exit_code: Some(2),
-            status: Some("timeout".into()),
+            status: Some(ToolStatus::Timeout),
             duration_ms: 12,
             result: "{}".into(),
         };

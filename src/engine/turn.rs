@@ -20,6 +20,7 @@ use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provide
 use crate::engine::store::Store;
 use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
 use crate::engine::EventSink;
+use crate::protocol::ToolStatus;
 use crate::protocol::{Event, MessageOrigin, NoticeLevel, ToolOutcome, TurnOutcome, TurnTrigger};
 
 /// What stays the same for every turn of a session.
@@ -251,7 +252,7 @@ pub async fn run_bang(
     let outcome = ToolOutcome {
         ok: result.ok,
         exit_code: result.exit_code,
-        status: result.status.clone(),
+        status: result.status,
         duration_ms: started.elapsed().as_millis() as u64,
         result: result.value.to_string(),
     };
@@ -562,7 +563,7 @@ fn interrupted_before_start() -> ToolResult {
         value: json!({"output": "[Command interrupted]", "exit_code": 130, "error": "the user interrupted the turn before this tool ran"}),
         ok: false,
         exit_code: Some(130),
-        status: Some("interrupted".into()),
+        status: Some(ToolStatus::Interrupted),
     }
 }
 
@@ -576,7 +577,7 @@ fn skipped_for_a_message() -> ToolResult {
         }),
         ok: false,
         exit_code: None,
-        status: Some("skipped".into()),
+        status: Some(ToolStatus::Skipped),
     }
 }
 
@@ -611,7 +612,7 @@ async fn finish_tool(
     let outcome = ToolOutcome {
         ok: result.ok,
         exit_code: result.exit_code,
-        status: result.status.clone(),
+        status: result.status,
         duration_ms: started.elapsed().as_millis() as u64,
         result: text.clone(),
     };

@@ -513,7 +513,7 @@ fn a_bang_command_shows_its_output_and_a_yielded_command_shows_its_job() {
             outcome: ToolOutcome {
                 ok: true,
                 exit_code: None,
-                status: Some("yielded".into()),
+                status: Some(crate::protocol::ToolStatus::Yielded),
                 duration_ms: 2_000,
                 result: yielded.to_string(),
             },

@@ -486,7 +486,7 @@ impl Transcript {
                 *outcome = Some(ToolOutcome {
                     ok: false,
                     exit_code: None,
-                    status: Some("interrupted".into()),
+                    status: Some(crate::protocol::ToolStatus::Interrupted),
                     duration_ms: u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX),
                     result: String::new(),
                 });

@@ -22,9 +22,19 @@ pub use classify::{classify_command, classify_write, normalise_command, Classifi
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Verdict {
     /// Run it. `note` (e.g. "approved by the user") goes into the tool result.
-    Allowed { note: Option<String> },
+    Allowed { note: Option<String>, by: Provenance },
     /// Do not run it; `reason` goes into the tool result.
     Denied { reason: String },
+}
+
+/// Who let a command run. Contracts are types: code that must know whether the user said
+/// "run it" just now (a stale interrupt must not kill it) matches on this, never on `note`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Provenance {
+    /// A rule: known safe, approvals off, the allowlist, a category approved earlier, `--yes`.
+    Rule,
+    /// The user's answer to this command's prompt.
+    User,
 }
 
 /// How unanswerable prompts are handled.
@@ -88,25 +98,28 @@ impl Approver {
 
     async fn decide(&self, class: Classification, command: &str, interrupt: &CancellationToken) -> Verdict {
         let (category, reason) = match class {
-            Classification::Safe => return Verdict::Allowed { note: None },
+            Classification::Safe => return Verdict::Allowed { note: None, by: Provenance::Rule },
             Classification::Hardline { reason } => {
                 return Verdict::Denied { reason: format!("refused: {reason} (this is never allowed)") }
             }
             Classification::Dangerous { category, reason } => (category, reason),
         };
         if self.inner.mode == ApprovalMode::Off {
-            return Verdict::Allowed { note: None };
+            return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
         let normalised = normalise_command(command);
         if lock(&self.inner.allowlist).contains(&normalised) {
-            return Verdict::Allowed { note: Some("allowed by the approvals allowlist".into()) };
+            return Verdict::Allowed { note: Some("allowed by the approvals allowlist".into()), by: Provenance::Rule };
         }
         if lock(&self.inner.session_categories).contains(category) {
-            return Verdict::Allowed { note: Some(format!("{category} approved for this session")) };
+            return Verdict::Allowed {
+                note: Some(format!("{category} approved for this session")),
+                by: Provenance::Rule,
+            };
         }
         match self.inner.policy {
             PromptPolicy::AllowUnattended => {
-                return Verdict::Allowed { note: Some("approved by --yes".into()) };
+                return Verdict::Allowed { note: Some("approved by --yes".into()), by: Provenance::Rule };
             }
             PromptPolicy::DenyUnattended => {
                 return Verdict::Denied {
@@ -131,10 +144,11 @@ impl Approver {
             }
         };
         match answer {
-            Approval::Once => Verdict::Allowed { note: Some("approved by the user".into()) },
+            Approval::Once => Verdict::Allowed { note: Some("approved by the user".into()), by: Provenance::User },
             Approval::Session => {
                 lock(&self.inner.session_categories).insert(category.to_string());
-                Verdict::Allowed { note: Some(format!("approved by the user for this session ({category})")) }
+                let note = Some(format!("approved by the user for this session ({category})"));
+                Verdict::Allowed { note, by: Provenance::User }
             }
             Approval::Always => {
                 lock(&self.inner.allowlist).insert(normalised.clone());
@@ -146,7 +160,7 @@ impl Approver {
                         ));
                     }
                 }
-                Verdict::Allowed { note: Some("approved by the user (always)".into()) }
+                Verdict::Allowed { note: Some("approved by the user (always)".into()), by: Provenance::User }
             }
             Approval::Deny => Verdict::Denied { reason: "the user denied this command".into() },
         }

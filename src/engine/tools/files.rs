@@ -11,6 +11,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
 use crate::engine::approval::{classify_write, Approver, Classification, Verdict};
+use crate::protocol::ToolStatus;
 
 /// Lines shown when the model gives no `limit`.
 pub const DEFAULT_READ_LIMIT: usize = 2_000;
@@ -199,12 +200,12 @@ async fn approve_write(
         _ => path.to_path_buf(),
     };
     match approvals.check_write(&checked, interrupt).await {
-        Verdict::Allowed { note } => Ok(note),
+        Verdict::Allowed { note, .. } => Ok(note),
         Verdict::Denied { reason } => Err(ToolResult {
             value: json!({ "error": format!("Writing {} was not allowed: {reason}", path.display()), "status": "denied" }),
             ok: false,
             exit_code: None,
-            status: Some("denied".into()),
+            status: Some(ToolStatus::Denied),
         }),
     }
 }

@@ -17,6 +17,7 @@ use crate::config::Config;
 use crate::engine::approval::Approver;
 use crate::engine::jobs::JobsHandle;
 use crate::engine::EventSink;
+use crate::protocol::ToolStatus;
 
 pub use crate::engine::args::{arg_bool, arg_str, arg_u64};
 pub use crate::engine::signals::ToolSignals;
@@ -76,8 +77,7 @@ pub struct ToolResult {
     pub value: Value,
     pub ok: bool,
     pub exit_code: Option<i32>,
-    /// "interrupted", "yielded", "timeout", "denied", …
-    pub status: Option<String>,
+    pub status: Option<ToolStatus>,
 }
 
 impl ToolResult {
@@ -89,8 +89,8 @@ impl ToolResult {
         ToolResult { value: json!({ "error": message.into() }), ok: false, exit_code: None, status: None }
     }
 
-    pub fn with_status(mut self, status: &str) -> ToolResult {
-        self.status = Some(status.to_string());
+    pub fn with_status(mut self, status: ToolStatus) -> ToolResult {
+        self.status = Some(status);
         self
     }
 }

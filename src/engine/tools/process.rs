@@ -6,7 +6,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult};
+use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult, ToolStatus};
 
 pub struct ProcessTool;
 
@@ -59,7 +59,7 @@ impl Tool for ProcessTool {
         let cap = Duration::from_secs(ctx.config.terminal.timeout_s.max(1));
         let value = ctx.jobs.process_action(&args, &ctx.signals, cap).await;
         let failed = value.get("error").is_some_and(|e| !e.is_null());
-        let status = value.get("status").and_then(Value::as_str).map(str::to_string);
+        let status = value.get("status").and_then(Value::as_str).and_then(ToolStatus::parse);
         let exit_code = value.get("exit_code").and_then(Value::as_i64).map(|c| c as i32);
         ToolResult { value, ok: !failed, exit_code, status }
     }

@@ -76,7 +76,7 @@ pub fn search_at(
     let mut unreadable = 0usize;
     for entry in walk.build() {
         if interrupt.is_cancelled() {
-            return ToolResult::error("search interrupted").with_status("interrupted");
+            return ToolResult::error("search interrupted").with_status(crate::protocol::ToolStatus::Interrupted);
         }
         let Ok(entry) = entry else {
             unreadable += 1;

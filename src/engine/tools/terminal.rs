@@ -8,8 +8,9 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
-use crate::engine::approval::Verdict;
+use crate::engine::approval::{Provenance, Verdict};
 use crate::engine::jobs::{bumped, group, ExitInfo, JobsHandle, SpawnSpec};
+use crate::protocol::ToolStatus;
 
 pub const YIELD_NOTE: &str = "The user sent a message while this command was running, so it was moved to the background without being killed. Use process(action='poll'|'wait'|'log', session_id=...) to follow it.";
 
@@ -87,11 +88,11 @@ impl Tool for TerminalTool {
             ));
         }
 
-        let approval = match ctx.approvals.check_command(command, &ctx.signals.interrupt).await {
-            Verdict::Allowed { note } => note,
+        let (approval, by) = match ctx.approvals.check_command(command, &ctx.signals.interrupt).await {
+            Verdict::Allowed { note, by } => (note, by),
             Verdict::Denied { reason } => {
                 let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
-                return ToolResult { value, ok: false, exit_code: None, status: Some("denied".into()) };
+                return ToolResult { value, ok: false, exit_code: None, status: Some(ToolStatus::Denied) };
             }
         };
         if ctx.signals.interrupt.is_cancelled() {
@@ -102,7 +103,7 @@ impl Tool for TerminalTool {
                 "status": "interrupted",
                 "note": "The turn was interrupted before the command started; it did not run.",
             });
-            return ToolResult { value, ok: false, exit_code: Some(130), status: Some("interrupted".into()) };
+            return ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) };
         }
 
         let spec = SpawnSpec {
@@ -128,7 +129,7 @@ impl Tool for TerminalTool {
             if let Some(note) = &approval {
                 value["approval"] = json!(note);
             }
-            return ToolResult { value, ok: true, exit_code: None, status: Some("background".into()) };
+            return ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Background) };
         }
 
         let mut guard =
@@ -136,7 +137,7 @@ impl Tool for TerminalTool {
         // A yield asked for since the call started applies (the command yields at once),
         // except one raised while the approval modal was open: the user then said "run it".
         let mut yield_rx = ctx.signals.yield_gen.clone();
-        if approval.as_deref().is_some_and(|n| n.starts_with("approved by the user")) {
+        if by == Provenance::User {
             yield_rx.borrow_and_update();
         }
         let mut exit_rx = spawned.exit;
@@ -204,17 +205,17 @@ impl Tool for TerminalTool {
                 let code = exit.map(|e| e.exit_code());
                 let mut value = base(String::new(), code, &cwd);
                 value["error"] = json!("lost track of the command's exit status");
-                ToolResult { value, ok: false, exit_code: code, status: Some("failed".into()) }
+                ToolResult { value, ok: false, exit_code: code, status: Some(ToolStatus::Failed) }
             }
             Ending::Interrupted => {
                 guard.armed = false;
                 ctx.jobs.kill(&spawned.id).await;
                 let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
                 ctx.jobs.forget(&spawned.id).await;
-                let marker = interrupted_marker(approval.as_deref());
+                let marker = interrupted_marker(by);
                 let mut value = base(with_marker(output, marker), Some(130), &cwd);
                 value["status"] = json!("interrupted");
-                ToolResult { value, ok: false, exit_code: Some(130), status: Some("interrupted".into()) }
+                ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) }
             }
             Ending::TimedOut => {
                 guard.armed = false;
@@ -224,7 +225,7 @@ impl Tool for TerminalTool {
                 let marker = format!("[Command timed out after {timeout_s}s]");
                 let mut value = base(with_marker(output, &marker), Some(124), &cwd);
                 value["status"] = json!("timeout");
-                ToolResult { value, ok: false, exit_code: Some(124), status: Some("timeout".into()) }
+                ToolResult { value, ok: false, exit_code: Some(124), status: Some(ToolStatus::Timeout) }
             }
             Ending::Yielded => {
                 guard.armed = false;
@@ -238,7 +239,7 @@ impl Tool for TerminalTool {
                     "error": null,
                     "note": YIELD_NOTE,
                 });
-                ToolResult { value, ok: true, exit_code: None, status: Some("yielded".into()) }
+                ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Yielded) }
             }
         }
     }
@@ -246,8 +247,8 @@ impl Tool for TerminalTool {
 
 /// What an interrupted command's output ends with. A command the user approved and then
 /// interrupted says so, so the model does not read the kill as a refusal.
-fn interrupted_marker(approval: Option<&str>) -> &'static str {
-    if approval.is_some_and(|n| n.starts_with("approved by the user")) {
+fn interrupted_marker(by: Provenance) -> &'static str {
+    if by == Provenance::User {
         "[Command interrupted] (approved by the user, then interrupted)"
     } else {
         "[Command interrupted]"
@@ -300,10 +301,9 @@ mod tests {
 
     #[test]
     fn interrupted_output_names_a_user_approval() {
-        assert_eq!(interrupted_marker(None), "[Command interrupted]");
-        assert_eq!(interrupted_marker(Some("allowed by the approvals allowlist")), "[Command interrupted]");
+        assert_eq!(interrupted_marker(Provenance::Rule), "[Command interrupted]");
         assert_eq!(
-            interrupted_marker(Some("approved by the user for this session (recursive-delete)")),
+            interrupted_marker(Provenance::User),
             "[Command interrupted] (approved by the user, then interrupted)"
         );
         assert_eq!(with_marker("out".into(), "[m]"), "out\n[m]");

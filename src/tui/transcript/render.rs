@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 
 use super::{CellBody, UserOrigin, SPINNER};
 use crate::protocol::NoticeLevel;
-use crate::protocol::TurnOutcome;
+use crate::protocol::{ToolStatus, TurnOutcome};
 use crate::text::sanitize_for_display as display_text;
 use crate::tui::markdown::{self, CodeCache};
 use crate::tui::theme::Theme;
@@ -46,7 +46,7 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             spans.push(Span::raw(format!(" {summary}")));
             spans.push(Span::styled(format!(" · {}s", elapsed.as_secs()), dim));
         }
-        Some(o) if o.status.as_deref() == Some("yielded") => {
+        Some(o) if o.status == Some(ToolStatus::Yielded) => {
             // Moved, not done: the command goes on as a job.
             let job = result_field(&o.result, "session_id").unwrap_or_else(|| "a job".into());
             spans.push(Span::styled("↪ ", Style::default().fg(theme.tool_running)));
@@ -66,8 +66,8 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             if let Some(code) = o.exit_code {
                 tail.push_str(&format!(" · exit {code}"));
             }
-            if let Some(status) = &o.status {
-                tail.push_str(&format!(" · {status}"));
+            if let Some(status) = o.status {
+                tail.push_str(&format!(" · {}", status.as_str()));
             }
             spans.push(Span::styled(tail, if o.ok { dim } else { Style::default().fg(theme.tool_failed) }));
         }
