@@ -7,6 +7,8 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::engine::llm::spend::Spend;
+use crate::engine::llm::Usage;
 use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome};
 
@@ -22,7 +24,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let _ = engine.ops.send(Op::Submit { text: prompt.clone(), mode: None });
-    let mut printer = Printer { json: options.json, mid_line: false, replied: false };
+    let mut printer = Printer { json: options.json, mid_line: false, replied: false, spend: Spend::default() };
     let mut outcome: Option<TurnOutcome> = None;
     let mut interrupted = false;
     let mut submitted = false;
@@ -71,6 +73,9 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
         }
     })
     .await;
+    if !printer.json && !printer.spend.usage.is_empty() {
+        eprintln!("talaria: this run: {}", printer.spend.describe());
+    }
     Ok(match outcome {
         Some(TurnOutcome::Completed) => 0,
         Some(TurnOutcome::Interrupted) => 130,
@@ -86,6 +91,8 @@ struct Printer {
     mid_line: bool,
     /// A reply was printed: the next one is set apart by a blank line.
     replied: bool,
+    /// Every model call added up, for the closing line on stderr.
+    spend: Spend,
 }
 
 /// An event as `--json` prints it: without what only an interactive front end uses (the
@@ -112,6 +119,17 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
 
 impl Printer {
     fn print(&mut self, event: &Event) -> anyhow::Result<()> {
+        if let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } =
+            event
+        {
+            let usage = Usage {
+                prompt_tokens: *prompt_tokens,
+                completion_tokens: *completion_tokens,
+                cache_read_tokens: *cache_read_tokens,
+                cache_write_tokens: *cache_write_tokens,
+            };
+            self.spend.add(&usage, *cost_usd);
+        }
         if self.json {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &json_line(event)?)?;

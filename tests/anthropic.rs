@@ -727,4 +727,18 @@ async fn the_provider_flag_switches_one_run_to_the_messages_api() {
     assert_eq!(sent[0].header("x-api-key"), Some(KEY));
     assert_eq!(sent[0].header("authorization"), None);
     assert_eq!(sent[0].body["model"], MODEL);
+
+    // Without --json the run ends with what it used and cost, on stderr.
+    server.push(text_answer("Again."));
+    let run = home
+        .command()
+        .env("TALARIA_TEST_ANT_KEY", KEY)
+        .args(["exec", "--provider", "anthropic", "--base-url", &server.base_url(), "--model", MODEL, "hi"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("exec finishes").expect("exec runs");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", common::stderr(&out));
+    assert_eq!(common::stdout(&out).trim(), "Again.");
+    // 10 × $3 + 5 × $15 per million tokens.
+    assert!(common::stderr(&out).contains("talaria: this run: 10 in / 5 out · $0.0001\n"), "{}", common::stderr(&out));
 }
