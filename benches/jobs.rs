@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use talaria::config::Config;
-use talaria::engine::jobs::{JobsHandle, JobsOptions, ReaperMode, SpawnSpec};
+use talaria::engine::jobs::{JobsHandle, JobsOptions, SpawnSpec, SupervisorExe};
 use talaria::engine::EventSink;
 use talaria::paths::Paths;
 
@@ -211,7 +211,11 @@ async fn kill_once(jobs: &JobsHandle, command: &str) -> anyhow::Result<(Duration
 }
 
 fn options() -> JobsOptions {
-    JobsOptions { reaper: ReaperMode::Off, sweep: false }
+    JobsOptions {
+        supervisor: SupervisorExe::Exe(std::path::PathBuf::from(env!("CARGO_BIN_EXE_talaria"))),
+        sweep: false,
+        attach: None,
+    }
 }
 
 fn spec(command: &str) -> SpawnSpec {

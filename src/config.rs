@@ -213,12 +213,33 @@ pub struct JobsConfig {
     pub log_max_bytes: u64,
     pub max_jobs: usize,
     pub notify_starts_turn: bool,
+    /// What a clean quit does with running jobs.
+    pub on_quit: OnQuit,
+    /// Seconds a job whose owner vanished (kill -9, closed terminal) waits for a new one
+    /// before its supervisor kills it; 0 = at once.
+    pub orphan_grace_s: f64,
 }
 
 impl Default for JobsConfig {
     fn default() -> Self {
-        JobsConfig { log_max_bytes: 64 * 1024 * 1024, max_jobs: 64, notify_starts_turn: true }
+        JobsConfig {
+            log_max_bytes: 64 * 1024 * 1024,
+            max_jobs: 64,
+            notify_starts_turn: true,
+            on_quit: OnQuit::Ask,
+            orphan_grace_s: 600.0,
+        }
     }
+}
+
+/// `jobs.on_quit`: kill running jobs, keep them running (detached), or ask each time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OnQuit {
+    #[default]
+    Ask,
+    Kill,
+    Keep,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -342,6 +363,9 @@ impl Config {
         }
         if self.tool_output.max_chars < 100 {
             return Err(invalid("tool_output.max_chars", "expected at least 100"));
+        }
+        if !(self.jobs.orphan_grace_s.is_finite() && self.jobs.orphan_grace_s >= 0.0) {
+            return Err(invalid("jobs.orphan_grace_s", "expected a number of seconds, 0 or more"));
         }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));

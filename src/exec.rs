@@ -15,6 +15,16 @@ use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecOptions {
     pub json: bool,
+    /// Leave background jobs running (detached) instead of killing them at the end.
+    pub keep_jobs: bool,
+}
+
+/// End the run: background jobs are killed unless `--keep-jobs` (then detached).
+fn shut_down(engine: &EngineHandle, keep_jobs: bool) {
+    if keep_jobs {
+        let _ = engine.ops.send(Op::LeaveJobs { detach: true });
+    }
+    let _ = engine.ops.send(Op::Shutdown);
 }
 
 /// Send `prompt`, print until the turn (and any turns it triggers) ends, shut down.
@@ -37,12 +47,12 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     Event::TurnFinished { outcome: o } => {
                         outcome = Some(*o);
                         // exec runs one turn; stop before a job notification could start another.
-                        let _ = engine.ops.send(Op::Shutdown);
+                        shut_down(&engine, options.keep_jobs);
                     }
                     Event::RestoreInput { text } if !submitted && *text == prompt => {
                         // Our prompt came back unsent (e.g. paused).
                         outcome = Some(TurnOutcome::Failed);
-                        let _ = engine.ops.send(Op::Shutdown);
+                        shut_down(&engine, options.keep_jobs);
                     }
                     _ => {}
                 }
@@ -62,7 +72,12 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                 }
             }
             _ = sigterm.recv() => { interrupted = true; let _ = engine.ops.send(Op::Shutdown); }
-            _ = sighup.recv() => { interrupted = true; let _ = engine.ops.send(Op::Shutdown); }
+            _ = sighup.recv() => {
+                // The terminal went away: jobs wait `jobs.orphan_grace_s` for a new owner.
+                interrupted = true;
+                let _ = engine.ops.send(Op::LeaveJobs { detach: options.keep_jobs });
+                let _ = engine.ops.send(Op::Shutdown);
+            }
         }
     }
     printer.end_line();

@@ -51,6 +51,9 @@ enum Command {
         /// Continue the most recent session started in this directory.
         #[arg(short = 'c', long = "continue")]
         continue_session: bool,
+        /// Leave background jobs running when the run ends (`talaria jobs` finds them).
+        #[arg(long)]
+        keep_jobs: bool,
         /// The prompt; `-` reads it from stdin.
         #[arg(required = true, num_args = 1.., value_name = "PROMPT")]
         prompt: Vec<String>,
@@ -67,6 +70,34 @@ enum Command {
     },
     /// Lift a pause.
     Unpause,
+    /// Background jobs of every session: list them, read a log, kill one.
+    Jobs {
+        #[command(subcommand)]
+        action: Option<JobsAction>,
+        /// JSON instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum JobsAction {
+    /// The most recent jobs, running ones first.
+    List {
+        #[arg(long, default_value_t = 50)]
+        limit: usize,
+    },
+    /// The end of a job's log.
+    Log {
+        id: String,
+        #[arg(long, default_value_t = 200)]
+        lines: usize,
+        /// Keep printing what the job writes until it ends.
+        #[arg(short, long)]
+        follow: bool,
+    },
+    /// Kill a job's process group (SIGTERM, grace, SIGKILL).
+    Kill { id: String },
 }
 
 #[derive(Subcommand, Debug)]
@@ -86,8 +117,13 @@ enum SessionsAction {
 }
 
 fn main() {
-    if std::env::args().nth(1).as_deref() == Some("__reaper") {
-        talaria::engine::jobs::reaper::run();
+    // The supervisor of one job: no tokio, no config, no logging (DESIGN §4).
+    let mut args = std::env::args_os();
+    if args.nth(1).is_some_and(|a| a == "__job") {
+        match args.next() {
+            Some(dir) => talaria::engine::jobs::supervisor::run(std::path::Path::new(&dir)),
+            None => std::process::exit(2),
+        }
     }
     let cli = Cli::parse();
     let code = match real_main(cli) {
@@ -151,7 +187,7 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             print!("{text}");
             Ok(0)
         }
-        Some(Command::Exec { json, yes, continue_session, prompt }) => {
+        Some(Command::Exec { json, yes, continue_session, keep_jobs, prompt }) => {
             let prompt = if prompt == ["-"] {
                 let mut text = String::new();
                 std::io::stdin().read_to_string(&mut text).context("cannot read the prompt from stdin")?;
@@ -175,7 +211,7 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             if resolved.demo {
                 eprintln!("{}", talaria::engine::llm::demo::DEMO_BANNER);
             }
-            let code = talaria::exec::run(engine, prompt, talaria::exec::ExecOptions { json }).await?;
+            let code = talaria::exec::run(engine, prompt, talaria::exec::ExecOptions { json, keep_jobs }).await?;
             drop(resolved);
             Ok(code)
         }
@@ -203,6 +239,16 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             }
             drop(resolved);
             Ok(0)
+        }
+        Some(Command::Jobs { action, json }) => {
+            use talaria::engine::jobs::cli;
+            let action = match action {
+                None => cli::JobsCli::List { limit: 50 },
+                Some(JobsAction::List { limit }) => cli::JobsCli::List { limit },
+                Some(JobsAction::Log { id, lines, follow }) => cli::JobsCli::Log { id, lines, follow },
+                Some(JobsAction::Kill { id }) => cli::JobsCli::Kill { id },
+            };
+            cli::run(&paths, &config, &store, action, json).await
         }
         Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
     }
@@ -236,7 +282,8 @@ async fn start_engine(
         reaper: true,
     };
     let (handle, join) = talaria::engine::start(options).await?;
-    // A panic in the engine task is fatal: the reaper kills every child group once we exit.
+    // A panic in the engine task is fatal: like any crash, it leaves the jobs to their
+    // supervisors, which wait `jobs.orphan_grace_s` for a `talaria -c` and then kill them.
     tokio::spawn(async move {
         if let Err(e) = join.await {
             if e.is_panic() {

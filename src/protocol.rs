@@ -94,6 +94,12 @@ pub enum Op {
         id: JobId,
         action: JobAction,
     },
+    /// Sent just before `Shutdown`: leave running jobs running instead of killing them.
+    /// `detach`: kept on purpose, with no deadline (`jobs.on_quit = keep`); otherwise
+    /// they wait `jobs.orphan_grace_s` for a new owner (the terminal went away).
+    LeaveJobs {
+        detach: bool,
+    },
     Shutdown,
 }
 

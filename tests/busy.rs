@@ -14,7 +14,7 @@ use talaria::config::Config;
 use talaria::engine::approval::{Approver, PromptPolicy};
 use talaria::engine::context::ContextMeter;
 use talaria::engine::history::wrap_out_of_band;
-use talaria::engine::jobs::{group, JobsHandle, JobsOptions, ReaperMode};
+use talaria::engine::jobs::{group, JobsHandle, JobsOptions, SupervisorExe};
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
 use talaria::engine::llm::scripted::{
     finish_chunk, text_chunks, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE,
@@ -867,7 +867,11 @@ async fn a_panic_inside_a_tool_becomes_its_error_result_and_the_turn_goes_on() {
     .await
     .unwrap();
     let (events, mut rx) = EventSink::channel();
-    let options = JobsOptions { reaper: ReaperMode::Off, sweep: false };
+    let options = JobsOptions {
+        supervisor: SupervisorExe::Exe(std::path::PathBuf::from(env!("CARGO_BIN_EXE_talaria"))),
+        sweep: false,
+        attach: None,
+    };
     let (jobs, _finished) = JobsHandle::start_with(&paths, config.clone(), events.clone(), options);
     let store = Store::open(&paths.state_db).unwrap();
     let session_id = store.create_session("m", &home.path().display().to_string(), None).await.unwrap();

@@ -8,7 +8,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::config::{ApprovalMode, Config};
 use talaria::engine::approval::{Approver, PromptPolicy};
-use talaria::engine::jobs::{group, JobsHandle, JobsOptions, ReaperMode};
+use talaria::engine::jobs::{group, JobsHandle, JobsOptions, SupervisorExe};
 use talaria::engine::tools::process::ProcessTool;
 use talaria::engine::tools::terminal::{TerminalTool, YIELD_NOTE};
 use talaria::engine::tools::{Tool, ToolCtx, ToolResult, ToolSignals};
@@ -68,7 +68,11 @@ fn setup(tweak: impl FnOnce(&mut Config)) -> Env {
     tweak(&mut config);
     let config = Arc::new(config);
     let (sink, events) = EventSink::channel();
-    let options = JobsOptions { reaper: ReaperMode::Exe(PathBuf::from(env!("CARGO_BIN_EXE_talaria"))), sweep: true };
+    let options = JobsOptions {
+        supervisor: SupervisorExe::Exe(PathBuf::from(env!("CARGO_BIN_EXE_talaria"))),
+        sweep: true,
+        attach: None,
+    };
     let (jobs, finished) = JobsHandle::start_with(&paths, config.clone(), sink.clone(), options);
     let cwd = Arc::new(Mutex::new(home.path().canonicalize().expect("canonical home")));
     Env { _home: home, paths, config, jobs, finished, events, sink, cwd }
@@ -530,7 +534,7 @@ async fn the_log_rotates_and_marks_what_was_dropped() {
     assert!(out.starts_with("[... "), "{out}");
     assert!(out.contains("earlier output were dropped"), "{out}");
     assert!(out.ends_with(&format!("\n{first}\n{}", first + 1)), "{out}");
-    let logs = std::fs::read_dir(&env.paths.jobs_dir)
+    let logs = std::fs::read_dir(env.paths.jobs_dir.join(&id))
         .unwrap()
         .flatten()
         .filter(|e| e.file_name().to_string_lossy().ends_with(".log"))
@@ -581,36 +585,6 @@ async fn dropping_a_running_foreground_call_kills_its_group() {
     };
     call.abort();
     assert_group_gone(pid_line(&chunk)).await;
-}
-
-#[tokio::test]
-async fn jobs_of_a_dead_talaria_are_swept_and_listed_lost() {
-    let home = tempfile::tempdir().unwrap();
-    let paths = Paths::under(home.path());
-    paths.ensure_dirs().unwrap();
-    let mut orphan = std::process::Command::new("setsid").args(["sleep", "300"]).spawn().unwrap();
-    let pgid = orphan.id() as i32;
-    let dead_owner = 1u32 << 30;
-    let record = json!({
-        "owner_pid": dead_owner, "owner_start": null, "pgid": pgid, "id": "job_7",
-        "command": "sleep 300", "session_id": "old", "cwd": "/", "started_at_ms": 1
-    });
-    std::fs::write(paths.jobs_dir.join(format!("record-{dead_owner}-job_7.json")), record.to_string()).unwrap();
-    std::fs::write(paths.jobs_dir.join(format!("{dead_owner}-job_7.0.log")), "tick\ntock\n").unwrap();
-
-    let (sink, _events) = EventSink::channel();
-    let options = JobsOptions { reaper: ReaperMode::Off, sweep: true };
-    let (jobs, _finished) = JobsHandle::start_with(&paths, Arc::new(Config::default()), sink, options);
-    let listed = jobs.list().await;
-    assert_eq!(listed.len(), 1);
-    assert_eq!(listed[0].status, JobStatus::Lost);
-    assert_eq!(listed[0].command, "sleep 300");
-    let log = jobs.log(&listed[0].id, None, None).await.unwrap();
-    assert_eq!(log.text, "tick\ntock");
-    assert_eq!(listed[0].last_line, "tock");
-    assert_group_gone(pgid).await;
-    let _ = orphan.wait();
-    assert!(!paths.jobs_dir.join(format!("record-{dead_owner}-job_7.json")).exists());
 }
 
 #[tokio::test]

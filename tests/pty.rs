@@ -333,9 +333,12 @@ fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
 
 #[test]
 fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
+    // SIGTERM kills the jobs at once; after SIGHUP (the terminal closed) they wait
+    // `jobs.orphan_grace_s` for a `talaria -c`, then their supervisors kill them.
     for signal in [nix::sys::signal::Signal::SIGTERM, nix::sys::signal::Signal::SIGHUP] {
         let home = Home::new();
         let secs = unique_secs(302);
+        home.write_config("[jobs]\norphan_grace_s = 1\n");
         let model = Model::start(vec![
             ScriptedResponse::tool_call(
                 "c1",

@@ -23,7 +23,7 @@ pub(crate) use log::{highlight, hit_style};
 use super::keymap::Keymap;
 use super::theme::Theme;
 use super::transcript::{Slice, Transcript};
-use crate::config::{Config, NotifyMode};
+use crate::config::{Config, NotifyMode, OnQuit};
 use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, StatusInfo, TurnOutcome};
 
 /// A second Ctrl+C within this window quits.
@@ -163,6 +163,8 @@ pub struct App {
     pub banner: Option<String>,
     pub mouse: bool,
     notify_mode: NotifyMode,
+    /// `jobs.on_quit`: what quitting does with running jobs.
+    on_quit: OnQuit,
     notify_after: Duration,
     /// The clock for this update or frame; set by the event loop (tests set it directly).
     pub now: Instant,
@@ -225,6 +227,7 @@ impl App {
             banner,
             mouse: config.ui.mouse,
             notify_mode: config.ui.notify,
+            on_quit: config.jobs.on_quit,
             notify_after: Duration::from_secs(config.ui.notify_after_s),
             now: Instant::now(),
             wall_ms: unix_ms(),

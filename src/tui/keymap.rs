@@ -117,6 +117,7 @@ pub enum Action {
     DenyAndStop,
     Yes,
     No,
+    Keep,
 }
 
 /// Every bindable (context, action) with its name in keymap.toml and its help text.
@@ -186,6 +187,7 @@ pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Help, Action::Follow, "bottom", "the end of the help"),
     (Context::Confirm, Action::Yes, "yes", "yes"),
     (Context::Confirm, Action::No, "no", "no (the default: Enter is the safe answer)"),
+    (Context::Confirm, Action::Keep, "keep", "quit and keep the jobs running (talaria -c re-attaches them)"),
 ];
 
 /// A key with its modifiers, normalised so that `?` matches with or without Shift.

@@ -226,8 +226,9 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let (mut input, input_task) = spawn_input();
     let mut input_guard = AbortOnDrop(input_task);
     draw(terminal, app)?;
-    // SIGTERM, SIGHUP and SIGINT from outside never ask: shut the engine down (it kills every
-    // job's process group), then the caller restores the terminal and exits.
+    // SIGTERM and SIGINT from outside never ask: shut the engine down (it kills every job's
+    // process group); SIGHUP leaves jobs to their lease. Then the caller restores the
+    // terminal and exits.
     use tokio::signal::unix::{signal, SignalKind};
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
@@ -296,13 +297,21 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             Some(()) = async {
                 tokio::select! {
                     s = sigterm.recv() => s,
-                    s = sighup.recv() => s,
                     s = sigint.recv() => s,
                 }
             } => {
                 tracing::info!("signal received; shutting down");
                 if matches!(app.exit, ExitState::Running) {
                     let ops = app.quit_now();
+                    send_ops(&engine, ops, app)?;
+                }
+            }
+            Some(()) = sighup.recv() => {
+                // The terminal went away: running jobs wait `jobs.orphan_grace_s` for a
+                // `talaria -c` to re-attach them instead of dying with the window.
+                tracing::info!("hang-up; leaving running jobs to their supervisors");
+                if matches!(app.exit, ExitState::Running) {
+                    let ops = app.quit_hangup();
                     send_ops(&engine, ops, app)?;
                 }
             }

@@ -295,18 +295,22 @@ impl JobsHandle {
         if !job.is_running() {
             return Err(format!("{} has already exited; nothing reads its stdin", job.id));
         }
-        let mut stdin = job.stdin.lock().await;
-        let Some(pipe) = stdin.as_mut() else {
+        if !job.state().has_stdin {
             return Err(no_stdin(&job.id));
-        };
+        }
+        let _serial = job.stdin_lock.lock().await;
+        let path = job.dir.stdin();
         let write = async {
+            // The supervisor holds the FIFO open for reading (the job's end), so opening it
+            // for writing never blocks; a full FIFO makes the write wait for the job.
+            let mut pipe = tokio::net::unix::pipe::OpenOptions::new().open_sender(&path)?;
             pipe.write_all(data.as_bytes()).await?;
             pipe.flush().await
         };
         match tokio::time::timeout(WRITE_TIMEOUT, write).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(e)) => {
-                stdin.take();
+                job.state().has_stdin = false;
                 Err(format!("writing to {} failed: {e} (it closed its stdin)", job.id))
             }
             Err(_) => Err(format!("{} is not reading its stdin (the write did not finish within 10s)", job.id)),
@@ -314,14 +318,16 @@ impl JobsHandle {
     }
 
     async fn close_job(&self, job: &Job) -> Result<(), String> {
-        let taken = job.stdin.lock().await.take();
-        match taken {
-            Some(_) => {
-                job.state().has_stdin = false;
-                Ok(())
+        let _serial = job.stdin_lock.lock().await;
+        let had = std::mem::replace(&mut job.state().has_stdin, false);
+        match had {
+            true => {
+                // The supervisor drops its end of the FIFO: the job sees end of file.
+                std::fs::write(job.dir.stdin_eof(), "")
+                    .map_err(|e| format!("cannot close the stdin of {}: {e}", job.id))
             }
-            None if job.is_running() => Err(no_stdin(&job.id)),
-            None => Err(format!("{} has already exited", job.id)),
+            false if job.is_running() => Err(no_stdin(&job.id)),
+            false => Err(format!("{} has already exited", job.id)),
         }
     }
 

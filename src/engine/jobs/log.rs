@@ -28,6 +28,8 @@ pub struct LogIndex {
     pub segments: Vec<Segment>,
     /// Bytes of output deleted by rotation.
     pub dropped_bytes: u64,
+    /// Absolute number of the last line (a last line without `\n` counts); 0 when empty.
+    pub end_line: u64,
 }
 
 impl LogIndex {
@@ -60,6 +62,7 @@ pub struct LogWriter {
     at_line_start: bool,
     index: LogIndex,
     failed: bool,
+    rotations: u64,
 }
 
 impl LogWriter {
@@ -75,11 +78,17 @@ impl LogWriter {
             at_line_start: true,
             index: LogIndex::default(),
             failed: false,
+            rotations: 0,
         }
     }
 
     pub fn index(&self) -> &LogIndex {
         &self.index
+    }
+
+    /// How many segments have been started (changes when `index.json` must be rewritten).
+    pub fn rotations(&self) -> u64 {
+        self.rotations
     }
 
     pub fn write(&mut self, mut text: &str) {
@@ -121,6 +130,7 @@ impl LogWriter {
         }
         self.newlines += memchr_count(piece.as_bytes(), b'\n');
         self.at_line_start = piece.ends_with('\n');
+        self.index.end_line = self.newlines + u64::from(!self.at_line_start);
         if let Some(seg) = self.index.segments.last_mut() {
             seg.bytes += piece.len() as u64;
         }
@@ -134,6 +144,7 @@ impl LogWriter {
         }
         let path = self.dir.join(format!("{}.{}.log", self.base, self.next_index));
         self.next_index += 1;
+        self.rotations += 1;
         match std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&path) {
             Ok(file) => {
                 self.file = Some(file);
@@ -171,6 +182,117 @@ pub fn dropped_marker(index: &LogIndex) -> String {
 /// Read lines from the kept log: from absolute line `offset` (1-based) when given, else
 /// the last `limit` lines. Lines longer than a few thousand characters are cut.
 pub fn read_lines(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView {
+    match offset {
+        None if index.end_line > 0 => read_tail(index, limit.max(1)),
+        _ => read_forward(index, offset, limit),
+    }
+}
+
+/// Bytes a tail read looks back at most; a longer last line is cut.
+const TAIL_BYTES_MAX: u64 = 16 << 20;
+
+/// The last `limit` lines, read backwards from the end of the log: the cost depends on
+/// what is shown, not on the size of the log.
+fn read_tail(index: &LogIndex, limit: usize) -> LogView {
+    use std::io::{Seek, SeekFrom};
+    let first_line = index.first_line();
+    let ends_with_newline = index
+        .segments
+        .iter()
+        .rev()
+        .find(|s| s.bytes > 0)
+        .and_then(|s| {
+            let mut f = File::open(&s.path).ok()?;
+            f.seek(SeekFrom::Start(s.bytes - 1)).ok()?;
+            let mut b = [0u8; 1];
+            f.read_exact(&mut b).ok()?;
+            Some(b[0] == b'\n')
+        })
+        .unwrap_or(false);
+    // The newlines to pass going back: the one ending the last line, then one per line.
+    let target = limit + usize::from(ends_with_newline);
+    let mut pieces: Vec<Vec<u8>> = Vec::new();
+    let mut seen = 0usize;
+    let mut taken = 0u64;
+    // Whether the text gathered starts at a line start.
+    let mut whole_first = false;
+    let mut reached_start = false;
+    let mut buf = vec![0u8; 64 * 1024];
+    'segments: for (i, seg) in index.segments.iter().enumerate().rev() {
+        let Ok(mut file) = File::open(&seg.path) else { break };
+        let mut end = seg.bytes;
+        while end > 0 {
+            let len = (end.min(buf.len() as u64)) as usize;
+            let start = end - len as u64;
+            if file.seek(SeekFrom::Start(start)).is_err() || file.read_exact(&mut buf[..len]).is_err() {
+                break 'segments;
+            }
+            let block = &buf[..len];
+            let mut cut = None;
+            for (j, b) in block.iter().enumerate().rev() {
+                if *b == b'\n' {
+                    seen += 1;
+                    if seen == target {
+                        cut = Some(j + 1);
+                        break;
+                    }
+                }
+            }
+            if let Some(c) = cut {
+                pieces.push(block[c..].to_vec());
+                whole_first = true;
+                break 'segments;
+            }
+            pieces.push(block.to_vec());
+            taken += len as u64;
+            end = start;
+            if taken >= TAIL_BYTES_MAX {
+                break 'segments;
+            }
+        }
+        if i == 0 {
+            reached_start = true;
+            whole_first = !index.skips_partial_line();
+        }
+    }
+    let _ = reached_start;
+    let mut bytes = Vec::with_capacity(pieces.iter().map(Vec::len).sum());
+    for p in pieces.iter().rev() {
+        bytes.extend_from_slice(p);
+    }
+    if ends_with_newline {
+        bytes.pop();
+    }
+    let mut raw: Vec<&[u8]> = bytes.split(|b| *b == b'\n').collect();
+    if !whole_first && !raw.is_empty() {
+        raw.remove(0);
+    }
+    if raw.len() > limit {
+        raw.drain(..raw.len() - limit);
+    }
+    let to = index.end_line;
+    let from = (to + 1).saturating_sub(raw.len() as u64);
+    let mut text = String::new();
+    if raw.is_empty() {
+        return LogView { text, first_line, from: 0, to: 0 };
+    }
+    if index.dropped_bytes > 0 && from == first_line {
+        text.push_str(&dropped_marker(index));
+        text.push('\n');
+    }
+    for (i, line) in raw.iter().enumerate() {
+        if i > 0 {
+            text.push('\n');
+        }
+        let mut current = String::new();
+        let mut cut = false;
+        push_capped(&mut current, &mut cut, line);
+        text.push_str(&finish_line(&mut current, &mut cut));
+    }
+    LogView { text, first_line, from, to }
+}
+
+fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView {
     let first_line = index.first_line();
     let limit = limit.max(1);
     let mut lines: std::collections::VecDeque<(u64, String)> = std::collections::VecDeque::new();
@@ -322,6 +444,28 @@ mod tests {
         assert_eq!((last.from, last.to), (1000, 1000));
         let files = std::fs::read_dir(dir.path()).unwrap().count();
         assert_eq!(files, 2);
+    }
+
+    #[test]
+    fn the_tail_read_from_the_end_matches_a_forward_read() {
+        let dir = tempfile::tempdir().unwrap();
+        for (max, lines, partial) in
+            [(1 << 20, 50u64, false), (4096, 1000, true), (4096, 1000, false), (1 << 20, 3, true)]
+        {
+            let mut w = LogWriter::new(dir.path(), &format!("t{max}{lines}{partial}"), max);
+            for i in 1..=lines {
+                w.write(&format!("line {i}\n"));
+            }
+            if partial {
+                w.write("tail without newline");
+            }
+            let index = w.index().clone();
+            for limit in [1, 2, 7, 200, 5000] {
+                let back = read_tail(&index, limit);
+                let fwd = read_forward(&index, None, limit);
+                assert_eq!(back, fwd, "max {max} lines {lines} partial {partial} limit {limit}");
+            }
+        }
     }
 
     #[test]

@@ -1,16 +1,21 @@
-//! The job registry (DESIGN §4): every command talaria runs is a job spawned and owned
-//! here. `JobsHandle` is the handle other parts hold; behind it each job has a reader task
-//! (pipe → bounded memory + capped log + coalesced events) and a supervisor task (exit →
-//! drain → leftover group → finish). A foreground `terminal` call is a job the tool
-//! awaits; yielding just stops awaiting, so no pipe changes hands and no byte is lost.
+//! The job registry (DESIGN §4): every command talaria runs is a job. Each job is owned
+//! by a supervisor process (`talaria __job`, `supervisor.rs`) that outlives talaria;
+//! talaria *follows* it (`follow.rs`: log tail → bounded memory + coalesced events, exit
+//! record → finish) and keeps a record of it in SQLite, so another talaria can list,
+//! kill and re-attach it. `JobsHandle` is the handle other parts hold. A foreground
+//! `terminal` call is a job the tool awaits; yielding just stops awaiting, so no pipe
+//! changes hands and no byte is lost.
 
 mod actions;
+pub mod cli;
+mod follow;
 pub mod group;
+pub mod jobdir;
 pub mod log;
 pub mod output;
-pub mod reaper;
 pub mod records;
 mod run;
+pub mod supervisor;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -18,18 +23,19 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use tokio::process::ChildStdin;
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::engine::store::jobs::JobEnd;
+use crate::engine::store::Store;
 use crate::engine::EventSink;
 use crate::paths::Paths;
 use crate::protocol::{Event, JobId, JobInfo, JobStatus, NoticeLevel};
 
+use self::jobdir::{JobDir, Owner};
 use self::log::LogIndex;
 use self::output::OutputBuf;
-use self::reaper::ReaperLink;
 
 pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog};
 
@@ -56,13 +62,17 @@ pub struct ExitInfo {
     /// None when killed by a signal.
     pub code: Option<i32>,
     pub signal: Option<i32>,
-    /// Killed by us (interrupt, timeout, kill action).
+    /// Killed by us (interrupt, timeout, kill action) or by its supervisor (owner gone).
     pub killed: bool,
     /// The leader exited but other processes of its group were still running: they go on
     /// as a background job (same id).
     pub leftover: bool,
     /// The shell's final working directory (when `track_cwd`).
     pub cwd: Option<PathBuf>,
+    /// Why it was killed, when talaria did not ask (`owner gone`).
+    pub reason: Option<String>,
+    /// Its supervisor vanished without an exit record.
+    pub lost: bool,
 }
 
 impl ExitInfo {
@@ -72,13 +82,24 @@ impl ExitInfo {
     }
 
     fn lost() -> ExitInfo {
-        ExitInfo { code: None, signal: None, killed: false, leftover: false, cwd: None }
+        ExitInfo { code: None, signal: None, killed: false, leftover: false, cwd: None, reason: None, lost: true }
+    }
+
+    fn status(&self) -> JobStatus {
+        if self.lost {
+            JobStatus::Lost
+        } else if self.killed {
+            JobStatus::Killed
+        } else {
+            JobStatus::Exited(self.exit_code())
+        }
     }
 }
 
 /// A freshly spawned job.
 pub struct Spawned {
     pub id: JobId,
+    /// The leader's pid (= its process group id).
     pub pid: u32,
     /// Resolves when the process group leader exits and output is drained (~200 ms cap
     /// when children still hold the pipe; `ExitInfo::leftover` says so).
@@ -90,32 +111,49 @@ pub struct Spawned {
 pub struct ExitNotice {
     pub id: JobId,
     pub session_id: String,
-    /// The user-message text of DESIGN §4.
+    /// The user-message text of DESIGN §4. Appending it as a message with display kind
+    /// `job_notice` marks the job notified in the same transaction.
     pub text: String,
 }
 
-/// Which binary serves as the reaper (`<exe> __reaper`).
+/// Which binary runs the supervisors (`<exe> __job <dir>`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ReaperMode {
-    /// `std::env::current_exe()`: the talaria binary itself.
+pub enum SupervisorExe {
+    /// `std::env::current_exe()`: the talaria binary itself (from a test harness in
+    /// `target/*/deps/`, the `talaria` binary next to it).
     CurrentExe,
     /// A given talaria binary (integration tests use `CARGO_BIN_EXE_talaria`).
     Exe(PathBuf),
-    /// No reaper: jobs die with talaria only if talaria shuts down cleanly (library tests,
-    /// where the current executable is a test binary).
-    Off,
+}
+
+impl SupervisorExe {
+    fn resolve(&self) -> std::io::Result<PathBuf> {
+        match self {
+            SupervisorExe::Exe(p) => Ok(p.clone()),
+            SupervisorExe::CurrentExe => {
+                let exe = std::env::current_exe()?;
+                let in_deps = exe.parent().and_then(|d| d.file_name()).is_some_and(|n| n == "deps");
+                match exe.parent().and_then(Path::parent).map(|d| d.join("talaria")) {
+                    Some(bin) if in_deps && bin.is_file() => Ok(bin),
+                    _ => Ok(exe),
+                }
+            }
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobsOptions {
-    pub reaper: ReaperMode,
-    /// Sweep records of a dead talaria at start: kill what is left, list them as `lost`.
+    pub supervisor: SupervisorExe,
+    /// Sweep records of jobs whose supervisor is gone: kill what is left, mark them lost.
     pub sweep: bool,
+    /// Re-attach the live jobs of this session and deliver what finished meanwhile.
+    pub attach: Option<String>,
 }
 
 impl Default for JobsOptions {
     fn default() -> Self {
-        JobsOptions { reaper: ReaperMode::CurrentExe, sweep: true }
+        JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: None }
     }
 }
 
@@ -128,14 +166,18 @@ struct Registry {
     config: Arc<Config>,
     dir: PathBuf,
     events: EventSink,
-    owner_pid: u32,
-    owner_start: Option<u64>,
+    /// The job records; None when the database cannot be opened (ids then come from
+    /// the job directories).
+    store: Option<Store>,
+    exe: Option<PathBuf>,
+    boot_id: String,
     jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
     next_num: AtomicU64,
     notices: Mutex<Vec<ExitNotice>>,
     finished_tx: mpsc::UnboundedSender<JobId>,
-    reaper: Option<ReaperLink>,
     shutting_down: AtomicBool,
+    /// Running jobs are left running at shutdown (`Op::LeaveJobs`).
+    leave: AtomicBool,
 }
 
 struct Job {
@@ -144,24 +186,25 @@ struct Job {
     command: String,
     cwd: PathBuf,
     session_id: String,
+    dir: JobDir,
+    /// The leader's pid = the job's process group id.
     pid: u32,
     pgid: i32,
+    leader_start: u64,
+    /// The supervisor's pid and start time (clock ticks since boot).
+    supervisor: (i32, u64),
     started_at_ms: u64,
     started: Instant,
     state: Mutex<JobState>,
-    stdin: tokio::sync::Mutex<Option<ChildStdin>>,
+    /// Serialises writes to the stdin FIFO.
+    stdin_lock: tokio::sync::Mutex<()>,
     /// Some once the job has finished (leader exited and its group is gone).
     done: watch::Sender<Option<ExitInfo>>,
-    /// True once the output pipe reached end of file.
-    reader_eof: watch::Sender<bool>,
-    /// Cancelled when the job leaves the registry: its reader stops even if a process
-    /// outside the group (a daemon) still holds the pipe.
+    /// Cancelled when the job leaves the registry: its follower stops.
     forgotten: CancellationToken,
     kill_requested: AtomicBool,
     /// The model saw the exit through `process`: no notification.
     exit_seen: AtomicBool,
-    /// Record file while running (None for lost jobs).
-    record: Option<PathBuf>,
 }
 
 struct JobState {
@@ -176,27 +219,11 @@ struct JobState {
     call_id: Option<String>,
 }
 
-/// The end of a lost job's log, so `poll` and the UI have something to show.
-fn lost_tail(index: &LogIndex) -> OutputBuf {
-    use std::io::{Read, Seek, SeekFrom};
-    let mut buf = OutputBuf::new(0, 4096);
-    if let Some(seg) = index.segments.last() {
-        if let Ok(mut file) = std::fs::File::open(&seg.path) {
-            let from = seg.bytes.saturating_sub(4096);
-            let mut bytes = Vec::new();
-            if file.seek(SeekFrom::Start(from)).is_ok() && file.read_to_end(&mut bytes).is_ok() {
-                buf.push(&String::from_utf8_lossy(&bytes));
-            }
-        }
-    }
-    buf
-}
-
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
 }
 
@@ -235,9 +262,10 @@ impl Job {
 }
 
 impl JobsHandle {
-    /// Start the registry with the default options (reaper = this executable, sweep).
-    /// The receiver gets the id of each background job that ends (a wake-up: call
-    /// `take_exit_notices` to learn what the model should be told). Needs a tokio runtime.
+    /// Start the registry with the default options (supervisor = this executable,
+    /// sweep). The receiver gets the id of each background job that ends (a wake-up:
+    /// call `take_exit_notices` to learn what the model should be told). Needs a tokio
+    /// runtime.
     pub fn start(
         paths: &Paths,
         config: Arc<Config>,
@@ -259,51 +287,52 @@ impl JobsHandle {
                 format!("cannot create {}: {e}; job logs will not be kept", dir.display()),
             ));
         }
-        let grace = Duration::from_secs_f64(config.terminal.kill_grace_s);
-        let reaper = match &options.reaper {
-            ReaperMode::Off => None,
-            mode => {
-                let exe = match mode {
-                    ReaperMode::Exe(p) => Ok(p.clone()),
-                    _ => std::env::current_exe(),
-                };
-                match exe.and_then(|exe| ReaperLink::spawn(&exe, grace)) {
-                    Ok(link) => Some(link),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "cannot start the job reaper");
-                        events.send(Event::notice(
-                            NoticeLevel::Warn,
-                            format!("cannot start the job reaper ({e}); if talaria crashes, its jobs may keep running"),
-                        ));
-                        None
-                    }
-                }
+        let store = match Store::open(&paths.state_db) {
+            Ok(store) => Some(store),
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot open the database for job records");
+                events.send(Event::notice(
+                    NoticeLevel::Warn,
+                    format!("cannot keep job records ({e}); jobs cannot be re-attached after a restart"),
+                ));
+                None
             }
         };
-        let owner_pid = std::process::id();
+        let exe = match options.supervisor.resolve() {
+            Ok(exe) => Some(exe),
+            Err(e) => {
+                events.send(Event::notice(
+                    NoticeLevel::Error,
+                    format!("cannot find the talaria binary to supervise jobs: {e}"),
+                ));
+                None
+            }
+        };
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
         let registry = Arc::new(Registry {
             config,
+            next_num: AtomicU64::new(records::max_dir_num(&dir) + 1),
             dir,
             events,
-            owner_pid,
-            owner_start: group::proc_stat(owner_pid as i32).map(|s| s.start_ticks),
+            store,
+            exe,
+            boot_id: jobdir::boot_id(),
             jobs: Mutex::new(BTreeMap::new()),
-            next_num: AtomicU64::new(1),
             notices: Mutex::new(Vec::new()),
             finished_tx,
-            reaper,
             shutting_down: AtomicBool::new(false),
+            leave: AtomicBool::new(false),
         });
-        if options.sweep {
-            registry.sweep(grace);
+        if options.sweep || options.attach.is_some() {
+            let reg = registry.clone();
+            tokio::spawn(async move { reg.sweep_and_attach(options.sweep, options.attach).await });
         }
         (JobsHandle { inner: registry }, finished_rx)
     }
 
-    /// Start a command in its own session and process group.
+    /// Start a command under its own supervisor, in its own session and process group.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, String> {
-        run::spawn(&self.inner, spec)
+        run::spawn(&self.inner, spec).await
     }
 
     /// What the job printed so far, as the model sees it: ANSI stripped and capped at
@@ -332,7 +361,7 @@ impl JobsHandle {
     }
 
     /// Drop a finished foreground job from the registry (its result has been built) and
-    /// delete its log. Background and running jobs are left alone.
+    /// delete its log and record. Background and running jobs are left alone.
     pub async fn forget(&self, id: &str) {
         let Some(job) = self.inner.get(id) else { return };
         let forget = {
@@ -360,7 +389,8 @@ impl JobsHandle {
     }
 
     /// Finished jobs of `session_id` whose exit the model has not seen; each is returned
-    /// once and marked seen.
+    /// once per talaria process. Delivering one (appending it as a `job_notice` message)
+    /// marks it notified in the database, so a later talaria does not tell it again.
     pub async fn take_exit_notices(&self, session_id: &str) -> Vec<ExitNotice> {
         let taken: Vec<ExitNotice> = {
             let mut notices = lock(&self.inner.notices);
@@ -376,21 +406,45 @@ impl JobsHandle {
         taken
     }
 
-    /// Kill every running job and tell the reaper goodbye (quit, signals). Logs and
-    /// records are removed. Returns how many jobs were killed.
+    /// Leave running jobs running when talaria shuts down: `detach` = kept on purpose
+    /// (no deadline); otherwise each waits `jobs.orphan_grace_s` for a new owner.
+    pub fn leave_running(&self, detach: bool) {
+        self.inner.leave.store(true, Ordering::SeqCst);
+        if detach {
+            for job in self.inner.all().iter().filter(|j| j.is_running()) {
+                if let Err(e) = job.dir.write_owner(&Owner::Detached) {
+                    tracing::warn!(error = %e, id = %job.id, "cannot detach the job");
+                }
+            }
+        }
+    }
+
+    /// Kill every running job (quit, signals) unless `leave_running` was called. Logs and
+    /// records of jobs that need nothing more are removed. Returns how many were killed.
     pub async fn shutdown(&self) -> usize {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
+        let leave = self.inner.leave.load(Ordering::SeqCst);
         let running: Vec<Arc<Job>> = self.inner.all().into_iter().filter(|j| j.is_running()).collect();
-        let kills = running.iter().map(|job| self.inner.kill_job(job));
-        futures_util::future::join_all(kills).await;
-        if let Some(reaper) = &self.inner.reaper {
-            reaper.bye();
+        if !leave {
+            let kills = running.iter().map(|job| self.inner.kill_job(job));
+            futures_util::future::join_all(kills).await;
         }
-        let all: Vec<u64> = self.inner.all().iter().map(|j| j.num).collect();
-        for num in all {
-            self.inner.remove(num);
+        let pending: Vec<JobId> = lock(&self.inner.notices).iter().map(|n| n.id.clone()).collect();
+        for job in self.inner.all() {
+            if job.is_running() || pending.contains(&job.id) {
+                job.forgotten.cancel();
+            } else {
+                self.inner.remove(job.num);
+            }
         }
-        running.len()
+        if let Some(store) = &self.inner.store {
+            let _ = store.flush().await;
+        }
+        if leave {
+            0
+        } else {
+            running.len()
+        }
     }
 
     /// Where job logs and records live.
@@ -411,13 +465,18 @@ impl Registry {
         lock(&self.jobs).values().cloned().collect()
     }
 
+    fn kill_grace(&self) -> Duration {
+        Duration::from_secs_f64(self.config.terminal.kill_grace_s.max(0.0))
+    }
+
+    /// Drop a job: its follower stops, its directory and record go.
     fn remove(&self, num: u64) {
         let job = lock(&self.jobs).remove(&num);
         if let Some(job) = job {
             job.forgotten.cancel();
-            job.state().log.remove_files();
-            if let Some(record) = &job.record {
-                let _ = std::fs::remove_file(record);
+            job.dir.remove();
+            if let Some(store) = &self.store {
+                drop(store.job_delete(num as i64));
             }
         }
     }
@@ -455,8 +514,14 @@ impl Registry {
             if !st.status.is_running() {
                 return false;
             }
+            let was = st.background;
             st.background = true;
             st.call_id = None;
+            if !was {
+                if let Some(store) = &self.store {
+                    drop(store.job_set_background(job.num as i64));
+                }
+            }
             if st.announced {
                 return true;
             }
@@ -474,22 +539,31 @@ impl Registry {
         }
         if job.is_running() {
             job.kill_requested.store(true, Ordering::SeqCst);
-            let grace = Duration::from_secs_f64(self.config.terminal.kill_grace_s);
-            if !group::kill_group(job.pgid, grace).await {
+            // The exit record says `killed` whoever reads it.
+            let _ = std::fs::write(job.dir.kill(), "");
+            if !group::kill_group(job.pgid, self.kill_grace()).await {
                 tracing::warn!(id = %job.id, pgid = job.pgid, "process group survived SIGKILL");
             }
         }
         let mut done = job.done.subscribe();
-        let wait = Duration::from_secs_f64(self.config.terminal.kill_grace_s) + Duration::from_secs(10);
+        let wait = self.kill_grace() + Duration::from_secs(10);
         let _ = tokio::time::timeout(wait, done.wait_for(Option::is_some)).await;
         let exit = done.borrow().clone();
-        exit.unwrap_or(ExitInfo { code: None, signal: None, killed: true, leftover: false, cwd: None })
+        exit.unwrap_or(ExitInfo {
+            code: None,
+            signal: None,
+            killed: true,
+            leftover: false,
+            cwd: None,
+            reason: None,
+            lost: false,
+        })
     }
 
-    /// The job has ended: record it, tell the UI and (for background jobs) queue the
-    /// model's notification.
-    fn finish(&self, job: &Job, exit: ExitInfo) {
-        let status = if exit.killed { JobStatus::Killed } else { JobStatus::Exited(exit.exit_code()) };
+    /// The job has ended: record it (once, in SQLite), tell the UI and (for background
+    /// jobs) queue the model's notification.
+    async fn finish(&self, job: &Job, exit: ExitInfo) {
+        let status = exit.status();
         let (announced, background, tail) = {
             let mut st = job.state();
             st.status = status.clone();
@@ -498,22 +572,38 @@ impl Registry {
             st.call_id = None;
             (st.announced, st.background, st.output.clean_tail(1000))
         };
-        if let Ok(mut stdin) = job.stdin.try_lock() {
-            stdin.take();
-        }
-        if let Some(record) = &job.record {
-            let _ = std::fs::remove_file(record);
-        }
-        if let Some(reaper) = &self.reaper {
-            reaper.del(job.pgid);
-        }
         if announced {
             self.events.send(Event::JobFinished { id: job.id.clone(), status: status.clone() });
         }
-        if background && !job.exit_seen.load(Ordering::SeqCst) {
-            let text = actions::notice_text(&job.id, &status, job.runtime(), &job.command, &tail);
-            lock(&self.notices).push(ExitNotice { id: job.id.clone(), session_id: job.session_id.clone(), text });
-            let _ = self.finished_tx.send(job.id.clone());
+        let quiet = exit.lost || !background || self.shutting_down.load(Ordering::SeqCst);
+        let mut notice = (!quiet).then(|| actions::notice_text(&job.id, &status, job.runtime(), &job.command, &tail));
+        if let Some(store) = &self.store {
+            let end = JobEnd {
+                status: status_str(&status).to_string(),
+                exit_code: exit.code.map(i64::from),
+                signal: exit.signal.map(i64::from),
+                reason: exit.reason.clone(),
+                ended_at: now_ms() as i64,
+                notice: notice.clone(),
+                notified: notice.is_none() || job.exit_seen.load(Ordering::SeqCst),
+            };
+            match store.job_finish(job.num as i64, end).await {
+                Ok(true) => {}
+                // Another talaria recorded it first: deliver its notice if still due.
+                Ok(false) => {
+                    notice = match store.job_get(job.num as i64).await {
+                        Ok(Some(row)) if !row.notified => row.notice,
+                        _ => None,
+                    }
+                }
+                Err(e) => tracing::warn!(error = %e, id = %job.id, "cannot record the end of the job"),
+            }
+        }
+        if let Some(text) = notice {
+            if !job.exit_seen.load(Ordering::SeqCst) {
+                lock(&self.notices).push(ExitNotice { id: job.id.clone(), session_id: job.session_id.clone(), text });
+                let _ = self.finished_tx.send(job.id.clone());
+            }
         }
         job.done.send_replace(Some(exit));
     }
@@ -522,65 +612,8 @@ impl Registry {
     fn mark_seen(&self, job: &Job) {
         job.exit_seen.store(true, Ordering::SeqCst);
         lock(&self.notices).retain(|n| n.id != job.id);
-    }
-
-    /// Jobs of a talaria that died: kill what is left of them, list them as `lost`.
-    fn sweep(&self, grace: Duration) {
-        let swept = records::sweep(&self.dir, self.owner_pid);
-        if !swept.alive_groups.is_empty() {
-            let groups = swept.alive_groups.clone();
-            tracing::warn!(?groups, "killing process groups left by a previous talaria");
-            let spawned = std::thread::Builder::new().name("sweep-kill".into()).spawn(move || {
-                group::kill_groups_blocking(&groups, grace);
-            });
-            if let Err(e) = spawned {
-                tracing::warn!(error = %e, "cannot kill the groups of a previous talaria");
-            }
-        }
-        for record in swept.lost {
-            let segments = records::lost_segments(&self.dir, &record);
-            let mut index = LogIndex::default();
-            let mut line = 1;
-            for path in segments {
-                let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-                let newlines = std::fs::read(&path).map(|b| output::memchr_count(&b, b'\n')).unwrap_or(0);
-                index.segments.push(log::Segment { path, start_line: line, bytes, mid_line: false });
-                line += newlines;
-            }
-            let num = self.next_num.fetch_add(1, Ordering::SeqCst);
-            let (done, _) = watch::channel(Some(ExitInfo::lost()));
-            let (reader_eof, _) = watch::channel(true);
-            let started = Instant::now();
-            let job = Arc::new(Job {
-                num,
-                id: format!("job_{num}"),
-                command: record.command.clone(),
-                cwd: PathBuf::from(&record.cwd),
-                session_id: record.session_id.clone(),
-                pid: record.pgid.max(0) as u32,
-                pgid: record.pgid,
-                started_at_ms: record.started_at_ms,
-                started,
-                state: Mutex::new(JobState {
-                    status: JobStatus::Lost,
-                    background: true,
-                    announced: true,
-                    has_stdin: false,
-                    finished_at: Some(started),
-                    output: lost_tail(&index),
-                    log: index,
-                    call_id: None,
-                }),
-                stdin: tokio::sync::Mutex::new(None),
-                done,
-                reader_eof,
-                forgotten: CancellationToken::new(),
-                kill_requested: AtomicBool::new(false),
-                exit_seen: AtomicBool::new(true),
-                record: None,
-            });
-            lock(&self.jobs).insert(num, job.clone());
-            self.events.send(Event::JobStarted { job: job.info() });
+        if let Some(store) = &self.store {
+            drop(store.job_mark_notified(job.num as i64));
         }
     }
 }

@@ -126,6 +126,17 @@ impl OutputBuf {
         }
     }
 
+    /// The job's true totals (from its exit record): output this buffer never saw (a
+    /// follower that fell behind rotation) counts as omitted.
+    pub fn settle_totals(&mut self, chars: u64, bytes: u64, lines: u64) {
+        if chars > self.total_chars {
+            self.overflowed = true;
+            self.total_chars = chars;
+            self.total_bytes = self.total_bytes.max(bytes);
+            self.newlines = self.newlines.max(lines.saturating_sub(u64::from(!self.ends_with_newline)));
+        }
+    }
+
     /// The most recent output (at most `2 * tail_cap` bytes, raw).
     pub fn tail(&self) -> &str {
         &self.tail

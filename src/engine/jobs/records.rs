@@ -1,168 +1,224 @@
-//! Job records on disk: one small JSON file per running job, so a talaria that starts
-//! after a crash can find the jobs of a dead one, kill what is left of them and list them
-//! as `lost`.
+//! What a starting talaria does with the job records in SQLite: jobs whose supervisor is
+//! gone without an exit record are `lost` (what is left of their group is killed, its
+//! identity checked), exits recorded while no talaria was alive are folded in (their
+//! notices wait for their session), and the live jobs of the resumed session are
+//! re-attached. After a reboot every unfinished record is lost.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
-use super::group;
+use super::follow::{follow, LogReader};
+use super::jobdir::{ExitRecord, JobDir, Owner};
+use super::output::OutputBuf;
+use super::{actions, group, lock, now_ms, status_str, ExitInfo, Job, JobState, Registry};
+use crate::engine::store::jobs::{JobEnd, JobRow};
+use crate::protocol::JobStatus;
 
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct JobRecord {
-    pub owner_pid: u32,
-    /// Start time of the owner (clock ticks since boot), so a reused pid is not mistaken
-    /// for a live owner.
-    pub owner_start: Option<u64>,
-    pub pgid: i32,
-    pub id: String,
-    pub command: String,
-    pub session_id: String,
-    pub cwd: String,
-    pub started_at_ms: u64,
-}
-
-impl JobRecord {
-    pub fn path_in(&self, dir: &Path) -> PathBuf {
-        record_path(dir, self.owner_pid, &self.id)
-    }
-
-    /// The prefix of every file (logs, cwd file) this job's owner wrote for it.
-    pub fn file_base(&self) -> String {
-        file_base(self.owner_pid, &self.id)
-    }
-}
-
-pub fn record_path(dir: &Path, owner_pid: u32, id: &str) -> PathBuf {
-    dir.join(format!("record-{owner_pid}-{id}.json"))
-}
-
-pub fn file_base(owner_pid: u32, id: &str) -> String {
-    format!("{owner_pid}-{id}")
-}
-
-pub fn write(dir: &Path, record: &JobRecord) -> std::io::Result<()> {
-    let text = serde_json::to_string(record).map_err(std::io::Error::other)?;
-    let path = record.path_in(dir);
-    let tmp = path.with_extension("tmp");
-    std::fs::write(&tmp, text)?;
-    std::fs::rename(tmp, path)
-}
-
-/// What a sweep found: records of dead owners (removed from disk) and the pgids that
-/// were still alive.
-#[derive(Debug, Default)]
-pub struct Swept {
-    pub lost: Vec<JobRecord>,
-    pub alive_groups: Vec<i32>,
-}
-
-/// Find records whose owner is dead. Their record files and stale cwd files are removed;
-/// their logs are left for the caller (a lost job's log can still be read). Logs of dead
-/// owners that no record names are deleted.
-pub fn sweep(dir: &Path, my_pid: u32) -> Swept {
-    let mut swept = Swept::default();
-    let Ok(entries) = std::fs::read_dir(dir) else { return swept };
-    let mut files: Vec<(String, PathBuf)> = Vec::new();
-    for entry in entries.flatten() {
-        if let Some(name) = entry.file_name().to_str() {
-            files.push((name.to_string(), entry.path()));
-        }
-    }
-    let mut dead_owners = std::collections::BTreeSet::new();
-    for (name, path) in &files {
-        if !(name.starts_with("record-") && name.ends_with(".json")) {
-            continue;
-        }
-        let record: Option<JobRecord> = std::fs::read_to_string(path).ok().and_then(|t| serde_json::from_str(&t).ok());
-        let Some(record) = record else {
-            tracing::warn!(path = %path.display(), "removing an unreadable job record");
-            let _ = std::fs::remove_file(path);
-            continue;
-        };
-        if record.owner_pid == my_pid || owner_alive(&record) {
-            continue;
-        }
-        dead_owners.insert(record.owner_pid);
-        if group::group_alive(record.pgid) {
-            swept.alive_groups.push(record.pgid);
-        }
-        let _ = std::fs::remove_file(path);
-        swept.lost.push(record);
-    }
-    // Other files of owners that are gone: logs of jobs that had finished, cwd files.
-    let lost_bases: Vec<String> = swept.lost.iter().map(|r| format!("{}.", r.file_base())).collect();
-    for (name, path) in &files {
-        let Some(owner) = name.split('-').next().and_then(|p| p.parse::<u32>().ok()) else { continue };
-        if owner == my_pid || name.starts_with("record-") {
-            continue;
-        }
-        let owner_dead = dead_owners.contains(&owner) || !group::process_alive(owner as i32, None);
-        let is_lost_log = lost_bases.iter().any(|b| name.starts_with(b.as_str())) && name.ends_with(".log");
-        if owner_dead && !is_lost_log {
-            let _ = std::fs::remove_file(path);
-        }
-    }
-    swept.lost.sort_by_key(|r| r.started_at_ms);
-    swept
-}
-
-fn owner_alive(record: &JobRecord) -> bool {
-    group::process_alive(record.owner_pid as i32, record.owner_start)
-}
-
-/// The log segments a dead owner left for a job, oldest first.
-pub fn lost_segments(dir: &Path, record: &JobRecord) -> Vec<PathBuf> {
-    let prefix = format!("{}.", record.file_base());
-    let mut segs: Vec<(u64, PathBuf)> = std::fs::read_dir(dir)
+/// The highest `job_<n>` directory (ids for a talaria without its database).
+pub(super) fn max_dir_num(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
         .into_iter()
         .flatten()
         .flatten()
-        .filter_map(|e| {
-            let name = e.file_name().to_str()?.to_string();
-            let n = name.strip_prefix(&prefix)?.strip_suffix(".log")?.parse().ok()?;
-            Some((n, e.path()))
-        })
-        .collect();
-    segs.sort();
-    segs.into_iter().map(|(_, p)| p).collect()
+        .filter_map(|e| e.file_name().to_str()?.strip_prefix("job_")?.parse::<u64>().ok())
+        .max()
+        .unwrap_or(0)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Is the process group `pgid` still the one a job started? A live process whose pid is
+/// the pgid must be the leader we recorded (same start time); without one, the pgid
+/// cannot have been reused while any member of the group lives, so members are ours.
+pub fn group_is_ours(pgid: i32, leader_start: u64) -> bool {
+    match group::proc_stat(pgid) {
+        Some(stat) if stat.state != 'Z' && stat.state != 'X' => stat.start_ticks == leader_start,
+        _ => true,
+    }
+}
 
-    fn record(owner_pid: u32, id: &str) -> JobRecord {
-        JobRecord {
-            owner_pid,
-            owner_start: None,
-            pgid: 999_999_999,
-            id: id.into(),
-            command: "sleep 1".into(),
-            session_id: "s".into(),
-            cwd: "/".into(),
-            started_at_ms: 1,
+/// Kill what is left of a job's group, unless the pgid now belongs to someone else.
+pub async fn kill_remains(pgid: i32, leader_start: u64, grace: Duration) {
+    if pgid > 1 && group_is_ours(pgid, leader_start) && group::group_alive(pgid) {
+        tracing::warn!(pgid, "killing what is left of a job whose supervisor is gone");
+        group::kill_group(pgid, grace).await;
+    }
+}
+
+/// The supervisor recorded in the row is alive (pid and start time).
+pub fn supervisor_alive(row: &JobRow) -> bool {
+    match (row.supervisor_pid, row.supervisor_start) {
+        (Some(pid), Some(start)) => group::process_alive(pid as i32, Some(start as u64)),
+        _ => false,
+    }
+}
+
+/// How an exit record reads as a status, code and notice.
+pub(super) fn end_from_exit(dir: &Path, row: &JobRow, exit: &ExitRecord) -> JobEnd {
+    let info = ExitInfo {
+        code: exit.code,
+        signal: exit.signal,
+        killed: exit.killed,
+        leftover: false,
+        cwd: None,
+        reason: exit.reason.clone(),
+        lost: false,
+    };
+    let status = info.status();
+    let runtime = Duration::from_millis((exit.ended_at_ms as i64 - row.started_at).max(0) as u64);
+    let jd = JobDir::new(dir, &row.id());
+    JobEnd {
+        status: status_str(&status).to_string(),
+        exit_code: exit.code.map(i64::from),
+        signal: exit.signal.map(i64::from),
+        reason: exit.reason.clone(),
+        ended_at: exit.ended_at_ms as i64,
+        notice: Some(actions::notice_text(&row.id(), &status, runtime, &row.command, &log_tail(&jd))),
+        notified: false,
+    }
+}
+
+/// The last 1,000 characters of a job's log, ANSI stripped (for a notice).
+pub(super) fn log_tail(jd: &JobDir) -> String {
+    use std::io::{Read, Seek, SeekFrom};
+    let saved: Option<super::jobdir::IndexFile> = super::jobdir::read_json(&jd.index());
+    let newest = saved.and_then(|s| s.segments.last().map(|s| jd.segment(s.n))).or_else(|| Some(jd.segment(0)));
+    let Some(path) = newest else { return String::new() };
+    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut bytes = Vec::new();
+    if file.seek(SeekFrom::Start(len.saturating_sub(4096))).is_err() || file.read_to_end(&mut bytes).is_err() {
+        return String::new();
+    }
+    let clean = crate::text::strip_ansi(&String::from_utf8_lossy(&bytes));
+    crate::text::tail_chars(&clean, 1000).to_string()
+}
+
+pub(super) fn lost_end() -> JobEnd {
+    JobEnd {
+        status: "lost".into(),
+        exit_code: None,
+        signal: None,
+        reason: Some("supervisor gone".into()),
+        ended_at: now_ms() as i64,
+        notice: None,
+        notified: true,
+    }
+}
+
+impl Registry {
+    /// Start-up: sweep every unfinished record, then re-attach the jobs of `attach`.
+    pub(super) async fn sweep_and_attach(self: Arc<Self>, sweep: bool, attach: Option<String>) {
+        let Some(store) = self.store.clone() else { return };
+        let rows = match store.jobs_running().await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the job records");
+                return;
+            }
+        };
+        let mut mine = Vec::new();
+        for row in rows {
+            let ours = attach.as_deref() == Some(row.session_id.as_str());
+            if lock(&self.jobs).contains_key(&(row.num as u64)) {
+                continue;
+            }
+            let jd = JobDir::new(&self.dir, &row.id());
+            if row.boot_id != self.boot_id {
+                drop(store.job_finish(row.num, lost_end()));
+                continue;
+            }
+            if ours {
+                // Owned by another live talaria on the same session: leave it to that one.
+                let taken = jd.read_owner().is_some_and(|o| o != Owner::Detached && o != Owner::me() && o.holds());
+                if !taken {
+                    mine.push(row);
+                }
+                continue;
+            }
+            if !sweep {
+                continue;
+            }
+            if let Some(exit) = jd.read_exit() {
+                let end = end_from_exit(&self.dir, &row, &exit);
+                drop(store.job_finish(row.num, end));
+            } else if !supervisor_alive(&row) && row.supervisor_pid.is_some() {
+                if let (Some(pgid), Some(start)) = (row.pgid, row.leader_start) {
+                    kill_remains(pgid as i32, start as u64, self.kill_grace()).await;
+                }
+                drop(store.job_finish(row.num, lost_end()));
+            }
+        }
+        let Some(session) = attach else { return };
+        // Finished while no talaria watched, notice not yet delivered.
+        match store.jobs_recent(Some(&session), self.config.jobs.max_jobs.max(1)).await {
+            Ok(rows) => {
+                for row in rows {
+                    if row.status != "running" && !row.notified && row.notice.is_some() {
+                        mine.push(row);
+                    }
+                }
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the job records"),
+        }
+        mine.sort_by_key(|r| r.num);
+        mine.dedup_by_key(|r| r.num);
+        for row in mine {
+            self.attach_row(row).await;
         }
     }
 
-    #[test]
-    fn records_of_dead_owners_are_lost_and_live_ones_stay() {
-        let dir = tempfile::tempdir().unwrap();
-        let me = std::process::id();
-        // A pid that cannot exist (above pid_max).
-        let dead = 1u32 << 30;
-        write(dir.path(), &record(dead, "job_1")).unwrap();
-        write(dir.path(), &record(me, "job_2")).unwrap();
-        std::fs::write(dir.path().join(format!("{dead}-job_1.0.log")), "kept").unwrap();
-        std::fs::write(dir.path().join(format!("{dead}-job_7.0.log")), "stale").unwrap();
-        std::fs::write(dir.path().join(format!("{dead}-job_1.cwd")), "/tmp").unwrap();
-        let swept = sweep(dir.path(), me);
-        assert_eq!(swept.lost, vec![record(dead, "job_1")]);
-        assert!(swept.alive_groups.is_empty());
-        let mut names: Vec<String> =
-            std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
-        names.sort();
-        assert_eq!(names, vec![format!("{dead}-job_1.0.log"), format!("record-{me}-job_2.json")]);
-        assert_eq!(lost_segments(dir.path(), &record(dead, "job_1")).len(), 1);
+    /// Follow a job a previous talaria started: it appears in the pane with its whole
+    /// log; its end is recorded and noticed as for any job.
+    async fn attach_row(self: &Arc<Self>, row: JobRow) {
+        let jd = JobDir::new(&self.dir, &row.id());
+        let num = row.num as u64;
+        let running = row.status == "running";
+        if running && jd.read_exit().is_none() {
+            if let Err(e) = jd.write_owner(&Owner::me()) {
+                tracing::warn!(error = %e, id = %row.id(), "cannot take over the job");
+            }
+        }
+        let age = Duration::from_millis(now_ms().saturating_sub(row.started_at.max(0) as u64));
+        let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        let (done, _) = watch::channel(None);
+        let has_stdin = running && row.has_stdin && jd.stdin().exists() && !jd.stdin_eof().exists();
+        let job = Arc::new(Job {
+            num,
+            id: row.id(),
+            command: row.command.clone(),
+            cwd: PathBuf::from(&row.cwd),
+            session_id: row.session_id.clone(),
+            dir: jd.clone(),
+            pid: row.pgid.unwrap_or(0).max(0) as u32,
+            pgid: row.pgid.unwrap_or(0) as i32,
+            leader_start: row.leader_start.unwrap_or(0) as u64,
+            supervisor: (row.supervisor_pid.unwrap_or(0) as i32, row.supervisor_start.unwrap_or(0) as u64),
+            started_at_ms: row.started_at.max(0) as u64,
+            started,
+            state: Mutex::new(JobState {
+                status: JobStatus::Running,
+                background: true,
+                announced: false,
+                has_stdin,
+                finished_at: None,
+                output: OutputBuf::for_model_cap(self.config.tool_output.max_chars),
+                log: Default::default(),
+                call_id: None,
+            }),
+            stdin_lock: tokio::sync::Mutex::new(()),
+            done,
+            forgotten: CancellationToken::new(),
+            kill_requested: AtomicBool::new(false),
+            exit_seen: AtomicBool::new(false),
+        });
+        lock(&self.jobs).insert(num, job.clone());
+        self.next_num.fetch_max(num + 1, Ordering::SeqCst);
+        self.make_background(&job);
+        let reader = LogReader::open(&jd);
+        tokio::spawn(follow(self.clone(), job, reader, None));
     }
 }

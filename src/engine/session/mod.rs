@@ -22,7 +22,7 @@ use crate::engine::compaction::Compacted;
 use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
-use crate::engine::jobs::{JobsHandle, JobsOptions, ReaperMode};
+use crate::engine::jobs::{JobsHandle, JobsOptions, SupervisorExe};
 use crate::engine::llm::spend::{cost_of, Spend};
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::scheduler::{self, Effect, Input, Phase, Start, State};
@@ -59,7 +59,7 @@ pub struct EngineOptions {
     pub session: SessionChoice,
     pub cwd: PathBuf,
     pub approval_policy: PromptPolicy,
-    /// Start the `talaria __reaper` guard process (off in library tests).
+    /// Unused: jobs are supervised by `talaria __job` (kept so callers need not change).
     pub reaper: bool,
 }
 
@@ -126,7 +126,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
     };
     let jobs_options =
-        JobsOptions { reaper: if opts.reaper { ReaperMode::CurrentExe } else { ReaperMode::Off }, sweep: true };
+        JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
@@ -418,6 +418,7 @@ impl Engine {
                 }
             }
             Op::Job { id, action } => self.job_action(id, action),
+            Op::LeaveJobs { detach } => self.env.jobs.leave_running(detach),
             Op::Shutdown => {}
         }
     }

@@ -9,6 +9,7 @@
 
 pub mod cli;
 mod ids;
+pub mod jobs;
 mod ops;
 mod schema;
 

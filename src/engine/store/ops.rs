@@ -83,6 +83,14 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
         ],
     )?;
     let id = tx.last_insert_rowid();
+    if msg.role == "user" && msg.display_kind.as_deref() == Some(super::jobs::NOTICE_KIND) {
+        // The exit notice of a job reaches the model: mark it delivered in the same
+        // transaction, so it is never told twice, across restarts too (DESIGN §4).
+        tx.execute(
+            "UPDATE jobs SET notified = 1 WHERE session_id = ?1 AND notified = 0 AND notice = ?2",
+            params![session_id, msg.content],
+        )?;
+    }
     if msg.role == "user" && msg.display_kind.is_none() {
         if let Some(title) = msg.content.as_deref().and_then(derive_title) {
             tx.execute("UPDATE sessions SET title = ?2 WHERE id = ?1 AND title IS NULL", params![session_id, title])?;

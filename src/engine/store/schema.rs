@@ -9,7 +9,7 @@ use super::StoreError;
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-const MIGRATIONS: &[&str] = &[V1, V2];
+const MIGRATIONS: &[&str] = &[V1, V2, V3];
 
 /// Version 1: sessions, messages and state_meta.
 const V1: &str = "
@@ -88,6 +88,36 @@ BEGIN
         SELECT new.id, new.content WHERE new.active = 1 AND new.content IS NOT NULL;
 END;
 INSERT INTO messages_fts (messages_fts) VALUES ('rebuild');
+";
+
+/// Version 3: job records (DESIGN §4). `num` never repeats within a TALARIA_HOME
+/// (AUTOINCREMENT); `notice` is the exit notice waiting for the model and `notified`
+/// is set in the same transaction that appends it as a message.
+const V3: &str = "
+CREATE TABLE jobs (
+    num INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    command TEXT NOT NULL,
+    cwd TEXT NOT NULL,
+    backend TEXT NOT NULL DEFAULT 'local',
+    background INTEGER NOT NULL DEFAULT 0,
+    has_stdin INTEGER NOT NULL DEFAULT 0,
+    pgid INTEGER,
+    leader_start INTEGER,
+    supervisor_pid INTEGER,
+    supervisor_start INTEGER,
+    boot_id TEXT NOT NULL,
+    status TEXT NOT NULL,
+    exit_code INTEGER,
+    signal INTEGER,
+    reason TEXT,
+    started_at INTEGER NOT NULL,
+    ended_at INTEGER,
+    notice TEXT,
+    notified INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX jobs_session ON jobs (session_id, status);
+CREATE INDEX jobs_status ON jobs (status);
 ";
 
 /// The version recorded in the database; 0 for an empty database.

@@ -5,6 +5,7 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui_textarea::CursorMove;
 
 use super::{App, ExitState, Focus, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
+use crate::config::OnQuit;
 use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
 use crate::tui::keymap::{Action, Context};
@@ -70,11 +71,32 @@ impl App {
 
     /// Quit, asking first when jobs or a turn are running.
     pub(super) fn request_quit(&mut self, ops: &mut Vec<Op>) {
-        if self.busy || self.running_jobs() > 0 {
-            self.modal = Some(Modal::QuitConfirm);
-        } else {
-            self.begin_quit(ops);
+        let jobs = self.running_jobs() > 0;
+        match self.on_quit {
+            OnQuit::Kill if jobs => self.begin_quit(ops),
+            OnQuit::Keep if jobs => self.leave_and_quit(ops, true),
+            OnQuit::Ask | OnQuit::Kill | OnQuit::Keep if self.busy || jobs => self.modal = Some(Modal::QuitConfirm),
+            OnQuit::Ask | OnQuit::Kill | OnQuit::Keep => self.begin_quit(ops),
         }
+    }
+
+    /// Quit and leave running jobs running: `detach` = kept on purpose (no deadline);
+    /// otherwise (the terminal hung up) they wait `jobs.orphan_grace_s` for `talaria -c`.
+    pub(super) fn leave_and_quit(&mut self, ops: &mut Vec<Op>, detach: bool) {
+        if self.busy {
+            ops.push(Op::Interrupt);
+        }
+        ops.push(Op::LeaveJobs { detach });
+        ops.push(Op::Shutdown);
+        self.modal = None;
+        self.exit = ExitState::Quitting { since: self.now };
+    }
+
+    /// The terminal hung up (SIGHUP): nobody can answer; jobs wait for a new owner.
+    pub fn quit_hangup(&mut self) -> Vec<Op> {
+        let mut ops = Vec::new();
+        self.leave_and_quit(&mut ops, false);
+        ops
     }
 
     /// Stop the turn, kill running jobs, and ask the engine to shut down.
@@ -184,6 +206,7 @@ impl App {
                     self.modal = Some(Modal::Help { scroll: scroll.min(max) })
                 }
                 (Some(Modal::QuitConfirm), Action::Yes | Action::Cancel) => self.begin_quit(ops),
+                (Some(Modal::QuitConfirm), Action::Keep) => self.leave_and_quit(ops, true),
                 (Some(Modal::KillConfirm { id }), Action::Yes) => {
                     ops.push(Op::Job { id, action: JobAction::Kill });
                 }

@@ -47,11 +47,11 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
                 capitalise(&what.join(" and ")),
                 if jobs > 0 { "the jobs" } else { "it" }
             );
-            let answer = format!(
-                "[{}] kill and quit   [{}] cancel (default)",
-                keys_of(app, Context::Confirm, Action::Yes),
-                keys_of(app, Context::Confirm, Action::No)
-            );
+            let mut answer = format!("[{}] kill and quit   ", keys_of(app, Context::Confirm, Action::Yes));
+            if jobs > 0 {
+                answer.push_str(&format!("[{}] keep them running   ", keys_of(app, Context::Confirm, Action::Keep)));
+            }
+            answer.push_str(&format!("[{}] cancel (default)", keys_of(app, Context::Confirm, Action::No)));
             draw_question(frame, area, app, " Quit? ".into(), vec![question, String::new(), answer]);
         }
         Some(Modal::KillConfirm { id }) => {

@@ -1,0 +1,226 @@
+//! `talaria jobs [list|log <id> [--follow]|kill <id>] [--json]`: the job records of
+//! every session from any shell. Records are brought up to date first (an exit recorded
+//! while no talaria was alive is folded in; a job whose supervisor vanished is `lost`).
+
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::jobdir::{IndexFile, JobDir};
+use super::log::{read_lines, LogIndex, Segment};
+use super::output::memchr_count;
+use super::records::{end_from_exit, group_is_ours, kill_remains, lost_end, supervisor_alive};
+use super::{group, jobdir, now_ms};
+use crate::config::Config;
+use crate::engine::store::jobs::JobRow;
+use crate::engine::store::Store;
+use crate::paths::Paths;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum JobsCli {
+    List { limit: usize },
+    Log { id: String, lines: usize, follow: bool },
+    Kill { id: String },
+}
+
+/// Run one `talaria jobs` command; returns the exit code.
+pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli, json: bool) -> anyhow::Result<i32> {
+    let grace = Duration::from_secs_f64(config.terminal.kill_grace_s.max(0.0));
+    refresh(paths, store, grace).await?;
+    match action {
+        JobsCli::List { limit } => {
+            let rows = store.jobs_recent(None, limit).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&rows)?);
+            } else if rows.is_empty() {
+                println!("no jobs");
+            } else {
+                for row in &rows {
+                    println!("{}", list_line(row));
+                }
+            }
+            Ok(0)
+        }
+        JobsCli::Log { id, lines, follow } => {
+            let Some(row) = find(store, &id).await? else { return not_found(&id) };
+            let jd = JobDir::new(&paths.jobs_dir, &row.id());
+            let index = disk_index(&jd);
+            let view = read_lines(&index, None, lines.max(1));
+            if json {
+                let value = json!({
+                    "session_id": row.id(), "status": row.status, "output": view.text,
+                    "first_line": view.first_line, "from": view.from, "to": view.to,
+                });
+                println!("{value}");
+            } else if !view.text.is_empty() {
+                println!("{}", view.text);
+            }
+            if follow && row.status == "running" {
+                follow_log(&jd, &index)?;
+            }
+            Ok(0)
+        }
+        JobsCli::Kill { id } => {
+            let Some(row) = find(store, &id).await? else { return not_found(&id) };
+            let killed = row.status == "running" && kill_row(paths, store, &row, grace).await?;
+            let status = store.job_get(row.num).await?.map(|r| r.status).unwrap_or_default();
+            if json {
+                println!("{}", json!({ "session_id": row.id(), "killed": killed, "status": status }));
+            } else if killed {
+                println!("{}: killed", row.id());
+            } else {
+                println!("{}: not running ({status})", row.id());
+            }
+            Ok(0)
+        }
+    }
+}
+
+fn not_found(id: &str) -> anyhow::Result<i32> {
+    eprintln!("talaria: no job with id {id}; `talaria jobs list` shows them");
+    Ok(1)
+}
+
+async fn find(store: &Store, id: &str) -> anyhow::Result<Option<JobRow>> {
+    let id = id.trim();
+    let Ok(num) = id.strip_prefix("job_").unwrap_or(id).parse::<i64>() else { return Ok(None) };
+    Ok(store.job_get(num).await?)
+}
+
+fn list_line(row: &JobRow) -> String {
+    let end = row.ended_at.unwrap_or(now_ms() as i64);
+    let runtime = super::format_duration(Duration::from_millis((end - row.started_at).max(0) as u64));
+    let status = match (row.status.as_str(), row.exit_code, row.reason.as_deref()) {
+        ("exited", Some(code), _) => format!("exited {code}"),
+        (s, _, Some(reason)) => format!("{s} ({reason})"),
+        (s, _, _) => s.to_string(),
+    };
+    let command = crate::text::truncate_for_model(&row.command.replace('\n', " "), 60);
+    format!("{:<8} {:<22} {:>8}  {}  {}", row.id(), status, runtime, row.session_id, command)
+}
+
+/// Fold what supervisors recorded into the rows still marked running.
+async fn refresh(paths: &Paths, store: &Store, grace: Duration) -> anyhow::Result<()> {
+    let boot = jobdir::boot_id();
+    for row in store.jobs_running().await? {
+        let jd = JobDir::new(&paths.jobs_dir, &row.id());
+        if row.boot_id != boot {
+            store.job_finish(row.num, lost_end()).await?;
+        } else if let Some(exit) = jd.read_exit() {
+            store.job_finish(row.num, end_from_exit(&paths.jobs_dir, &row, &exit)).await?;
+        } else if row.supervisor_pid.is_some() && !supervisor_alive(&row) {
+            if let (Some(pgid), Some(start)) = (row.pgid, row.leader_start) {
+                kill_remains(pgid as i32, start as u64, grace).await;
+            }
+            store.job_finish(row.num, lost_end()).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Kill a running job's group (identity checked) and wait for its exit record.
+async fn kill_row(paths: &Paths, store: &Store, row: &JobRow, grace: Duration) -> anyhow::Result<bool> {
+    let (Some(pgid), Some(start)) = (row.pgid, row.leader_start) else { return Ok(false) };
+    let pgid = pgid as i32;
+    if !group_is_ours(pgid, start as u64) || !supervisor_alive(row) {
+        return Ok(false);
+    }
+    let jd = JobDir::new(&paths.jobs_dir, &row.id());
+    std::fs::write(jd.kill(), "")?;
+    group::kill_group(pgid, grace).await;
+    let deadline = std::time::Instant::now() + grace + Duration::from_secs(10);
+    while jd.read_exit().is_none() && std::time::Instant::now() < deadline && supervisor_alive(row) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    match jd.read_exit() {
+        Some(exit) => {
+            let mut end = end_from_exit(&paths.jobs_dir, row, &exit);
+            // Killed from a shell on purpose: nobody needs telling.
+            end.notified = true;
+            store.job_finish(row.num, end).await?;
+        }
+        None => {
+            store.job_finish(row.num, lost_end()).await?;
+        }
+    }
+    Ok(true)
+}
+
+/// The kept log as it is on disk now (the last line counted, not the whole log).
+pub(super) fn disk_index(jd: &JobDir) -> LogIndex {
+    let saved: IndexFile = jobdir::read_json(&jd.index()).unwrap_or_default();
+    let mut segments: Vec<Segment> = saved
+        .segments
+        .iter()
+        .map(|s| {
+            let path = jd.segment(s.n);
+            let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            Segment { path, start_line: s.start_line, bytes, mid_line: s.mid_line }
+        })
+        .collect();
+    if segments.is_empty() {
+        let path = jd.segment(0);
+        let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        segments.push(Segment { path, start_line: 1, bytes, mid_line: false });
+    }
+    let mut end_line = 0;
+    if let Some(last) = segments.last() {
+        let (newlines, ends_nl) = count_newlines(&last.path, last.bytes);
+        end_line = last.start_line - 1 + newlines + u64::from(last.bytes > 0 && !ends_nl);
+    }
+    LogIndex { segments, dropped_bytes: saved.dropped_bytes, end_line }
+}
+
+fn count_newlines(path: &std::path::Path, bytes: u64) -> (u64, bool) {
+    let Ok(file) = std::fs::File::open(path) else { return (0, true) };
+    let mut reader = file.take(bytes);
+    let mut buf = vec![0u8; 256 * 1024];
+    let (mut n, mut last) = (0, b'\n');
+    while let Ok(got) = reader.read(&mut buf) {
+        if got == 0 {
+            break;
+        }
+        n += memchr_count(&buf[..got], b'\n');
+        last = buf[got - 1];
+    }
+    (n, last == b'\n')
+}
+
+/// Print what the job writes from the end of `index` on, until its exit record appears.
+fn follow_log(jd: &JobDir, index: &LogIndex) -> anyhow::Result<()> {
+    let mut n: u64 = index
+        .segments
+        .last()
+        .and_then(|s| s.path.file_name()?.to_str()?.strip_prefix("out.")?.strip_suffix(".log")?.parse().ok())
+        .unwrap_or(0);
+    let mut offset = index.segments.last().map(|s| s.bytes).unwrap_or(0);
+    let mut out = std::io::stdout().lock();
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let exited = jd.exit().exists();
+        let mut got_any = false;
+        if let Ok(mut file) = std::fs::File::open(jd.segment(n)) {
+            file.seek(SeekFrom::Start(offset))?;
+            loop {
+                let got = file.read(&mut buf)?;
+                if got == 0 {
+                    break;
+                }
+                out.write_all(&buf[..got])?;
+                offset += got as u64;
+                got_any = true;
+            }
+            out.flush()?;
+        }
+        if jd.segment(n + 1).exists() {
+            n += 1;
+            offset = 0;
+            continue;
+        }
+        if exited && !got_any {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

@@ -1,0 +1,307 @@
+//! Talaria follows a job instead of owning its pipes: it tails the log segments the
+//! supervisor writes (polling every few milliseconds, so output reaches the screen well
+//! under 50 ms after the job wrote it), and finishes the job when `exit.json` appears —
+//! or marks it `lost` when its supervisor is gone without one.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::sync::oneshot;
+
+use super::jobdir::{self, IndexFile, JobDir, LeaderExit};
+use super::log::{LogIndex, Segment};
+use super::output::{memchr_count, Utf8Decoder};
+use super::{group, ExitInfo, Job, Registry};
+use crate::engine::EventSink;
+use crate::protocol::Event;
+
+/// Poll intervals: short right after output, longer when the job is quiet.
+const POLL_MIN: Duration = Duration::from_millis(2);
+const POLL_MAX: Duration = Duration::from_millis(20);
+/// At most one UI update per job per this interval (~20/s).
+const EMIT_EVERY: Duration = Duration::from_millis(50);
+/// How often the supervisor is checked for life.
+const SUPERVISOR_POLL: Duration = Duration::from_millis(500);
+/// Characters of tail an `Event::JobUpdated` carries.
+const UPDATE_TAIL: usize = 2000;
+/// Characters a coalesced `Event::ToolOutput` chunk carries at most.
+const CHUNK_MAX: usize = 4000;
+/// Bytes read per turn at most.
+const READ_MAX: usize = 1 << 20;
+
+/// Reads the segments in order as they grow, and keeps the index of what it has read.
+pub(super) struct LogReader {
+    jd: JobDir,
+    n: u64,
+    file: Option<File>,
+    decoder: Utf8Decoder,
+    newlines: u64,
+    at_line_start: bool,
+    pub(super) index: LogIndex,
+    buf: Vec<u8>,
+}
+
+impl LogReader {
+    /// Start at the oldest kept segment (`index.json` says where it starts).
+    pub(super) fn open(jd: &JobDir) -> LogReader {
+        let saved: IndexFile = jobdir::read_json(&jd.index()).unwrap_or_default();
+        let (n, start_line, mid_line) =
+            saved.segments.first().map(|s| (s.n, s.start_line, s.mid_line)).unwrap_or((0, 1, false));
+        let mut reader = LogReader {
+            jd: jd.clone(),
+            n,
+            file: None,
+            decoder: Utf8Decoder::default(),
+            newlines: start_line.saturating_sub(1),
+            at_line_start: !mid_line,
+            index: LogIndex { segments: Vec::new(), dropped_bytes: saved.dropped_bytes, end_line: 0 },
+            buf: vec![0u8; 64 * 1024],
+        };
+        reader.try_open_current();
+        reader
+    }
+
+    fn try_open_current(&mut self) -> bool {
+        if self.file.is_some() {
+            return true;
+        }
+        let path = self.jd.segment(self.n);
+        match File::open(&path) {
+            Ok(f) => {
+                self.file = Some(f);
+                let mid_line = !self.at_line_start;
+                self.index.segments.push(Segment { path, start_line: self.newlines + 1, bytes: 0, mid_line });
+                if self.index.segments.len() > 2 {
+                    let old = self.index.segments.remove(0);
+                    self.index.dropped_bytes += old.bytes;
+                }
+                true
+            }
+            Err(_) => false,
+        }
+    }
+
+    /// Decoded text that arrived since the last call ("" when nothing new).
+    pub(super) fn read_some(&mut self) -> String {
+        let mut out = String::new();
+        let mut total = 0;
+        loop {
+            if !self.try_open_current() && !self.catch_up() {
+                return out;
+            }
+            let Some(file) = self.file.as_mut() else { return out };
+            let n = file.read(&mut self.buf).unwrap_or(0);
+            if n > 0 {
+                let bytes = &self.buf[..n];
+                self.newlines += memchr_count(bytes, b'\n');
+                self.at_line_start = bytes.last() == Some(&b'\n');
+                if let Some(seg) = self.index.segments.last_mut() {
+                    seg.bytes += n as u64;
+                }
+                self.index.end_line = self.newlines + u64::from(!self.at_line_start);
+                out.push_str(&self.decoder.decode(bytes));
+                total += n;
+                if total >= READ_MAX {
+                    return out;
+                }
+                continue;
+            }
+            // End of this segment: the supervisor starts the next one only once this one
+            // is complete, so move on if it exists (or a later one, if we fell behind).
+            if !self.next_segment() {
+                return out;
+            }
+        }
+    }
+
+    fn next_segment(&mut self) -> bool {
+        if self.jd.segment(self.n + 1).exists() {
+            self.n += 1;
+            self.file = None;
+            return true;
+        }
+        self.catch_up()
+    }
+
+    /// Fell behind rotation: the segment we wanted is gone; go on at the oldest kept one.
+    fn catch_up(&mut self) -> bool {
+        let saved: IndexFile = jobdir::read_json(&self.jd.index()).unwrap_or_default();
+        let wanted = if self.file.is_some() { self.n + 1 } else { self.n };
+        if let Some(seg) = saved.segments.iter().find(|s| s.n > wanted && self.jd.segment(s.n).exists()) {
+            self.n = seg.n;
+            self.file = None;
+            self.newlines = seg.start_line.saturating_sub(1);
+            self.at_line_start = !seg.mid_line;
+            self.index.segments.clear();
+            self.index.dropped_bytes = saved.dropped_bytes;
+            return self.try_open_current();
+        }
+        false
+    }
+
+    pub(super) fn finish(&mut self) -> String {
+        self.decoder.finish()
+    }
+}
+
+/// Follow a job until it ends: output into memory and events, then its exit.
+pub(super) async fn follow(
+    reg: Arc<Registry>,
+    job: Arc<Job>,
+    mut reader: LogReader,
+    mut exit_tx: Option<oneshot::Sender<ExitInfo>>,
+) {
+    let jd = job.dir.clone();
+    let events = reg.events.clone();
+    let mut chunk = String::new();
+    let mut dirty = false;
+    let mut last_emit = Instant::now().checked_sub(EMIT_EVERY).unwrap_or_else(Instant::now);
+    let mut interval = POLL_MIN;
+    let mut last_supervisor_check = Instant::now();
+    let mut leftover = false;
+    let exit = loop {
+        if job.forgotten.is_cancelled() {
+            return;
+        }
+        let text = reader.read_some();
+        if !text.is_empty() {
+            take_text(&job, &reader, &mut chunk, &text);
+            dirty = true;
+            interval = POLL_MIN;
+        }
+        if dirty && last_emit.elapsed() >= EMIT_EVERY {
+            emit(&job, &events, &mut chunk);
+            last_emit = Instant::now();
+            dirty = false;
+        }
+        if !text.is_empty() {
+            tokio::task::yield_now().await;
+            continue;
+        }
+        // Nothing new in the log: has the job ended?
+        if let Some(record) = jd.read_exit() {
+            // Everything was written before exit.json: read the rest.
+            loop {
+                let text = reader.read_some();
+                if text.is_empty() {
+                    break;
+                }
+                take_text(&job, &reader, &mut chunk, &text);
+            }
+            let rest = reader.finish();
+            take_text(&job, &reader, &mut chunk, &rest);
+            let totals = record.output;
+            job.state().output.settle_totals(totals.chars, totals.bytes, totals.lines);
+            break ExitInfo {
+                code: record.code,
+                signal: record.signal,
+                killed: record.killed || job.kill_requested.load(Ordering::SeqCst),
+                leftover,
+                cwd: None,
+                reason: record.reason,
+                lost: false,
+            };
+        }
+        if !leftover {
+            if let Some(leader) = jobdir::read_json::<LeaderExit>(&jd.leader()) {
+                // `cmd &`: the leader is done, its children are not. They go on as a
+                // background job under the same id; the foreground call returns now.
+                leftover = true;
+                if !job.kill_requested.load(Ordering::SeqCst) {
+                    reg.make_background(&job);
+                    if let Some(tx) = exit_tx.take() {
+                        let exit = ExitInfo {
+                            code: leader.code,
+                            signal: leader.signal,
+                            killed: false,
+                            leftover: true,
+                            cwd: read_cwd(&jd),
+                            reason: None,
+                            lost: false,
+                        };
+                        let _ = tx.send(exit);
+                    }
+                }
+            }
+        }
+        if last_supervisor_check.elapsed() >= SUPERVISOR_POLL {
+            last_supervisor_check = Instant::now();
+            if !group::process_alive(job.supervisor.0, Some(job.supervisor.1)) && jd.read_exit().is_none() {
+                // SIGKILLed supervisor: its leader died with it; the rest of the group
+                // (identity checked) goes too, and the job is lost.
+                super::records::kill_remains(job.pgid, job.leader_start, reg.kill_grace()).await;
+                let rest = reader.read_some();
+                take_text(&job, &reader, &mut chunk, &rest);
+                break ExitInfo::lost();
+            }
+        }
+        if dirty {
+            emit(&job, &events, &mut chunk);
+            last_emit = Instant::now();
+            dirty = false;
+        }
+        tokio::time::sleep(interval).await;
+        interval = (interval * 2).min(POLL_MAX);
+    };
+    if dirty || !chunk.is_empty() {
+        emit(&job, &events, &mut chunk);
+    }
+    let mut exit = exit;
+    exit.cwd = read_cwd(&jd);
+    reg.finish(&job, exit.clone()).await;
+    if let Some(tx) = exit_tx {
+        let _ = tx.send(exit);
+    }
+}
+
+fn read_cwd(jd: &JobDir) -> Option<PathBuf> {
+    let text = std::fs::read_to_string(jd.cwd_file()).ok()?;
+    Some(PathBuf::from(text.trim_end_matches('\n'))).filter(|p| p.is_dir())
+}
+
+fn take_text(job: &Job, reader: &LogReader, chunk: &mut String, text: &str) {
+    let mut st = job.state();
+    if st.log != reader.index {
+        st.log = reader.index.clone();
+    }
+    if text.is_empty() {
+        return;
+    }
+    st.output.push(text);
+    if st.call_id.is_some() && !st.background {
+        chunk.push_str(text);
+        if chunk.len() > 2 * CHUNK_MAX {
+            let keep = crate::text::tail_chars(chunk, CHUNK_MAX).to_string();
+            *chunk = keep;
+        }
+    }
+}
+
+fn emit(job: &Job, events: &EventSink, chunk: &mut String) {
+    let event = {
+        let st = job.state();
+        if st.background {
+            chunk.clear();
+            if !st.announced {
+                return;
+            }
+            Event::JobUpdated {
+                id: job.id.clone(),
+                status: st.status.clone(),
+                tail: crate::text::tail_chars(st.output.tail(), UPDATE_TAIL).to_string(),
+            }
+        } else {
+            let Some(call_id) = st.call_id.clone() else { return };
+            if chunk.is_empty() {
+                return;
+            }
+            let text = std::mem::take(chunk);
+            Event::ToolOutput { call_id, chunk: crate::text::tail_chars(&text, CHUNK_MAX).to_string() }
+        }
+    };
+    events.send(event);
+}

@@ -1,0 +1,412 @@
+//! `talaria __job <dir>`: the supervisor of one job (DESIGN §4). No tokio, no threads:
+//! one `poll` loop. It starts the command in its own session with `PR_SET_PDEATHSIG`
+//! (a SIGKILLed supervisor takes the leader with it), reads its output pipe into the
+//! capped log, keeps the stdin FIFO open until talaria asks to close it, watches the
+//! lease, and writes `exit.json` when the job's group is gone — whether or not any
+//! talaria is alive. It lives in its own session, outside the job's group.
+
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::time::{Duration, Instant};
+
+use super::jobdir::{self, ExitRecord, Handshake, IndexFile, JobDir, LeaderExit, OutputTotals, Spec};
+use super::log::LogWriter;
+use super::output::Utf8Decoder;
+use super::{group, now_ms};
+
+/// After the leader exits, how long output may still be drained before what is left of
+/// the group counts as a leftover (`cmd &`).
+const DRAIN: Duration = Duration::from_millis(200);
+/// How often a leftover group is checked for life, and the lease for its holder.
+const GROUP_POLL: Duration = Duration::from_millis(250);
+const LEASE_POLL: Duration = Duration::from_secs(1);
+/// Bytes read per loop turn at most, so the other checks keep running during a flood.
+const READ_BUDGET: usize = 1 << 20;
+
+/// Write end of the SIGCHLD self-pipe (the handler may only do async-signal-safe work).
+static SIGCHLD_FD: AtomicI32 = AtomicI32::new(-1);
+
+extern "C" fn on_sigchld(_: libc::c_int) {
+    let fd = SIGCHLD_FD.load(Ordering::Relaxed);
+    if fd >= 0 {
+        // SAFETY: write(2) on a valid fd with a one-byte buffer is async-signal-safe.
+        unsafe {
+            libc::write(fd, [1u8].as_ptr().cast(), 1);
+        }
+    }
+}
+
+/// The body of `talaria __job <dir>`. Never returns.
+pub fn run(dir: &Path) -> ! {
+    let jd = JobDir { path: dir.to_path_buf() };
+    let code = match start(&jd) {
+        Ok(job) => {
+            job.supervise();
+            0
+        }
+        Err(e) => {
+            say(&Handshake::Failed { error: e.clone() });
+            // The job never ran: still leave an exit record, so nobody waits for it.
+            let _ = std::fs::write(jd.segment(0), format!("talaria: {e}\n"));
+            let _ = jobdir::write_json(
+                &jd.exit(),
+                &ExitRecord {
+                    code: Some(127),
+                    signal: None,
+                    killed: false,
+                    reason: None,
+                    ended_at_ms: now_ms(),
+                    output: Default::default(),
+                },
+            );
+            1
+        }
+    };
+    std::process::exit(code)
+}
+
+/// The first and only line on stdout; then stdio goes to /dev/null so talaria's end of
+/// the pipe sees end of file.
+fn say(handshake: &Handshake) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, handshake);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+    drop(out);
+    if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
+        // SAFETY: dup2 onto the standard descriptors; `null` stays valid for the call.
+        unsafe {
+            for fd in 0..3 {
+                libc::dup2(null.as_raw_fd(), fd);
+            }
+        }
+    }
+}
+
+struct Running {
+    jd: JobDir,
+    spec: Spec,
+    pid: i32,
+    output: OwnedFd,
+    sigchld: OwnedFd,
+    /// The supervisor's own write end of the stdin FIFO: the job sees end of file only
+    /// once talaria asks (`stdin.eof`) and this is dropped.
+    stdin_writer: Option<OwnedFd>,
+}
+
+fn start(jd: &JobDir) -> Result<Running, String> {
+    // Own session already (talaria started us with setsid); ignore what a terminal or a
+    // dying pipe reader would send. The job gets default dispositions back before exec.
+    // SAFETY: SIG_IGN installs no handler code.
+    unsafe {
+        for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP] {
+            libc::signal(sig, libc::SIG_IGN);
+        }
+    }
+    let spec: Spec = jobdir::read_json(&jd.spec()).ok_or_else(|| format!("cannot read {}", jd.spec().display()))?;
+    let sigchld = self_pipe()?;
+    let (out_read, out_write) = pipe_cloexec()?;
+    let (stdin, stdin_writer) = if spec.stdin { fifo(jd)? } else { (Stdio::null(), None) };
+
+    let mut cmd = Command::new(&spec.shell);
+    if spec.login_shell {
+        cmd.arg("-l");
+    }
+    let out_dup = out_write.try_clone().map_err(|e| format!("cannot duplicate the output pipe: {e}"))?;
+    cmd.arg("-c")
+        .arg(&spec.script)
+        .current_dir(&spec.cwd)
+        .stdin(stdin)
+        .stdout(Stdio::from(out_write))
+        .stderr(Stdio::from(out_dup));
+    let me = std::process::id() as libc::pid_t;
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            // Its own session and process group (pgid = pid).
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            set_parent_death_signal();
+            // The supervisor may have died before the line above: then nobody would
+            // take the leader down, so do not start at all.
+            if libc::getppid() != me {
+                return Err(std::io::Error::other("the supervisor is gone"));
+            }
+            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP, libc::SIGCHLD] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            super::run::close_inherited_fds_on_exec();
+            Ok(())
+        });
+    }
+    // spawn() returns once the child has exec'd (or failed to): setsid has run.
+    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", spec.shell))?;
+    drop(cmd);
+    let pid = child.id() as i32;
+    // The pid is reaped with waitpid(pid) below; std's handle is not needed.
+    std::mem::forget(child);
+    let leader_start = group::proc_stat(pid).map(|s| s.start_ticks).unwrap_or(0);
+    let supervisor_start = group::proc_stat(me).map(|s| s.start_ticks).unwrap_or(0);
+    say(&Handshake::Started { supervisor_pid: me as u32, supervisor_start, pgid: pid, leader_start });
+    set_nonblocking(&out_read);
+    Ok(Running { jd: jd.clone(), spec, pid, output: out_read, sigchld, stdin_writer })
+}
+
+#[cfg(target_os = "linux")]
+fn set_parent_death_signal() {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn set_parent_death_signal() {}
+
+fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), String> {
+    nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("cannot create a pipe: {e}"))
+}
+
+fn set_nonblocking(fd: &OwnedFd) {
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+    }
+}
+
+fn self_pipe() -> Result<OwnedFd, String> {
+    let (read, write) = pipe_cloexec()?;
+    set_nonblocking(&read);
+    set_nonblocking(&write);
+    SIGCHLD_FD.store(write.as_raw_fd(), Ordering::Relaxed);
+    std::mem::forget(write);
+    // SAFETY: installs a handler that only calls write(2).
+    unsafe {
+        let mut action: libc::sigaction = std::mem::zeroed();
+        action.sa_sigaction = on_sigchld as *const () as usize;
+        action.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
+        libc::sigemptyset(&mut action.sa_mask);
+        if libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut()) != 0 {
+            return Err(format!("cannot watch the job: {}", std::io::Error::last_os_error()));
+        }
+    }
+    Ok(read)
+}
+
+/// The stdin FIFO: the job's end (blocking reads) and our own writer, held open.
+fn fifo(jd: &JobDir) -> Result<(Stdio, Option<OwnedFd>), String> {
+    let path = jd.stdin();
+    let _ = std::fs::remove_file(&path);
+    nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let open = |flags: libc::c_int| -> Result<OwnedFd, String> {
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
+        // SAFETY: open(2) with a valid C string; the fd is owned from here on.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        if fd < 0 {
+            return Err(format!("cannot open {}: {}", path.display(), std::io::Error::last_os_error()));
+        }
+        // SAFETY: a fresh descriptor nobody else owns.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    };
+    let reader = open(libc::O_RDONLY)?;
+    let writer = open(libc::O_WRONLY)?;
+    // The job reads with ordinary blocking reads.
+    // SAFETY: fcntl on a descriptor we own.
+    unsafe {
+        let flags = libc::fcntl(reader.as_raw_fd(), libc::F_GETFL);
+        libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+    }
+    Ok((Stdio::from(reader), Some(writer)))
+}
+
+/// Where the leader is.
+enum Leader {
+    Running,
+    /// Exited at this instant; output is draining.
+    Exited {
+        code: Option<i32>,
+        signal: Option<i32>,
+        at: Instant,
+    },
+}
+
+impl Running {
+    fn supervise(mut self) {
+        let mut log = LogWriter::new(&self.jd.path, "out", self.spec.log_max_bytes);
+        let mut decoder = Utf8Decoder::default();
+        let mut totals = OutputTotals::default();
+        let mut rotations = 0;
+        let mut eof = false;
+        let mut leader = Leader::Running;
+        let mut leftover = false;
+        let mut group_gone: Option<Instant> = None;
+        let mut last_group_check = Instant::now();
+        let mut last_lease_check = Instant::now();
+        let mut orphaned_at: Option<Instant> = None;
+        let mut own_kill: Option<String> = None;
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            self.wait_readable(eof, Duration::from_millis(if matches!(leader, Leader::Running) { 500 } else { 50 }));
+            if !eof {
+                let mut budget = READ_BUDGET;
+                while budget > 0 {
+                    // SAFETY: read(2) into our own buffer.
+                    let n = unsafe { libc::read(self.output.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                    if n > 0 {
+                        let n = n as usize;
+                        let text = decoder.decode(&buf[..n]);
+                        totals.bytes += text.len() as u64;
+                        totals.chars += text.chars().count() as u64;
+                        log.write(&text);
+                        budget = budget.saturating_sub(n);
+                    } else if n == 0 {
+                        eof = true;
+                        break;
+                    } else {
+                        let err = std::io::Error::last_os_error();
+                        if err.kind() == std::io::ErrorKind::Interrupted {
+                            continue;
+                        }
+                        if err.kind() != std::io::ErrorKind::WouldBlock {
+                            eof = true;
+                        }
+                        break;
+                    }
+                }
+                if log.rotations() != rotations {
+                    rotations = log.rotations();
+                    write_index(&self.jd, &log);
+                }
+            }
+            if let Leader::Running = leader {
+                if let Some((code, signal)) = reap(self.pid) {
+                    leader = Leader::Exited { code, signal, at: Instant::now() };
+                }
+            }
+            if self.stdin_writer.is_some() && self.jd.stdin_eof().exists() {
+                self.stdin_writer = None;
+            }
+            if last_lease_check.elapsed() >= LEASE_POLL && own_kill.is_none() {
+                last_lease_check = Instant::now();
+                // No owner file (the job directory was deleted) counts as no owner: nothing
+                // may run on that no record points to.
+                let held = self.jd.read_owner().is_some_and(|o| o.holds());
+                if held {
+                    orphaned_at = None;
+                } else {
+                    let since = *orphaned_at.get_or_insert_with(Instant::now);
+                    if since.elapsed().as_secs_f64() >= self.spec.orphan_grace_s {
+                        own_kill = Some("owner gone".to_string());
+                        let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
+                        group::kill_groups_blocking(&[self.pid], grace);
+                    }
+                }
+            }
+            let Leader::Exited { code, signal, at } = leader else { continue };
+            if !leftover {
+                if eof && !group::group_alive(self.pid) {
+                    break self.finish(log, decoder, totals, code, signal, own_kill);
+                }
+                if at.elapsed() >= DRAIN {
+                    if group::group_alive(self.pid) {
+                        // `cmd &`: the leader is done, its children are not.
+                        leftover = true;
+                        let _ = jobdir::write_json(&self.jd.leader(), &LeaderExit { code, signal });
+                    } else {
+                        // A process outside the group (a daemon) holds the pipe: stop here.
+                        break self.finish(log, decoder, totals, code, signal, own_kill);
+                    }
+                }
+                continue;
+            }
+            match group_gone {
+                None => {
+                    if last_group_check.elapsed() >= GROUP_POLL {
+                        last_group_check = Instant::now();
+                        if !group::group_alive(self.pid) {
+                            group_gone = Some(Instant::now());
+                        }
+                    }
+                }
+                // The last writers are gone; take their last bytes.
+                Some(gone) if eof || gone.elapsed() >= DRAIN => {
+                    break self.finish(log, decoder, totals, code, signal, own_kill);
+                }
+                Some(_) => {}
+            }
+        }
+    }
+
+    /// Sleep until output or SIGCHLD arrives, or `timeout`.
+    fn wait_readable(&self, eof: bool, timeout: Duration) {
+        let mut fds = vec![libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        if !eof {
+            fds.push(libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
+        // SAFETY: poll(2) on our own array.
+        unsafe {
+            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as libc::c_int);
+        }
+        let mut sink = [0u8; 64];
+        // SAFETY: draining our own non-blocking pipe.
+        while unsafe { libc::read(self.sigchld.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+    }
+
+    fn finish(
+        &self,
+        mut log: LogWriter,
+        mut decoder: Utf8Decoder,
+        mut totals: OutputTotals,
+        code: Option<i32>,
+        signal: Option<i32>,
+        own_kill: Option<String>,
+    ) {
+        let rest = decoder.finish();
+        totals.bytes += rest.len() as u64;
+        totals.chars += rest.chars().count() as u64;
+        log.write(&rest);
+        write_index(&self.jd, &log);
+        let asked = std::fs::read_to_string(self.jd.kill()).ok();
+        let killed = own_kill.is_some() || asked.is_some();
+        let reason = own_kill.or(asked.map(|r| r.trim().to_string()).filter(|r| !r.is_empty()));
+        let output = OutputTotals { chars: totals.chars, bytes: totals.bytes, lines: log.index().end_line };
+        let record = ExitRecord { code, signal, killed, reason, ended_at_ms: now_ms(), output };
+        let _ = jobdir::write_json(&self.jd.exit(), &record);
+    }
+}
+
+/// waitpid on our one child only (never -1); None while it runs.
+fn reap(pid: i32) -> Option<(Option<i32>, Option<i32>)> {
+    let mut status = 0;
+    // SAFETY: waitpid with a pid and a status out-pointer.
+    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+    if r == pid {
+        let status = std::process::ExitStatus::from_raw(status);
+        return Some((status.code(), status.signal()));
+    }
+    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
+        return Some((None, None));
+    }
+    None
+}
+
+fn write_index(jd: &JobDir, log: &LogWriter) {
+    let index = log.index();
+    let segments = index
+        .segments
+        .iter()
+        .filter_map(|s| {
+            let name = s.path.file_name()?.to_str()?;
+            let n = name.strip_prefix("out.")?.strip_suffix(".log")?.parse().ok()?;
+            Some(jobdir::IndexSegment { n, start_line: s.start_line, mid_line: s.mid_line })
+        })
+        .collect();
+    let _ = jobdir::write_json(&jd.index(), &IndexFile { segments, dropped_bytes: index.dropped_bytes });
+}

@@ -1,0 +1,336 @@
+//! Jobs outlive their UI (DESIGN §4): real `talaria` processes killed with SIGKILL, real
+//! supervisors, real process groups checked in /proc. Every test's processes carry a
+//! unique marker (a `sleep` length) so tests running side by side never see each other's.
+
+mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use talaria::config::Config;
+use talaria::engine::jobs::{group, JobsHandle, JobsOptions, SpawnSpec, SupervisorExe};
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::engine::store::jobs::{JobPids, NewJob};
+use talaria::engine::store::Store;
+use talaria::engine::{EventSink, SessionChoice};
+use talaria::paths::Paths;
+use talaria::protocol::{Event, JobAction, JobStatus, Op, TurnTrigger};
+
+use common::{slow_stream, spawn_json, wait_event, Home};
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+/// A number no other test uses: `sleep <marker>` finds this test's processes.
+fn marker(n: u32) -> String {
+    format!("{}{:05}", 30_000 + n, std::process::id() % 100_000)
+}
+
+/// Pids of live (non-zombie) processes whose command line contains `needle`.
+fn pids_with(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let text = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if text.contains(needle) && group::process_alive(pid, None) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+fn background_call(command: &str) -> ScriptedResponse {
+    let args = json!({ "command": command, "background": true }).to_string();
+    ScriptedResponse::tool_call("call_bg", "terminal", &args)
+}
+
+/// `talaria exec --json --yes` started by the model into a background job; returns the
+/// child (still running) once the job has started.
+async fn exec_with_job(home: &Home, server: &ScriptedServer, extra: &[&str]) -> (tokio::process::Child, String) {
+    let url = server.base_url();
+    let mut args = vec!["--yes", "--base-url", url.as_str()];
+    args.extend_from_slice(extra);
+    args.push("start the job");
+    let (child, mut lines) = spawn_json(home, &args);
+    let started = wait_event(&mut lines, "JobStarted", |_| true).await;
+    let id = started["data"]["job"]["id"].as_str().expect("job id").to_string();
+    // Keep reading so the child never blocks on a full stdout pipe.
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    (child, id)
+}
+
+async fn jobs_list(home: &Home) -> Vec<Value> {
+    let out = home.run(&["jobs", "list", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    serde_json::from_str(&common::stdout(&out)).expect("jobs list --json")
+}
+
+fn row<'a>(rows: &'a [Value], id: &str) -> &'a Value {
+    let num: i64 = id.trim_start_matches("job_").parse().unwrap();
+    rows.iter().find(|r| r["num"] == json!(num)).unwrap_or_else(|| panic!("{id} not in {rows:?}"))
+}
+
+fn sigkill(child: &tokio::process::Child) {
+    let pid = child.id().expect("running") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+#[tokio::test]
+async fn kill_9_talaria_leaves_the_job_running_and_continue_reattaches_it() {
+    let home = Home::new();
+    let mark = marker(1);
+    let go = home.path().join("go");
+    let command = format!(
+        "echo before-{mark}; while [ ! -e {go} ]; do sleep 0.05; done; echo while-nobody-watched-{mark}; exec sleep {mark}",
+        go = go.display()
+    );
+    let server = ScriptedServer::start([background_call(&command), slow_stream()]).await.unwrap();
+    let (mut exec, id) = exec_with_job(&home, &server, &[]).await;
+    sigkill(&exec);
+    let _ = exec.wait().await;
+
+    // Nobody watches now; the job goes on and prints.
+    std::fs::write(&go, "").unwrap();
+    wait_until("the job's sleep", || !pids_with(&format!("sleep {mark}")).is_empty()).await;
+    let rows = jobs_list(&home).await;
+    assert_eq!(row(&rows, &id)["status"], json!("running"));
+
+    // `talaria -c`: the job is back in the pane, with what it printed meanwhile.
+    let server2 = ScriptedServer::start([ScriptedResponse::text("ok")]).await.unwrap();
+    let mut running = inproc::start(home.path(), &server2.base_url(), SessionChoice::Continue).await;
+    running
+        .wait_for(
+            "the job re-attached",
+            |e| matches!(e, Event::JobStarted { job } if job.id == id && job.status == JobStatus::Running),
+        )
+        .await;
+    let log_id = id.clone();
+    let needle = format!("while-nobody-watched-{mark}");
+    let mut shown = false;
+    for _ in 0..200 {
+        running.send(Op::Job { id: log_id.clone(), action: JobAction::Log { offset: None, limit: None } });
+        let ev = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await;
+        if let Event::JobLog { text, .. } = ev {
+            if text.contains(&needle) && text.contains(&format!("before-{mark}")) {
+                shown = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(shown, "the whole log is shown after re-attaching");
+    running.send(Op::Job { id: id.clone(), action: JobAction::Kill });
+    running
+        .wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if *i == id))
+        .await;
+    assert!(pids_with(&format!("sleep {mark}")).is_empty(), "the job's processes are gone");
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_job_that_finished_while_talaria_was_dead_is_noticed_exactly_once() {
+    let home = Home::new();
+    let mark = marker(2);
+    let go = home.path().join("go");
+    let command =
+        format!("while [ ! -e {go} ]; do sleep 0.05; done; echo finished-{mark}; exit 3 # {mark}", go = go.display());
+    let server = ScriptedServer::start([background_call(&command), slow_stream()]).await.unwrap();
+    let (mut exec, id) = exec_with_job(&home, &server, &[]).await;
+    sigkill(&exec);
+    let _ = exec.wait().await;
+    std::fs::write(&go, "").unwrap();
+    let exit = home.path().join("jobs").join(&id).join("exit.json");
+    wait_until("the supervisor's exit record", || exit.exists()).await;
+    assert!(pids_with(&format!("# {mark}")).is_empty());
+
+    // Three restarts: the first tells the model, the others do not.
+    let server2 = ScriptedServer::start([ScriptedResponse::text("noted")]).await.unwrap();
+    for round in 0..3 {
+        let mut running = inproc::start(home.path(), &server2.base_url(), SessionChoice::Continue).await;
+        if round == 0 {
+            running
+                .wait_for("the notice turn", |e| {
+                    matches!(e, Event::TurnStarted { trigger: TurnTrigger::JobNotification })
+                })
+                .await;
+            running.turn_finished().await;
+        } else {
+            let events = running.collect_for(Duration::from_millis(1500)).await;
+            assert!(
+                !events.iter().any(|e| matches!(e, Event::TurnStarted { .. })),
+                "round {round}: no second notice: {events:?}"
+            );
+        }
+        let rows = running.store.load_messages(&running.session_id()).await.unwrap();
+        let notices: Vec<_> = rows
+            .iter()
+            .filter(|m| m.display_kind.as_deref() == Some("job_notice"))
+            .map(|m| m.content.clone())
+            .collect();
+        assert_eq!(notices.len(), 1, "round {round}: {notices:?}");
+        let text = notices[0].clone().unwrap_or_default();
+        assert!(text.contains(&format!("{id} exited with code 3")), "{text}");
+        assert!(text.contains(&format!("finished-{mark}")), "{text}");
+        running.shutdown().await;
+    }
+    assert_eq!(server2.chat_requests().len(), 1);
+}
+
+#[tokio::test]
+async fn after_the_grace_an_orphaned_job_is_killed_as_owner_gone() {
+    let home = Home::new();
+    home.write_config("[jobs]\norphan_grace_s = 1\n");
+    let mark = marker(3);
+    let server = ScriptedServer::start([background_call(&format!("sleep {mark}")), slow_stream()]).await.unwrap();
+    let (mut exec, id) = exec_with_job(&home, &server, &[]).await;
+    wait_until("the job's sleep", || !pids_with(&format!("sleep {mark}")).is_empty()).await;
+    sigkill(&exec);
+    let _ = exec.wait().await;
+    wait_until("the grace to run out", || pids_with(&format!("sleep {mark}")).is_empty()).await;
+    let exit = home.path().join("jobs").join(&id).join("exit.json");
+    wait_until("the exit record", || exit.exists()).await;
+    let rows = jobs_list(&home).await;
+    assert_eq!(row(&rows, &id)["status"], json!("killed"));
+    assert_eq!(row(&rows, &id)["reason"], json!("owner gone"));
+}
+
+#[tokio::test]
+async fn exec_kills_its_jobs_unless_keep_jobs_and_jobs_lists_kept_ones() {
+    let home = Home::new();
+    let mark = marker(4);
+    let server = ScriptedServer::start([
+        background_call(&format!("sleep {mark}")),
+        ScriptedResponse::text("started"),
+        background_call(&format!("sleep {mark}1")),
+        ScriptedResponse::text("started"),
+    ])
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let out = home.run(&["exec", "--yes", "--base-url", &url, "start it"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert!(pids_with(&format!("sleep {mark}")).is_empty(), "a clean exec kills its jobs");
+
+    let out = home.run(&["exec", "--yes", "--keep-jobs", "--base-url", &url, "start another"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let kept = pids_with(&format!("sleep {mark}1"));
+    assert_eq!(kept.len(), 1, "the kept job runs on");
+    let rows = jobs_list(&home).await;
+    let running: Vec<&Value> = rows.iter().filter(|r| r["status"] == json!("running")).collect();
+    assert_eq!(running.len(), 1, "{rows:?}");
+    let id = format!("job_{}", running[0]["num"]);
+    let out = home.run(&["jobs", "log", &id]).await;
+    assert_eq!(out.status.code(), Some(0));
+    let out = home.run(&["jobs", "kill", &id]).await;
+    assert!(common::stdout(&out).contains("killed"), "{}", common::stdout(&out));
+    assert!(pids_with(&format!("sleep {mark}1")).is_empty());
+    assert_eq!(row(&jobs_list(&home).await, &id)["status"], json!("killed"));
+}
+
+fn handle(paths: &Paths, sweep: bool) -> (JobsHandle, tokio::sync::mpsc::UnboundedReceiver<Event>) {
+    let (sink, events) = EventSink::channel();
+    let options = JobsOptions {
+        supervisor: SupervisorExe::Exe(PathBuf::from(env!("CARGO_BIN_EXE_talaria"))),
+        sweep,
+        attach: None,
+    };
+    let (jobs, _finished) = JobsHandle::start_with(paths, Arc::new(Config::default()), sink, options);
+    (jobs, events)
+}
+
+fn spec(command: &str, cwd: &Path) -> SpawnSpec {
+    SpawnSpec {
+        command: command.into(),
+        cwd: cwd.to_path_buf(),
+        background: true,
+        session_id: "s".into(),
+        track_cwd: false,
+        call_id: None,
+    }
+}
+
+#[tokio::test]
+async fn a_sigkilled_supervisor_takes_the_leader_and_the_record_becomes_lost() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    let mark = marker(5);
+    let (jobs, mut events) = handle(&paths, true);
+    let spawned = jobs.spawn(spec(&format!("sleep {mark}"), &home.work())).await.unwrap();
+    let leader = spawned.pid as i32;
+    wait_until("the leader", || group::process_alive(leader, None)).await;
+    let store = Store::open(&paths.state_db).unwrap();
+    let num: i64 = spawned.id.trim_start_matches("job_").parse().unwrap();
+    let row = store.job_get(num).await.unwrap().unwrap();
+    let supervisor = row.supervisor_pid.unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), nix::sys::signal::Signal::SIGKILL).unwrap();
+    wait_until("the leader to die with its supervisor", || !group::process_alive(leader, None)).await;
+    let lost = tokio::time::timeout(DEADLINE, async {
+        while let Some(e) = events.recv().await {
+            if matches!(&e, Event::JobFinished { id, status: JobStatus::Lost } if *id == spawned.id) {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(lost, Ok(true));
+    assert!(pids_with(&format!("sleep {mark}")).is_empty());
+    let rows = jobs_list(&home).await;
+    assert_eq!(row_status(&rows, num), "lost");
+}
+
+fn row_status(rows: &[Value], num: i64) -> String {
+    rows.iter()
+        .find(|r| r["num"] == json!(num))
+        .map(|r| r["status"].as_str().unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn a_record_whose_pid_now_belongs_to_another_process_is_not_touched() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    paths.ensure_dirs().unwrap();
+    let mark = marker(6);
+    // An unrelated process, its own session and group (pgid = pid).
+    let mut stranger = std::process::Command::new("setsid").args(["sleep", &mark]).spawn().unwrap();
+    let pid = stranger.id() as i32;
+    wait_until("the stranger to lead its group", || group::proc_stat(pid).is_some_and(|s| s.pgrp == pid)).await;
+    let start = group::proc_stat(pid).unwrap().start_ticks as i64;
+    let store = Store::open(&paths.state_db).unwrap();
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap().trim().to_string();
+    let num = store
+        .job_insert(NewJob {
+            session_id: "old".into(),
+            command: format!("sleep {mark}"),
+            cwd: "/".into(),
+            background: true,
+            has_stdin: false,
+            boot_id: boot,
+            started_at: 1,
+        })
+        .await
+        .unwrap();
+    // The record's job and supervisor were this pid once, started at another time.
+    let pids =
+        JobPids { pgid: pid.into(), leader_start: start - 1, supervisor_pid: pid.into(), supervisor_start: start - 1 };
+    store.job_started(num, pids).await.unwrap();
+    drop(store);
+    let rows = jobs_list(&home).await;
+    assert_eq!(row_status(&rows, num), "lost");
+    assert!(group::process_alive(pid, Some(start as u64)), "the stranger was not touched");
+    let _ = stranger.kill();
+    let _ = stranger.wait();
+}
