@@ -311,6 +311,9 @@ pub struct StatusInfo {
     pub goal: Option<String>,
     /// Context window use in percent, when known.
     pub context_pct: Option<u8>,
+    /// The session's title, once it has one.
+    #[serde(default)]
+    pub title: Option<String>,
 }
 
 /// Engine -> front end.

@@ -82,7 +82,7 @@ async fn a_goal_gate_fails_the_model_fixes_it_and_the_judge_says_done() {
     engine.wait_for("the write", |e| matches!(e, Event::ToolFinished { outcome, .. } if outcome.ok)).await;
     engine.notice("gate 1/1 ✓ $ test -f done.txt").await;
     let achieved = engine.notice("goal achieved").await;
-    assert_eq!(achieved, "✓ goal achieved: ok");
+    assert_eq!(achieved, "✓ goal achieved: create done.txt — ok");
     engine
         .wait_for(
             "the goal row showing it achieved",

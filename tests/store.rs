@@ -346,6 +346,13 @@ async fn sessions_are_found_by_id_prefix_and_title() {
     assert_eq!(store.find_session("  ").await.unwrap(), None);
     let err = store.set_title(&a, "  ").await.unwrap_err().to_string();
     assert!(err.contains("empty"), "{err}");
+    // Words of a title, in any order and case, for /resume; several matches are all listed.
+    let ids = |v: Vec<talaria::engine::store::SessionSummary>| v.into_iter().map(|s| s.id).collect::<Vec<_>>();
+    assert_eq!(ids(store.match_sessions("PARSER refactor", 10).await.unwrap()), vec![a.clone()]);
+    assert_eq!(ids(store.match_sessions("refac", 10).await.unwrap()), vec![a.clone()]);
+    let both = store.match_sessions("e", 10).await.unwrap();
+    assert_eq!(both.len(), 2);
+    assert!(store.match_sessions("100%", 10).await.unwrap().is_empty(), "% is not a wildcard");
 }
 
 /// `YYYYMMDD-HHMMSS-xxxx` with lowercase hex.

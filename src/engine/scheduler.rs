@@ -81,7 +81,8 @@ pub enum Input {
     /// `/compact` ended (done, failed or interrupted).
     CompactionFinished,
     /// The pause sentinel changed.
-    PauseChanged { paused: bool },
+    /// The pause file appeared (with its reason) or went away.
+    PauseChanged { paused: bool, reason: Option<String> },
     /// Nothing new: what should run next? Asked after every other input.
     Settle,
 }
@@ -165,12 +166,9 @@ pub fn decide(state: &State, input: Input) -> Vec<Effect> {
         Input::Command(command) => command_allowed(state, &command),
         Input::TurnFinished { outcome } => turn_finished(state, outcome),
         Input::CompactionFinished => vec![Effect::SendStatus],
-        Input::PauseChanged { paused } => vec![
+        Input::PauseChanged { paused, reason } => vec![
             if paused {
-                notice(
-                    NoticeLevel::Warn,
-                    "PAUSED: no heartbeat, goal, queued message or job notice runs until unpaused",
-                )
+                notice(NoticeLevel::Warn, pause_notice(reason.as_deref()))
             } else {
                 notice(NoticeLevel::Info, "unpaused")
             },
@@ -178,6 +176,14 @@ pub fn decide(state: &State, input: Input) -> Vec<Effect> {
         ],
         Input::Settle => next(state).into_iter().collect(),
     }
+}
+
+/// What a pause means, in one notice (with the reason when one was given).
+pub(crate) fn pause_notice(reason: Option<&str>) -> String {
+    let why = reason.map(str::trim).filter(|r| !r.is_empty()).map(|r| format!(" — {r}")).unwrap_or_default();
+    format!(
+        "PAUSED{why}: no heartbeat, goal, queued message or job notice runs, and typed messages wait, until /unpause (or `talaria unpause`)"
+    )
 }
 
 /// A message typed by the user (DESIGN §3 busy-mode table).
@@ -674,10 +680,13 @@ mod tests {
 
     #[test]
     fn pausing_and_unpausing_are_announced() {
-        let e = decide(&idle(), Input::PauseChanged { paused: true });
-        assert!(matches!(&e[0], Effect::Notice { level: NoticeLevel::Warn, text } if text.starts_with("PAUSED")));
+        let e = decide(&idle(), Input::PauseChanged { paused: true, reason: Some("lunch".into()) });
+        assert!(
+            matches!(&e[0], Effect::Notice { level: NoticeLevel::Warn, text } if text.starts_with("PAUSED — lunch: ") && text.contains("typed messages wait")),
+            "{e:?}"
+        );
         assert_eq!(e[1], Effect::SendStatus);
-        let e = decide(&idle(), Input::PauseChanged { paused: false });
+        let e = decide(&idle(), Input::PauseChanged { paused: false, reason: None });
         assert!(matches!(&e[0], Effect::Notice { level: NoticeLevel::Info, .. }));
     }
 

@@ -238,7 +238,8 @@ fn parse_heartbeat(rest: &str) -> Result<HeartbeatCmd, String> {
         None | Some("status") if rest.split_whitespace().count() <= 1 => Ok(HeartbeatCmd::Status),
         Some("pause") if words.next().is_none() => Ok(HeartbeatCmd::Pause),
         Some("resume") if words.next().is_none() => Ok(HeartbeatCmd::Resume),
-        Some("clear") if words.next().is_none() => Ok(HeartbeatCmd::Clear),
+        // `off` and `stop` are what people type first; they mean clear.
+        Some("clear" | "off" | "stop") if words.next().is_none() => Ok(HeartbeatCmd::Clear),
         Some("every") => {
             let after: Vec<&str> = words.collect();
             let (interval_s, used) = parse_interval_words(&after).ok_or_else(|| {
@@ -401,6 +402,9 @@ mod tests {
         assert!(parse("/hb every 10m").unwrap_err().contains("needs a prompt"));
         assert!(parse("/hb every soon x").is_err());
         assert_eq!(parse("/hb"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Status))));
+        for alias in ["/heartbeat off", "/hb stop", "/heartbeat clear"] {
+            assert_eq!(parse(alias), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Clear))), "{alias}");
+        }
         assert_eq!(parse("/heartbeat pause"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Pause))));
         assert_eq!(parse("/heartbeat clear"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Clear))));
         assert_eq!(format_interval(90), "90s");

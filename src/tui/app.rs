@@ -203,6 +203,8 @@ pub struct App {
     pub frame_area: Rect,
     /// The jobs and tools panes were on screen in the last frame (not at narrow widths).
     pub panes_shown: bool,
+    /// Running inside tmux, where OSC 52 reaches the terminal only with `set-clipboard on`.
+    pub in_tmux: bool,
     /// A one-off hint in the input's border (what Tab did not do, …); cleared by the next key.
     pub input_hint: Option<String>,
     /// A bell or OSC 9 text the event loop should write, then clear.
@@ -263,6 +265,7 @@ impl App {
             frame_area: Rect::new(0, 0, 80, 24),
             panes_shown: true,
             input_hint: None,
+            in_tmux: false,
             notification: None,
             clipboard: None,
             terminal_request: None,

@@ -42,7 +42,8 @@ pub fn layout(area: Rect, app: &LayoutFacts<'_>) -> Areas {
     }
     let status = Rect::new(area.x, area.bottom() - 1, area.width, 1);
     // Rows the input needs with its soft wrapping, within the cap.
-    let inner_w = usize::from(area.width.saturating_sub(2)).max(1);
+    // Inside the border and its one column of padding on each side.
+    let inner_w = usize::from(area.width.saturating_sub(4)).max(1);
     let rows: usize = app.input_lines.iter().map(|l| str_width(l).div_ceil(inner_w).max(1)).sum();
     let input_lines = u16::try_from(rows).unwrap_or(INPUT_MAX_LINES).clamp(1, INPUT_MAX_LINES);
     let input_h = input_lines + 2;

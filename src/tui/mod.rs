@@ -70,6 +70,7 @@ pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<Tu
     let keymap = Keymap::load(&options.paths.keymap_file)?;
     let theme = Theme::builtin(&options.config.ui.theme)?;
     let mut app = App::new(&options.config, keymap, theme, options.banner);
+    app.in_tmux = std::env::var_os("TMUX").is_some_and(|v| !v.is_empty());
     install_panic_hook();
     let mut terminal = match setup(options.config.ui.mouse) {
         Ok(t) => t,

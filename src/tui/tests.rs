@@ -138,6 +138,7 @@ fn busy_with_a_running_tool_and_pending_messages() {
             heartbeat: Some("♥ every 10m · next in 4m".into()),
             goal: None,
             context_pct: Some(12),
+            title: None,
         }),
     );
     app.now = start + Duration::from_secs(5);
@@ -173,6 +174,47 @@ fn help_overlay_wraps_at_forty_columns_and_scrolls_to_the_end() {
 fn tiny_terminal() {
     let mut app = app();
     insta::assert_snapshot!(screen(&mut app, 30, 8));
+    let out = screen(&mut app, 20, 6);
+    for line in ["terminal too small", "need 40×10", "now 20×6"] {
+        assert!(out.contains(line), "{line:?} must fit at 20×6:\n{out}");
+    }
+}
+
+#[test]
+fn the_status_line_names_the_session_and_offers_stop_only_while_busy() {
+    let mut app = app();
+    feed(
+        &mut app,
+        Event::Status(StatusInfo {
+            model: "demo".into(),
+            session_id: "20261129-173000-3f2a".into(),
+            ..StatusInfo::default()
+        }),
+    );
+    let idle = screen(&mut app, 100, 12);
+    let status = idle.lines().last().unwrap_or_default().to_string();
+    assert!(status.contains("11-29 17:30") && status.contains("? help"), "{status}");
+    assert!(!status.contains("Esc stop") && !status.contains("background"), "{status}");
+    let titled = StatusInfo { title: Some("fix the flaky test".into()), ..app.status.clone() };
+    feed(&mut app, Event::Status(titled));
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    let busy = screen(&mut app, 100, 12);
+    let status = busy.lines().last().unwrap_or_default().to_string();
+    assert!(status.contains("fix the flaky test") && status.contains("Esc stop · Ctrl+B background"), "{status}");
+}
+
+#[test]
+fn typed_text_keeps_off_the_input_border() {
+    let mut app = app();
+    for c in "x".repeat(120).chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    let out = screen(&mut app, 60, 14);
+    let rows: Vec<&str> = out.lines().filter(|l| l.contains("xxx")).collect();
+    assert!(!rows.is_empty(), "{out}");
+    for row in rows {
+        assert!(row.contains("│ x") && row.contains("x │") || row.contains("  │"), "text touches the border: {row}");
+    }
 }
 
 #[test]

@@ -230,16 +230,19 @@ impl GoalMachine {
         if text.is_empty() {
             return vec![error("a goal needs text: /goal <text>")];
         }
+        // The gates of the goal it replaces, or those added before any goal was set.
         let kept: Vec<Gate> =
-            self.live().map(|g| g.gates.iter().map(|gate| Gate::new(&gate.cmd)).collect()).unwrap_or_default();
+            self.goal.as_ref().map(|g| g.gates.iter().map(|gate| Gate::new(&gate.cmd)).collect()).unwrap_or_default();
         let replaced = self.live().is_some();
         // Gates or a judge still working for the old goal: drop them and start afresh now.
         let was_in_boundary = self.in_boundary();
         let mut fx = self.abandon_boundary();
-        let gates_note = match kept.len() {
-            0 => String::new(),
-            1 => " — keeping its gate".to_string(),
-            n => format!(" — keeping its {n} gates"),
+        let gates_note = match (kept.len(), replaced) {
+            (0, _) => String::new(),
+            (1, true) => " — keeping its gate".to_string(),
+            (n, true) => format!(" — keeping its {n} gates"),
+            (1, false) => " — with the gate added before it".to_string(),
+            (n, false) => format!(" — with the {n} gates added before it"),
         };
         self.goal = Some(Goal {
             text: text.to_string(),
@@ -304,12 +307,10 @@ impl GoalMachine {
 
     fn gate_command(&mut self, cmd: &GateCmd) -> Vec<GoalEffect> {
         let max = self.max_retries();
-        let Some(g) = self.goal.as_mut().filter(|g| g.status != GoalStatus::Cleared) else {
-            return match cmd {
-                GateCmd::List => vec![info("no goal, so no gates; set a goal with /goal <text>")],
-                _ => vec![error("no goal: set one with /goal <text> before adding gates")],
-            };
-        };
+        if self.live().is_none() {
+            return self.staged_gate_command(cmd);
+        }
+        let Some(g) = self.goal.as_mut() else { return Vec::new() };
         match cmd {
             GateCmd::List => vec![info(gate_list(g, max))],
             GateCmd::Add(c) => {
@@ -328,6 +329,57 @@ impl GoalMachine {
                         k => format!("there are {k} gates"),
                     };
                     return vec![error(format!("no gate {n}: {have}"))];
+                }
+                let gate = g.gates.remove(n - 1);
+                vec![info(format!("◎ gate {n} removed: $ {}", gate.cmd)), GoalEffect::Save]
+            }
+            GateCmd::Clear => {
+                let n = g.gates.len();
+                g.gates.clear();
+                vec![info(format!("◎ {n} gate{} removed", if n == 1 { "" } else { "s" })), GoalEffect::Save]
+            }
+        }
+    }
+
+    /// `/goal gate …` before any goal: the gates wait for the next `/goal <text>` (kept in
+    /// a cleared goal, so they are saved like the others).
+    fn staged_gate_command(&mut self, cmd: &GateCmd) -> Vec<GoalEffect> {
+        let g = self.goal.get_or_insert_with(|| Goal {
+            text: String::new(),
+            status: GoalStatus::Cleared,
+            turns_used: 0,
+            max_turns: 0,
+            gate_max_retries: None,
+            gates: Vec::new(),
+            judge_failures: 0,
+            pause_reason: None,
+            last_verdict: None,
+        });
+        let later = "they apply to the next /goal <text>";
+        match cmd {
+            GateCmd::List if g.gates.is_empty() => {
+                vec![info("no goal and no gates; /goal gate add <cmd> adds one before the goal is set")]
+            }
+            GateCmd::List => {
+                let list: Vec<String> =
+                    g.gates.iter().enumerate().map(|(i, gate)| format!("    {}. $ {}", i + 1, gate.cmd)).collect();
+                vec![info(format!("  no goal yet; {later}:\n{}", list.join("\n")))]
+            }
+            GateCmd::Add(c) => {
+                let c = c.trim();
+                if c.is_empty() {
+                    return vec![error("a gate needs a command: /goal gate add <cmd>")];
+                }
+                g.gates.push(Gate::new(c));
+                let n = g.gates.len();
+                vec![
+                    info(format!("◎ gate {n} added: $ {c} — no goal yet: it applies to the next /goal <text>")),
+                    GoalEffect::Save,
+                ]
+            }
+            GateCmd::Remove(n) => {
+                if *n == 0 || *n > g.gates.len() {
+                    return vec![error(format!("no gate {n}: there are {} waiting for a goal", g.gates.len()))];
                 }
                 let gate = g.gates.remove(n - 1);
                 vec![info(format!("◎ gate {n} removed: $ {}", gate.cmd)), GoalEffect::Save]
@@ -492,7 +544,8 @@ impl GoalMachine {
         match reply.verdict {
             Verdict::Done => {
                 g.status = GoalStatus::Achieved;
-                vec![GoalEffect::Done { message: format!("✓ goal achieved: {reason}") }, GoalEffect::Save]
+                let message = format!("✓ goal achieved: {} — {reason}", g.text);
+                vec![GoalEffect::Done { message }, GoalEffect::Save]
             }
             Verdict::Blocked => self.pause(&format!("the agent is blocked — {reason}")),
             Verdict::Continue => {

@@ -99,8 +99,6 @@ fn replacing_keeps_the_gates_and_says_so() {
 #[test]
 fn gate_commands() {
     let mut m = machine();
-    let fx = add_gate(&mut m, "cargo test");
-    assert_eq!(fx, vec![error("no goal: set one with /goal <text> before adding gates")]);
     set(&mut m, "g", true);
     assert_eq!(add_gate(&mut m, "cargo test"), vec![info("◎ gate 1 added: $ cargo test"), GoalEffect::Save]);
     add_gate(&mut m, "cargo fmt --check");
@@ -113,11 +111,12 @@ fn gate_commands() {
     let fx = m.command(&GoalCmd::Gate(GateCmd::Clear), true);
     assert_eq!(fx, vec![info("◎ 1 gate removed"), GoalEffect::Save]);
     assert!(m.goal().unwrap().gates.is_empty());
-    // Clearing the goal takes its gates with it; adding one afterwards is an error again.
+    // Clearing the goal takes its gates with it; one added afterwards waits for the next goal.
     add_gate(&mut m, "true");
     assert_eq!(notices(&m.command(&GoalCmd::Clear, true)), vec!["◎ goal cleared and its gate"]);
     assert_eq!(m.row(), None);
-    assert!(matches!(&add_gate(&mut m, "true")[0], GoalEffect::Notice { level: NoticeLevel::Error, .. }));
+    assert!(notices(&add_gate(&mut m, "true"))[0].contains("applies to the next /goal"));
+    assert_eq!(m.row(), None);
 }
 
 #[test]
@@ -134,7 +133,10 @@ fn without_gates_the_judge_decides() {
     assert!(!m.in_boundary());
     m.on_turn_end(TurnOutcome::Completed, "done now");
     let fx = m.on_judge_reply("```json\n{\"verdict\":\"done\",\"reason\":\"README covers it\"}\n```");
-    assert_eq!(fx, vec![GoalEffect::Done { message: "✓ goal achieved: README covers it".into() }, GoalEffect::Save]);
+    assert_eq!(
+        fx,
+        vec![GoalEffect::Done { message: "✓ goal achieved: write docs — README covers it".into() }, GoalEffect::Save]
+    );
     assert_eq!(m.goal().unwrap().status, GoalStatus::Achieved);
     assert_eq!(m.row().unwrap(), "goal ✓ · write docs");
     // An achieved goal does nothing more at turn ends.
@@ -484,4 +486,22 @@ fn row_truncates_long_goal_text() {
     let mut m = machine();
     set(&mut m, "refactor the whole storage layer so that every query goes through one pool", true);
     assert_eq!(m.row().unwrap(), "goal 1/20 · refactor the whole storage layer so tha…");
+}
+
+#[test]
+fn gates_added_before_a_goal_wait_for_it_and_survive_a_save() {
+    let mut m = machine();
+    let fx = add_gate(&mut m, "cargo test");
+    assert_eq!(
+        fx,
+        vec![info("◎ gate 1 added: $ cargo test — no goal yet: it applies to the next /goal <text>"), GoalEffect::Save]
+    );
+    assert!(m.row().is_none(), "no goal in the status line yet");
+    let listed = notices(&m.command(&GoalCmd::Gate(GateCmd::List), true))[0].clone();
+    assert!(listed.contains("1. $ cargo test"), "{listed}");
+    let mut m = GoalMachine::from_json(limits(20, 3), &m.to_json().unwrap()).unwrap();
+    let fx = set(&mut m, "make the tests pass", true);
+    assert!(notices(&fx)[0].contains("with the gate added before it"), "{fx:?}");
+    assert_eq!(m.goal().unwrap().gates.len(), 1);
+    assert_eq!(m.goal().unwrap().status, GoalStatus::Active);
 }

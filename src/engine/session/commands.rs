@@ -49,17 +49,39 @@ impl Engine {
         }
     }
 
+    /// By id, id prefix or title; else by title words (several matches are listed).
     async fn resume(&mut self, key: &str) {
-        match self.env.store.find_session(key).await {
-            Ok(Some(s)) => {
-                self.env.session_id = s.id;
-                self.title = s.title;
-                if let Err(e) = self.load_session().await {
-                    self.notice(NoticeLevel::Error, format!("could not resume: {e}"));
+        let found = match self.env.store.find_session(key).await {
+            Ok(Some(s)) => Some(s),
+            Ok(None) => match self.env.store.match_sessions(key, 10).await {
+                Ok(mut matches) if matches.len() == 1 => matches.pop(),
+                Ok(matches) if matches.is_empty() => {
+                    let text = format!("no session matches '{key}'; /sessions lists them");
+                    return self.notice(NoticeLevel::Error, text);
                 }
+                Ok(matches) => {
+                    let lines: Vec<String> = matches.iter().map(session_line).collect();
+                    let text = format!(
+                        "{} sessions match '{key}':\n{}\n/resume <id> opens one",
+                        matches.len(),
+                        lines.join("\n")
+                    );
+                    return self.notice(NoticeLevel::Info, text);
+                }
+                Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
+            },
+            Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
+        };
+        let Some(s) = found else { return };
+        self.env.session_id = s.id.clone();
+        self.title = s.title.clone();
+        match self.load_session().await {
+            Ok(()) => {
+                let title = s.title.as_deref().map(|t| format!("\"{t}\" ")).unwrap_or_default();
+                let text = format!("resumed {title}({} · {} messages)", s.id, s.message_count);
+                self.notice(NoticeLevel::Info, text);
             }
-            Ok(None) => self.notice(NoticeLevel::Error, format!("no session matches '{key}'")),
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
+            Err(e) => self.notice(NoticeLevel::Error, format!("could not resume: {e}")),
         }
     }
 
@@ -75,10 +97,7 @@ impl Engine {
 
     fn busy_command(&mut self, mode: Option<BusyMode>) {
         let Some(mode) = mode else {
-            self.notice(
-                NoticeLevel::Info,
-                format!("busy mode: {} (redirect | steer | queue)", self.busy_mode.as_str()),
-            );
+            self.notice(NoticeLevel::Info, busy_explained(self.busy_mode));
             return;
         };
         self.busy_mode = mode;
@@ -126,10 +145,23 @@ impl Engine {
         });
     }
 
+    /// Switch at once; then check, as its own task, that the provider lists the model.
     fn set_model(&mut self, name: String) {
         self.notice(NoticeLevel::Info, format!("model for this session: {name}"));
-        self.env.model = name;
+        self.env.model = name.clone();
         self.send_status();
+        let provider = self.env.provider.clone();
+        let events = self.env.events.clone();
+        tokio::spawn(async move {
+            if let Ok(models) = provider.list_models().await {
+                if !models.is_empty() && !models.contains(&name) {
+                    let text = format!(
+                        "the provider does not list a model named {name}: requests may fail (/model lists the ones it has)"
+                    );
+                    events.send(Event::notice(NoticeLevel::Warn, text));
+                }
+            }
+        });
     }
 
     fn usage(&self) {
@@ -171,20 +203,27 @@ impl Engine {
         self.send_status();
     }
 
-    fn pause(&self, reason: Option<&str>) {
+    /// One notice, said now; the file watcher's notice of the same change is dropped.
+    fn pause(&mut self, reason: Option<&str>) {
+        let was = self.is_paused();
         match crate::engine::estop::pause(&self.paths.estop, reason) {
-            Ok(_) => self.notice(
-                NoticeLevel::Warn,
-                "paused: no heartbeat, goal, queued message or job notice runs until /unpause",
-            ),
+            Ok(_) => {
+                self.notice(NoticeLevel::Warn, crate::engine::scheduler::pause_notice(reason));
+                if !was {
+                    self.pause_announced = Some(true);
+                }
+            }
             Err(e) => self.notice(NoticeLevel::Error, format!("could not pause: {e}")),
         }
         self.send_status();
     }
 
-    fn unpause(&self) {
+    fn unpause(&mut self) {
         match crate::engine::estop::unpause(&self.paths.estop) {
-            Ok(true) => self.notice(NoticeLevel::Info, "unpaused"),
+            Ok(true) => {
+                self.notice(NoticeLevel::Info, "unpaused");
+                self.pause_announced = Some(false);
+            }
             Ok(false) => self.notice(NoticeLevel::Info, "not paused"),
             Err(e) => self.notice(NoticeLevel::Error, format!("could not unpause: {e}")),
         }
@@ -195,18 +234,7 @@ impl Engine {
         match self.env.store.list_sessions(20).await {
             Ok(sessions) if sessions.is_empty() => self.notice(NoticeLevel::Info, "no sessions yet"),
             Ok(sessions) => {
-                let lines: Vec<String> = sessions
-                    .iter()
-                    .map(|s| {
-                        format!(
-                            "{}  {:<30} {:>4} msgs  {}",
-                            s.id,
-                            s.title.clone().unwrap_or_else(|| "(untitled)".into()),
-                            s.message_count,
-                            s.first_line
-                        )
-                    })
-                    .collect();
+                let lines: Vec<String> = sessions.iter().map(session_line).collect();
                 self.notice(NoticeLevel::Info, format!("{}\n/resume <id|title> to open one", lines.join("\n")));
             }
             Err(e) => self.notice(NoticeLevel::Error, format!("could not list sessions: {e}")),
@@ -235,13 +263,56 @@ impl Engine {
                     return;
                 }
                 self.events().send(Event::RestoreInput { text });
-                self.notice(
-                    NoticeLevel::Info,
-                    format!("removed the last {n} exchange(s); the message is back in the input"),
-                );
+                let what = if n == 1 { "the last exchange".to_string() } else { format!("the last {n} exchanges") };
+                self.notice(NoticeLevel::Info, format!("removed {what}; its message is back in the input"));
             }
             Ok(None) => self.notice(NoticeLevel::Info, "nothing to undo"),
             Err(e) => self.notice(NoticeLevel::Error, format!("could not undo: {e}")),
         }
+    }
+}
+
+/// One session in a list: id, title, size, first line.
+fn session_line(s: &crate::engine::store::SessionSummary) -> String {
+    format!(
+        "{}  {:<30} {:>4} msgs  {}",
+        s.id,
+        s.title.clone().unwrap_or_else(|| "(untitled)".into()),
+        s.message_count,
+        s.first_line
+    )
+}
+
+/// `/busy` without a mode: the current one, and what each does, one line each.
+fn busy_explained(current: BusyMode) -> String {
+    let line = |mode: BusyMode, what: &str| {
+        let mark = if mode == current { "▸" } else { " " };
+        format!("{mark} {:<9}{what}", mode.as_str())
+    };
+    [
+        format!("busy mode: {} — what Enter does while the agent works (/busy <mode> switches):", current.as_str()),
+        line(
+            BusyMode::Redirect,
+            "stop what it is doing (a running command moves to the background) and read your message now",
+        ),
+        line(BusyMode::Steer, "give it your message once the running tools finish, without stopping them"),
+        line(BusyMode::Queue, "keep your message for the next turn (Tab always does this)"),
+    ]
+    .join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::busy_explained;
+    use crate::protocol::BusyMode;
+
+    #[test]
+    fn busy_explains_each_mode_in_one_line() {
+        let text = busy_explained(BusyMode::Steer);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 4, "{text}");
+        assert!(lines[0].starts_with("busy mode: steer"));
+        assert!(lines[2].starts_with("▸ steer"), "{text}");
+        assert!(lines[1].starts_with("  redirect") && lines[3].starts_with("  queue"), "{text}");
     }
 }

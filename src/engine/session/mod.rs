@@ -101,6 +101,8 @@ struct Engine {
     pending_effects: Vec<crate::engine::goal::GoalEffect>,
     boundary: standing::Boundary,
     paused: tokio::sync::watch::Receiver<bool>,
+    /// `/pause` or `/unpause` already said so: the watcher's notice of that change is dropped.
+    pause_announced: Option<bool>,
     instruction_files: Vec<instructions::InstructionFile>,
 }
 
@@ -168,6 +170,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         pending_effects: Vec::new(),
         boundary: standing::Boundary::new(),
         paused,
+        pause_announced: None,
         instruction_files,
     };
     engine.load_session().await?;
@@ -276,7 +279,11 @@ impl Engine {
                 changed = self.paused.changed() => {
                     if changed.is_ok() {
                         let paused = *self.paused.borrow();
-                        let effects = self.decide(Input::PauseChanged { paused }).await;
+                        let reason = crate::engine::estop::read(&self.paths.estop).and_then(|i| i.reason);
+                        let mut effects = self.decide(Input::PauseChanged { paused, reason }).await;
+                        if self.pause_announced.take() == Some(paused) {
+                            effects.retain(|e| !matches!(e, Effect::Notice { .. }));
+                        }
                         self.perform_all(effects).await;
                     }
                 }
@@ -375,6 +382,7 @@ impl Engine {
             heartbeat: self.heartbeat.as_ref().map(|h| h.status_text(crate::engine::heartbeat::now_ms())),
             goal: self.goal.row(),
             context_pct: (self.meter.window > 0).then(|| self.meter.percent()),
+            title: self.title.clone(),
         }));
     }
 

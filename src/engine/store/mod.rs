@@ -202,6 +202,17 @@ impl Store {
         self.call(move |c| ops::find_session(c, &needle))
     }
 
+    /// Sessions whose title starts with `words` or contains every one of them (latest
+    /// first, at most `limit`): what `/resume` offers when nothing matches exactly.
+    pub fn match_sessions(
+        &self,
+        words: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SessionSummary>, StoreError>> + Send + 'static {
+        let words = words.to_string();
+        self.call(move |c| ops::match_sessions(c, &words, limit))
+    }
+
     /// The most recently updated session started in `cwd`.
     pub fn latest_in_cwd(
         &self,

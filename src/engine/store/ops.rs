@@ -171,6 +171,25 @@ pub fn find_session(conn: &Connection, id_or_title: &str) -> Result<Option<Sessi
     one_summary(conn, "s.title = ?1 COLLATE NOCASE", &needle)
 }
 
+pub fn match_sessions(conn: &Connection, words: &str, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
+    let words: Vec<String> = words.split_whitespace().map(|w| w.to_lowercase()).collect();
+    if words.is_empty() {
+        return Ok(Vec::new());
+    }
+    let like = |w: &str| format!("%{}%", w.replace('\\', "\\\\").replace('%', "\\%").replace('_', "\\_"));
+    let filter: Vec<String> =
+        (1..=words.len()).map(|i| format!("lower(COALESCE(s.title, '')) LIKE ?{i} ESCAPE '\\'")).collect();
+    let sql = format!(
+        "{SUMMARY_SELECT} WHERE {} ORDER BY s.updated_at DESC, s.rowid DESC LIMIT {}",
+        filter.join(" AND "),
+        limit.min(1000)
+    );
+    let params: Vec<String> = words.iter().map(|w| like(w)).collect();
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map(rusqlite::params_from_iter(params.iter()), summary)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub fn latest_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
     one_summary(conn, "s.cwd = ?1", &cwd)
 }

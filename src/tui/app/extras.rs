@@ -198,7 +198,12 @@ impl App {
             Some(answer) => {
                 let chars = answer.chars().count();
                 self.clipboard = Some(osc52(&answer));
-                (NoticeLevel::Info, format!("copied the last answer ({chars} chars) to the clipboard"))
+                let tmux = if self.in_tmux {
+                    " — inside tmux it reaches your terminal only with `set -g set-clipboard on` in tmux.conf"
+                } else {
+                    ""
+                };
+                (NoticeLevel::Info, format!("copied the last answer ({chars} chars) to the clipboard{tmux}"))
             }
             None => (NoticeLevel::Warn, "nothing to copy yet: no answer in this session".to_string()),
         };

@@ -508,7 +508,12 @@ impl App {
                     self.reset_input(String::new());
                     self.run_command(command, ops);
                 }
-                Err(message) => self.transcript.push(CellBody::Notice { level: NoticeLevel::Error, text: message }),
+                Err(message) => {
+                    self.transcript.push(CellBody::Notice { level: NoticeLevel::Error, text: message });
+                    // Kept to fix, and selected: typing replaces it, an arrow key keeps it.
+                    self.input.select_all();
+                    self.input_hint = Some("typing replaces the command · ← → keep it to edit".to_string());
+                }
             }
             return;
         }

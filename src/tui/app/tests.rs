@@ -542,3 +542,33 @@ fn running_jobs_sort_first_and_the_selection_follows_its_job() {
     assert_eq!(app.jobs[app.job_sel].info.id, "job_4", "the selection stays on its job");
     assert_eq!(app.jobs[0].info.id, "job_4");
 }
+
+#[test]
+fn a_bad_command_stays_selected_so_typing_replaces_it() {
+    let mut app = app();
+    type_text(&mut app, "/frobnicate");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    assert_eq!(app.input_text(), "/frobnicate");
+    assert!(app.input_hint.as_deref().is_some_and(|h| h.contains("typing replaces")));
+    type_text(&mut app, "/help");
+    assert_eq!(app.input_text(), "/help", "typing replaced the bad command instead of appending");
+    // An arrow key keeps the text to edit it.
+    app.reset_input(String::new());
+    type_text(&mut app, "/busy sideways");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    key(&mut app, KeyCode::End, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Left, KeyModifiers::NONE);
+    type_text(&mut app, "X");
+    assert_eq!(app.input_text(), "/busy sidewayXs");
+}
+
+#[test]
+fn copy_inside_tmux_says_the_terminal_may_not_get_it() {
+    let mut app = app();
+    app.update(AppEvent::Engine(Event::AssistantDone { text: "the answer".into(), reasoning: None }));
+    app.in_tmux = true;
+    type_text(&mut app, "/copy");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    let last = app.transcript.cells().last().map(|c| c.body.clone());
+    assert!(matches!(&last, Some(CellBody::Notice { text, .. }) if text.contains("set-clipboard on")), "{last:?}");
+}

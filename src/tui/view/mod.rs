@@ -48,15 +48,15 @@ pub fn draw(frame: &mut Frame<'_>, app: &App) {
 }
 
 fn draw_too_small(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    // Short lines, so that it fits even a 20×6 terminal.
+    let dim = Style::default().fg(app.theme.dim);
     let text = vec![
         Line::from(Span::styled("terminal too small", Style::default().add_modifier(Modifier::BOLD))),
-        Line::from(Span::styled(
-            format!("need {MIN_WIDTH}×{MIN_HEIGHT}, have {}×{}", area.width, area.height),
-            Style::default().fg(app.theme.dim),
-        )),
+        Line::from(Span::styled(format!("need {MIN_WIDTH}×{MIN_HEIGHT}"), dim)),
+        Line::from(Span::styled(format!("now {}×{}", area.width, area.height), dim)),
     ];
-    let y = area.y + area.height.saturating_sub(2) / 2;
-    let rect = Rect::new(area.x, y, area.width, area.height.min(2));
+    let y = area.y + area.height.saturating_sub(3) / 2;
+    let rect = Rect::new(area.x, y, area.width, area.height.min(3));
     frame.render_widget(Paragraph::new(text).alignment(Alignment::Center), rect);
 }
 
@@ -135,9 +135,11 @@ fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {
     } else {
         " message ".to_string()
     };
+    // A column of padding keeps typed text off the border.
     let mut block = Block::default()
         .borders(Borders::ALL)
         .border_style(Style::default().fg(border))
+        .padding(ratatui::widgets::Padding::horizontal(1))
         .title(Span::styled(title, Style::default().fg(app.theme.dim)));
     if let Some(hint) = &app.input_hint {
         block = block.title_bottom(Span::styled(format!(" {hint} "), Style::default().fg(app.theme.notice_warn)));

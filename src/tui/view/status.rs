@@ -32,6 +32,27 @@ fn state(app: &App) -> (String, bool) {
     }
 }
 
+/// The session as a person reads it: its title, else when it started (`11-29 17:30`).
+fn session_label(app: &App) -> Option<String> {
+    let title = app.status.title.as_ref().or(app.session.title.as_ref());
+    if let Some(title) = title.map(|t| t.split_whitespace().collect::<Vec<_>>().join(" ")) {
+        return Some(if title.chars().count() > 24 {
+            format!("{}…", title.chars().take(23).collect::<String>().trim_end())
+        } else {
+            title
+        });
+    }
+    let id = &app.status.session_id;
+    // Ids are `YYYYMMDD-HHMMSS-xxxx`; anything else is shown as it is, shortened.
+    match (id.get(4..6), id.get(6..8), id.get(9..11), id.get(11..13)) {
+        (Some(mo), Some(d), Some(h), Some(mi)) if id.len() == 20 && id.as_bytes()[8] == b'-' => {
+            Some(format!("{mo}-{d} {h}:{mi}"))
+        }
+        _ if id.is_empty() => None,
+        _ => Some(id.chars().take(12).collect()),
+    }
+}
+
 pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let fg = Style::default().fg(app.theme.status_fg);
     let sep = Span::styled(" · ", Style::default().fg(app.theme.dim));
@@ -55,8 +76,13 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if !app.status.model.is_empty() {
         facts.push(app.status.model.clone());
     }
-    if !app.status.session_id.is_empty() {
-        facts.push(app.status.session_id.chars().take(12).collect());
+    if let Some(session) = session_label(app) {
+        facts.push(session);
+    }
+    // A paused goal stays in view: it waits for the user, so it is kept before the rest.
+    let goal_paused = app.status.goal.as_deref().is_some_and(|g| g.starts_with("goal paused"));
+    if let Some(goal) = app.status.goal.as_ref().filter(|_| goal_paused) {
+        facts.push(goal.clone());
     }
     facts.push(format!("busy:{}", app.busy_mode().as_str()));
     // Before the heartbeat and goal: those can be long and are dropped first when narrow.
@@ -66,17 +92,20 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(hb) = &app.status.heartbeat {
         facts.push(hb.clone());
     }
-    if let Some(goal) = &app.status.goal {
+    if let Some(goal) = app.status.goal.as_ref().filter(|_| !goal_paused) {
         facts.push(goal.clone());
     }
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);
         format!("press {key} again to quit ")
-    } else {
+    } else if app.busy || !app.tools.is_empty() {
         let stop = app.keymap.hint(Context::Input, Action::Interrupt);
         let bg = app.keymap.hint(Context::Global, Action::Background);
         let help = app.keymap.hint(Context::Input, Action::HelpEmpty);
         format!("{stop} stop · {bg} background · {help} help ")
+    } else {
+        // Stop and background mean nothing while idle.
+        format!("{} help ", app.keymap.hint(Context::Input, Action::HelpEmpty))
     };
     let width = usize::from(area.width);
     let hints_w = str_width(&hints);
