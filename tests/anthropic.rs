@@ -17,6 +17,7 @@ use anthropic_wire::*;
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::config::Config;
+use talaria::engine::compaction::SUMMARY_HEADER;
 use talaria::engine::jobs::group;
 use talaria::engine::llm::anthropic::{AnthropicClient, MessagesOptions};
 use talaria::engine::llm::client::ClientSettings;
@@ -626,6 +627,38 @@ async fn an_unpriced_model_shows_tokens_only() {
     assert!(text.contains("this session: 10 in / 5 out · last turn: 10 in / 5 out"), "{text}");
     assert!(text.contains("tokens only") && !text.contains('$'), "{text}");
     running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn compact_summarises_through_the_messages_api_and_the_summary_leads_the_next_request() {
+    let mut s = session(vec![
+        text_answer("one"),
+        text_answer("two"),
+        text_answer("three"),
+        text_answer("Goals: count to four."),
+        text_answer("four"),
+    ])
+    .await;
+    for text in ["first", "second", "third"] {
+        s.submit(text, None);
+        assert_eq!(s.outcome().await, TurnOutcome::Completed);
+    }
+    s.running.send(Op::Command(SlashCommand::Compact(None)));
+    s.running.notice("context compacted").await;
+    let summary_request = s.body(4).await;
+    assert_eq!(summary_request.get("tools"), None, "the summary request offers no tools");
+    assert_eq!(summary_request["temperature"], json!(0.0));
+    assert_eq!(summary_request["system"].as_array().map(Vec::len), Some(1));
+    s.submit("fourth", None);
+    assert_eq!(s.outcome().await, TurnOutcome::Completed);
+    let messages = s.messages(5).await;
+    // The summary (a user message) and the first kept user turn merge into one user message.
+    let first = messages[0]["content"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(first[0]["text"], format!("{SUMMARY_HEADER}\nGoals: count to four."));
+    assert_eq!(first[1]["text"], "second");
+    assert_eq!(&messages[1..], &[assistant("two"), user_cached("third"), assistant("three"), user_cached("fourth")]);
+    s.running.shutdown().await;
 }
 
 /// A long agent session on the cache model: every turn runs a command and answers. The
