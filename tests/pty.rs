@@ -364,3 +364,51 @@ fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
         assert!(raw.rfind("\x1b[?1049h").unwrap() < left, "{signal}: the terminal was restored last");
     }
 }
+
+/// Start a goal whose gate is `sleep <secs>`; returns once the gate's process runs.
+fn start_a_hanging_gate(home: &Home, secs: &str) -> (Model, Pty, i32) {
+    let model =
+        Model::start(vec![ScriptedResponse::text("Working on the goal."), ScriptedResponse::text("Still working.")]);
+    let p = spawn(home, &model, &[]);
+    p.wait_for(" message ", WAIT);
+    // Paused, the goal waits while its gate is added; unpausing starts it.
+    for (command, shown) in [
+        ("/pause".to_string(), "PAUSED"),
+        ("/goal make the gate pass".to_string(), "the goal starts when you unpause"),
+        (format!("/goal gate add sleep {secs}"), "gate 1 added"),
+        ("/unpause".to_string(), "unpaused"),
+    ] {
+        p.type_text(&command);
+        p.send(b"\r");
+        p.wait_for(shown, WAIT);
+    }
+    wait_until("the gate's sleep to start", || !pids_with_cmdline(&["sleep", secs]).is_empty());
+    let pids = pids_with_cmdline(&["sleep", secs]);
+    assert_eq!(pids.len(), 1, "exactly one gate process: {pids:?}");
+    let me = pgid_of(std::process::id() as i32).expect("our process group");
+    assert_ne!(pgid_of(pids[0]), Some(me), "the gate runs in its own process group");
+    (model, p, pids[0])
+}
+
+#[test]
+fn quitting_while_a_goal_gate_runs_leaves_nothing_behind() {
+    let home = Home::new();
+    let secs = unique_secs(303);
+    let (_model, mut p, gate) = start_a_hanging_gate(&home, &secs);
+    assert_eq!(quit(&mut p), 0);
+    wait_until("the gate to be killed", || !alive(gate));
+    wait_until("no gate process left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+}
+
+#[test]
+fn kill_9_of_talaria_while_a_goal_gate_runs_leaves_nothing_behind() {
+    let home = Home::new();
+    let secs = unique_secs(304);
+    let (_model, mut p, gate) = start_a_hanging_gate(&home, &secs);
+    let pid = p.child.process_id().expect("child pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(p.wait_exit(WAIT).is_some(), "talaria died");
+    wait_until("the gate to be killed", || !alive(gate));
+    wait_until("no gate process left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
+}

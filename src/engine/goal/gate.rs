@@ -1,27 +1,18 @@
-//! Running a quality gate: a shell command in the session's working directory, in its
-//! own session and process group (so the whole group can be killed), with a timeout.
-//! This does I/O; the goal state machine only sees the `GateOutcome`.
+//! Running a quality gate: a shell command in the session's working directory, started
+//! through the job registry like every command (its own process group, killed on quit, on
+//! Esc and by the reaper if talaria dies), with a timeout. The goal state machine only
+//! sees the `GateOutcome`.
 
-use std::os::fd::OwnedFd;
 use std::path::Path;
-use std::process::Stdio;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{killpg, Signal};
-use nix::unistd::Pid;
-use tokio::io::AsyncReadExt;
-use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::text::{strip_ansi, tail_chars};
+use crate::engine::jobs::{ExitInfo, JobsHandle, SpawnSpec};
+use crate::text::tail_chars;
 
 /// Characters of gate output kept for the continuation prompt (DESIGN §5).
 pub const GATE_TAIL_CHARS: usize = 3000;
-/// Bytes kept in memory while a gate runs (enough for the tail after escape stripping).
-const KEEP_BYTES: usize = 64 * 1024;
-/// How long output is drained after the shell exits while other processes hold the pipe.
-const DRAIN: Duration = Duration::from_millis(200);
 /// Exit code reported for a gate that timed out (as `timeout(1)` does).
 pub const TIMEOUT_EXIT_CODE: i32 = 124;
 /// Exit code reported for a gate stopped by an interrupt.
@@ -46,154 +37,88 @@ impl GateOutcome {
     }
 }
 
-/// How gates are started.
-#[derive(Debug, Clone)]
-pub struct GateOptions {
-    /// Run as `<shell> -c <cmd>`.
-    pub shell: String,
-    /// Between SIGTERM and SIGKILL of the group.
-    pub kill_grace: Duration,
-    /// Environment variables the gate must not see (the API key variable).
-    pub env_remove: Vec<String>,
+/// Where a gate runs: the session's job registry and the session it belongs to.
+#[derive(Clone)]
+pub struct GateRunner {
+    pub jobs: JobsHandle,
+    pub session_id: String,
 }
 
-impl Default for GateOptions {
-    fn default() -> Self {
-        GateOptions { shell: "bash".into(), kill_grace: Duration::from_secs(1), env_remove: Vec::new() }
+impl GateRunner {
+    /// Run `cmd` in `cwd`; after `timeout`, or when `cancel` fires (an interrupt), its whole
+    /// process group is killed. Processes that outlive the shell are part of the gate and
+    /// go with it: a check never leaves anything running.
+    pub async fn run(&self, cmd: &str, cwd: &Path, timeout: Duration, cancel: &CancellationToken) -> GateOutcome {
+        if !cwd.is_dir() {
+            return spawn_failed(format!("working directory {} does not exist", cwd.display()));
+        }
+        let spec = SpawnSpec {
+            command: cmd.to_string(),
+            cwd: cwd.to_path_buf(),
+            background: false,
+            session_id: self.session_id.clone(),
+            track_cwd: false,
+            call_id: None,
+        };
+        let spawned = match self.jobs.spawn(spec).await {
+            Ok(s) => s,
+            Err(e) => return spawn_failed(format!("{e} (in {})", cwd.display())),
+        };
+        let id = spawned.id;
+        let mut note = None;
+        let exit = tokio::select! {
+            exit = spawned.exit => exit.ok(),
+            _ = tokio::time::sleep(timeout) => {
+                note = Some((TIMEOUT_EXIT_CODE, format!("[gate timed out after {}s]", timeout.as_secs())));
+                None
+            }
+            _ = cancel.cancelled() => {
+                note = Some((INTERRUPTED_EXIT_CODE, "[gate interrupted]".to_string()));
+                None
+            }
+        };
+        let (exit, text) = match exit {
+            // The shell is done but part of its group is not: that part goes too.
+            Some(exit) if exit.leftover => match self.jobs.discard(&id).await {
+                Some((_, text)) => (Some(exit), text),
+                None => (Some(exit), String::new()),
+            },
+            Some(exit) => (Some(exit), self.output(&id).await),
+            None => {
+                let killed = self.jobs.kill(&id).await;
+                (killed, self.output(&id).await)
+            }
+        };
+        self.jobs.forget(&id).await;
+        let mut text = text;
+        let (exit_code, timed_out) = match note {
+            Some((code, line)) => {
+                if !text.is_empty() && !text.ends_with('\n') {
+                    text.push('\n');
+                }
+                text.push_str(&line);
+                (code, code == TIMEOUT_EXIT_CODE)
+            }
+            None => (exit.as_ref().map(exit_code_of).unwrap_or(-1), false),
+        };
+        GateOutcome { exit_code, output_tail: tail_chars(&text, GATE_TAIL_CHARS).to_string(), timed_out }
+    }
+
+    async fn output(&self, id: &str) -> String {
+        self.jobs.output_for_model(id).await.unwrap_or_default()
     }
 }
 
-/// Run `cmd` in `cwd` with `bash`, killing its process group after `timeout`.
-pub async fn run_gate(cmd: &str, cwd: &Path, timeout: Duration) -> GateOutcome {
-    run_gate_with(&GateOptions::default(), cmd, cwd, timeout, &CancellationToken::new()).await
-}
-
-/// Run a gate; `cancel` (an interrupt) kills its group and reports exit code 130.
-pub async fn run_gate_with(
-    opts: &GateOptions,
-    cmd: &str,
-    cwd: &Path,
-    timeout: Duration,
-    cancel: &CancellationToken,
-) -> GateOutcome {
-    let spawn_failed = |what: String| GateOutcome {
+fn spawn_failed(what: String) -> GateOutcome {
+    GateOutcome {
         exit_code: SPAWN_FAILED_EXIT_CODE,
         output_tail: format!("[gate could not start: {what}]"),
         timed_out: false,
-    };
-    // One pipe on fds 1 and 2 keeps stdout and stderr in order. Close-on-exec: only the
-    // gate's own fds 1 and 2 are inherited, never a stray copy in another child.
-    let (reader, writer) = match nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC) {
-        Ok(p) => p,
-        Err(e) => return spawn_failed(format!("no pipe: {e}")),
-    };
-    let writer2 = match writer.try_clone() {
-        Ok(w) => w,
-        Err(e) => return spawn_failed(format!("no pipe: {e}")),
-    };
-    let mut command = tokio::process::Command::new(&opts.shell);
-    command.arg("-c").arg(cmd).current_dir(cwd).stdin(Stdio::null()).stdout(writer).stderr(writer2);
-    for var in &opts.env_remove {
-        command.env_remove(var);
     }
-    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        command.pre_exec(|| nix::unistd::setsid().map(|_| ()).map_err(std::io::Error::from));
-    }
-    let spawned = command.spawn();
-    // Our copies of the pipe's write end must close, or the reader never sees EOF.
-    drop(command);
-    let mut child = match spawned {
-        Ok(c) => c,
-        Err(e) => return spawn_failed(format!("{} in {}: {e}", opts.shell, cwd.display())),
-    };
-    let pgid = child.id().map(|id| Pid::from_raw(id as i32));
-    let kept = Arc::new(Mutex::new(Vec::new()));
-    let mut reading = tokio::spawn(read_tail(reader, kept.clone()));
-
-    let deadline = Instant::now() + timeout;
-    let mut note = None;
-    let status = tokio::select! {
-        status = child.wait() => status.ok(),
-        _ = tokio::time::sleep_until(deadline) => {
-            note = Some((TIMEOUT_EXIT_CODE, format!("[gate timed out after {}s]", timeout.as_secs())));
-            None
-        }
-        _ = cancel.cancelled() => {
-            note = Some((INTERRUPTED_EXIT_CODE, "[gate interrupted]".to_string()));
-            None
-        }
-    };
-    let status = match status {
-        Some(s) => Some(s),
-        None => {
-            if let Some(pgid) = pgid {
-                let _ = killpg(pgid, Signal::SIGTERM);
-                let exited = tokio::time::timeout(opts.kill_grace, child.wait()).await;
-                // The leader may have gone while others in its group ignore SIGTERM.
-                let _ = killpg(pgid, Signal::SIGKILL);
-                match exited {
-                    Ok(s) => s.ok(),
-                    Err(_) => {
-                        tokio::time::timeout(Duration::from_secs(10), child.wait()).await.ok().and_then(Result::ok)
-                    }
-                }
-            } else {
-                None
-            }
-        }
-    };
-
-    // Drain what is left. Processes that outlive the shell are part of the gate, so they
-    // go with it: a check must not leave anything running.
-    let drained = tokio::time::timeout(DRAIN, &mut reading).await;
-    if let Some(pgid) = pgid {
-        let _ = killpg(pgid, Signal::SIGKILL);
-    }
-    if drained.is_err() && tokio::time::timeout(Duration::from_secs(1), &mut reading).await.is_err() {
-        // Something outside the group still holds the pipe: keep what was read so far.
-        reading.abort();
-    }
-    let bytes = std::mem::take(&mut *kept.lock().unwrap_or_else(|p| p.into_inner()));
-
-    let mut text = strip_ansi(&String::from_utf8_lossy(&bytes));
-    let (exit_code, timed_out) = match note {
-        Some((code, line)) => {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str(&line);
-            (code, code == TIMEOUT_EXIT_CODE)
-        }
-        None => (status.map(exit_code_of).unwrap_or(-1), false),
-    };
-    GateOutcome { exit_code, output_tail: tail_chars(&text, GATE_TAIL_CHARS).to_string(), timed_out }
 }
 
-fn exit_code_of(status: std::process::ExitStatus) -> i32 {
-    use std::os::unix::process::ExitStatusExt;
-    status.code().or_else(|| status.signal().map(|s| 128 + s)).unwrap_or(-1)
-}
-
-/// Read the pipe to EOF into `kept`, keeping only the last `KEEP_BYTES` bytes.
-async fn read_tail(fd: OwnedFd, kept: Arc<Mutex<Vec<u8>>>) {
-    let Ok(mut rx) = tokio::net::unix::pipe::Receiver::from_owned_fd(fd) else {
-        return;
-    };
-    let mut buf = vec![0u8; 16 * 1024];
-    loop {
-        match rx.read(&mut buf).await {
-            Ok(0) | Err(_) => break,
-            Ok(n) => {
-                let mut kept = kept.lock().unwrap_or_else(|p| p.into_inner());
-                kept.extend_from_slice(&buf[..n]);
-                if kept.len() > KEEP_BYTES {
-                    let excess = kept.len() - KEEP_BYTES;
-                    kept.drain(..excess);
-                }
-            }
-        }
-    }
+fn exit_code_of(exit: &ExitInfo) -> i32 {
+    exit.code.or_else(|| exit.signal.map(|s| 128 + s)).unwrap_or(-1)
 }
 
 #[cfg(test)]
@@ -201,7 +126,32 @@ mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
 
+    use std::sync::Arc;
+
+    use tokio::time::Instant;
+
+    use crate::config::Config;
+    use crate::engine::jobs::{JobsOptions, ReaperMode};
+    use crate::engine::EventSink;
+
     const LONG: Duration = Duration::from_secs(60);
+
+    /// A job registry of its own under `home` (no reaper, no sweep).
+    fn runner(home: &Path) -> GateRunner {
+        let paths = crate::paths::Paths::under(home);
+        let (events, _rx) = EventSink::channel();
+        let options = JobsOptions { reaper: ReaperMode::Off, sweep: false };
+        let (jobs, _done) = JobsHandle::start_with(&paths, Arc::new(Config::default()), events, options);
+        GateRunner { jobs, session_id: "s".into() }
+    }
+
+    async fn run_gate(cmd: &str, cwd: &Path, timeout: Duration) -> GateOutcome {
+        let home = tempfile::tempdir().unwrap();
+        let runner = runner(home.path());
+        let out = runner.run(cmd, cwd, timeout, &CancellationToken::new()).await;
+        assert!(runner.jobs.list().await.is_empty(), "the gate's job is gone from the registry");
+        out
+    }
 
     #[tokio::test]
     async fn passing_and_failing_gates() {
@@ -290,12 +240,11 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(200)).await;
             c.cancel();
         });
-        let out = tokio::time::timeout(
-            Duration::from_secs(30),
-            run_gate_with(&GateOptions::default(), "echo hi; sleep 300", dir.path(), LONG, &cancel),
-        )
-        .await
-        .unwrap();
+        let runner = runner(dir.path());
+        let out =
+            tokio::time::timeout(Duration::from_secs(30), runner.run("echo hi; sleep 300", dir.path(), LONG, &cancel))
+                .await
+                .unwrap();
         assert_eq!(out.exit_code, INTERRUPTED_EXIT_CODE);
         assert!(out.output_tail.ends_with("[gate interrupted]"), "{}", out.output_tail);
     }

@@ -1,7 +1,7 @@
 //! `/goal` + quality gates + judge (DESIGN §5) as a pure state machine.
 //!
 //! The engine feeds it commands and turn-boundary facts and performs the effects it
-//! returns, in order: run gates (`gate::run_gate_with`), compute the workspace
+//! returns, in order: run gates (`gate::GateRunner`), compute the workspace
 //! fingerprint (`fingerprint::fingerprint`), ask the judge, start a goal turn, show
 //! notices, save `to_json()` under `goal:<session_id>`. Nothing here does I/O.
 //!
@@ -27,7 +27,7 @@ use crate::text::tail_chars;
 use display::{gate_list, status_word};
 
 pub use fingerprint::fingerprint;
-pub use gate::{run_gate, run_gate_with, GateOptions, GateOutcome, GATE_TAIL_CHARS};
+pub use gate::{GateOutcome, GateRunner, GATE_TAIL_CHARS};
 pub use judge::{parse_judge_reply, JudgeReply, Verdict, JUDGE_SYSTEM};
 
 /// `state_meta` key of a session's goal.
@@ -110,7 +110,7 @@ pub enum GoalEffect {
     Save,
     /// Compute `fingerprint(cwd)`, then call `start_gates(fp)`.
     RunGates,
-    /// Run gate `idx` (`run_gate_with`, `goals.gate_timeout_s`) in the session's working
+    /// Run gate `idx` (`GateRunner::run`, `goals.gate_timeout_s`) in the session's working
     /// directory, then call `on_gate_result(idx, outcome)`.
     RunGate { idx: usize, cmd: String },
     /// Ask the model (no tools, temperature 0) with this system and user message, then

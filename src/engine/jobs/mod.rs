@@ -360,6 +360,19 @@ impl JobsHandle {
         Some(self.inner.kill_job(&job).await)
     }
 
+    /// Kill a job's group and drop it without telling the model: what a goal gate left
+    /// running behind its shell (`cmd &`) belongs to the gate, not to the session. Returns
+    /// its exit and what it printed (as `output_for_model`).
+    pub async fn discard(&self, id: &str) -> Option<(ExitInfo, String)> {
+        let job = self.inner.get(id)?;
+        job.exit_seen.store(true, Ordering::SeqCst);
+        let exit = self.inner.kill_job(&job).await;
+        lock(&self.inner.notices).retain(|n| n.id != job.id);
+        let text = job.state().output.model_text(self.inner.config.tool_output.max_chars);
+        self.inner.remove(job.num);
+        Some((exit, text))
+    }
+
     /// Drop a finished foreground job from the registry (its result has been built) and
     /// delete its log and record. Background and running jobs are left alone.
     pub async fn forget(&self, id: &str) {

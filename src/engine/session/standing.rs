@@ -175,21 +175,14 @@ impl Engine {
     }
 
     fn spawn_gate(&self, idx: usize, cmd: String) {
-        let config = &self.env.config;
-        let mut env_remove = crate::engine::llm::provider::secret_env_vars(&config.model);
-        env_remove.sort();
-        let options = goal::GateOptions {
-            shell: config.terminal.shell.clone(),
-            kill_grace: Duration::from_secs_f64(config.terminal.kill_grace_s),
-            env_remove,
-        };
-        let timeout = Duration::from_secs(config.goals.gate_timeout_s.max(1));
+        let runner = goal::GateRunner { jobs: self.env.jobs.clone(), session_id: self.env.session_id.clone() };
+        let timeout = Duration::from_secs(self.env.config.goals.gate_timeout_s.max(1));
         let cwd = self.env.cwd();
         let cancel = self.boundary.cancel.clone();
         let tx = self.boundary.tx.clone();
         self.notice(NoticeLevel::Info, format!("gate {}: $ {cmd}", idx + 1));
         tokio::spawn(async move {
-            let outcome = goal::run_gate_with(&options, &cmd, &cwd, timeout, &cancel).await;
+            let outcome = runner.run(&cmd, &cwd, timeout, &cancel).await;
             let _ = tx.send(BoundaryResult::Gate { idx, outcome });
         });
     }
