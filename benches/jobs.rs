@@ -226,6 +226,7 @@ fn spec(command: &str) -> SpawnSpec {
         session_id: "bench".into(),
         track_cwd: false,
         call_id: None,
+        orphan_grace_s: None,
     }
 }
 

@@ -110,8 +110,10 @@ async fn kill_9_talaria_leaves_the_job_running_and_continue_reattaches_it() {
     // `talaria -c`: the job is back in the pane, with what it printed meanwhile.
     let server2 = ScriptedServer::start([ScriptedResponse::text("ok")]).await.unwrap();
     let mut running = inproc::start(home.path(), &server2.base_url(), SessionChoice::Continue).await;
+    // Re-attaching may be announced before SessionReady (which `start` already consumed).
     running
-        .wait_for(
+        .wait_since(
+            0,
             "the job re-attached",
             |e| matches!(e, Event::JobStarted { job } if job.id == id && job.status == JobStatus::Running),
         )
@@ -258,6 +260,7 @@ fn spec(command: &str, cwd: &Path) -> SpawnSpec {
         session_id: "s".into(),
         track_cwd: false,
         call_id: None,
+        orphan_grace_s: None,
     }
 }
 

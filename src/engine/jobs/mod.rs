@@ -54,6 +54,9 @@ pub struct SpawnSpec {
     /// The tool call a foreground job belongs to: its output is sent as
     /// `Event::ToolOutput` for this call (coalesced) until the job is yielded.
     pub call_id: Option<String>,
+    /// How long the job waits for a new owner when talaria dies; None = `jobs.orphan_grace_s`.
+    /// A goal gate uses 0: nobody can re-attach to a check.
+    pub orphan_grace_s: Option<f64>,
 }
 
 /// How a process ended.

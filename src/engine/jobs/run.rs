@@ -151,7 +151,7 @@ async fn start_supervisor(
         cwd: spec.cwd.clone(),
         stdin: spec.background,
         log_max_bytes: reg.config.jobs.log_max_bytes,
-        orphan_grace_s: reg.config.jobs.orphan_grace_s,
+        orphan_grace_s: spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s),
         kill_grace_s: terminal.kill_grace_s,
     };
     let write = |e: std::io::Error| format!("cannot write the job directory {}: {e}", jd.path.display());

@@ -113,6 +113,7 @@ impl Tool for TerminalTool {
             session_id: ctx.session_id.clone(),
             track_cwd: !background,
             call_id: Some(ctx.call_id.clone()),
+            orphan_grace_s: None,
         };
         let spawned = match ctx.jobs.spawn(spec).await {
             Ok(s) => s,
