@@ -24,6 +24,7 @@ use talaria::engine::llm::client::ClientSettings;
 use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall, Usage};
 use talaria::engine::SessionChoice;
+use talaria::protocol::commands::GoalCmd;
 use talaria::protocol::{BusyMode, Event, Op, SlashCommand, TurnOutcome};
 
 const KEY: &str = "sk-ant-test-0123456789";
@@ -658,6 +659,27 @@ async fn compact_summarises_through_the_messages_api_and_the_summary_leads_the_n
     assert_eq!(first[0]["text"], format!("{SUMMARY_HEADER}\nGoals: count to four."));
     assert_eq!(first[1]["text"], "second");
     assert_eq!(&messages[1..], &[assistant("two"), user_cached("third"), assistant("three"), user_cached("fourth")]);
+    s.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_goal_is_worked_and_judged_through_the_messages_api() {
+    let mut s = session(vec![
+        tool_answer(&[("toolu_w", "write_file", json!({"path": "done.txt", "content": "ok\n"}))]),
+        text_answer("Created done.txt."),
+        text_answer(r#"{"verdict":"done","reason":"the file exists"}"#),
+    ])
+    .await;
+    s.running.send(Op::Command(SlashCommand::Goal(GoalCmd::Set("create done.txt".into()))));
+    let achieved = s.running.notice("goal achieved").await;
+    assert_eq!(achieved, "✓ goal achieved: create done.txt — the file exists");
+    assert_eq!(std::fs::read_to_string(s.running.work.join("done.txt")).unwrap(), "ok\n");
+    let judge = s.body(3).await;
+    assert_eq!(judge.get("tools"), None, "the judge is offered no tools");
+    assert_eq!(judge["temperature"], json!(0.0));
+    // The judge's verdict stays out of the conversation.
+    s.running.collect_for(Duration::from_millis(500)).await;
+    assert_eq!(message_requests(&s.server).len(), 3);
     s.running.shutdown().await;
 }
 
