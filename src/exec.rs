@@ -191,10 +191,6 @@ impl Printer {
                 };
                 eprintln!("{prefix}: {text}");
             }
-            Event::TurnFinished { outcome: TurnOutcome::Failed } => {
-                self.end_line();
-                eprintln!("talaria: the turn failed; run the command again (add -c to continue this session)");
-            }
             Event::TurnFinished { .. }
             | Event::SessionReady { .. }
             | Event::TurnStarted { .. }

@@ -270,3 +270,25 @@ async fn exec_denies_what_needs_approval_unless_yes_and_never_runs_hardline() {
     let refused = tool_result(5);
     assert!(refused["error"].as_str().unwrap().contains("never allowed"), "{refused}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn nothing_listening_is_one_short_error_at_once() {
+    let home = Home::new();
+    let port = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        listener.local_addr().unwrap().port()
+    };
+    let url = format!("http://127.0.0.1:{port}/v1");
+    for args in [vec!["exec", "--base-url", &url, "hi"], vec!["exec", "--base-url", &url, "--model", "m", "hi"]] {
+        let started = std::time::Instant::now();
+        let out = home.run(&args).await;
+        assert_eq!(out.status.code(), Some(1));
+        let err = stderr(&out);
+        let lines: Vec<&str> = err.lines().filter(|l| !l.trim().is_empty()).collect();
+        assert_eq!(lines.len(), 1, "one line: {err}");
+        assert!(lines[0].contains(&format!("nothing is listening at http://127.0.0.1:{port}")), "{err}");
+        assert_eq!(lines[0].matches("127.0.0.1").count(), 1, "{err}");
+        assert!(!lines[0].contains("--model"), "no blame on --model: {err}");
+        assert!(started.elapsed() < Duration::from_secs(5), "no silent retries: {:?}", started.elapsed());
+    }
+}

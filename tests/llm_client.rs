@@ -278,20 +278,27 @@ async fn silence_hits_the_idle_timeout() {
 }
 
 #[tokio::test]
-async fn nothing_listening_is_a_connect_error() {
+async fn nothing_listening_is_one_short_refused_error_without_retries() {
     let port = {
         let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         listener.local_addr().unwrap().port()
     };
+    // Backoff long enough that a retry would show in the elapsed time.
     let client = OpenAiClient::new(
         ClientSettings::new(format!("http://127.0.0.1:{port}/v1"))
-            .max_retries(1)
-            .backoff(Duration::from_millis(10), Duration::from_millis(10)),
+            .max_retries(3)
+            .backoff(Duration::from_secs(5), Duration::from_secs(5)),
     )
     .unwrap();
+    let started = std::time::Instant::now();
     let (_, result) = chat(&client, &request()).await;
     let err = result.unwrap_err();
-    assert!(matches!(err, LlmError::Connect { ref url, .. } if url.ends_with("/v1/chat/completions")), "{err:?}");
+    assert_eq!(err, LlmError::Refused { server: format!("http://127.0.0.1:{port}") });
+    assert!(!err.is_retryable());
+    assert!(started.elapsed() < Duration::from_secs(5), "no retries against a port that refuses");
+    let text = err.to_string();
+    assert_eq!(text.matches("127.0.0.1").count(), 1, "{text}");
+    assert!(text.contains("connection refused"), "{text}");
 }
 
 #[tokio::test]

@@ -103,6 +103,7 @@ impl AnthropicClient {
             LlmError::Protocol(message) => LlmError::Protocol(scrub(message)),
             LlmError::Stream(message) => LlmError::Stream(scrub(message)),
             LlmError::Connect { url, message } => LlmError::Connect { url, message: scrub(message) },
+            LlmError::Refused { server } => LlmError::Refused { server },
             LlmError::IdleTimeout(s) => LlmError::IdleTimeout(s),
         }
     }

@@ -350,6 +350,9 @@ fn plain_completion(value: &Value, on_delta: &mut dyn FnMut(StreamDelta)) -> Res
 }
 
 pub(crate) fn send_error(url: &str, error: &reqwest::Error) -> LlmError {
+    if error.is_connect() && refused(error) {
+        return LlmError::Refused { server: server_of(url) };
+    }
     if error.is_connect() || error.is_timeout() {
         LlmError::Connect { url: url.to_string(), message: describe(error) }
     } else {
@@ -398,6 +401,29 @@ pub(crate) async fn http_error(response: reqwest::Response, timeout: Duration) -
 }
 
 /// An error and its causes on one line, without repeats.
+/// The connection was refused (an `io::Error` somewhere down the chain says so).
+fn refused(error: &(dyn StdError + 'static)) -> bool {
+    let mut current = Some(error);
+    while let Some(e) = current {
+        if e.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::ConnectionRefused) {
+            return true;
+        }
+        current = e.source();
+    }
+    false
+}
+
+/// `scheme://host:port` of a URL, for a short message.
+fn server_of(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(u) => match (u.host_str(), u.port_or_known_default()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}", u.scheme()),
+            _ => url.to_string(),
+        },
+        Err(_) => url.to_string(),
+    }
+}
+
 pub(crate) fn describe(error: &(dyn StdError + 'static)) -> String {
     let mut parts: Vec<String> = Vec::new();
     let mut current = Some(error);

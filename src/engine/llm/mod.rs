@@ -209,6 +209,9 @@ impl Completion {
 pub enum LlmError {
     #[error("cannot reach the model server at {url}: {message}")]
     Connect { url: String, message: String },
+    /// Nothing listens there: retrying cannot help, and the one fact that matters is short.
+    #[error("nothing is listening at {server} (connection refused); is the model server running?")]
+    Refused { server: String },
     #[error("the model server answered {status}: {body}")]
     Http { status: u16, body: String, retry_after_s: Option<f64> },
     #[error("the model server sent an error: {0}")]
@@ -227,7 +230,7 @@ impl LlmError {
         match self {
             LlmError::Connect { .. } | LlmError::Stream(_) | LlmError::IdleTimeout(_) => true,
             LlmError::Http { status, .. } => *status == 429 || *status >= 500,
-            LlmError::Server(_) | LlmError::Protocol(_) => false,
+            LlmError::Server(_) | LlmError::Protocol(_) | LlmError::Refused { .. } => false,
         }
     }
 }

@@ -16,7 +16,7 @@ use super::anthropic::{AnthropicClient, MessagesOptions, ANTHROPIC_BASE_URL, ANT
 use super::client::{fetch_models, http_client, ClientSettings, OpenAiClient};
 use super::demo::{start_demo, DEMO_MODEL};
 use super::scripted::ScriptedServer;
-use super::Provider;
+use super::{LlmError, Provider};
 use crate::config::{AgentConfig, ModelConfig};
 
 /// Environment variables holding API keys: never logged, never passed to child processes.
@@ -262,6 +262,7 @@ pub async fn resolve_with(
                         Ok(models) => models.into_iter().next().with_context(|| {
                             format!("{}/models lists no models; set [model] name or pass --model", endpoint.base_url)
                         })?,
+                        Err(e @ LlmError::Refused { .. }) => bail!("{e}"),
                         Err(e) => bail!(
                             "no model name is configured and asking {}/models failed ({e}); \
                              set [model] name in config.toml or pass --model",
@@ -324,6 +325,8 @@ async fn first_model(client: &OpenAiClient, base_url: &str) -> anyhow::Result<St
         Ok(models) => models.into_iter().next().with_context(|| {
             format!("{base_url}/models lists no models; set [model] name in config.toml or pass --model")
         }),
+        // A server that is not there is the whole story: no talk of model names.
+        Err(e @ LlmError::Refused { .. }) => bail!("{e}"),
         Err(e) => bail!(
             "no model name is configured and asking {base_url}/models failed ({e}); \
              set [model] name in config.toml or pass --model"
