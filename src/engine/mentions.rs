@@ -19,17 +19,35 @@ pub fn mentioned_paths(text: &str) -> Vec<&str> {
         .collect()
 }
 
-/// `text` with the content of every mentioned file that exists appended.
-pub fn expand(text: &str, cwd: &Path) -> String {
+/// A fence of backticks longer than any run of backticks in `body`, so the file's own
+/// fences cannot close it early.
+pub fn fence_for(body: &str) -> String {
+    let mut longest = 0;
+    let mut run = 0;
+    for c in body.chars() {
+        run = if c == '`' { run + 1 } else { 0 };
+        longest = longest.max(run);
+    }
+    "`".repeat((longest + 1).max(3))
+}
+
+/// `text` with the content of every mentioned file that exists appended, and the
+/// mentions that name no file (to warn about: they are not attached).
+pub fn expand(text: &str, cwd: &Path) -> (String, Vec<String>) {
     let mut out = text.to_string();
+    let mut missing = Vec::new();
     let mut attached = 0;
     for mention in mentioned_paths(text) {
         if attached == MAX_ATTACHMENTS {
             break;
         }
         let path = resolve_path(cwd, mention);
-        let Ok(meta) = std::fs::metadata(&path) else { continue };
+        let Ok(meta) = std::fs::metadata(&path) else {
+            missing.push(mention.to_string());
+            continue;
+        };
         if !meta.is_file() {
+            missing.push(mention.to_string());
             continue;
         }
         let Ok(bytes) = std::fs::read(&path) else { continue };
@@ -40,14 +58,15 @@ pub fn expand(text: &str, cwd: &Path) -> String {
         }
         let cut = bytes.len() > MAX_ATTACH_BYTES;
         let body = String::from_utf8_lossy(&bytes[..bytes.len().min(MAX_ATTACH_BYTES)]);
-        out.push_str(&format!("\n\n[Attached file: {mention}]\n```\n{}", body.trim_end()));
+        let fence = fence_for(&body);
+        out.push_str(&format!("\n\n[Attached file: {mention}]\n{fence}\n{}", body.trim_end()));
         if cut {
             out.push_str(&format!("\n… [cut: only the first {MAX_ATTACH_BYTES} of {} bytes]", bytes.len()));
         }
-        out.push_str("\n```");
+        out.push_str(&format!("\n{fence}"));
         attached += 1;
     }
-    out
+    (out, missing)
 }
 
 #[cfg(test)]
@@ -66,12 +85,23 @@ mod tests {
         std::fs::write(dir.path().join("a.txt"), "alpha\n").unwrap();
         std::fs::write(dir.path().join("big.txt"), "x".repeat(MAX_ATTACH_BYTES + 10)).unwrap();
         std::fs::write(dir.path().join("bin"), [0u8, 1, 2]).unwrap();
-        let out = expand("see @a.txt and @big.txt and @bin and @missing.txt", dir.path());
+        let (out, missing) = expand("see @a.txt and @big.txt and @bin and @missing.txt", dir.path());
+        assert_eq!(missing, vec!["missing.txt".to_string()]);
         assert!(out.starts_with("see @a.txt and @big.txt and @bin and @missing.txt"));
         assert!(out.contains("[Attached file: a.txt]\n```\nalpha\n```"));
         assert!(out.contains(&format!("[cut: only the first {MAX_ATTACH_BYTES} of {} bytes]", MAX_ATTACH_BYTES + 10)));
         assert!(out.contains("[Attached file: bin — binary, not attached]"));
         assert!(!out.contains("missing.txt]"));
-        assert_eq!(expand("no mentions", dir.path()), "no mentions");
+        assert_eq!(expand("no mentions", dir.path()), ("no mentions".to_string(), Vec::new()));
+    }
+
+    #[test]
+    fn a_file_with_its_own_fences_cannot_break_out_of_the_attachment() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("r.md"), "intro\n```sh\nls\n```\nthen ````four````\n").unwrap();
+        let (out, _) = expand("@r.md", dir.path());
+        assert!(out.contains("[Attached file: r.md]\n`````\nintro\n```sh"), "{out}");
+        assert!(out.ends_with("````four````\n`````"), "{out}");
+        assert_eq!(fence_for("no ticks"), "```");
     }
 }

@@ -567,3 +567,66 @@ fn a_bang_command_shows_its_output_and_a_yielded_command_shows_its_job() {
     assert!(out.contains("more lines"), "a long output is collapsed:\n{out}");
     assert!(out.contains("↪ terminal sleep 300 · job_3 · running in the background"), "{out}");
 }
+
+#[test]
+fn attachments_pastes_heartbeats_and_icons_read_as_one_line_each() {
+    use crate::protocol::MessageOrigin;
+    let mut app = app();
+    let readme = format!("[Attached file: README.md]\n`````\n{}\n`````", "# Talaria\n```sh\nls\n```\n".repeat(300));
+    feed(
+        &mut app,
+        Event::UserMessage {
+            text: format!("summarise @README.md please\n\n{readme}"),
+            trigger: TurnTrigger::User,
+            origin: MessageOrigin::TurnInput,
+        },
+    );
+    let paste: Vec<String> = (1..=200).map(|i| format!("pasted line {i}")).collect();
+    feed(
+        &mut app,
+        Event::UserMessage { text: paste.join("\n"), trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput },
+    );
+    feed(
+        &mut app,
+        Event::UserMessage {
+            text: "[Heartbeat — recurring instruction, fires every 10m]\ncheck the build\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work.".into(),
+            trigger: TurnTrigger::Heartbeat,
+            origin: MessageOrigin::TurnInput,
+        },
+    );
+    feed(&mut app, Event::notice(NoticeLevel::Info, "✓ goal achieved: ship it — done"));
+    let out = screen(&mut app, 100, 40);
+    insta::assert_snapshot!("collapsed_user_cells", out);
+    assert!(out.contains("› summarise @README.md please"), "{out}");
+    assert!(out.contains("README.md · 7 KB"), "{out}");
+    assert!(!out.contains("# Talaria"), "the file's content is not in the transcript:\n{out}");
+    assert!(out.contains("pasted line 12") && !out.contains("pasted line 13") && out.contains("… 188 more lines"));
+    assert!(out.contains("check the build") && !out.contains("If there is nothing meaningful"), "{out}");
+    assert!(out.contains("✓ goal achieved") && !out.contains("ℹ ✓"), "{out}");
+}
+
+#[test]
+fn a_resumed_heartbeat_is_labelled_as_one() {
+    use crate::protocol::{HistoryItem, MessageOrigin};
+    let mut app = app();
+    feed(
+        &mut app,
+        Event::SessionReady {
+            session_id: "s_old".into(),
+            title: None,
+            model: "demo".into(),
+            provider: "demo".into(),
+            demo: false,
+            cwd: "/work".into(),
+            busy_mode: BusyMode::Redirect,
+            input_history: Vec::new(),
+            history: vec![HistoryItem::User {
+                text: "[Heartbeat — recurring instruction, fires every 1h]\nwater the plants\n\nIf there is nothing meaningful to do".into(),
+                origin: MessageOrigin::TurnInput,
+            }],
+        },
+    );
+    let out = screen(&mut app, 100, 12);
+    assert!(out.contains("♥ heartbeat") && out.contains("water the plants"), "{out}");
+    assert!(!out.contains("› [Heartbeat"), "{out}");
+}

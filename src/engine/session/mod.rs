@@ -443,7 +443,10 @@ impl Engine {
         for effect in self.decide(input).await {
             match effect {
                 Effect::StartTurn(Start::User) => {
-                    let text = crate::engine::mentions::expand(&text, &self.env.cwd());
+                    let (text, missing) = crate::engine::mentions::expand(&text, &self.env.cwd());
+                    for path in missing {
+                        self.notice(NoticeLevel::Warn, format!("@{path}: no such file here — not attached"));
+                    }
                     self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
                 }
                 Effect::StartBang => {

@@ -18,6 +18,20 @@ pub(super) fn last_line(text: &str) -> String {
     display_text(text).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end().to_string()
 }
 
+/// Where a stored user row came from when Talaria wrote it (heartbeat, goal, job notice):
+/// a resumed transcript labels them as they were labelled live.
+fn injected_origin(text: &str) -> Option<UserOrigin> {
+    if text.starts_with("[Heartbeat — ") {
+        Some(UserOrigin::Heartbeat)
+    } else if text.starts_with("[Continuing toward your standing goal") || text.starts_with("[Standing goal set") {
+        Some(UserOrigin::Goal)
+    } else if text.starts_with("[Background job ") {
+        Some(UserOrigin::JobNotification)
+    } else {
+        None
+    }
+}
+
 /// Output with colour kept as styled lines; other escape sequences removed.
 pub(crate) fn log_lines(text: &str) -> Vec<Line<'static>> {
     let cleaned = sgr_only(text);
@@ -237,7 +251,7 @@ impl App {
             HistoryItem::User { text, origin } => {
                 let origin = match origin {
                     MessageOrigin::MidTurn => UserOrigin::MidTurn,
-                    MessageOrigin::TurnInput => UserOrigin::Typed,
+                    MessageOrigin::TurnInput => injected_origin(&text).unwrap_or(UserOrigin::Typed),
                 };
                 // ↑ recalls only what the user typed (the engine's per-directory input
                 // history); stored user rows also hold goal, heartbeat and summary texts.

@@ -15,6 +15,10 @@ use crate::tui::wrap::{truncate_spans, RLine};
 
 /// Lines an injected (heartbeat, goal, job) message shows before it is cut.
 const INJECTED_MAX_LINES: usize = 6;
+/// Icons a notice may start with; such a notice is shown without the level's own mark.
+const NOTICE_ICONS: &str = "✓✗⚠◎♥📎■↪⚙ℹ";
+/// Lines of a user message shown before the rest is counted instead.
+const USER_MAX_LINES: usize = 24;
 /// Output lines a `!cmd` cell shows; a longer output is cut in the middle.
 const BANG_MAX_LINES: usize = 12;
 
@@ -145,11 +149,17 @@ pub(super) fn body_lines(body: &CellBody, theme: &Theme, show_reasoning: bool, c
                 NoticeLevel::Error => ("✗", theme.notice_error),
             };
             let style = Style::default().fg(color);
+            // A notice that brings its own icon (`✓ goal achieved`) does not get a second one.
+            let own_icon = text.chars().next().is_some_and(|c| NOTICE_ICONS.contains(c));
             display_text(text)
                 .lines()
                 .enumerate()
                 .map(|(i, l)| {
-                    let lead = if i == 0 { format!("{mark} ") } else { "  ".into() };
+                    let lead = match (i, own_icon) {
+                        (0, false) => format!("{mark} "),
+                        (0, true) => String::new(),
+                        _ => "  ".into(),
+                    };
                     RLine::new(vec![Span::styled(lead, style), Span::styled(l.to_string(), style)]).with_hang(2)
                 })
                 .collect()
@@ -168,8 +178,67 @@ pub(super) fn body_lines(body: &CellBody, theme: &Theme, show_reasoning: bool, c
     }
 }
 
+/// Bytes as a person reads them: `812 B`, `13 KB`, `2.1 MB`.
+fn format_size(bytes: usize) -> String {
+    if bytes < 1024 {
+        format!("{bytes} B")
+    } else if bytes < 1024 * 1024 {
+        format!("{} KB", (bytes + 512) / 1024)
+    } else {
+        format!("{:.1} MB", bytes as f64 / (1024.0 * 1024.0))
+    }
+}
+
+/// A message with each attached file (`[Attached file: x]` and its fenced content, as the
+/// engine adds it for `@x`) replaced by one line: `📎 x · 13 KB`.
+pub(crate) fn collapse_attachments(text: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let mut out: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < lines.len() {
+        let line = lines[i];
+        let Some(name) = line.strip_prefix("[Attached file: ").and_then(|l| l.strip_suffix(']')) else {
+            out.push(line.to_string());
+            i += 1;
+            continue;
+        };
+        if out.last().is_some_and(|l| l.trim().is_empty()) {
+            out.pop();
+        }
+        let fence = lines.get(i + 1).copied().filter(|f| f.len() >= 3 && f.chars().all(|c| c == '`'));
+        match fence {
+            Some(fence) => {
+                let end = (i + 2..lines.len()).find(|&j| lines[j] == fence).unwrap_or(lines.len());
+                let bytes: usize = lines[i + 2..end.min(lines.len())].iter().map(|l| l.len() + 1).sum();
+                out.push(format!("📎 {name} · {}", format_size(bytes)));
+                i = end + 1;
+            }
+            None => {
+                out.push(format!("📎 {name}"));
+                i += 1;
+            }
+        }
+    }
+    out.join("\n")
+}
+
+/// The instruction inside a heartbeat's wrapper (what the user set), or the text as is.
+fn heartbeat_instruction(text: &str) -> &str {
+    let Some(rest) = text.strip_prefix("[Heartbeat").and_then(|t| t.split_once('\n')).map(|(_, r)| r) else {
+        return text;
+    };
+    match rest.find("\n\nIf there is nothing meaningful") {
+        Some(end) => rest[..end].trim(),
+        None => rest.trim(),
+    }
+}
+
 fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
-    let text = display_text(text);
+    let text = match origin {
+        UserOrigin::Heartbeat => heartbeat_instruction(text).to_string(),
+        _ => collapse_attachments(text),
+    };
+    let text = display_text(&text);
     let label = match origin {
         UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued | UserOrigin::Retry => None,
         UserOrigin::Heartbeat => Some("♥ heartbeat"),
@@ -189,8 +258,11 @@ fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
     }
     let color = if origin == UserOrigin::MidTurn { theme.user_mid_turn } else { theme.user };
     let style = Style::default().fg(color);
-    let mut out: Vec<RLine> = text
-        .lines()
+    let all: Vec<&str> = text.lines().collect();
+    // A long message (a large paste) stays collapsed here too: its head and a count.
+    let shown = if all.len() > USER_MAX_LINES { &all[..USER_MAX_LINES / 2] } else { &all[..] };
+    let mut out: Vec<RLine> = shown
+        .iter()
         .enumerate()
         .map(|(i, l)| {
             let lead = if i == 0 { "› " } else { "  " };
@@ -200,6 +272,10 @@ fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
         .collect();
     if out.is_empty() {
         out.push(RLine::plain("› ", style));
+    }
+    if all.len() > shown.len() {
+        let dim = Style::default().fg(theme.dim);
+        out.push(RLine::plain(format!("  … {} more lines", all.len() - shown.len()), dim));
     }
     let note = match origin {
         UserOrigin::MidTurn => Some("↳ delivered mid-turn"),
