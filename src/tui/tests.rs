@@ -630,3 +630,19 @@ fn a_resumed_heartbeat_is_labelled_as_one() {
     assert!(out.contains("♥ heartbeat") && out.contains("water the plants"), "{out}");
     assert!(!out.contains("› [Heartbeat"), "{out}");
 }
+
+#[test]
+fn a_job_notification_shows_the_end_of_its_output_tail() {
+    use crate::protocol::MessageOrigin;
+    let mut app = app();
+    let ticks: Vec<String> = (1..=10).map(|i| format!("tick {i}")).collect();
+    let text =
+        format!("[Background job job_2 was killed after 18s. Command: ticker. Output tail: {}]", ticks.join("\n"));
+    feed(
+        &mut app,
+        Event::UserMessage { text, trigger: TurnTrigger::JobNotification, origin: MessageOrigin::TurnInput },
+    );
+    let out = screen(&mut app, 100, 16);
+    assert!(out.contains("tick 10]") && out.contains("tick 6") && !out.contains("tick 5"), "{out}");
+    assert!(out.contains("… 4 earlier lines"), "{out}");
+}

@@ -180,7 +180,8 @@ impl Engine {
         let cwd = self.env.cwd();
         let cancel = self.boundary.cancel.clone();
         let tx = self.boundary.tx.clone();
-        self.notice(NoticeLevel::Info, format!("gate {}: $ {cmd}", idx + 1));
+        // One notice per gate run (its result); while it runs, the status line says so.
+        self.send_status();
         tokio::spawn(async move {
             let outcome = runner.run(&cmd, &cwd, timeout, &cancel).await;
             let _ = tx.send(BoundaryResult::Gate { idx, outcome });

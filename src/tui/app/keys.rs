@@ -460,14 +460,13 @@ impl App {
 
     /// Why Tab did nothing, for the input's hint line.
     fn tab_hint(&self, empty: bool) -> String {
-        if self.busy && !empty {
-            "nothing to complete".to_string()
-        } else if !empty {
-            "nothing to complete: Tab completes /commands".to_string()
+        // Short: the border it is shown in may be 40 columns wide.
+        if !empty {
+            "Tab: nothing to complete".to_string()
         } else if self.jobs.is_empty() && self.tools.is_empty() {
-            "no jobs or tools to focus yet".to_string()
+            "Tab: no jobs or tools to focus".to_string()
         } else {
-            "the panes are hidden at this width: /jobs lists the jobs".to_string()
+            "Tab: no panes at this width; /jobs".to_string()
         }
     }
 

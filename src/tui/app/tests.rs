@@ -506,7 +506,7 @@ fn tab_on_text_with_nothing_to_complete_stays_in_the_input_and_says_so() {
     key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
     assert_eq!(app.focus, Focus::Input);
     assert_eq!(app.input_text(), "hello");
-    assert_eq!(app.input_hint.as_deref(), Some("nothing to complete: Tab completes /commands"));
+    assert_eq!(app.input_hint.as_deref(), Some("Tab: nothing to complete"));
     type_text(&mut app, "!");
     assert_eq!(app.input_text(), "hello!", "the next keys still type");
     assert_eq!(app.input_hint, None, "the hint goes with the next key");
@@ -515,7 +515,7 @@ fn tab_on_text_with_nothing_to_complete_stays_in_the_input_and_says_so() {
     app.panes_shown = false;
     key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
     assert_eq!(app.focus, Focus::Input);
-    assert!(app.input_hint.as_deref().is_some_and(|h| h.contains("hidden")));
+    assert!(app.input_hint.as_deref().is_some_and(|h| h.contains("no panes at this width")));
     app.panes_shown = true;
     key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
     assert_eq!(app.focus, Focus::Jobs);

@@ -250,8 +250,17 @@ fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
         let dim = Style::default().fg(theme.dim);
         let mut out = vec![RLine::plain(label, style)];
         let lines: Vec<&str> = text.lines().collect();
-        out.extend(lines.iter().take(INJECTED_MAX_LINES).map(|l| RLine::plain(format!("  {l}"), dim).with_hang(2)));
-        if lines.len() > INJECTED_MAX_LINES {
+        let row = |l: &&str| RLine::plain(format!("  {l}"), dim).with_hang(2);
+        if lines.len() <= INJECTED_MAX_LINES {
+            out.extend(lines.iter().map(row));
+        } else if origin == UserOrigin::JobNotification {
+            // A job's output tail: its first line says what happened, its end is the news.
+            let keep = INJECTED_MAX_LINES - 1;
+            out.push(row(&lines[0]));
+            out.push(RLine::plain(format!("  … {} earlier lines", lines.len() - 1 - keep), dim));
+            out.extend(lines[lines.len() - keep..].iter().map(row));
+        } else {
+            out.extend(lines.iter().take(INJECTED_MAX_LINES).map(row));
             out.push(RLine::plain(format!("  … {} more lines", lines.len() - INJECTED_MAX_LINES), dim));
         }
         return out;
