@@ -49,6 +49,7 @@ async fn run() -> anyhow::Result<()> {
     println!();
 
     let flood = if wanted("flood") { Some(flood(tmp.path(), config.clone()).await?) } else { None };
+    let sup = if wanted("supervised") { Some(supervised(tmp.path(), config.clone()).await?) } else { None };
     let (kill_plain, kill_trap) =
         if wanted("kill") { kills(tmp.path(), config.clone()).await? } else { Default::default() };
 
@@ -61,6 +62,15 @@ async fn run() -> anyhow::Result<()> {
         row_f64("  same runs, CPU time of this process (s)", &flood.cpu_secs);
         row_f64("  peak VmRSS during each flood (MiB)", &flood.peak_rss_mib);
         row_ms("  then `JobsHandle::log(id, None, Some(200))` on its 64 MB log (ms)", &flood.log_view);
+    }
+    if let Some(sup) = &sup {
+        row_f64("Supervisor VmRSS per job, `sleep` job (MiB)", &sup.rss_mib);
+        row_f64("  same supervisors, RssAnon (private memory, MiB)", &sup.anon_mib);
+        row_f64("  same supervisors, Pss (shared pages split among them, MiB)", &sup.pss_mib);
+        row_ms("First output, direct `bash -c 'echo first'` through a pipe (ms, the old path)", &sup.first_direct);
+        row_ms("First output, `JobsHandle::spawn` to its `ToolOutput` event (ms)", &sup.first_job);
+        row_ms("Output latency, job writes a line to the event carrying it (ms)", &sup.line_latency);
+        row_ms("Re-attach 20 running jobs: start to 20 `JobStarted` (ms)", &sup.reattach);
     }
     row_ms("Kill `sleep 300`: `JobsHandle::kill` to group gone (ms)", &kill_plain.gone);
     row_ms("  same runs, until `kill` returned (ms)", &kill_plain.returned);
@@ -228,6 +238,161 @@ fn spec(command: &str) -> SpawnSpec {
         call_id: None,
         orphan_grace_s: None,
     }
+}
+
+// ---- supervised jobs ---------------------------------------------------------------------
+
+#[derive(Default)]
+struct Supervised {
+    rss_mib: Vec<f64>,
+    anon_mib: Vec<f64>,
+    pss_mib: Vec<f64>,
+    first_direct: Vec<Duration>,
+    first_job: Vec<Duration>,
+    line_latency: Vec<Duration>,
+    reattach: Vec<Duration>,
+}
+
+const FIRST_RUNS: usize = 30;
+const SUPERVISORS: usize = 10;
+const REATTACH_JOBS: usize = 20;
+const REATTACH_RUNS: usize = 5;
+
+/// A field of /proc/<pid>/status in MiB.
+fn pid_status_mib(pid: i32, field: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 =
+        text.lines().find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))?.split_whitespace().next()?.parse().ok()?;
+    Some(kib as f64 / 1024.0)
+}
+
+/// Proportional set size from /proc/<pid>/smaps_rollup, in MiB.
+fn pss_mib(pid: i32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kib: u64 = text.lines().find_map(|l| l.strip_prefix("Pss:"))?.split_whitespace().next()?.parse().ok()?;
+    Some(kib as f64 / 1024.0)
+}
+
+/// The pid of the supervisor of `jobs_dir/<id>` (its command line names the job dir).
+fn supervisor_of(jobs_dir: &Path, id: &str) -> Option<i32> {
+    let needle = format!("__job\0{}", jobs_dir.join(id).display());
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|e| {
+        let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        String::from_utf8_lossy(&cmdline).contains(&needle).then_some(pid)
+    })
+}
+
+fn now_ns() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+async fn supervised(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Supervised> {
+    use talaria::protocol::Event;
+    let mut out = Supervised::default();
+    let paths = Paths::under(&tmp.join("supervised"));
+    let (events, mut event_rx) = EventSink::channel();
+    let (jobs, _finished) = JobsHandle::start_with(&paths, config.clone(), events, options());
+
+    // Supervisor memory: ten idle jobs.
+    let mut ids = Vec::new();
+    for _ in 0..SUPERVISORS {
+        ids.push(jobs.spawn(spec("sleep 300")).await.map_err(anyhow::Error::msg)?.id);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    for id in &ids {
+        let pid = supervisor_of(&paths.jobs_dir, id).context("no supervisor found")?;
+        out.rss_mib.push(pid_status_mib(pid, "VmRSS").context("no VmRSS")?);
+        out.anon_mib.push(pid_status_mib(pid, "RssAnon").context("no RssAnon")?);
+        out.pss_mib.push(pss_mib(pid).context("no Pss")?);
+    }
+    for id in &ids {
+        jobs.kill(id).await;
+    }
+    while event_rx.try_recv().is_ok() {}
+
+    // First output: the old path (a direct child with a pipe) and a supervised job.
+    for run in 0..FIRST_RUNS {
+        let started = Instant::now();
+        let mut child = tokio::process::Command::new("bash")
+            .args(["-c", "echo first"])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .context("bash")?;
+        let mut stdout = child.stdout.take().context("stdout")?;
+        let mut byte = [0u8; 1];
+        tokio::io::AsyncReadExt::read_exact(&mut stdout, &mut byte).await?;
+        out.first_direct.push(started.elapsed());
+        let _ = child.wait().await;
+
+        let mut fg = spec("echo first");
+        fg.background = false;
+        fg.call_id = Some(format!("c{run}"));
+        let started = Instant::now();
+        let spawned = jobs.spawn(fg).await.map_err(anyhow::Error::msg)?;
+        loop {
+            let event = tokio::time::timeout(STEP_TIMEOUT, event_rx.recv()).await?.context("events closed")?;
+            if matches!(&event, Event::ToolOutput { chunk, .. } if chunk.contains("first")) {
+                break;
+            }
+        }
+        out.first_job.push(started.elapsed());
+        let _ = spawned.exit.await;
+        jobs.forget(&spawned.id).await;
+    }
+
+    // Per-line latency: a job writes its clock every 20 ms; each event says how old its lines are.
+    let mut fg = spec("for i in $(seq 1 200); do date +%s%N; sleep 0.02; done");
+    fg.background = false;
+    fg.call_id = Some("latency".into());
+    let spawned = jobs.spawn(fg).await.map_err(anyhow::Error::msg)?;
+    let mut exit = spawned.exit;
+    loop {
+        tokio::select! {
+            _ = &mut exit => break,
+            event = event_rx.recv() => {
+                let Some(Event::ToolOutput { chunk, .. }) = event else { continue };
+                let now = now_ns();
+                for line in chunk.lines() {
+                    if let Ok(ts) = line.trim().parse::<u128>() {
+                        out.line_latency.push(Duration::from_nanos(now.saturating_sub(ts) as u64));
+                    }
+                }
+            }
+        }
+    }
+    jobs.forget(&spawned.id).await;
+    jobs.shutdown().await;
+
+    // Re-attach: a registry leaves 20 running jobs, a new one adopts them.
+    for run in 0..REATTACH_RUNS {
+        let paths = Paths::under(&tmp.join(format!("reattach-{run}")));
+        let (events, _rx) = EventSink::channel();
+        let mut opts = options();
+        opts.sweep = true;
+        let (first, _f) = JobsHandle::start_with(&paths, config.clone(), events, opts.clone());
+        for _ in 0..REATTACH_JOBS {
+            first.spawn(spec("sleep 300")).await.map_err(anyhow::Error::msg)?;
+        }
+        first.leave_running(false);
+        first.shutdown().await;
+        drop(first);
+        let (events, mut rx) = EventSink::channel();
+        opts.attach = Some("bench".into());
+        let started = Instant::now();
+        let (second, _f) = JobsHandle::start_with(&paths, config.clone(), events, opts);
+        let mut seen = 0;
+        while seen < REATTACH_JOBS {
+            let event = tokio::time::timeout(STEP_TIMEOUT, rx.recv()).await?.context("events closed")?;
+            if matches!(event, Event::JobStarted { .. }) {
+                seen += 1;
+            }
+        }
+        out.reattach.push(started.elapsed());
+        second.shutdown().await;
+        eprintln!("re-attach run {run}: {:?}", out.reattach.last());
+    }
+    Ok(out)
 }
 
 // ---- processes -------------------------------------------------------------------------
