@@ -283,6 +283,59 @@ fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
     wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
 }
 
+/// `talaria <args>` with this home, run to completion; its stdout.
+fn run_talaria(home: &Home, args: &[&str]) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
+        .args(args)
+        .env("TALARIA_HOME", home.path())
+        .env("TALARIA_TEST_GUARD", "1")
+        .current_dir(home.work())
+        .output()
+        .expect("run talaria");
+    assert!(out.status.success(), "talaria {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn quitting_with_keep_leaves_the_job_and_talaria_c_takes_it_back() {
+    let home = Home::new();
+    let secs = unique_secs(303);
+    let model = Model::start(vec![
+        ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}","background":true}}"#)),
+        ScriptedResponse::text("Started it in the background."),
+    ]);
+    let mut p = spawn(&home, &model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("start the long thing in the background");
+    p.send(b"\r");
+    p.wait_for("Started it in the background.", WAIT);
+    p.wait_for("job_1", WAIT);
+    let pids = pids_with_cmdline(&["sleep", &secs]);
+    assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
+    p.wait_for(" message ", WAIT);
+    p.send(b"\x04");
+    p.wait_for("keep them running", WAIT);
+    p.send(b"k");
+    assert_eq!(p.wait_exit(WAIT), Some(0));
+    assert!(alive(pids[0]), "the kept job runs on after talaria quit");
+    let listed = run_talaria(&home, &["jobs", "list"]);
+    assert!(listed.contains("job_1") && listed.contains("running") && listed.contains(&secs), "{listed}");
+
+    // `talaria -c` shows it again, and quitting with "kill" leaves nothing behind.
+    let mut p = spawn(&home, &model, &["-c"]);
+    p.wait_for("Background jobs (1 running)", WAIT);
+    p.wait_for(" message ", WAIT);
+    p.send(b"\x04");
+    p.wait_for("Kill the jobs and quit?", WAIT);
+    p.send(b"y");
+    assert_eq!(p.wait_exit(WAIT), Some(0));
+    wait_until("the kept job to be killed", || !alive(pids[0]));
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+    // A clean quit that killed its jobs keeps no record of them.
+    let listed = run_talaria(&home, &["jobs", "list"]);
+    assert_eq!(listed.trim(), "no jobs");
+}
+
 #[test]
 fn quitting_prints_the_resume_hint_and_ctrl_z_suspends() {
     let home = Home::new();
