@@ -237,6 +237,7 @@ fn spec(command: &str) -> SpawnSpec {
         track_cwd: false,
         call_id: None,
         orphan_grace_s: None,
+        sandboxed: true,
     }
 }
 

@@ -20,6 +20,7 @@ pub struct Config {
     pub tool_output: ToolOutputConfig,
     pub jobs: JobsConfig,
     pub approvals: ApprovalsConfig,
+    pub sandbox: SandboxConfig,
     pub goals: GoalsConfig,
     pub ui: UiConfig,
     pub prices: Prices,
@@ -245,9 +246,46 @@ pub enum OnQuit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalMode {
+    /// Sandboxed commands run; what runs outside the sandbox asks unless known safe.
     #[default]
+    Auto,
+    /// Everything that is not known safe asks, sandbox or not.
     Prompt,
+    /// Nothing asks (hardline commands are still refused; the sandbox still applies).
     Off,
+}
+
+/// `sandbox.mode` (DESIGN §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum SandboxMode {
+    /// Read anywhere but the credential stores; write only under the writable roots.
+    #[default]
+    WorkspaceWrite,
+    /// Read anywhere but the credential stores; write nowhere but the job's own files.
+    ReadOnly,
+    /// No kernel sandbox.
+    Off,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SandboxConfig {
+    pub mode: SandboxMode,
+    pub network: bool,
+    pub writable_roots: Vec<PathBuf>,
+    pub deny_read: Vec<PathBuf>,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            mode: SandboxMode::WorkspaceWrite,
+            network: true,
+            writable_roots: Vec::new(),
+            deny_read: Vec::new(),
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -260,7 +298,7 @@ pub struct ApprovalsConfig {
 
 impl Default for ApprovalsConfig {
     fn default() -> Self {
-        ApprovalsConfig { mode: ApprovalMode::Prompt, timeout_s: 300, allowlist: Vec::new() }
+        ApprovalsConfig { mode: ApprovalMode::Auto, timeout_s: 300, allowlist: Vec::new() }
     }
 }
 

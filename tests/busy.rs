@@ -58,8 +58,14 @@ impl Harness {
         paths.ensure_dirs().expect("dirs");
         let server = ScriptedServer::start(responses).await.expect("scripted server");
         let provider = OpenAiClient::new(ClientSettings::new(server.base_url())).expect("client");
+        // The approval tests (PromptPolicy::Ask) need a command that asks: "prompt" mode. In
+        // the default "auto" mode a sandboxed `rm -rf scratch` simply runs.
+        let mut config = Config::default();
+        if approval_policy == PromptPolicy::Ask {
+            config.approvals.mode = talaria::config::ApprovalMode::Prompt;
+        }
         let options = EngineOptions {
-            config: Arc::new(Config::default()),
+            config: Arc::new(config),
             store: Store::open(&paths.state_db).expect("store"),
             paths,
             provider: Arc::new(provider),

@@ -237,7 +237,8 @@ async fn exec_denies_what_needs_approval_unless_yes_and_never_runs_hardline() {
     let home = Home::new();
     let marker = home.work().join("cleaned");
     std::fs::create_dir_all(&marker).unwrap();
-    let dangerous = r#"{"command":"rm -r cleaned"}"#;
+    // Outside the sandbox (the model asks for it): that needs an approval in the default mode.
+    let dangerous = r#"{"command":"rm -r cleaned","sandbox":false}"#;
     let server = ScriptedServer::start([
         ScriptedResponse::tool_call("c1", "terminal", dangerous),
         ScriptedResponse::text("denied, fine"),

@@ -261,6 +261,7 @@ fn spec(command: &str, cwd: &Path) -> SpawnSpec {
         track_cwd: false,
         call_id: None,
         orphan_grace_s: None,
+        sandboxed: true,
     }
 }
 

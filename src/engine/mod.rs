@@ -13,6 +13,7 @@ pub mod instructions;
 pub mod jobs;
 pub mod llm;
 pub mod mentions;
+pub mod sandbox;
 pub mod scheduler;
 pub mod signals;
 pub mod store;

@@ -71,6 +71,11 @@ fn classify_at(command: &str, depth: usize) -> Classification {
     if is_fork_bomb(command) {
         return Classification::Hardline { reason: "a fork bomb exhausts the machine's processes".into() };
     }
+    if command.contains("sysrq-trigger") {
+        return Classification::Hardline {
+            reason: "writing /proc/sysrq-trigger can crash or reboot the machine".into(),
+        };
+    }
     let command = command.replace("${IFS}", " ").replace("$IFS", " ");
     let mut verdict = Verdict::default();
     let mut pipeline: Vec<Stage> = Vec::new();
@@ -309,9 +314,23 @@ fn classify_simple(
             add_targets(&mut verdict, &targets, "overwrites");
             verdict.add(dangerous("secure delete", format!("shred destroys the contents of {}", list(&targets))));
         }
-        "wipefs" => return dangerous("disk wipe", "wipefs erases filesystem signatures from a device"),
+        "wipefs" | "mkswap" | "blkdiscard" if args.iter().any(|a| a.starts_with("/dev/")) => {
+            return hardline(format!("{name} on a device erases what is on it"));
+        }
+        "wipefs" => return dangerous("disk wipe", "wipefs erases filesystem signatures"),
+        "sgdisk" | "sfdisk" | "fdisk" | "parted"
+            if args.iter().any(|a| a.starts_with("/dev/"))
+                && (name != "sgdisk"
+                    || args.iter().any(|a| a == "-Z" || a == "-o" || a.starts_with("--zap") || a == "--clear")) =>
+        {
+            return hardline(format!("{name} rewrites the partition table of a device"));
+        }
         n if n.starts_with("mkfs") || n == "mke2fs" => {
-            return hardline("making a filesystem erases everything on the device");
+            // On a device it destroys a disk; on an image file it is ordinary work.
+            if args.iter().any(|a| a.starts_with("/dev/")) {
+                return hardline("making a filesystem on a device erases everything on it");
+            }
+            return dangerous("make filesystem", format!("{name} formats {}", args.join(" ")));
         }
         "dd" => {
             for target in args.iter().filter_map(|a| a.strip_prefix("of=")) {
@@ -692,6 +711,8 @@ fn is_root_or_home(target: &str) -> bool {
 fn is_disk_device(path: &str) -> bool {
     path.strip_prefix("/dev/").is_some_and(|dev| DISK_DEVICES.iter().any(|d| dev.starts_with(d)))
         || path.starts_with("/dev/mapper/")
+        || path.starts_with("/dev/block/")
+        || path.starts_with("/dev/disk/")
 }
 
 /// A path a command writes to.
@@ -737,8 +758,12 @@ fn is_fork_bomb(command: &str) -> bool {
             .rev()
             .collect();
         let name = name.strip_prefix("function").unwrap_or(&name);
-        !name.is_empty() && compact.contains(&format!("{name}|{name}&"))
-    })
+        let body = compact[at + 3..].split('}').next().unwrap_or("");
+        !name.is_empty()
+            && (compact.contains(&format!("{name}|{name}&")) || (body.contains('&') && body.matches(name).count() >= 2))
+    }) || ["forkwhilefork", "while(1){fork", "while1:os.fork", "whileTrue:os.fork", "for(;;)fork"]
+        .iter()
+        .any(|p| compact.contains(p))
 }
 
 #[cfg(test)]
@@ -802,6 +827,16 @@ mod tests {
             ("cat <<EOF > notes.md\n$(rm -rf ~)\nEOF", HARD),
             ("mkfs.ext4 /dev/sdb1", HARD),
             ("sudo mkfs -t ext4 /dev/nvme0n1", HARD),
+            ("mkfs.ext4 image.img", d("make filesystem")),
+            ("echo b > /proc/sysrq-trigger", HARD),
+            ("echo c | sudo tee /proc/sysrq-trigger", HARD),
+            ("mkswap /dev/sdb2", HARD),
+            ("blkdiscard /dev/nvme0n1", HARD),
+            ("sgdisk -Z /dev/sda", HARD),
+            ("wipefs -a /dev/sda", HARD),
+            ("dd if=x of=/dev/block/mmcblk0", HARD),
+            ("f(){ f & f; }; f", HARD),
+            ("perl -e 'fork while fork'", HARD),
             ("dd if=/dev/zero of=/dev/sda bs=1M", HARD),
             ("dd if=image.iso of=/dev/nvme0n1", HARD),
             (":(){ :|:& };:", HARD),

@@ -1,7 +1,10 @@
-//! Approvals (DESIGN §6): classify a command or a file write, then ask the user when it
-//! is dangerous. The classifier is pure (`classify`); `Approver` performs the asking.
+//! Approvals (DESIGN §6). Containment comes first (engine/sandbox); asking second:
+//! `known_safe` is the allow-list of what never asks, `classify` keeps the hardline list
+//! (refused in every mode) and names what a command looks like for the modal. Both are
+//! pure; `Approver` performs the asking.
 
 pub mod classify;
+pub mod known_safe;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -13,10 +16,12 @@ use tokio::sync::oneshot;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ApprovalMode, Config};
+use crate::engine::sandbox::Policy;
 use crate::engine::EventSink;
 use crate::protocol::{Approval, Event};
 
 pub use classify::{classify_command, classify_write, normalise_command, Classification};
+pub use known_safe::is_known_safe;
 
 /// The answer to "may this run?".
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,6 +68,8 @@ struct Inner {
     pending: Mutex<HashMap<u64, oneshot::Sender<Approval>>>,
     next_id: AtomicU64,
     events: EventSink,
+    /// The writable roots and protected paths file writes are judged against.
+    sandbox: Mutex<Option<Policy>>,
 }
 
 impl Approver {
@@ -78,35 +85,93 @@ impl Approver {
                 pending: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
                 events,
+                sandbox: Mutex::new(None),
             }),
         }
     }
 
-    /// May `command` run? Asks the user when it is dangerous and not yet allowed.
-    pub async fn check_command(&self, command: &str, interrupt: &CancellationToken) -> Verdict {
-        let class = classify_command(command);
-        self.decide(class, command, interrupt).await
+    /// Judge file writes against the session's sandbox policy (set when the session starts).
+    pub fn set_sandbox_policy(&self, policy: Policy) {
+        *lock(&self.inner.sandbox) = Some(policy);
     }
 
-    /// May a file tool write to `path`?
-    pub async fn check_write(&self, path: &Path, interrupt: &CancellationToken) -> Verdict {
+    /// The session's policy, or one built from the defaults, the current directory and
+    /// `$HOME` when none was set (library callers, tests).
+    pub fn sandbox_policy(&self) -> Policy {
+        if let Some(policy) = lock(&self.inner.sandbox).clone() {
+            return policy;
+        }
+        let cwd = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/"));
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let class = classify_write(path, home.as_deref());
-        let what = format!("write {}", path.display());
-        self.decide(class, &what, interrupt).await
+        let paths =
+            crate::paths::Paths::from_env().unwrap_or_else(|_| crate::paths::Paths::under(Path::new("/nonexistent")));
+        Policy::from_config(&crate::config::SandboxConfig::default(), &cwd, &paths, home.as_deref())
     }
 
-    async fn decide(&self, class: Classification, command: &str, interrupt: &CancellationToken) -> Verdict {
-        let (category, reason) = match class {
-            Classification::Safe => return Verdict::Allowed { note: None, by: Provenance::Rule },
+    /// May `command` run? `sandboxed`: it will run inside an active kernel sandbox.
+    /// Hardline commands are refused in every mode; `auto` lets sandboxed commands run;
+    /// otherwise what is not known safe asks.
+    pub async fn check_command(&self, command: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
+        let looks_like = match classify_command(command) {
             Classification::Hardline { reason } => {
                 return Verdict::Denied { reason: format!("refused: {reason} (this is never allowed)") }
             }
-            Classification::Dangerous { category, reason } => (category, reason),
+            Classification::Dangerous { reason, .. } => Some(reason),
+            Classification::Safe => None,
         };
-        if self.inner.mode == ApprovalMode::Off {
+        let asks = match self.inner.mode {
+            ApprovalMode::Off => false,
+            ApprovalMode::Auto => !sandboxed && !is_known_safe(command),
+            ApprovalMode::Prompt => !is_known_safe(command),
+        };
+        if !asks {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
+        let program = command.split_whitespace().next().unwrap_or("command");
+        let (category, reason) = match (sandboxed, looks_like) {
+            (false, Some(r)) => (format!("{program} outside the sandbox"), format!("runs outside the sandbox: {r}")),
+            (false, None) => (
+                format!("{program} outside the sandbox"),
+                "runs outside the sandbox with your full permissions".to_string(),
+            ),
+            (true, Some(r)) => (program.to_string(), r),
+            (true, None) => (program.to_string(), "not a known-safe read-only command".to_string()),
+        };
+        self.ask(&category, reason, command, interrupt).await
+    }
+
+    /// May a file tool write to `path` (already resolved through every symlink)? Inside
+    /// the writable roots it just runs; outside them, or under a protected path, it asks.
+    pub async fn check_write(&self, path: &Path, policy: &Policy, interrupt: &CancellationToken) -> Verdict {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let looks_like = match classify_write(path, home.as_deref()) {
+            Classification::Hardline { reason } => {
+                return Verdict::Denied { reason: format!("refused: {reason} (this is never allowed)") }
+            }
+            Classification::Dangerous { reason, .. } => Some(reason),
+            Classification::Safe => None,
+        };
+        let protected = policy.deny_write.iter().any(|d| path.starts_with(d));
+        let inside = policy.writable_roots.iter().any(|r| path.starts_with(r));
+        if self.inner.mode == ApprovalMode::Off || (inside && !protected && looks_like.is_none()) {
+            return Verdict::Allowed { note: None, by: Provenance::Rule };
+        }
+        let reason = match (protected, looks_like) {
+            (_, Some(r)) => r,
+            (true, None) => "a protected path (credential store or talaria's own files)".to_string(),
+            (false, None) => "outside the writable roots".to_string(),
+        };
+        let what = format!("write {}", path.display());
+        self.ask("file write outside the writable roots", reason, &what, interrupt).await
+    }
+
+    /// `process write` to a job that runs outside the sandbox: each line is approved like
+    /// a command. A sandboxed job's input is contained by its sandbox.
+    pub async fn check_job_input(&self, line: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
+        self.check_command(line, sandboxed, interrupt).await
+    }
+
+    async fn ask(&self, category: &str, reason: String, command: &str, interrupt: &CancellationToken) -> Verdict {
         let normalised = normalise_command(command);
         if lock(&self.inner.allowlist).contains(&normalised) {
             return Verdict::Allowed { note: Some("allowed by the approvals allowlist".into()), by: Provenance::Rule };

@@ -61,6 +61,9 @@ impl GateRunner {
             call_id: None,
             // Owner gone: nobody can re-attach to a check, so it goes at once.
             orphan_grace_s: Some(0.0),
+            // Like every job (DESIGN §6); a gate that must write elsewhere (~/.cargo, ...)
+            // needs that directory in sandbox.writable_roots.
+            sandboxed: true,
         };
         let spawned = match self.jobs.spawn(spec).await {
             Ok(s) => s,

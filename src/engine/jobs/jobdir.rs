@@ -26,6 +26,10 @@ pub struct Spec {
     pub orphan_grace_s: f64,
     /// `terminal.kill_grace_s`: SIGTERM to SIGKILL.
     pub kill_grace_s: f64,
+    /// The sandbox the command runs in (DESIGN §6); None only for what the user approved to
+    /// run outside it.
+    #[serde(default)]
+    pub sandbox: Option<crate::engine::sandbox::Policy>,
 }
 
 /// The supervisor's first line on its stdout: the job has started under `setsid`.

@@ -57,6 +57,9 @@ pub struct SpawnSpec {
     /// How long the job waits for a new owner when talaria dies; None = `jobs.orphan_grace_s`.
     /// A goal gate uses 0: nobody can re-attach to a check.
     pub orphan_grace_s: Option<f64>,
+    /// Run inside the kernel sandbox (DESIGN §6). False only for what the user approved to
+    /// run outside it.
+    pub sandboxed: bool,
 }
 
 /// How a process ended.
@@ -179,11 +182,15 @@ struct Registry {
     notices: Mutex<Vec<ExitNotice>>,
     finished_tx: mpsc::UnboundedSender<JobId>,
     shutting_down: AtomicBool,
+    /// What sandboxed jobs may touch (the supervisor turns it into a ruleset per spawn).
+    sandbox: Mutex<crate::engine::sandbox::Policy>,
     /// Running jobs are left running at shutdown (`Op::LeaveJobs`).
     leave: AtomicBool,
 }
 
 struct Job {
+    /// Runs inside the kernel sandbox (its stdin needs no approval).
+    sandboxed: bool,
     num: u64,
     id: JobId,
     command: String,
@@ -312,6 +319,9 @@ impl JobsHandle {
             }
         };
         let (finished_tx, finished_rx) = mpsc::unbounded_channel();
+        let workspace = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let sandbox = crate::engine::sandbox::Policy::from_config(&config.sandbox, &workspace, paths, home.as_deref());
         let registry = Arc::new(Registry {
             config,
             next_num: AtomicU64::new(records::max_dir_num(&dir) + 1),
@@ -325,12 +335,32 @@ impl JobsHandle {
             finished_tx,
             shutting_down: AtomicBool::new(false),
             leave: AtomicBool::new(false),
+            sandbox: Mutex::new(sandbox),
         });
         if options.sweep || options.attach.is_some() {
             let reg = registry.clone();
             tokio::spawn(async move { reg.sweep_and_attach(options.sweep, options.attach).await });
         }
         (JobsHandle { inner: registry }, finished_rx)
+    }
+
+    /// Does job `id` run inside the sandbox? None for an unknown id.
+    pub fn is_sandboxed(&self, id: &str) -> Option<bool> {
+        self.inner.get(id).map(|job| job.sandboxed)
+    }
+
+    /// The sandbox policy jobs run under.
+    pub fn sandbox_policy(&self) -> crate::engine::sandbox::Policy {
+        lock(&self.inner.sandbox).clone()
+    }
+
+    /// Make `workspace` (the session's starting directory) the writable root in place of
+    /// the process's current directory.
+    pub fn set_workspace(&self, workspace: &Path, paths: &Paths) {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let policy =
+            crate::engine::sandbox::Policy::from_config(&self.inner.config.sandbox, workspace, paths, home.as_deref());
+        *lock(&self.inner.sandbox) = policy;
     }
 
     /// Start a command under its own supervisor, in its own session and process group.

@@ -82,6 +82,7 @@ pub(super) async fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawne
 
     let (done, _) = watch::channel(None);
     let job = Arc::new(Job {
+        sandboxed: spec.sandboxed,
         num,
         id: id.clone(),
         command: spec.command.clone(),
@@ -153,6 +154,8 @@ async fn start_supervisor(
         log_max_bytes: reg.config.jobs.log_max_bytes,
         orphan_grace_s: spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s),
         kill_grace_s: terminal.kill_grace_s,
+        // The supervisor applies it between fork and exec of the command (engine/sandbox).
+        sandbox: spec.sandboxed.then(|| lock(&reg.sandbox).clone()),
     };
     let write = |e: std::io::Error| format!("cannot write the job directory {}: {e}", jd.path.display());
     jobdir::write_json(&jd.spec(), &job_spec).map_err(write)?;

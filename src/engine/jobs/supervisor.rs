@@ -124,6 +124,9 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         .stdout(Stdio::from(out_write))
         .stderr(Stdio::from(out_dup));
     let me = std::process::id() as libc::pid_t;
+    // The sandbox is built here, before fork; the child only applies it.
+    let mut sandbox =
+        spec.sandbox.as_ref().map(crate::engine::sandbox::prepare).transpose().map_err(|e| e.to_string())?;
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -141,6 +144,9 @@ fn start(jd: &JobDir) -> Result<Running, String> {
                 libc::signal(sig, libc::SIG_DFL);
             }
             super::run::close_inherited_fds_on_exec();
+            if let Some(prepared) = sandbox.as_mut() {
+                crate::engine::sandbox::apply_in_child(prepared)?;
+            }
             Ok(())
         });
     }

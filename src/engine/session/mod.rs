@@ -130,10 +130,20 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let jobs_options =
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
+    jobs.set_workspace(&cwd, &opts.paths);
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
     let approver =
         Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
+    approver.set_sandbox_policy(jobs.sandbox_policy());
+    if opts.config.sandbox.mode != crate::config::SandboxMode::Off {
+        if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {
+            events.send(Event::notice(
+                NoticeLevel::Warn,
+                format!("no kernel sandbox: {reason}; every command that is not known safe will ask (approvals act as \"prompt\")"),
+            ));
+        }
+    }
     let env = TurnEnv {
         provider: opts.provider,
         model: opts.model,

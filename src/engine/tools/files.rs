@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
-use crate::engine::approval::{classify_write, Approver, Classification, Verdict};
+use crate::engine::approval::{Approver, Verdict};
 use crate::protocol::ToolStatus;
 
 /// Lines shown when the model gives no `limit`.
@@ -113,7 +113,21 @@ fn split_lines(text: &str) -> Vec<&str> {
 /// The bytes of a text file, or an error the model can act on (missing, a directory, too
 /// big, binary, unreadable).
 fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| io_problem(path, &e, "read"))?;
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    // O_NONBLOCK: opening a FIFO must not hang the tool; fstat then tells what was opened.
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| io_problem(path, &e, "read"))?;
+    let meta = file.metadata().map_err(|e| io_problem(path, &e, "read"))?;
+    if !meta.is_dir() && !meta.is_file() {
+        return Err(format!(
+            "{} is not a regular file (a FIFO, socket or device); file tools only read regular files",
+            path.display()
+        ));
+    }
     if meta.is_dir() {
         return Err(format!(
             "{} is a directory, not a file; use search_files or the terminal (ls) to look inside it",
@@ -129,7 +143,8 @@ fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
             MAX_FILE_BYTES / (1024 * 1024)
         ));
     }
-    let bytes = std::fs::read(path).map_err(|e| io_problem(path, &e, "read"))?;
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).map_err(|e| io_problem(path, &e, "read"))?;
     if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
         return Err(format!(
             "{} looks like a binary file (it contains NUL bytes); these tools only handle text — use the terminal \
@@ -186,21 +201,24 @@ fn similar_names(path: &Path) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // write_file and edit_file
 
-/// Ask the approver whether `path` may be written. A symlink that leads into a protected
-/// place is judged by where it leads.
+/// Ask the approver whether `path` may be written, judged by where it really leads: every
+/// symlink on the way is resolved, a dangling final one included. Returns the resolved path
+/// (the one to write, so a link swapped after the check is not followed) and the approval note.
 async fn approve_write(
     path: &Path,
     approvals: &Approver,
     interrupt: &CancellationToken,
-) -> Result<Option<String>, ToolResult> {
-    let real = real_path(path);
-    let home = std::env::var_os("HOME").map(PathBuf::from);
-    let checked = match (classify_write(path, home.as_deref()), real) {
-        (Classification::Safe, Some(real)) if classify_write(&real, home.as_deref()) != Classification::Safe => real,
-        _ => path.to_path_buf(),
-    };
-    match approvals.check_write(&checked, interrupt).await {
-        Verdict::Allowed { note, .. } => Ok(note),
+) -> Result<(PathBuf, Option<String>), ToolResult> {
+    let real = resolve_path(path);
+    if std::fs::symlink_metadata(&real).is_ok_and(|m| !m.is_file()) {
+        return Err(ToolResult::error(format!(
+            "{} is not a regular file (a directory, FIFO, socket or device); file tools only write regular files",
+            path.display()
+        )));
+    }
+    let policy = approvals.sandbox_policy();
+    match approvals.check_write(&real, &policy, interrupt).await {
+        Verdict::Allowed { note, .. } => Ok((real, note)),
         Verdict::Denied { reason } => Err(ToolResult {
             value: json!({ "error": format!("Writing {} was not allowed: {reason}", path.display()), "status": "denied" }),
             ok: false,
@@ -210,18 +228,76 @@ async fn approve_write(
     }
 }
 
-/// The path with symlinks resolved, for a file that may not exist yet (its nearest existing
-/// ancestor is resolved and the rest appended).
-fn real_path(path: &Path) -> Option<PathBuf> {
-    let mut existing = path;
-    let mut rest = Vec::new();
-    loop {
-        if let Ok(real) = std::fs::canonicalize(existing) {
-            return Some(rest.iter().rev().fold(real, |acc: PathBuf, part| acc.join(part)));
+/// `path` made absolute with every symlink resolved, including a final component that is
+/// a dangling symlink (where a write would create the file) and parts that do not exist yet.
+pub fn resolve_path(path: &Path) -> PathBuf {
+    use std::collections::VecDeque;
+    use std::path::Component;
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir().unwrap_or_else(|_| PathBuf::from("/")).join(path)
+    };
+    let mut todo: VecDeque<std::ffi::OsString> = VecDeque::new();
+    let mut out = PathBuf::from("/");
+    let push_parts = |todo: &mut VecDeque<std::ffi::OsString>, p: &Path| {
+        for c in p.components().rev() {
+            match c {
+                Component::Normal(n) => todo.push_front(n.to_owned()),
+                Component::ParentDir => todo.push_front("..".into()),
+                Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+            }
         }
-        rest.push(existing.file_name()?.to_owned());
-        existing = existing.parent()?;
+    };
+    push_parts(&mut todo, &absolute);
+    let mut hops = 0;
+    while let Some(part) = todo.pop_front() {
+        if part == ".." {
+            out.pop();
+            continue;
+        }
+        let next = out.join(&part);
+        match std::fs::symlink_metadata(&next) {
+            Ok(m) if m.file_type().is_symlink() && hops < 40 => {
+                hops += 1;
+                match std::fs::read_link(&next) {
+                    Ok(target) => {
+                        if target.is_absolute() {
+                            out = PathBuf::from("/");
+                        }
+                        push_parts(&mut todo, &target);
+                    }
+                    Err(_) => out = next,
+                }
+            }
+            _ => out = next,
+        }
     }
+    out
+}
+
+/// Open `path` for writing without following a symlink at its end and without blocking
+/// on a FIFO, and refuse anything that is not a regular file.
+fn open_regular_for_write(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    Ok(file)
+}
+
+/// Replace the contents of the regular file at `path` (no symlink, FIFO or device).
+fn write_regular(path: &Path, content: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = open_regular_for_write(path)?;
+    file.set_len(0)?;
+    file.write_all(content)
 }
 
 /// Write `content` to `path`, creating parent directories, after the approval check.
@@ -234,17 +310,17 @@ pub async fn write_file_at(
     if path.is_dir() {
         return ToolResult::error(format!("{} is a directory; give write_file a file path", path.display()));
     }
-    let note = match approve_write(path, approvals, interrupt).await {
-        Ok(note) => note,
+    let (real, note) = match approve_write(path, approvals, interrupt).await {
+        Ok(approved) => approved,
         Err(denied) => return denied,
     };
-    let created = std::fs::symlink_metadata(path).is_err();
-    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+    let created = std::fs::symlink_metadata(&real).is_err();
+    if let Some(parent) = real.parent().filter(|p| !p.as_os_str().is_empty()) {
         if let Err(e) = tokio::fs::create_dir_all(parent).await {
             return ToolResult::error(format!("Could not create the directory {}: {e}", parent.display()));
         }
     }
-    if let Err(e) = tokio::fs::write(path, content).await {
+    if let Err(e) = write_regular(&real, content.as_bytes()) {
         return ToolResult::error(io_problem(path, &e, "write"));
     }
     let mut value = json!({
@@ -369,16 +445,16 @@ pub async fn edit_file_at(path: &Path, edit: &Edit, approvals: &Approver, interr
     if let Err(message) = prepare(path) {
         return ToolResult::error(message);
     }
-    let note = match approve_write(path, approvals, interrupt).await {
-        Ok(note) => note,
+    let (real, note) = match approve_write(path, approvals, interrupt).await {
+        Ok(approved) => approved,
         Err(denied) => return denied,
     };
     // The file may have changed while the approval waited: apply the edit to what is there now.
-    let edited = match prepare(path) {
+    let edited = match prepare(&real) {
         Ok(edited) => edited,
         Err(message) => return ToolResult::error(message),
     };
-    if let Err(e) = tokio::fs::write(path, &edited.content).await {
+    if let Err(e) = write_regular(&real, edited.content.as_bytes()) {
         return ToolResult::error(io_problem(path, &e, "write"));
     }
     let mut value = json!({

@@ -7,6 +7,7 @@ use async_trait::async_trait;
 use serde_json::{json, Value};
 
 use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult, ToolStatus};
+use crate::engine::approval::Verdict;
 
 pub struct ProcessTool;
 
@@ -57,6 +58,20 @@ impl Tool for ProcessTool {
 
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
         let cap = Duration::from_secs(ctx.config.terminal.timeout_s.max(1));
+        if arg_str(&args, "action") == Some("write") {
+            // A job outside the sandbox gets each line approved like a command (DESIGN §6).
+            let id = arg_str(&args, "session_id").unwrap_or("");
+            let sandboxed = ctx.jobs.is_sandboxed(id).unwrap_or(true) && ctx.jobs.sandbox_policy().active();
+            let data = arg_str(&args, "data").unwrap_or("");
+            for line in data.lines().filter(|l| !l.trim().is_empty()) {
+                if let Verdict::Denied { reason } =
+                    ctx.approvals.check_job_input(line, sandboxed, &ctx.signals.interrupt).await
+                {
+                    let value = json!({ "error": reason, "status": "denied" });
+                    return ToolResult { value, ok: false, exit_code: None, status: Some(ToolStatus::Denied) };
+                }
+            }
+        }
         let value = ctx.jobs.process_action(&args, &ctx.signals, cap).await;
         let failed = value.get("error").is_some_and(|e| !e.is_null());
         let status = value.get("status").and_then(Value::as_str).and_then(ToolStatus::parse);

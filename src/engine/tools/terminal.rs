@@ -47,6 +47,10 @@ impl Tool for TerminalTool {
                 "background": {
                     "type": "boolean",
                     "description": "Start as a background job and return its session_id at once."
+                },
+                "sandbox": {
+                    "type": "boolean",
+                    "description": "Default true: run inside the sandbox (writes limited to the working directory and temp dir, credential stores unreadable). Set false only when the sandbox stopped a command that truly needs more; the user is asked to approve it."
                 }
             },
             "required": ["command"]
@@ -88,7 +92,8 @@ impl Tool for TerminalTool {
             ));
         }
 
-        let (approval, by) = match ctx.approvals.check_command(command, &ctx.signals.interrupt).await {
+        let sandboxed = arg_bool(&args, "sandbox") != Some(false) && ctx.jobs.sandbox_policy().active();
+        let (approval, by) = match ctx.approvals.check_command(command, sandboxed, &ctx.signals.interrupt).await {
             Verdict::Allowed { note, by } => (note, by),
             Verdict::Denied { reason } => {
                 let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
@@ -114,6 +119,7 @@ impl Tool for TerminalTool {
             track_cwd: !background,
             call_id: Some(ctx.call_id.clone()),
             orphan_grace_s: None,
+            sandboxed,
         };
         let spawned = match ctx.jobs.spawn(spec).await {
             Ok(s) => s,
@@ -183,7 +189,11 @@ impl Tool for TerminalTool {
                     *c = new_cwd.clone();
                 }
                 let code = exit.exit_code();
+                let blocked = sandboxed && code != 0 && looks_blocked(&output);
                 let mut value = base(output, Some(code), &new_cwd);
+                if blocked {
+                    value["sandbox"] = json!(SANDBOX_NOTE);
+                }
                 if exit.leftover {
                     guard.armed = false;
                     value["session_id"] = json!(spawned.id);
@@ -244,6 +254,16 @@ impl Tool for TerminalTool {
             }
         }
     }
+}
+
+/// Told to the model when a sandboxed command failed on a permission error.
+pub const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): commands may write only under the working directory, the temp dir and sandbox.writable_roots, and cannot read credential stores (~/.ssh, ~/.aws, ...). If this command truly needs more, call terminal again with sandbox=false; the user will be asked.";
+
+/// A permission error of the kind Landlock and the network filter cause.
+fn looks_blocked(output: &str) -> bool {
+    ["Permission denied", "Operation not permitted", "Read-only file system", "EACCES"]
+        .iter()
+        .any(|m| output.contains(m))
 }
 
 /// What an interrupted command's output ends with. A command the user approved and then

@@ -1,0 +1,278 @@
+//! *Known safe* (DESIGN §6): an allow-list of plain read-only commands, decided on a
+//! deliberately small parse. Words, single quotes, double quotes without anything the shell
+//! would expand inside, and the separators `|`, `&&`, `||`, `;` are understood; every other
+//! shell character (substitution, expansion, globbing, redirection, backgrounding,
+//! grouping, comments, escapes, assignments) makes a command *not* known safe. Pure.
+
+/// Commands that read and print and cannot write, run other programs or change state
+/// whatever their arguments (checked per command where that is not so).
+const READ_ONLY: &[&str] = &[
+    "ls",
+    "pwd",
+    "echo",
+    "cat",
+    "head",
+    "tail",
+    "wc",
+    "true",
+    "false",
+    "whoami",
+    "id",
+    "uname",
+    "basename",
+    "dirname",
+    "realpath",
+    "readlink",
+    "stat",
+    "du",
+    "df",
+    "nl",
+    "rev",
+    "cut",
+    "tr",
+    "cmp",
+    "diff",
+    "md5sum",
+    "sha1sum",
+    "sha256sum",
+    "sha512sum",
+    "which",
+    "grep",
+    "egrep",
+    "fgrep",
+    "rg",
+    "find",
+    "git",
+    "sort",
+    "uniq",
+    "file",
+    "tree",
+    "date",
+    "printf",
+    "jq",
+    "od",
+    "hexdump",
+    "column",
+    "seq",
+    "sleep",
+    "cd",
+    "printenv",
+    "hostname",
+];
+
+/// Names a known-safe command may not mention: reading them is exactly what must ask.
+const SECRET_NAMES: &[&str] =
+    &[".ssh", ".gnupg", ".aws", ".netrc", ".docker", "id_rsa", "id_ed25519", ".config/talaria"];
+
+pub fn is_known_safe(command: &str) -> bool {
+    match split_plain(command) {
+        Some(commands) => !commands.is_empty() && commands.iter().all(|words| simple_is_safe(words)),
+        None => false,
+    }
+}
+
+/// The simple commands of `command`, or None when it uses anything beyond plain words,
+/// quotes and the separators `|`, `&&`, `||`, `;`.
+fn split_plain(command: &str) -> Option<Vec<Vec<String>>> {
+    let mut commands = vec![Vec::new()];
+    let mut word: Option<String> = None;
+    let mut chars = command.trim().chars().peekable();
+    fn end_word(word: &mut Option<String>, commands: &mut [Vec<String>]) {
+        if let (Some(w), Some(last)) = (word.take(), commands.last_mut()) {
+            last.push(w);
+        }
+    }
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => end_word(&mut word, &mut commands),
+            '\'' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '\'' => break,
+                        c if unsafe_char(c) => return None,
+                        c => w.push(c),
+                    }
+                }
+            }
+            '"' => {
+                let w = word.get_or_insert_with(String::new);
+                loop {
+                    match chars.next()? {
+                        '"' => break,
+                        '$' | '`' | '\\' | '!' => return None,
+                        c if unsafe_char(c) => return None,
+                        c => w.push(c),
+                    }
+                }
+            }
+            '|' | '&' | ';' => {
+                end_word(&mut word, &mut commands);
+                match (c, chars.peek()) {
+                    ('|', Some('|')) | ('&', Some('&')) => {
+                        chars.next();
+                    }
+                    ('|', Some('&')) | ('&', _) | (';', Some(';')) => return None,
+                    _ => {}
+                }
+                if commands.last().is_none_or(|c| c.is_empty()) {
+                    return None;
+                }
+                commands.push(Vec::new());
+            }
+            c if c.is_ascii_alphanumeric() || "-_./,:=+%@^".contains(c) => word.get_or_insert_with(String::new).push(c),
+            // `HEAD~1`: a tilde inside a word is not expanded (at its start, or after `=`
+            // or `:`, it is).
+            '~' if word.as_ref().and_then(|w| w.chars().last()).is_some_and(|l| l != '=' && l != ':') => {
+                word.get_or_insert_with(String::new).push('~')
+            }
+            c if !c.is_ascii() && !unsafe_char(c) => word.get_or_insert_with(String::new).push(c),
+            _ => return None,
+        }
+    }
+    end_word(&mut word, &mut commands);
+    if commands.last().is_some_and(|c| c.is_empty()) {
+        return None;
+    }
+    Some(commands)
+}
+
+/// Control characters and bidi overrides never appear in a known-safe command.
+fn unsafe_char(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}')
+}
+
+fn simple_is_safe(words: &[String]) -> bool {
+    let Some((name, args)) = words.split_first() else { return false };
+    if !READ_ONLY.contains(&name.as_str()) {
+        return false;
+    }
+    if words.iter().any(|w| SECRET_NAMES.iter().any(|s| w.contains(s))) {
+        return false;
+    }
+    let has = |flags: &[&str]| args.iter().any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))));
+    let has_prefix = |prefixes: &[&str]| args.iter().any(|a| prefixes.iter().any(|p| a.starts_with(p)));
+    match name.as_str() {
+        // -o writes a file; GNU accepts any unambiguous abbreviation of a long option.
+        "sort" => {
+            !has_prefix(&["-o", "--o", "--compress"])
+                && !args.iter().any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('o'))
+        }
+        "uniq" => args.iter().filter(|a| !a.starts_with('-')).count() <= 1,
+        "tree" => !has_prefix(&["-o", "--o"]),
+        "file" => !has(&["-C", "--compile"]),
+        "date" => {
+            !has_prefix(&["-s", "--s", "-f", "--f"]) && args.iter().all(|a| a.starts_with('-') || a.starts_with('+'))
+        }
+        "hostname" => args.iter().all(|a| a.starts_with('-')) && !has_prefix(&["-F", "--f", "-b", "--b"]),
+        "printf" => !has(&["-v"]),
+        "rg" => !has_prefix(&["--pre", "-z", "--search-zip"]),
+        "find" => !args.iter().any(|a| {
+            matches!(
+                a.as_str(),
+                "-exec" | "-execdir" | "-ok" | "-okdir" | "-delete" | "-fprint" | "-fprint0" | "-fprintf" | "-fls"
+            )
+        }),
+        "git" => git_is_safe(args),
+        _ => true,
+    }
+}
+
+/// `git status|log|diff|show|...` with no global options before the subcommand (`-c`
+/// could set a pager or an fsmonitor command) and no option that writes a file.
+fn git_is_safe(args: &[String]) -> bool {
+    let Some((sub, rest)) = args.split_first() else { return false };
+    let writes = rest.iter().any(|a| a.starts_with("--output") || a == "-o" || a.starts_with("--ext-diff"));
+    if writes {
+        return false;
+    }
+    let operands = || rest.iter().filter(|a| !a.starts_with('-'));
+    match sub.as_str() {
+        "status" | "log" | "diff" | "show" | "rev-parse" | "ls-files" | "blame" | "describe" | "shortlog" => true,
+        "branch" | "tag" => {
+            operands().count() == 0
+                && rest.iter().all(|a| {
+                    matches!(a.as_str(), "-a" | "-r" | "-v" | "-vv" | "-l" | "--list" | "--all" | "--show-current")
+                })
+        }
+        "remote" => rest.iter().all(|a| a == "-v"),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_read_only_commands_are_known_safe() {
+        for c in [
+            "ls -la",
+            "ls src | wc -l",
+            "cat README.md",
+            "git status",
+            "git log --oneline -5 && git diff HEAD~1",
+            "rg -n 'fn main' src",
+            "grep -r \"a b\" .",
+            "find . -name '*.rs'",
+            "date +%s",
+            "pwd; ls",
+        ] {
+            assert!(is_known_safe(c), "{c}");
+        }
+    }
+
+    #[test]
+    fn anything_the_parse_does_not_fully_understand_is_not() {
+        for c in [
+            "",
+            "rm -rf ~",
+            "$(echo rm) -rf ~",
+            "`echo rm` -rf ~",
+            "{rm,-rf,~}",
+            "X=rm; $X -rf ~",
+            "ls > out.txt",
+            "cat < /etc/passwd",
+            "ls &",
+            "ls | sh",
+            "echo cm0gLXJmIH4= | base64 -d | sh",
+            "bash -c 'ls'",
+            "python3 -c 'print(1)'",
+            "eval ls",
+            "source x.sh",
+            "find ~ -type f -exec rm {} +",
+            "find . -delete",
+            "ls *",
+            "cat ~/.ssh/id_ed25519",
+            "ls ~",
+            "ls --dir=~/x",
+            "cat /home/u/.ssh/id_ed25519",
+            "cat \"$HOME/x\"",
+            "ls \\",
+            "ls 'unterminated",
+            "git -c core.pager=sh log",
+            "git push --force",
+            "git branch -D main",
+            "git diff --output=x",
+            "sort -o out in",
+            "sort -uo out in",
+            "date -s 2020-01-01",
+            "date 010101012020",
+            "ls # comment",
+            "ls\nrm x",
+            "(ls)",
+            "ls ||",
+            "| ls",
+            "ls ;; ls",
+            "FOO=1 ls",
+            "ls\u{202e}",
+            "uniq in out",
+            "tree -o f",
+            "rg --pre sh x",
+            "/bin/ls",
+            "sudo ls",
+        ] {
+            assert!(!is_known_safe(c), "{c:?}");
+        }
+    }
+}

@@ -1,0 +1,388 @@
+//! The kernel sandbox every job runs in (DESIGN §6). Nothing else knows how it works:
+//! build a [`Policy`] (plain data: config + session directory), [`prepare`] it in the
+//! parent before fork (all path lookups, allocation and rule building happen here), then
+//! call [`apply_in_child`] between fork and exec (only `prctl` and the Landlock and seccomp
+//! syscalls, all async-signal-safe).
+//!
+//! Files: Landlock is an allow-list, so a denied path is carved out by granting its
+//! siblings instead of its parent. Network (`sandbox.network = false`): a seccomp filter
+//! makes `socket(AF_INET | AF_INET6 | AF_PACKET)` fail. Landlock's own network rules only
+//! cover TCP bind/connect, which would leave UDP (DNS tunnels) and raw sockets open.
+
+mod seccomp;
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use landlock::{
+    path_beneath_rules, Access, AccessFs, CompatLevel, Compatible, Ruleset, RulesetAttr, RulesetCreated,
+    RulesetCreatedAttr, Scope, ABI,
+};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{SandboxConfig, SandboxMode};
+
+/// The file-system access rights we ask for: everything Landlock ABI 5 knows (the later
+/// ABIs add no file-system rights). Older kernels get what they support.
+const TARGET_ABI: ABI = ABI::V5;
+/// Entries a policy may expand into rules before it is refused as unreasonable.
+const MAX_RULES: usize = 20_000;
+
+/// What a job may touch. Plain data, so a supervisor process can receive it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Policy {
+    pub mode: SandboxMode,
+    pub network: bool,
+    /// Readable and writable (minus `deny_write` and `deny_read`).
+    pub writable_roots: Vec<PathBuf>,
+    /// Neither readable nor writable.
+    pub deny_read: Vec<PathBuf>,
+    /// Not writable, whatever the roots say.
+    pub deny_write: Vec<PathBuf>,
+    /// Readable and writable even under a denied path: talaria's job directory.
+    pub job_dirs: Vec<PathBuf>,
+}
+
+/// Credential stores under the home directory: never readable by a job.
+const HOME_SECRETS: &[&str] =
+    &[".ssh", ".gnupg", ".aws", ".netrc", ".docker/config.json", ".config/gh", ".config/gcloud", ".config/talaria"];
+
+impl Policy {
+    /// The policy for this session. `workspace` is the session's starting directory (not
+    /// the directory a `cd` carried the shell to: that would let `cd ~` widen the roots).
+    pub fn from_config(
+        config: &SandboxConfig,
+        workspace: &Path,
+        paths: &crate::paths::Paths,
+        home: Option<&Path>,
+    ) -> Policy {
+        let expand = |p: &Path| -> PathBuf {
+            match (p.strip_prefix("~"), home) {
+                (Ok(rest), Some(home)) => home.join(rest),
+                _ => p.to_path_buf(),
+            }
+        };
+        let mut deny_read: Vec<PathBuf> = Vec::new();
+        if let Some(home) = home {
+            deny_read.extend(HOME_SECRETS.iter().map(|s| home.join(s)));
+        }
+        // Talaria's own config and state: the database (with its journal files), the logs.
+        // Named one by one rather than by directory: tests and TALARIA_HOME users may keep
+        // a workspace next to them.
+        let db = paths.state_db.display().to_string();
+        deny_read.extend([paths.config_file.clone(), paths.logs_dir.clone(), paths.state_db.clone()]);
+        deny_read.extend(["-wal", "-shm", "-journal"].iter().map(|s| PathBuf::from(format!("{db}{s}"))));
+        deny_read.extend(config.deny_read.iter().map(|p| expand(p)));
+        let mut deny_write = deny_read.clone();
+        deny_write.extend([paths.keymap_file.clone(), paths.user_instructions.clone(), paths.estop.clone()]);
+        if let Some(home) = home {
+            deny_write.extend([".ssh", ".gnupg", ".aws", ".config/talaria"].iter().map(|s| home.join(s)));
+        }
+        let mut writable_roots = Vec::new();
+        if config.mode == SandboxMode::WorkspaceWrite {
+            writable_roots.push(workspace.to_path_buf());
+            writable_roots.push(std::env::temp_dir());
+            writable_roots.extend(config.writable_roots.iter().map(|p| expand(p)));
+        }
+        Policy {
+            mode: config.mode,
+            network: config.network,
+            writable_roots: writable_roots.iter().map(|p| canonical(p)).collect(),
+            deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
+            deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
+            job_dirs: vec![canonical(&paths.jobs_dir)],
+        }
+    }
+
+    /// Will jobs spawned with this policy actually be contained?
+    pub fn active(&self) -> bool {
+        self.mode != SandboxMode::Off && matches!(support(), Support::Available { .. })
+    }
+
+    /// One line for `/permissions` and notices.
+    pub fn describe(&self) -> String {
+        let kernel = match support() {
+            Support::Available { abi } => format!("Landlock ABI {abi} active"),
+            Support::Unavailable { reason } => format!("NOT active: {reason}"),
+        };
+        let mode = match self.mode {
+            SandboxMode::WorkspaceWrite => "workspace-write",
+            SandboxMode::ReadOnly => "read-only",
+            SandboxMode::Off => return "sandbox: off (commands run with your full permissions)".into(),
+        };
+        let roots: Vec<String> = self.writable_roots.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            "sandbox: {mode}, kernel sandbox {kernel}; network {}; writable: {}",
+            if self.network { "on" } else { "off" },
+            if roots.is_empty() { "nothing but talaria's job files".to_string() } else { roots.join(", ") }
+        )
+    }
+}
+
+/// The path with symlinks resolved; for a path that does not exist yet, its nearest
+/// existing ancestor resolved and the rest appended.
+pub fn canonical(path: &Path) -> PathBuf {
+    if let Ok(p) = std::fs::canonicalize(path) {
+        return p;
+    }
+    match (path.parent(), path.file_name()) {
+        (Some(parent), Some(name)) if parent != path => canonical(parent).join(name),
+        _ => path.to_path_buf(),
+    }
+}
+
+/// Whether this kernel can sandbox.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    Available { abi: i32 },
+    Unavailable { reason: String },
+}
+
+/// Probed once per process.
+pub fn support() -> &'static Support {
+    static SUPPORT: OnceLock<Support> = OnceLock::new();
+    SUPPORT.get_or_init(probe)
+}
+
+#[cfg(target_os = "linux")]
+fn probe() -> Support {
+    const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
+    // SAFETY: with a null attribute and size 0 this only asks for the ABI version.
+    let abi = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            std::ptr::null::<libc::c_void>(),
+            0usize,
+            LANDLOCK_CREATE_RULESET_VERSION,
+        )
+    };
+    if abi >= 1 {
+        return Support::Available { abi: abi as i32 };
+    }
+    let err = std::io::Error::last_os_error();
+    let reason = match err.raw_os_error() {
+        Some(libc::ENOSYS) => "this kernel has no Landlock (Linux 5.13 or later is needed)".to_string(),
+        Some(libc::EOPNOTSUPP) => "Landlock is disabled on this kernel (boot option lsm=)".to_string(),
+        _ => format!("Landlock is not usable here: {err}"),
+    };
+    Support::Unavailable { reason }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn probe() -> Support {
+    Support::Unavailable { reason: "the sandbox needs Linux (Landlock)".into() }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SandboxError {
+    #[error("cannot build the sandbox: {0}")]
+    Landlock(#[from] landlock::RulesetError),
+    #[error("cannot build the sandbox: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("cannot build the sandbox: more than {MAX_RULES} paths to list; narrow sandbox.writable_roots")]
+    TooLarge,
+}
+
+/// A policy turned into kernel objects, ready for [`apply_in_child`]. One per spawn: the
+/// Landlock ruleset is consumed when it is applied.
+#[derive(Debug)]
+pub struct Prepared {
+    ruleset: Option<RulesetCreated>,
+    network_filter: Option<seccomp::Filter>,
+}
+
+/// Build the ruleset in the parent: open every path, add every rule. Costs a directory
+/// listing per ancestor of a denied path (see BENCHMARKS.md for the time per command).
+pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
+    if policy.mode == SandboxMode::Off {
+        return Ok(Prepared { ruleset: None, network_filter: None });
+    }
+    let network_filter = (!policy.network).then(seccomp::Filter::deny_ip_sockets);
+    if !matches!(support(), Support::Available { .. }) {
+        return Ok(Prepared { ruleset: None, network_filter });
+    }
+    let all = AccessFs::from_all(TARGET_ABI);
+    let read = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
+
+    let mut budget = MAX_RULES;
+    let mut readable = Vec::new();
+    grantable(Path::new("/"), &policy.deny_read, &mut readable, &mut budget)?;
+    let mut writable = Vec::new();
+    let holes: Vec<PathBuf> = policy.deny_read.iter().chain(&policy.deny_write).cloned().collect();
+    for root in &policy.writable_roots {
+        grantable(root, &holes, &mut writable, &mut budget)?;
+    }
+    writable.extend(policy.job_dirs.iter().cloned());
+    // Devices every shell script expects to write; pipes need no rule.
+    let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm"];
+
+    let ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::BestEffort)
+        .handle_access(all)?
+        // A job may not signal processes outside its sandbox (talaria itself, the user's).
+        .scope(Scope::Signal)?
+        .create()?
+        // Names are listable everywhere (`ls ~` works); contents follow the rules below.
+        .add_rules(path_beneath_rules(["/"], AccessFs::ReadDir))?
+        .add_rules(path_beneath_rules(&readable, read))?
+        .add_rules(path_beneath_rules(&writable, all))?
+        .add_rules(path_beneath_rules(devices, all))?;
+    Ok(Prepared { ruleset: Some(ruleset), network_filter })
+}
+
+/// What may be granted whole under `root` without granting anything under `holes`: `root`
+/// itself when no hole is inside it, else its entries, recursively. Symlinks are skipped
+/// (Landlock checks the file they point to). All paths are canonical.
+fn grantable(root: &Path, holes: &[PathBuf], out: &mut Vec<PathBuf>, budget: &mut usize) -> Result<(), SandboxError> {
+    if holes.iter().any(|h| root.starts_with(h)) {
+        return Ok(());
+    }
+    *budget = budget.checked_sub(1).ok_or(SandboxError::TooLarge)?;
+    if !holes.iter().any(|h| h.starts_with(root)) {
+        out.push(root.to_path_buf());
+        return Ok(());
+    }
+    let entries = match std::fs::read_dir(root) {
+        Ok(entries) => entries,
+        Err(_) => return Ok(()),
+    };
+    for entry in entries.flatten() {
+        if entry.file_type().is_ok_and(|t| t.is_symlink()) {
+            continue;
+        }
+        grantable(&entry.path(), holes, out, budget)?;
+    }
+    Ok(())
+}
+
+/// Restrict the calling process. Call it between fork and exec (a `pre_exec` closure):
+/// it makes only async-signal-safe syscalls (`prctl`, `landlock_restrict_self`, `close`).
+/// A failure must abort the spawn: the command then never runs outside its sandbox.
+pub fn apply_in_child(prepared: &mut Prepared) -> std::io::Result<()> {
+    if let Some(ruleset) = prepared.ruleset.take() {
+        ruleset.restrict_self().map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM))?;
+    }
+    if let Some(filter) = &prepared.network_filter {
+        filter.install()?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn a_hole_is_carved_out_by_granting_its_siblings() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = canonical(dir.path());
+        for d in [".ssh", ".config/talaria", ".config/other", "src"] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        std::fs::write(home.join("notes.txt"), "x").unwrap();
+        std::os::unix::fs::symlink(home.join(".ssh"), home.join("keys")).unwrap();
+        let holes = vec![home.join(".ssh"), home.join(".config/talaria")];
+        let mut out = Vec::new();
+        let mut budget = 100;
+        grantable(&home, &holes, &mut out, &mut budget).unwrap();
+        out.sort();
+        assert_eq!(out, vec![home.join(".config/other"), home.join("notes.txt"), home.join("src")]);
+        // A root inside a hole grants nothing; one without holes is granted whole.
+        let mut out = Vec::new();
+        grantable(&home.join(".ssh"), &holes, &mut out, &mut budget).unwrap();
+        assert!(out.is_empty());
+        grantable(&home.join("src"), &holes, &mut out, &mut budget).unwrap();
+        assert_eq!(out, vec![home.join("src")]);
+    }
+
+    #[test]
+    fn the_policy_keeps_secrets_out_and_roots_in() {
+        let dir = tempfile::tempdir().unwrap();
+        let home = canonical(dir.path()).join("home");
+        let work = canonical(dir.path()).join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let paths = crate::paths::Paths::under(&canonical(dir.path()).join("th"));
+        let config = SandboxConfig {
+            writable_roots: vec![PathBuf::from("~/extra")],
+            deny_read: vec![PathBuf::from("~/private")],
+            ..SandboxConfig::default()
+        };
+        let p = Policy::from_config(&config, &work, &paths, Some(&home));
+        assert!(p.writable_roots.contains(&work));
+        assert!(p.writable_roots.contains(&home.join("extra")));
+        for secret in [".ssh", ".aws", ".gnupg", ".netrc", "private"] {
+            assert!(p.deny_read.contains(&home.join(secret)), "{secret}");
+            assert!(p.deny_write.contains(&home.join(secret)), "{secret}");
+        }
+        assert!(p.deny_read.contains(&canonical(dir.path()).join("th/state.db")));
+        assert!(p.deny_read.contains(&canonical(dir.path()).join("th/config.toml")));
+        assert_eq!(p.job_dirs, vec![canonical(dir.path()).join("th/jobs")]);
+        let ro = Policy::from_config(&SandboxConfig { mode: SandboxMode::ReadOnly, ..config }, &work, &paths, None);
+        assert!(ro.writable_roots.is_empty());
+    }
+
+    /// Run `script` under `policy` the way jobs run: prepared before fork, applied after.
+    fn run_sandboxed(policy: &Policy, script: &str) -> (i32, String) {
+        use std::os::unix::process::CommandExt;
+        let mut prepared = prepare(policy).unwrap();
+        let mut cmd = std::process::Command::new("sh");
+        cmd.arg("-c").arg(script);
+        // SAFETY: apply_in_child only makes async-signal-safe syscalls.
+        unsafe {
+            cmd.pre_exec(move || apply_in_child(&mut prepared));
+        }
+        let out = cmd.output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+        (out.status.code().unwrap_or(-1), text)
+    }
+
+    #[test]
+    fn a_sandboxed_child_writes_only_under_its_roots_and_reads_no_secret() {
+        if !matches!(support(), Support::Available { .. }) {
+            panic!("this test needs Landlock; the kernel says: {:?}", support());
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let base = canonical(dir.path());
+        let (home, work) = (base.join("home"), base.join("work"));
+        std::fs::create_dir_all(home.join(".ssh")).unwrap();
+        std::fs::create_dir_all(&work).unwrap();
+        std::fs::write(home.join(".ssh/id_ed25519"), "PRIVATE-KEY-MATERIAL").unwrap();
+        std::fs::write(home.join("notes.txt"), "readable").unwrap();
+        let policy = Policy {
+            mode: SandboxMode::WorkspaceWrite,
+            network: false,
+            writable_roots: vec![work.clone()],
+            deny_read: vec![home.join(".ssh")],
+            deny_write: vec![home.join(".ssh")],
+            job_dirs: vec![],
+        };
+        let h = home.display();
+        let (code, out) =
+            run_sandboxed(&policy, &format!("cat {h}/notes.txt; echo ok > {}/made; ls {h}/.ssh", work.display()));
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("readable") && out.contains("id_ed25519"), "{out}");
+        assert!(work.join("made").exists());
+        let (code, out) = run_sandboxed(&policy, &format!("cat {h}/.ssh/id_ed25519"));
+        assert_ne!(code, 0);
+        assert!(!out.contains("PRIVATE"), "{out}");
+        for attack in [
+            format!("rm -rf {h}"),
+            format!("echo x > {h}/.ssh/authorized_keys"),
+            format!("touch {h}/new"),
+            format!("mv {h}/notes.txt {}/", work.display()),
+            "echo x > /proc/sysrq-trigger".to_string(),
+        ] {
+            let (code, out) = run_sandboxed(&policy, &attack);
+            assert_ne!(code, 0, "{attack}: {out}");
+        }
+        assert!(home.join("notes.txt").exists() && home.join(".ssh/id_ed25519").exists());
+        assert!(!home.join("new").exists() && !home.join(".ssh/authorized_keys").exists());
+        // network = false: no IP socket of any kind; Unix sockets still work.
+        let py = "import socket\nfor fam, kind in [(socket.AF_INET, socket.SOCK_STREAM), (socket.AF_INET6, socket.SOCK_DGRAM)]:\n    try:\n        socket.socket(fam, kind); print('OPEN')\n    except OSError as e: print('denied', e.errno)\nsocket.socket(socket.AF_UNIX, socket.SOCK_STREAM); print('unix ok')";
+        std::fs::write(work.join("net.py"), py.replace("\\n", "\n")).unwrap();
+        let (code, out) = run_sandboxed(&policy, &format!("python3 {}/net.py", work.display()));
+        assert_eq!(code, 0, "{out}");
+        assert!(!out.contains("OPEN") && out.contains("denied 13") && out.contains("unix ok"), "{out}");
+    }
+}
