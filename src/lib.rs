@@ -23,5 +23,6 @@ pub mod exec;
 pub mod logging;
 pub mod paths;
 pub mod protocol;
+pub mod secrets;
 pub mod text;
 pub mod tui;

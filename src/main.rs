@@ -125,6 +125,12 @@ fn main() {
             None => std::process::exit(2),
         }
     }
+    // Before any thread starts: re-exec without the provider keys in the environment, so
+    // no command can read them from /proc/<talaria>/environ (DESIGN §6).
+    let mut key_vars = vec!["ANTHROPIC_API_KEY".to_string()];
+    let model = Paths::from_env().ok().and_then(|p| Config::load(&p.config_file).ok()).map(|c| c.model);
+    key_vars.extend(provider::secret_env_vars(&model.unwrap_or_default()));
+    talaria::secrets::drop_keys_from_environment(&key_vars);
     let cli = Cli::parse();
     let code = match real_main(cli) {
         Ok(code) => code,
@@ -263,7 +269,8 @@ async fn start_engine(
     session: SessionChoice,
     policy: PromptPolicy,
 ) -> anyhow::Result<(talaria::protocol::EngineHandle, provider::ResolvedProvider)> {
-    let env = |name: &str| std::env::var(name).ok().filter(|v| !v.is_empty());
+    // Keys come from what the start-up re-exec handed over, not from the environment.
+    let env = |name: &str| talaria::secrets::get(name);
     let resolved =
         provider::resolve(&config.model, cli_model.as_deref(), cli_base_url.as_deref(), &config.agent, &env).await?;
     tracing::info!(provider = %resolved.label, model = %resolved.model, "model resolved");

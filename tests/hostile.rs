@@ -270,3 +270,48 @@ async fn reading_the_private_key_gives_the_model_nothing() {
     assert!(result["sandbox"].as_str().is_some_and(|n| n.contains("blocked by the sandbox")), "{result}");
     fake.survived().unwrap();
 }
+
+/// The provider key reaches the HTTP client, but no job: not in its environment, not in
+/// `/proc/<talaria>/environ` — sandboxed or not (the second command runs outside the
+/// sandbox, approved by `--yes`, where only the start-up re-exec protects the key).
+#[tokio::test(flavor = "multi_thread")]
+async fn no_job_finds_the_provider_key() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    let key = "sk-test-KEYMATERIAL-4711";
+    let probe = "echo talaria=$PPID; tr '\\0' '\\n' < /proc/$PPID/environ; env; cat /proc/$PPID/cmdline";
+    let sandboxed = serde_json::json!({ "command": probe }).to_string();
+    let outside = serde_json::json!({ "command": probe, "sandbox": false }).to_string();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", &sandboxed),
+        ScriptedResponse::tool_call("c2", "terminal", &outside),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    // With an explicit base URL the key comes from the variable `model.api_key_env` names.
+    home.write_config("[model]\napi_key_env = \"MY_PROVIDER_KEY\"\n");
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake.home)
+        .env("TMPDIR", &fake.tmp)
+        .env("MY_PROVIDER_KEY", key)
+        .env("OPENAI_API_KEY", "sk-other-KEYMATERIAL")
+        .args(["exec", "--yes", "--base-url", &server.base_url(), "go"]);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 3);
+    assert_eq!(requests[0].header("authorization"), Some(format!("Bearer {key}").as_str()));
+    for (i, request) in requests.iter().enumerate().skip(1) {
+        let messages = request.body["messages"].as_array().unwrap();
+        let result: Value = serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap();
+        let output = result["output"].as_str().unwrap();
+        assert!(output.contains("talaria="), "{result}");
+        assert!(output.contains("HOME="), "the job's own environment was printed: {output}");
+        assert!(!output.contains("KEYMATERIAL"), "job {i} found the key: {output}");
+        if i == 2 {
+            // Outside the sandbox /proc/<talaria>/environ is readable, and holds no key.
+            assert!(output.contains("TALARIA_HOME="), "talaria's environ was read: {output}");
+        }
+    }
+}
