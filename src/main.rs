@@ -127,10 +127,8 @@ fn main() {
     }
     // Before any thread starts: re-exec without the provider keys in the environment, so
     // no command can read them from /proc/<talaria>/environ (DESIGN §6).
-    let mut key_vars = vec!["ANTHROPIC_API_KEY".to_string()];
     let model = Paths::from_env().ok().and_then(|p| Config::load(&p.config_file).ok()).map(|c| c.model);
-    key_vars.extend(provider::secret_env_vars(&model.unwrap_or_default()));
-    talaria::secrets::drop_keys_from_environment(&key_vars);
+    talaria::secrets::drop_keys_from_environment(&provider::secret_env_vars(&model.unwrap_or_default()));
     let cli = Cli::parse();
     let code = match real_main(cli) {
         Ok(code) => code,
