@@ -452,6 +452,24 @@ mod tests {
     }
 
     #[test]
+    fn user_prices_are_added_to_the_built_in_table() {
+        let text = "[prices.openai]\n\"my-finetune\" = { input = 1.0, output = 4.0, cache_read = 0.25, cache_write = 1.0 }\n\
+                    [prices.anthropic]\n\"claude-sonnet-4\" = { input = 2.0, output = 10.0, cache_read = 0.2, cache_write = 2.5 }\n";
+        let c = Config::from_toml(text, Path::new("c.toml")).unwrap();
+        assert_eq!(c.prices.find("openai", "my-finetune-v2").map(|p| p.output), Some(4.0));
+        assert_eq!(c.prices.find("openai", "gpt-4.1-mini").map(|p| p.input), Some(0.4), "built-ins stay");
+        assert_eq!(c.prices.find("anthropic", "claude-sonnet-4-5").map(|p| p.input), Some(2.0), "replaced");
+        let err = Config::from_toml(
+            "[prices.openai]\nm = { input = -1.0, output = 1.0, cache_read = 1.0, cache_write = 1.0 }\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("prices.openai.m"), "{err}");
+        let err = Config::from_toml("[model]\nprovider = \"gemini\"\n", Path::new("c.toml")).unwrap_err();
+        assert!(err.to_string().contains("model.provider"), "{err}");
+    }
+
+    #[test]
     fn unknown_key_names_file_line_and_key() {
         let err = Config::from_toml("[model]\nname = \"x\"\nflavour = 3\n", Path::new("/h/config.toml"))
             .unwrap_err()

@@ -200,7 +200,13 @@ pub fn choose_endpoint(
         let upper = key_env.to_ascii_uppercase();
         let endpoint = if upper.contains("OPENROUTER") {
             openrouter(key)
-        } else if upper.contains("ANTHROPIC") && provider == "auto" {
+        } else if upper.contains("ANTHROPIC") {
+            if provider == "openai" {
+                bail!(
+                    "[model] api_key_env names {key_env}, an Anthropic key, but the provider is \"openai\": \
+                     set provider = \"anthropic\" (or give an OpenAI-compatible base_url)"
+                );
+            }
             anthropic(key)
         } else {
             openai(key)
@@ -496,6 +502,12 @@ mod tests {
         .unwrap()
         .unwrap();
         assert_eq!((chosen.wire, chosen.api_key.as_deref()), (WireKind::Anthropic, Some("sk-mine")));
+        // A named Anthropic key without a base URL: the Anthropic API, never OpenAI.
+        let named = env_of(&[("ANTHROPIC_WORK_KEY", "sk-work")]);
+        let chosen = choose_endpoint(&with_provider("auto", "", "ANTHROPIC_WORK_KEY"), None, None, &named).unwrap();
+        assert_eq!(chosen.map(|e| (e.wire, e.api_key)), Some((WireKind::Anthropic, Some("sk-work".to_string()))));
+        let err = choose_endpoint(&with_provider("openai", "", "ANTHROPIC_WORK_KEY"), None, None, &named).unwrap_err();
+        assert!(err.to_string().contains("an Anthropic key"), "{err}");
         let err = choose_endpoint(&with_provider("gemini", "", ""), None, None, &all).unwrap_err();
         assert!(err.to_string().contains("gemini"), "{err}");
     }
