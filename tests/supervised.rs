@@ -338,3 +338,18 @@ async fn a_record_whose_pid_now_belongs_to_another_process_is_not_touched() {
     let _ = stranger.kill();
     let _ = stranger.wait();
 }
+
+#[tokio::test]
+async fn a_job_whose_directory_is_deleted_is_killed_at_once() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    let mark = marker(7);
+    let (jobs, _events) = handle(&paths, false);
+    let spawned = jobs.spawn(spec(&format!("sleep {mark}"), &home.work())).await.unwrap();
+    wait_until("the job's sleep", || !pids_with(&format!("sleep {mark}")).is_empty()).await;
+    // What a deleted TALARIA_HOME does: no record can point to the job any more.
+    std::fs::remove_dir_all(paths.jobs_dir.join(&spawned.id)).unwrap();
+    wait_until("the job to be killed without waiting out the grace", || pids_with(&format!("sleep {mark}")).is_empty())
+        .await;
+    wait_until("its supervisor to exit", || pids_with(&format!("__job {}", paths.jobs_dir.display())).is_empty()).await;
+}

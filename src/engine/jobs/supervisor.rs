@@ -301,10 +301,15 @@ impl Running {
             }
             if last_lease_check.elapsed() >= LEASE_POLL && own_kill.is_none() {
                 last_lease_check = Instant::now();
-                // No owner file (the job directory was deleted) counts as no owner: nothing
-                // may run on that no record points to.
+                // No owner file counts as no owner.
                 let held = self.jd.read_owner().is_some_and(|o| o.holds());
-                if held {
+                if !self.jd.path.exists() {
+                    // The job directory was deleted (its TALARIA_HOME is gone): no record
+                    // can point to this job any more, so no grace either.
+                    own_kill = Some("job directory removed".to_string());
+                    let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
+                    group::kill_groups_blocking(&[self.pid], grace);
+                } else if held {
                     orphaned_at = None;
                 } else {
                     let since = *orphaned_at.get_or_insert_with(Instant::now);
