@@ -19,16 +19,9 @@ use talaria::paths::Paths;
 #[derive(Parser, Debug)]
 #[command(name = "talaria", version, about = "A full-screen terminal AI agent you never wait for")]
 struct Cli {
-    /// Model name for this run (overrides `[model] name`).
-    #[arg(long, global = true, value_name = "NAME")]
-    model: Option<String>,
-    /// Model server base URL for this run, e.g. http://127.0.0.1:8080/v1.
-    #[arg(long, global = true, value_name = "URL")]
-    base_url: Option<String>,
-    /// Wire protocol for this run (overrides `[model] provider`).
-    #[arg(long, global = true, value_name = "auto|openai|anthropic", value_parser = ["auto", "openai", "anthropic"])]
-    provider: Option<String>,
-    /// Continue the most recent session started in this directory.
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Continue the most recent interactive session started in this directory.
     #[arg(short = 'c', long = "continue")]
     continue_session: bool,
     /// Resume a session by id, id prefix or title.
@@ -36,6 +29,32 @@ struct Cli {
     resume: Option<String>,
     #[command(subcommand)]
     command: Option<Command>,
+}
+
+/// Which model to talk to: only the interactive mode and `exec` take these (the other
+/// subcommands never talk to a model, so their help does not offer them).
+#[derive(clap::Args, Debug, Clone, Default)]
+struct ModelArgs {
+    /// Model name for this run (overrides `[model] name`).
+    #[arg(long, value_name = "NAME")]
+    model: Option<String>,
+    /// Model server base URL for this run, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// Wire protocol for this run (overrides `[model] provider`).
+    #[arg(long, value_name = "auto|openai|anthropic", value_parser = ["auto", "openai", "anthropic"])]
+    provider: Option<String>,
+}
+
+impl ModelArgs {
+    /// These, with `outer`'s (given before the subcommand) where these say nothing.
+    fn or(self, outer: &ModelArgs) -> ModelArgs {
+        ModelArgs {
+            model: self.model.or_else(|| outer.model.clone()),
+            base_url: self.base_url.or_else(|| outer.base_url.clone()),
+            provider: self.provider.or_else(|| outer.provider.clone()),
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -48,9 +67,11 @@ enum Command {
         /// Allow commands that would need approval (hardline ones are still refused).
         #[arg(long)]
         yes: bool,
-        /// Continue the most recent session started in this directory.
+        /// Continue the most recent session started in this directory (exec or not).
         #[arg(short = 'c', long = "continue")]
         continue_session: bool,
+        #[command(flatten)]
+        model: ModelArgs,
         /// Leave background jobs running when the run ends (`talaria jobs` finds them).
         #[arg(long)]
         keep_jobs: bool,
@@ -63,9 +84,16 @@ enum Command {
         #[command(subcommand)]
         action: Option<SessionsAction>,
     },
-    /// Pause all autonomous work (heartbeats, goals, queued messages) in every talaria.
+    /// Pause all autonomous work in every talaria: no heartbeat, goal, queued message or
+    /// job notice runs, and typed messages wait, until `talaria unpause`.
+    ///
+    /// Example: `talaria pause lunch break` (or `--reason "lunch break"`).
     Pause {
-        #[arg(long)]
+        /// Why, shown in every talaria's notice.
+        #[arg(value_name = "REASON", num_args = 0.., conflicts_with = "reason")]
+        words: Vec<String>,
+        /// The same as REASON, as an option.
+        #[arg(long, value_name = "REASON")]
         reason: Option<String>,
     },
     /// Lift a pause.
@@ -150,7 +178,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         }
     };
     match &cli.command {
-        Some(Command::Pause { reason }) => {
+        Some(Command::Pause { words, reason }) => {
+            let reason = reason.clone().or_else(|| (!words.is_empty()).then(|| words.join(" ")));
             talaria::engine::estop::pause(&paths.estop, reason.as_deref())?;
             println!("paused ({}); `talaria unpause` lifts it", paths.estop.display());
             return Ok(0);
@@ -167,17 +196,21 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     let _log_guard = talaria::logging::init(&paths.logs_dir)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "talaria starting");
     let mut config = config;
-    if let Some(provider) = &cli.provider {
+    let model = match &cli.command {
+        Some(Command::Exec { model, .. }) => model.clone().or(&cli.model),
+        _ => cli.model.clone(),
+    };
+    if let Some(provider) = &model.provider {
         config.model.provider = provider.clone();
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
-    let result = runtime.block_on(async_main(cli, paths, Arc::new(config)));
+    let result = runtime.block_on(async_main(cli, model, paths, Arc::new(config)));
     // Do not wait for stray blocking tasks (a stuck stdin read) on the way out.
     runtime.shutdown_timeout(std::time::Duration::from_millis(200));
     result
 }
 
-async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
+async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
     let store = Store::open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;
     match cli.command {
         Some(Command::Sessions { action }) => {
@@ -191,7 +224,7 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             print!("{text}");
             Ok(0)
         }
-        Some(Command::Exec { json, yes, continue_session, keep_jobs, prompt }) => {
+        Some(Command::Exec { json, yes, continue_session, keep_jobs, prompt, model: _ }) => {
             let prompt = if prompt == ["-"] {
                 let mut text = String::new();
                 std::io::stdin().read_to_string(&mut text).context("cannot read the prompt from stdin")?;
@@ -211,7 +244,7 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
             };
             let policy = if yes { PromptPolicy::AllowUnattended } else { PromptPolicy::DenyUnattended };
             let (engine, resolved) =
-                start_engine(&cli.model, &cli.base_url, &paths, &config, store, session, policy).await?;
+                start_engine(&model.model, &model.base_url, &paths, &config, store, session, policy).await?;
             if resolved.demo {
                 eprintln!("{}", talaria::engine::llm::demo::DEMO_BANNER);
             }
@@ -224,14 +257,14 @@ async fn async_main(cli: Cli, paths: Paths, config: Arc<Config>) -> anyhow::Resu
                 anyhow::bail!("not a terminal; use `talaria exec`");
             }
             let session = if cli.continue_session {
-                SessionChoice::Continue
+                SessionChoice::ContinueInteractive
             } else if let Some(key) = cli.resume.clone() {
                 SessionChoice::Resume(key)
             } else {
                 SessionChoice::New
             };
             let (engine, resolved) =
-                start_engine(&cli.model, &cli.base_url, &paths, &config, store, session, PromptPolicy::Ask).await?;
+                start_engine(&model.model, &model.base_url, &paths, &config, store, session, PromptPolicy::Ask).await?;
             let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
             let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner };
             let exit = talaria::tui::run(options, engine).await?;

@@ -293,3 +293,19 @@ async fn nothing_listening_is_one_short_error_at_once() {
         assert!(started.elapsed() < Duration::from_secs(5), "no silent retries: {:?}", started.elapsed());
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn pause_takes_its_reason_as_words_and_only_model_commands_offer_model_options() {
+    let home = Home::new();
+    let out = home.run(&["pause", "lunch", "break"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let file = std::fs::read_to_string(home.path().join("ESTOP")).unwrap();
+    assert_eq!(serde_json::from_str::<Value>(&file).unwrap()["reason"], "lunch break");
+    assert_eq!(home.run(&["unpause"]).await.status.code(), Some(0));
+    for sub in [&["pause", "--help"][..], &["sessions", "--help"], &["unpause", "--help"]] {
+        let help = stdout(&home.run(sub).await);
+        assert!(!help.contains("--model") && !help.contains("--base-url"), "{sub:?}: {help}");
+    }
+    let help = stdout(&home.run(&["exec", "--help"]).await);
+    assert!(help.contains("--model") && help.contains("--base-url"), "{help}");
+}

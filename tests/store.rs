@@ -544,3 +544,26 @@ async fn the_cli_prints_sessions_and_search_results() {
     assert!(lines.iter().any(|l| l.starts_with("  tool: ") && l.contains("»widget« deployed")), "{found}");
     assert_eq!(cli_search(&store, "(", 20).await.unwrap(), "No matches for (.\n");
 }
+
+#[tokio::test]
+async fn an_empty_session_is_not_kept_and_continue_can_pass_over_exec_runs() {
+    let home = temp_home();
+    let store = open(&home);
+    let typed = store.create_session("m", "/p", None).await.unwrap();
+    store.append_message(&typed, user("hello")).await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let headless = store.create_session("m", "/p", None).await.unwrap();
+    store.mark_headless(&headless).await.unwrap();
+    store.append_message(&headless, user("from a script")).await.unwrap();
+    assert_eq!(store.latest_in_cwd("/p").await.unwrap().unwrap().id, headless);
+    assert_eq!(store.latest_interactive_in_cwd("/p").await.unwrap().unwrap().id, typed);
+
+    let empty = store.create_session("m", "/p", None).await.unwrap();
+    assert!(store.delete_if_empty(&empty).await.unwrap());
+    assert_eq!(store.session(&empty).await.unwrap(), None);
+    assert!(!store.delete_if_empty(&typed).await.unwrap(), "a session with a message stays");
+    // A goal set before anything was said keeps the session too.
+    let with_goal = store.create_session("m", "/p", None).await.unwrap();
+    store.meta_set(&format!("goal:{with_goal}"), "{}").await.unwrap();
+    assert!(!store.delete_if_empty(&with_goal).await.unwrap());
+}

@@ -83,7 +83,9 @@ pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<Tu
     restore();
     result?;
     let spend = (!app.spend.usage.is_empty()).then(|| app.spend.describe());
-    Ok(TuiExit { session_id: app.session.session_id.clone(), spend })
+    // Only a session something was said in is kept, so only that one can be resumed.
+    let said = app.transcript.cells().iter().any(|c| matches!(c.body, transcript::CellBody::User { .. }));
+    Ok(TuiExit { session_id: app.session.session_id.clone().filter(|_| said), spend })
 }
 
 /// The full-screen UI needs a terminal on both ends.

@@ -222,7 +222,7 @@ fn summarise_tool_result(messages: &[ChatMessage], result: &ChatMessage) -> Demo
     if field("status") == "yielded_to_background" {
         return DemoReply::text(format!(
             "## Moved to the background\n\n\
-             `{command}` was **not killed**: it keeps running as job **{job}**.\n\n\
+             `{command}` was **not killed**: it keeps running as **{job}**, in the background.\n\n\
              - follow it in the jobs pane (select it to open the log)\n\
              - I will be told when it finishes\n\
              - `/jobs kill {job}` stops it\n\n\
@@ -233,7 +233,7 @@ fn summarise_tool_result(messages: &[ChatMessage], result: &ChatMessage) -> Demo
     if output.starts_with("Background process started") {
         return DemoReply::text(format!(
             "## Background job started\n\n\
-             - job **{job}** runs `{command}`\n\
+             - **{job}** runs `{command}`\n\
              - its output goes to the jobs pane, with a full log\n\
              - you and I can keep talking meanwhile; I hear when it ends\n\n\
              ```text\n/jobs log {job}\n```"

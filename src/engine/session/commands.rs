@@ -37,7 +37,8 @@ impl Engine {
         let cwd = self.env.cwd().display().to_string();
         match self.env.store.create_session(&self.env.model, &cwd, None).await {
             Ok(id) => {
-                self.env.session_id = id;
+                let old = std::mem::replace(&mut self.env.session_id, id);
+                let _ = self.env.store.delete_if_empty(&old).await;
                 self.title = None;
                 self.queued.clear();
                 crate::engine::turn::lock(&self.pending).clear();
@@ -73,7 +74,10 @@ impl Engine {
             Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
         };
         let Some(s) = found else { return };
-        self.env.session_id = s.id.clone();
+        let old = std::mem::replace(&mut self.env.session_id, s.id.clone());
+        if old != s.id {
+            let _ = self.env.store.delete_if_empty(&old).await;
+        }
         self.title = s.title.clone();
         match self.load_session().await {
             Ok(()) => {

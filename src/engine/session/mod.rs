@@ -44,6 +44,8 @@ pub enum SessionChoice {
     New,
     /// The most recent session started in this working directory (a new one if none).
     Continue,
+    /// The same, passing over sessions `talaria exec` started (`talaria -c`).
+    ContinueInteractive,
     /// By id, id prefix or title.
     Resume(String),
 }
@@ -116,6 +118,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let existing = match &opts.session {
         SessionChoice::New => None,
         SessionChoice::Continue => store.latest_in_cwd(&cwd_text).await?,
+        SessionChoice::ContinueInteractive => store.latest_interactive_in_cwd(&cwd_text).await?,
         SessionChoice::Resume(key) => Some(
             store
                 .find_session(key)
@@ -125,7 +128,14 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     };
     let (session_id, title) = match existing {
         Some(s) => (s.id, s.title),
-        None => (store.create_session(&opts.model, &cwd_text, None).await?, None),
+        None => {
+            let id = store.create_session(&opts.model, &cwd_text, None).await?;
+            // A front end that cannot ask the user is `exec`: `talaria -c` passes over it.
+            if opts.approval_policy != PromptPolicy::Ask {
+                store.mark_headless(&id).await?;
+            }
+            (id, None)
+        }
     };
     let jobs_options =
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
@@ -324,6 +334,8 @@ impl Engine {
                 self.events().send(Event::TurnFinished { outcome: result.outcome });
             }
         }
+        // A session nothing was said in is not kept (nor listed, nor continued).
+        let _ = self.env.store.delete_if_empty(&self.env.session_id).await;
         let killed = self.env.jobs.shutdown().await;
         if killed > 0 {
             self.notice(NoticeLevel::Info, format!("killed {killed} running job(s)"));

@@ -32,17 +32,34 @@ pub async fn cli_search(store: &Store, query: &str, limit: usize) -> Result<Stri
     if hits.is_empty() {
         return Ok(format!("No matches for {}.\n", clean(query, TITLE_CHARS)));
     }
-    let mut out = String::new();
-    let mut last_session: Option<&str> = None;
-    for hit in &hits {
-        if last_session != Some(hit.session_id.as_str()) {
-            let title = hit.title.as_deref().map(|t| clean(t, TITLE_CHARS)).unwrap_or_else(|| "(untitled)".into());
-            out.push_str(&format!("{}  {}\n", hit.session_id, title));
-            last_session = Some(hit.session_id.as_str());
+    Ok(format_hits(&hits))
+}
+
+/// Hits grouped by session (sessions in the order of their best hit), each session once
+/// and each distinct line once within it.
+fn format_hits(hits: &[super::SearchHit]) -> String {
+    let mut order: Vec<&str> = Vec::new();
+    for hit in hits {
+        if !order.contains(&hit.session_id.as_str()) {
+            order.push(&hit.session_id);
         }
-        out.push_str(&format!("  {}: {}\n", hit.role, clean(&hit.snippet, 200)));
     }
-    Ok(out)
+    let mut out = String::new();
+    for session in order {
+        let mut seen: Vec<String> = Vec::new();
+        for hit in hits.iter().filter(|h| h.session_id == session) {
+            if seen.is_empty() {
+                let title = hit.title.as_deref().map(|t| clean(t, TITLE_CHARS)).unwrap_or_else(|| "(untitled)".into());
+                out.push_str(&format!("{}  {}\n", hit.session_id, title));
+            }
+            let line = format!("  {}: {}\n", hit.role, clean(&hit.snippet, 200));
+            if !seen.contains(&line) {
+                out.push_str(&line);
+                seen.push(line);
+            }
+        }
+    }
+    out
 }
 
 /// One line, no escape sequences, at most `max` characters: safe to print to a terminal.
@@ -58,7 +75,28 @@ fn clean(text: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::clean;
+    use super::{clean, format_hits};
+    use crate::engine::store::SearchHit;
+
+    #[test]
+    fn each_session_and_each_hit_is_printed_once() {
+        let hit = |s: &str, role: &str, text: &str| SearchHit {
+            session_id: s.into(),
+            title: Some(format!("title {s}")),
+            role: role.into(),
+            snippet: text.into(),
+        };
+        let hits = vec![
+            hit("a", "assistant", "»goals«"),
+            hit("a", "assistant", "»goals«"),
+            hit("b", "user", "other »goals«"),
+            hit("a", "user", "tell me about »goals«"),
+        ];
+        assert_eq!(
+            format_hits(&hits),
+            "a  title a\n  assistant: »goals«\n  user: tell me about »goals«\nb  title b\n  user: other »goals«\n"
+        );
+    }
 
     #[test]
     fn printed_text_is_one_safe_line() {

@@ -222,6 +222,27 @@ impl Store {
         self.call(move |c| ops::latest_in_cwd(c, &cwd))
     }
 
+    /// The latest session in `cwd` started interactively (not by `talaria exec`).
+    pub fn latest_interactive_in_cwd(
+        &self,
+        cwd: &str,
+    ) -> impl Future<Output = Result<Option<SessionSummary>, StoreError>> + Send + 'static {
+        let cwd = cwd.to_string();
+        self.call(move |c| ops::latest_interactive_in_cwd(c, &cwd))
+    }
+
+    /// Mark a session as started by `talaria exec` (`talaria -c` passes over it).
+    pub fn mark_headless(&self, session_id: &str) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let key = ops::headless_key(session_id);
+        self.call(move |c| ops::meta_set(c, &key, "1"))
+    }
+
+    /// Delete the session if it never got a message; true when it did.
+    pub fn delete_if_empty(&self, session_id: &str) -> impl Future<Output = Result<bool, StoreError>> + Send + 'static {
+        let id = session_id.to_string();
+        self.call(move |c| ops::delete_if_empty(c, &id))
+    }
+
     /// Most recently updated first.
     pub fn list_sessions(
         &self,

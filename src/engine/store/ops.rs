@@ -194,6 +194,31 @@ pub fn latest_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSumma
     one_summary(conn, "s.cwd = ?1", &cwd)
 }
 
+/// The state_meta key that marks a session `talaria exec` started.
+pub fn headless_key(session_id: &str) -> String {
+    format!("headless:{session_id}")
+}
+
+/// The latest session in `cwd` that an interactive talaria started (not an `exec` run).
+pub fn latest_interactive_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
+    one_summary(conn, "s.cwd = ?1 AND NOT EXISTS (SELECT 1 FROM state_meta k WHERE k.key = 'headless:' || s.id)", &cwd)
+}
+
+/// Delete a session that never got a message (nor a goal or heartbeat): opening talaria
+/// and leaving saves nothing. True when it was deleted.
+pub fn delete_if_empty(conn: &Connection, session_id: &str) -> Result<bool, StoreError> {
+    let n = conn.execute(
+        "DELETE FROM sessions WHERE id = ?1
+           AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ?1)
+           AND NOT EXISTS (SELECT 1 FROM state_meta WHERE key IN ('goal:' || ?1, 'heartbeat:' || ?1))",
+        [session_id],
+    )?;
+    if n == 1 {
+        conn.execute("DELETE FROM state_meta WHERE key = ?1", [headless_key(session_id)])?;
+    }
+    Ok(n == 1)
+}
+
 pub fn list_sessions(conn: &Connection, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
     let sql = format!("{SUMMARY_SELECT} ORDER BY s.updated_at DESC, s.rowid DESC LIMIT ?1");
     let mut stmt = conn.prepare(&sql)?;

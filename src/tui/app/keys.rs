@@ -36,13 +36,20 @@ impl App {
     fn global_action(&mut self, action: Action, ops: &mut Vec<Op>) -> bool {
         match action {
             Action::Cancel => self.ctrl_c(ops),
+            // Every key says what it did, even when there was nothing to do.
             Action::Background => {
                 if self.busy || !self.tools.is_empty() {
                     ops.push(Op::YieldForeground);
+                } else {
+                    self.input_hint = Some("nothing is running to move to the background".to_string());
                 }
             }
             Action::Help => self.modal = Some(Modal::Help { scroll: 0 }),
-            Action::ToggleReasoning => self.transcript.toggle_reasoning(),
+            Action::ToggleReasoning => {
+                self.transcript.toggle_reasoning();
+                let shown = if self.transcript.show_reasoning { "shown" } else { "hidden" };
+                self.input_hint = Some(format!("the model's reasoning is {shown}"));
+            }
             Action::ToggleMouse => self.toggle_mouse(),
             Action::Suspend => self.terminal_request = Some(super::TerminalRequest::Suspend),
             _ => return false,

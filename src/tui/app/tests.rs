@@ -572,3 +572,12 @@ fn copy_inside_tmux_says_the_terminal_may_not_get_it() {
     let last = app.transcript.cells().last().map(|c| c.body.clone());
     assert!(matches!(&last, Some(CellBody::Notice { text, .. }) if text.contains("set-clipboard on")), "{last:?}");
 }
+
+#[test]
+fn keys_with_nothing_to_do_still_say_something() {
+    let mut app = app();
+    assert_eq!(key(&mut app, KeyCode::Char('b'), KeyModifiers::CONTROL), vec![]);
+    assert_eq!(app.input_hint.as_deref(), Some("nothing is running to move to the background"));
+    key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+    assert_eq!(app.input_hint.as_deref(), Some("the model's reasoning is shown"));
+}
