@@ -18,6 +18,7 @@
 
 pub mod config;
 pub mod config_edit;
+pub mod emulate;
 pub mod engine;
 pub mod exec;
 pub mod logging;

@@ -1,0 +1,217 @@
+//! Job output as a terminal shows it (DESIGN §4c).
+//!
+//! A job's output is fed through a terminal emulator (the `vt100` crate): a progress bar
+//! redrawn a thousand times with `\r`, or a multi-line display redrawn with cursor-up and
+//! erase-line (docker, npm, pip, cargo), collapses to what a terminal would show at the end.
+//! Lines that scroll off the emulator's screen are collected in order as they go, so the
+//! result is every line the terminal ever scrolled past plus its final screen. Colours are
+//! kept as SGR sequences by [`styled`] (the log view) and dropped by [`plain`] (the model).
+//! The raw log on disk is never touched: this runs on what is read from it.
+
+use std::num::NonZeroU16;
+
+use vt100::capture::{BasicFormattedCaptureRange, BasicFormattedCaptureState, RowContents};
+
+/// Rows a redraw can reach back with cursor-up (taller progress displays are rare).
+const ROWS: u16 = 64;
+/// Columns before a line wraps; wrapped rows are joined again, so this only bounds the
+/// memory of the screen.
+const COLS: u16 = 512;
+/// Bytes fed to the emulator per call (bounds the work between collections).
+const FEED_CHUNK: usize = 64 * 1024;
+
+/// What the model sees of job output: escape sequences applied, then dropped.
+pub fn plain(text: &str) -> String {
+    let styled = styled(text);
+    vt100::capture::basic_formatted_to_plain(&styled).collect()
+}
+
+/// What the log view shows of job output: escape sequences applied, colours kept as
+/// SGR sequences (every other sequence is gone).
+pub fn styled(text: &str) -> String {
+    let mut term = Emulator::new();
+    term.feed(text.as_bytes());
+    term.finish()
+}
+
+/// Collects each row as it scrolls off the top of the screen.
+struct Collector {
+    out: String,
+    state: BasicFormattedCaptureState,
+}
+
+impl vt100::Callbacks for Collector {
+    fn on_scroll(&mut self, contents: RowContents<'_>, _alternate_screen: bool) {
+        // Writing into a String cannot fail.
+        let _ = contents.write_formatted_basic(&mut self.out, &mut self.state);
+    }
+}
+
+/// A terminal fed with one job's output.
+pub struct Emulator {
+    parser: vt100::Parser<Collector>,
+}
+
+impl Default for Emulator {
+    fn default() -> Self {
+        Emulator::new()
+    }
+}
+
+impl Emulator {
+    pub fn new() -> Emulator {
+        let collector = Collector { out: String::new(), state: BasicFormattedCaptureState::new() };
+        Emulator { parser: vt100::Parser::new_with_callbacks(nonzero(ROWS), nonzero(COLS), 0, collector) }
+    }
+
+    /// Feed raw output. A pipe has no tty to turn `\n` into `\r\n` (the `onlcr` a
+    /// terminal's line discipline applies), so that is done here.
+    pub fn feed(&mut self, bytes: &[u8]) {
+        let mut buf = Vec::with_capacity(FEED_CHUNK + FEED_CHUNK / 8);
+        for chunk in bytes.chunks(FEED_CHUNK) {
+            buf.clear();
+            for &b in chunk {
+                if b == b'\n' {
+                    buf.push(b'\r');
+                }
+                buf.push(b);
+            }
+            self.parser.process(&buf);
+        }
+    }
+
+    /// Every line, in order: those that scrolled off, then the final screen without its
+    /// trailing blank rows.
+    pub fn finish(mut self) -> String {
+        let (screen, collector) = self.parser.screen_and_callbacks_mut();
+        let _ = screen
+            .write_contents_formatted_basic(&mut collector.out, BasicFormattedCaptureRange::Full(&mut collector.state));
+        let mut out = std::mem::take(&mut collector.out);
+        trim_blank_tail(&mut out);
+        out
+    }
+}
+
+fn nonzero(n: u16) -> NonZeroU16 {
+    NonZeroU16::new(n).unwrap_or(NonZeroU16::MIN)
+}
+
+/// Drop trailing lines with no visible text (the unused rows of the screen), keeping any
+/// style reset that closes the last real line.
+fn trim_blank_tail(out: &mut String) {
+    loop {
+        let start = out.rfind('\n').map_or(0, |i| i + 1);
+        let last = &out[start..];
+        let visible = vt100::capture::basic_formatted_to_plain(last).any(|piece| !piece.trim().is_empty());
+        if visible || out.is_empty() {
+            break;
+        }
+        out.truncate(start.saturating_sub(1));
+        if start == 0 {
+            break;
+        }
+    }
+    // Trailing blanks on the last row are padding, not output.
+    let trimmed = out.trim_end_matches(' ').len();
+    out.truncate(trimmed);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn plain_lines_pass_through() {
+        assert_eq!(plain("one\ntwo\n"), "one\ntwo");
+        assert_eq!(plain("a\n\nb"), "a\n\nb");
+        assert_eq!(plain(""), "");
+    }
+
+    #[test]
+    fn a_carriage_return_progress_bar_is_one_line() {
+        let mut raw = String::new();
+        for pct in 0..=100 {
+            raw.push_str(&format!("\rDownloading {pct:3}% [{}]", "#".repeat(pct / 5)));
+        }
+        raw.push_str("\ndone\n");
+        assert_eq!(plain(&raw), format!("Downloading 100% [{}]\ndone", "#".repeat(20)));
+    }
+
+    #[test]
+    fn crlf_and_lone_cr_mix_like_a_terminal() {
+        assert_eq!(plain("a\r\nb\r\n"), "a\nb");
+        // A shorter rewrite leaves the end of the longer line, as a terminal does.
+        assert_eq!(plain("12345\rab\n"), "ab345");
+        // Erase-line after the return clears it.
+        assert_eq!(plain("12345\r\x1b[Kab\n"), "ab");
+    }
+
+    #[test]
+    fn a_multi_line_display_redrawn_with_cursor_up_collapses() {
+        // Two progress lines redrawn 300 times the way docker and cargo draw them.
+        let mut raw = String::from("Pulling layers\n");
+        for i in 0..300 {
+            if i > 0 {
+                raw.push_str("\x1b[2A");
+            }
+            raw.push_str(&format!("\x1b[2Klayer a: {i}/299\n\x1b[2Klayer b: {}/299\n", i / 2));
+        }
+        raw.push_str("Pull complete\n");
+        let out = plain(&raw);
+        assert_eq!(out, "Pulling layers\nlayer a: 299/299\nlayer b: 149/299\nPull complete");
+        assert!(raw.len() > 8_000, "the raw stream is {} bytes", raw.len());
+    }
+
+    #[test]
+    fn colours_stay_in_the_styled_text_and_go_from_the_plain_text() {
+        let raw = "\x1b[31merror\x1b[0m: bad\nok\n";
+        assert_eq!(plain(raw), "error: bad\nok");
+        let styled = styled(raw);
+        assert!(styled.contains("\x1b[31m"), "{styled:?}");
+        assert!(styled.contains("error"));
+    }
+
+    #[test]
+    fn other_escape_sequences_are_dropped() {
+        // OSC 52 (clipboard), a title and a screen clear never reach the model.
+        let raw = "\x1b]52;c;ZXZpbA==\x07\x1b]0;title\x07visible\n";
+        assert_eq!(plain(raw), "visible");
+    }
+
+    #[test]
+    fn lines_longer_than_the_screen_stay_whole() {
+        let long = "x".repeat(3 * COLS as usize + 7);
+        assert_eq!(plain(&format!("{long}\nend\n")), format!("{long}\nend"));
+    }
+
+    #[test]
+    fn a_flood_keeps_every_line_in_order() {
+        let raw: String = (0..10_000).map(|i| format!("line {i}\n")).collect();
+        let out = plain(&raw);
+        let lines: Vec<&str> = out.lines().collect();
+        assert_eq!(lines.len(), 10_000);
+        assert_eq!(lines[0], "line 0");
+        assert_eq!(lines[5_000], "line 5000");
+        assert_eq!(lines[9_999], "line 9999");
+    }
+
+    #[test]
+    fn output_split_anywhere_gives_the_same_result() {
+        let raw = "\x1b[1mbold\x1b[0m\r\x1b[Kover\nnext é line\n";
+        let whole = plain(raw);
+        for cut in 0..raw.len() {
+            let mut term = Emulator::new();
+            term.feed(&raw.as_bytes()[..cut]);
+            term.feed(&raw.as_bytes()[cut..]);
+            let styled = term.finish();
+            let parts: String = vt100::capture::basic_formatted_to_plain(&styled).collect();
+            assert_eq!(parts, whole, "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn tabs_become_spaces_to_the_next_stop() {
+        assert_eq!(plain("a\tb\n"), "a       b");
+    }
+}
