@@ -16,7 +16,7 @@ use vt100::capture::{BasicFormattedCaptureRange, BasicFormattedCaptureState, Row
 const ROWS: u16 = 64;
 /// Columns before a line wraps; wrapped rows are joined again, so this only bounds the
 /// memory of the screen.
-const COLS: u16 = 512;
+const COLS: u16 = 256;
 /// Bytes fed to the emulator per call (bounds the work between collections).
 const FEED_CHUNK: usize = 64 * 1024;
 
@@ -29,10 +29,27 @@ pub fn plain(text: &str) -> String {
 /// What the log view shows of job output: escape sequences applied, colours kept as
 /// SGR sequences (every other sequence is gone).
 pub fn styled(text: &str) -> String {
+    // vt100 drops U+FFFD, but it is how invalid UTF-8 in the output shows: carry it
+    // through as a private-use character (width 1, like it).
+    let carried;
+    let text = if text.contains(REPLACEMENT) {
+        carried = text.replace(REPLACEMENT, CARRIED);
+        &carried
+    } else {
+        text
+    };
     let mut term = Emulator::new();
     term.feed(text.as_bytes());
-    term.finish()
+    let out = term.finish();
+    if out.contains(CARRIED) {
+        out.replace(CARRIED, REPLACEMENT)
+    } else {
+        out
+    }
 }
+
+const REPLACEMENT: &str = "\u{FFFD}";
+const CARRIED: &str = "\u{10FFFD}";
 
 /// Collects each row as it scrolls off the top of the screen.
 struct Collector {
@@ -50,6 +67,8 @@ impl vt100::Callbacks for Collector {
 /// A terminal fed with one job's output.
 pub struct Emulator {
     parser: vt100::Parser<Collector>,
+    /// The last byte fed was `\n`: the text keeps its final newline.
+    ends_with_newline: bool,
 }
 
 impl Default for Emulator {
@@ -61,12 +80,18 @@ impl Default for Emulator {
 impl Emulator {
     pub fn new() -> Emulator {
         let collector = Collector { out: String::new(), state: BasicFormattedCaptureState::new() };
-        Emulator { parser: vt100::Parser::new_with_callbacks(nonzero(ROWS), nonzero(COLS), 0, collector) }
+        Emulator {
+            parser: vt100::Parser::new_with_callbacks(nonzero(ROWS), nonzero(COLS), 0, collector),
+            ends_with_newline: false,
+        }
     }
 
     /// Feed raw output. A pipe has no tty to turn `\n` into `\r\n` (the `onlcr` a
     /// terminal's line discipline applies), so that is done here.
     pub fn feed(&mut self, bytes: &[u8]) {
+        if let Some(&last) = bytes.last() {
+            self.ends_with_newline = last == b'\n';
+        }
         let mut buf = Vec::with_capacity(FEED_CHUNK + FEED_CHUNK / 8);
         for chunk in bytes.chunks(FEED_CHUNK) {
             buf.clear();
@@ -81,13 +106,16 @@ impl Emulator {
     }
 
     /// Every line, in order: those that scrolled off, then the final screen without its
-    /// trailing blank rows.
+    /// trailing blank rows (and the final newline when the output ended with one).
     pub fn finish(mut self) -> String {
         let (screen, collector) = self.parser.screen_and_callbacks_mut();
         let _ = screen
             .write_contents_formatted_basic(&mut collector.out, BasicFormattedCaptureRange::Full(&mut collector.state));
         let mut out = std::mem::take(&mut collector.out);
         trim_blank_tail(&mut out);
+        if self.ends_with_newline && !out.is_empty() {
+            out.push('\n');
+        }
         out
     }
 }
@@ -123,7 +151,8 @@ mod tests {
 
     #[test]
     fn plain_lines_pass_through() {
-        assert_eq!(plain("one\ntwo\n"), "one\ntwo");
+        assert_eq!(plain("one\ntwo\n"), "one\ntwo\n");
+        assert_eq!(plain("one\ntwo"), "one\ntwo");
         assert_eq!(plain("a\n\nb"), "a\n\nb");
         assert_eq!(plain(""), "");
     }
@@ -135,16 +164,16 @@ mod tests {
             raw.push_str(&format!("\rDownloading {pct:3}% [{}]", "#".repeat(pct / 5)));
         }
         raw.push_str("\ndone\n");
-        assert_eq!(plain(&raw), format!("Downloading 100% [{}]\ndone", "#".repeat(20)));
+        assert_eq!(plain(&raw), format!("Downloading 100% [{}]\ndone\n", "#".repeat(20)));
     }
 
     #[test]
     fn crlf_and_lone_cr_mix_like_a_terminal() {
-        assert_eq!(plain("a\r\nb\r\n"), "a\nb");
+        assert_eq!(plain("a\r\nb\r\n"), "a\nb\n");
         // A shorter rewrite leaves the end of the longer line, as a terminal does.
-        assert_eq!(plain("12345\rab\n"), "ab345");
+        assert_eq!(plain("12345\rab\n"), "ab345\n");
         // Erase-line after the return clears it.
-        assert_eq!(plain("12345\r\x1b[Kab\n"), "ab");
+        assert_eq!(plain("12345\r\x1b[Kab\n"), "ab\n");
     }
 
     #[test]
@@ -159,14 +188,14 @@ mod tests {
         }
         raw.push_str("Pull complete\n");
         let out = plain(&raw);
-        assert_eq!(out, "Pulling layers\nlayer a: 299/299\nlayer b: 149/299\nPull complete");
+        assert_eq!(out, "Pulling layers\nlayer a: 299/299\nlayer b: 149/299\nPull complete\n");
         assert!(raw.len() > 8_000, "the raw stream is {} bytes", raw.len());
     }
 
     #[test]
     fn colours_stay_in_the_styled_text_and_go_from_the_plain_text() {
         let raw = "\x1b[31merror\x1b[0m: bad\nok\n";
-        assert_eq!(plain(raw), "error: bad\nok");
+        assert_eq!(plain(raw), "error: bad\nok\n");
         let styled = styled(raw);
         assert!(styled.contains("\x1b[31m"), "{styled:?}");
         assert!(styled.contains("error"));
@@ -176,13 +205,13 @@ mod tests {
     fn other_escape_sequences_are_dropped() {
         // OSC 52 (clipboard), a title and a screen clear never reach the model.
         let raw = "\x1b]52;c;ZXZpbA==\x07\x1b]0;title\x07visible\n";
-        assert_eq!(plain(raw), "visible");
+        assert_eq!(plain(raw), "visible\n");
     }
 
     #[test]
     fn lines_longer_than_the_screen_stay_whole() {
         let long = "x".repeat(3 * COLS as usize + 7);
-        assert_eq!(plain(&format!("{long}\nend\n")), format!("{long}\nend"));
+        assert_eq!(plain(&format!("{long}\nend\n")), format!("{long}\nend\n"));
     }
 
     #[test]
@@ -211,7 +240,12 @@ mod tests {
     }
 
     #[test]
+    fn invalid_utf8_stays_visible_as_the_replacement_character() {
+        assert_eq!(plain("a\u{FFFD}b\n"), "a\u{FFFD}b\n");
+    }
+
+    #[test]
     fn tabs_become_spaces_to_the_next_stop() {
-        assert_eq!(plain("a\tb\n"), "a       b");
+        assert_eq!(plain("a\tb\n"), "a       b\n");
     }
 }

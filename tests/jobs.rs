@@ -649,3 +649,52 @@ async fn commands_inherit_no_extra_file_descriptors() {
     let r = env.terminal(json!({"command": "ls /proc/$$/fd"})).await;
     assert_eq!(output(&r), "0\n1\n2\n");
 }
+
+/// Bytes of every regular file under `dir` (a job's raw log segments; never its stdin FIFO).
+fn raw_bytes_under(dir: &std::path::Path) -> Vec<u8> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else { continue };
+        if kind.is_dir() {
+            out.extend(raw_bytes_under(&path));
+        } else if kind.is_file() {
+            out.extend(std::fs::read(&path).unwrap_or_default());
+        }
+    }
+    out
+}
+
+/// A two-line progress display redrawn 300 times with cursor-up and erase-line, as
+/// docker and cargo draw them (DESIGN §4c).
+const REDRAWN_DISPLAY: &str = r#"echo start-emu-7731; for i in $(seq 0 299); do [ $i -gt 0 ] && printf '\033[2A'; printf '\033[2Klayer a: %d/299\n\033[2Klayer b: %d/299\n' $i $((i/2)); done; echo finished-emu-7731"#;
+
+#[tokio::test]
+async fn a_redrawn_progress_display_reaches_the_model_as_its_final_state() {
+    let env = setup(|_| {});
+    let r = env.terminal(json!({"command": REDRAWN_DISPLAY})).await;
+    assert_eq!(r.value["exit_code"], json!(0), "{}", r.value);
+    assert_eq!(output(&r), "start-emu-7731\nlayer a: 299/299\nlayer b: 149/299\nfinished-emu-7731\n");
+}
+
+#[tokio::test]
+async fn poll_and_log_show_the_emulated_output_and_the_raw_log_keeps_every_byte() {
+    let env = setup(|_| {});
+    let r = env.terminal(json!({"command": REDRAWN_DISPLAY, "background": true})).await;
+    let id = str_of(&r.value, "session_id").to_string();
+    let v = env.process(json!({"action": "wait", "session_id": id, "timeout": 60})).await;
+    assert_eq!(v["status"], json!("exited"), "{v}");
+    let expected = "start-emu-7731\nlayer a: 299/299\nlayer b: 149/299\nfinished-emu-7731";
+    // A poll shows the tail: the redraws collapse, the start may be out of its window.
+    let tail = v["output_tail"].as_str().unwrap_or_default();
+    assert!(tail.ends_with("layer a: 299/299\nlayer b: 149/299\nfinished-emu-7731\n"), "{v}");
+    assert!(tail.len() < 200, "{v}");
+    // Line numbers count the raw log's lines; what a range shows is emulated.
+    let v = env.process(json!({"action": "log", "session_id": id, "offset": 1, "limit": 1000})).await;
+    assert_eq!(v["output"].as_str().map(str::trim_end), Some(expected), "{v}");
+    assert_eq!(v["total_lines"], json!(602), "{v}");
+
+    let raw = raw_bytes_under(&env.paths.jobs_dir.join(&id));
+    let raw = String::from_utf8_lossy(&raw);
+    assert_eq!(raw.matches("\x1b[2Klayer a: ").count(), 300, "the raw log is kept as written");
+}

@@ -1,7 +1,8 @@
 //! `!cmd`: the user runs a shell command themselves; its output becomes context for the
 //! model. This is the pure part: recognising the input and writing the note.
 
-use crate::text::{strip_ansi, tail_chars};
+use crate::emulate;
+use crate::text::tail_chars;
 
 /// How much of the output (the end of it) the model sees.
 pub const MAX_OUTPUT_CHARS: usize = 4_000;
@@ -19,7 +20,7 @@ pub fn parse_bang(input: &str) -> Option<&str> {
 /// last [`MAX_OUTPUT_CHARS`] characters of its output with escape sequences removed.
 /// `exit_code` is `None` when there was none (killed by a signal, interrupted).
 pub fn context_message(command: &str, exit_code: Option<i32>, output_tail: &str) -> String {
-    let output = strip_ansi(output_tail);
+    let output = emulate::plain(output_tail);
     let output = output.trim_end();
     let exit = match exit_code {
         Some(code) => code.to_string(),

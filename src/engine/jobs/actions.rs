@@ -205,7 +205,7 @@ impl JobsHandle {
     fn log_value(&self, job: &Job, offset: Option<u64>, limit: Option<u64>) -> Value {
         let log = self.job_log(job, offset, limit);
         let max = self.inner.config.tool_output.max_chars;
-        let output = crate::text::truncate_for_model(&crate::text::strip_ansi(&log.text), max);
+        let output = crate::text::truncate_for_model(&crate::emulate::plain(&log.text), max);
         let showing = if log.to == 0 {
             "no output yet".to_string()
         } else {

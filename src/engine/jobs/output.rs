@@ -161,7 +161,7 @@ impl OutputBuf {
 
     /// The last `n` characters, ANSI stripped.
     pub fn clean_tail(&self, n: usize) -> String {
-        let clean = crate::text::strip_ansi(crate::text::tail_chars(&self.tail, n.saturating_mul(4)));
+        let clean = crate::emulate::plain(crate::text::tail_chars(&self.tail, n.saturating_mul(4)));
         crate::text::tail_chars(&clean, n).to_string()
     }
 
@@ -170,12 +170,12 @@ impl OutputBuf {
     /// the omitted count is computed from the totals.
     pub fn model_text(&self, max_chars: usize) -> String {
         if !self.overflowed {
-            return crate::text::truncate_for_model(&crate::text::strip_ansi(&self.head), max_chars);
+            return crate::text::truncate_for_model(&crate::emulate::plain(&self.head), max_chars);
         }
         let head_n = max_chars * 2 / 5;
         let tail_n = max_chars - head_n;
-        let head_clean = crate::text::strip_ansi(&self.head);
-        let tail_clean = crate::text::strip_ansi(&self.tail);
+        let head_clean = crate::emulate::plain(&self.head);
+        let tail_clean = crate::emulate::plain(&self.tail);
         let head: String = head_clean.chars().take(head_n).collect();
         let tail = crate::text::tail_chars(&tail_clean, tail_n);
         let shown = (head.chars().count() + tail.chars().count()) as u64;

@@ -93,7 +93,7 @@ pub(super) fn log_tail(jd: &JobDir) -> String {
     if file.seek(SeekFrom::Start(len.saturating_sub(4096))).is_err() || file.read_to_end(&mut bytes).is_err() {
         return String::new();
     }
-    let clean = crate::text::strip_ansi(&String::from_utf8_lossy(&bytes));
+    let clean = crate::emulate::plain(&String::from_utf8_lossy(&bytes));
     crate::text::tail_chars(&clean, 1000).to_string()
 }
 

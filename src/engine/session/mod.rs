@@ -678,7 +678,7 @@ impl Engine {
 
 /// What `/jobs poll` (or `p`) found: the status and the last line of output.
 fn poll_text(id: &str, status: &crate::protocol::JobStatus, tail: &str) -> String {
-    let last = crate::text::strip_ansi(tail);
+    let last = crate::emulate::plain(tail);
     let last = last.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
     let state = if status.is_running() { "is running".to_string() } else { status.label() };
     if last.is_empty() {

@@ -32,9 +32,10 @@ fn injected_origin(text: &str) -> Option<UserOrigin> {
     }
 }
 
-/// Output with colour kept as styled lines; other escape sequences removed.
+/// Command output as a terminal shows it (rewrites applied, DESIGN §4c), colour kept as
+/// styled lines; every other escape sequence removed.
 pub(crate) fn log_lines(text: &str) -> Vec<Line<'static>> {
-    let cleaned = sgr_only(text);
+    let cleaned = sgr_only(&crate::emulate::styled(text));
     match cleaned.as_bytes().into_text() {
         Ok(parsed) => parsed.lines,
         Err(_) => display_text(text).lines().map(|l| Line::raw(l.to_string())).collect(),
