@@ -203,6 +203,9 @@ pub struct App {
     pub frame_area: Rect,
     /// The jobs and tools panes were on screen in the last frame (not at narrow widths).
     pub panes_shown: bool,
+    /// `@path` completion: the event loop lists the paths starting with this, then calls
+    /// `paths_listed`.
+    pub path_request: Option<String>,
     /// Running inside tmux, where OSC 52 reaches the terminal only with `set-clipboard on`.
     pub in_tmux: bool,
     /// A one-off hint in the input's border (what Tab did not do, …); cleared by the next key.
@@ -266,6 +269,7 @@ impl App {
             panes_shown: true,
             input_hint: None,
             in_tmux: false,
+            path_request: None,
             notification: None,
             clipboard: None,
             terminal_request: None,

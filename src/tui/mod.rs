@@ -43,6 +43,31 @@ use frame::FrameRequester;
 use keymap::Keymap;
 use theme::Theme;
 
+/// Entries a path completion lists at most.
+const PATHS_MAX: usize = 200;
+
+/// Names in the directory part of `prefix` (relative to the working directory) that
+/// start with its last part; directories end with `/`. Hidden ones only when asked for.
+fn list_paths(prefix: &str) -> Vec<String> {
+    let (dir, base) = match prefix.rfind('/') {
+        Some(i) => (&prefix[..=i], &prefix[i + 1..]),
+        None => ("", prefix),
+    };
+    let Ok(entries) = std::fs::read_dir(if dir.is_empty() { "." } else { dir }) else { return Vec::new() };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().to_string();
+            let wanted = name.starts_with(base) && (base.starts_with('.') || !name.starts_with('.'));
+            let slash = if e.file_type().is_ok_and(|t| t.is_dir()) { "/" } else { "" };
+            wanted.then(|| format!("{dir}{name}{slash}"))
+        })
+        .take(PATHS_MAX)
+        .collect();
+    names.sort();
+    names
+}
+
 /// How long quitting waits for the engine's `ShutdownComplete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 
@@ -328,6 +353,11 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         }
         if app.mouse != MOUSE_CAPTURED.load(Ordering::SeqCst) {
             set_mouse_capture(terminal, app.mouse)?;
+        }
+        if let Some(prefix) = app.path_request.take() {
+            let found = list_paths(&prefix);
+            app.paths_listed(&prefix, found);
+            draw_now = true;
         }
         if let Some(request) = app.terminal_request.take() {
             // The input reader must stop first: it would take the keys meant for the

@@ -646,3 +646,16 @@ fn a_job_notification_shows_the_end_of_its_output_tail() {
     assert!(out.contains("tick 10]") && out.contains("tick 6") && !out.contains("tick 5"), "{out}");
     assert!(out.contains("… 4 earlier lines"), "{out}");
 }
+
+#[test]
+fn the_event_loop_lists_paths_for_at_completion() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("README.md"), "x").unwrap();
+    std::fs::write(dir.path().join(".hidden"), "x").unwrap();
+    std::fs::create_dir(dir.path().join("src")).unwrap();
+    let base = dir.path().display().to_string();
+    assert_eq!(super::list_paths(&format!("{base}/RE")), vec![format!("{base}/README.md")]);
+    assert_eq!(super::list_paths(&format!("{base}/")), vec![format!("{base}/README.md"), format!("{base}/src/")]);
+    assert_eq!(super::list_paths(&format!("{base}/.h")), vec![format!("{base}/.hidden")]);
+    assert!(super::list_paths(&format!("{base}/nothing/")).is_empty());
+}

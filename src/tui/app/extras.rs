@@ -147,6 +147,43 @@ impl App {
         }
     }
 
+    /// The `@path` being typed at the cursor (without the `@`), if any.
+    pub(super) fn mention_at_cursor(&self) -> Option<String> {
+        let cursor = self.input.cursor();
+        let (row, col) = (cursor.0, cursor.1);
+        let line = self.input.lines().get(row)?;
+        let before: String = line.chars().take(col).collect();
+        let word = before.rsplit(char::is_whitespace).next().unwrap_or("");
+        word.strip_prefix('@').map(str::to_string)
+    }
+
+    /// The paths that start with `prefix` (from the event loop): one is completed, several
+    /// are completed as far as they agree and listed in the hint line.
+    pub fn paths_listed(&mut self, prefix: &str, found: Vec<String>) {
+        if self.mention_at_cursor().as_deref() != Some(prefix) {
+            return; // the input changed meanwhile
+        }
+        let Some(first) = found.first() else {
+            self.input_hint = Some(format!("no file here starts with {prefix}"));
+            return;
+        };
+        let common = found.iter().fold(first.clone(), |acc, p| {
+            acc.chars().zip(p.chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect()
+        });
+        let completion = if found.len() == 1 && !first.ends_with('/') { format!("{first} ") } else { common };
+        if completion.len() > prefix.len() {
+            for _ in 0..prefix.chars().count() {
+                self.input.delete_char();
+            }
+            self.input.insert_str(&completion);
+        }
+        if found.len() > 1 {
+            let names: Vec<&str> =
+                found.iter().map(|p| p.trim_end_matches('/').rsplit('/').next().unwrap_or(p.as_str())).collect();
+            self.input_hint = Some(format!("{} files: {}", found.len(), names.join(" ")));
+        }
+    }
+
     /// Paste into the input; a large one becomes a placeholder that submit expands.
     pub(super) fn paste_into_input(&mut self, text: String) {
         let lines = text.lines().count();

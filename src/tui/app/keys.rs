@@ -401,6 +401,9 @@ impl App {
                 }
                 Action::Submit => self.submit(None, ops),
                 Action::Complete if !self.busy && !self.completions().is_empty() => self.complete(),
+                Action::Complete if !self.busy && self.mention_at_cursor().is_some() => {
+                    self.path_request = self.mention_at_cursor();
+                }
                 Action::Queue if self.busy && !empty => self.submit(Some(BusyMode::Queue), ops),
                 // Tab moves to the panes only from an empty input (text there means the user
                 // is writing); a dedicated key (Alt+J) works either way.

@@ -581,3 +581,26 @@ fn keys_with_nothing_to_do_still_say_something() {
     key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
     assert_eq!(app.input_hint.as_deref(), Some("the model's reasoning is shown"));
 }
+
+#[test]
+fn tab_completes_an_at_path_from_the_listing_the_event_loop_gives() {
+    let mut app = app();
+    type_text(&mut app, "see @RE");
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.path_request.take().as_deref(), Some("RE"));
+    app.paths_listed("RE", vec!["README.md".into()]);
+    assert_eq!(app.input_text(), "see @README.md ");
+    type_text(&mut app, "and @s");
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    let prefix = app.path_request.take().unwrap();
+    app.paths_listed(&prefix, vec!["scripts/".into(), "src/".into()]);
+    assert_eq!(app.input_text(), "see @README.md and @s");
+    assert_eq!(app.input_hint.as_deref(), Some("2 files: scripts src"));
+    app.paths_listed("s", vec!["src/".into()]);
+    assert_eq!(app.input_text(), "see @README.md and @src/", "a directory is completed without a space");
+    type_text(&mut app, " @zz");
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    let prefix = app.path_request.take().unwrap();
+    app.paths_listed(&prefix, Vec::new());
+    assert_eq!(app.input_hint.as_deref(), Some("no file here starts with zz"));
+}
