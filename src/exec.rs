@@ -54,7 +54,26 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                         outcome = Some(TurnOutcome::Failed);
                         shut_down(&engine, options.keep_jobs);
                     }
-                    _ => {}
+                    Event::RestoreInput { .. }
+                    | Event::SessionReady { .. }
+                    | Event::UserMessage { .. }
+                    | Event::PendingChanged { .. }
+                    | Event::AssistantDelta(_)
+                    | Event::ReasoningDelta(_)
+                    | Event::AssistantDone { .. }
+                    | Event::ToolStarted { .. }
+                    | Event::ToolOutput { .. }
+                    | Event::ToolFinished { .. }
+                    | Event::ApprovalNeeded { .. }
+                    | Event::JobStarted { .. }
+                    | Event::JobUpdated { .. }
+                    | Event::JobFinished { .. }
+                    | Event::JobLog { .. }
+                    | Event::Notice { .. }
+                    | Event::Status(_)
+                    | Event::Usage { .. }
+                    | Event::Context { .. }
+                    | Event::ShutdownComplete => {}
                 }
                 let done = matches!(event, Event::ShutdownComplete);
                 printer.print(&event)?;
@@ -121,7 +140,27 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
             }
             value
         }
-        _ => serde_json::to_value(event)?,
+        Event::TurnStarted { .. }
+        | Event::UserMessage { .. }
+        | Event::PendingChanged { .. }
+        | Event::RestoreInput { .. }
+        | Event::AssistantDelta(_)
+        | Event::ReasoningDelta(_)
+        | Event::AssistantDone { .. }
+        | Event::ToolStarted { .. }
+        | Event::ToolOutput { .. }
+        | Event::ToolFinished { .. }
+        | Event::ApprovalNeeded { .. }
+        | Event::JobStarted { .. }
+        | Event::JobUpdated { .. }
+        | Event::JobFinished { .. }
+        | Event::JobLog { .. }
+        | Event::TurnFinished { .. }
+        | Event::Notice { .. }
+        | Event::Status(_)
+        | Event::Usage { .. }
+        | Event::Context { .. }
+        | Event::ShutdownComplete => serde_json::to_value(event)?,
     };
     if let Some(result) = value.pointer_mut("/data/outcome/result") {
         let parsed = result.as_str().and_then(|text| serde_json::from_str::<serde_json::Value>(text).ok());

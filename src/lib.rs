@@ -27,3 +27,4 @@ pub mod protocol;
 pub mod secrets;
 pub mod text;
 pub mod tui;
+pub mod util;

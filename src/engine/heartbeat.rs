@@ -241,22 +241,17 @@ pub fn clock_hhmm(unix_ms: u64, utc_offset_s: i64) -> String {
 
 /// The local time zone's offset from UTC at `unix_ms`, in seconds (0 when unknown).
 pub fn local_utc_offset_s(unix_ms: u64) -> i64 {
-    let t = (unix_ms / 1000) as libc::time_t;
-    // SAFETY: localtime_r only writes into the `tm` we own; both pointers are valid.
-    unsafe {
-        let mut tm: libc::tm = std::mem::zeroed();
-        if libc::localtime_r(&t, &mut tm).is_null() {
-            0
-        } else {
-            tm.tm_gmtoff
+    use chrono::{Offset, TimeZone};
+    let secs = i64::try_from(unix_ms / 1000).unwrap_or(i64::MAX);
+    match chrono::Local.timestamp_opt(secs, 0) {
+        chrono::LocalResult::Single(t) | chrono::LocalResult::Ambiguous(t, _) => {
+            i64::from(t.offset().fix().local_minus_utc())
         }
+        chrono::LocalResult::None => 0,
     }
 }
 
-/// Now, in unix milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0)
-}
+pub use crate::util::now_ms;
 
 #[cfg(test)]
 mod tests {

@@ -102,9 +102,7 @@ impl TurnEnv {
     }
 }
 
-pub fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub use crate::util::lock;
 
 /// Run one turn. Owns the history while it runs and hands it back. The caller reports
 /// the end (`Event::TurnFinished`).

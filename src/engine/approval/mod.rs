@@ -244,16 +244,9 @@ impl Approver {
             let _ = tx.send(Approval::Deny);
         }
     }
-
-    /// Is an approval waiting for the user?
-    pub fn is_waiting(&self) -> bool {
-        !lock(&self.inner.pending).is_empty()
-    }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use crate::util::lock;
 
 /// Append `command` to `approvals.allowlist` in the user's config, keeping its comments.
 pub fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result<()> {

@@ -57,16 +57,9 @@ pub fn notice_text(id: &str, status: &JobStatus, runtime: Duration, command: &st
     }
 }
 
-/// `4.2s`, `3m 12s`, `2h 5m`.
+/// A job's runtime as notices and `talaria jobs` show it (`4.2s`, `3m12s`, `2h05m`).
 pub fn format_duration(d: Duration) -> String {
-    let secs = d.as_secs();
-    if secs < 60 {
-        format!("{:.1}s", d.as_secs_f64())
-    } else if secs < 3600 {
-        format!("{}m {}s", secs / 60, secs % 60)
-    } else {
-        format!("{}h {}m", secs / 3600, (secs % 3600) / 60)
-    }
+    crate::util::format_duration_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Resolve when the watched counter differs from `start`; never when its sender is gone.
@@ -393,8 +386,8 @@ mod tests {
     #[test]
     fn durations() {
         assert_eq!(format_duration(Duration::from_millis(4200)), "4.2s");
-        assert_eq!(format_duration(Duration::from_secs(192)), "3m 12s");
-        assert_eq!(format_duration(Duration::from_secs(7500)), "2h 5m");
+        assert_eq!(format_duration(Duration::from_secs(192)), "3m12s");
+        assert_eq!(format_duration(Duration::from_secs(7500)), "2h05m");
     }
 
     #[test]

@@ -22,18 +22,7 @@ const USER_MAX_LINES: usize = 24;
 /// Output lines a `!cmd` cell shows; a longer output is cut in the middle.
 const BANG_MAX_LINES: usize = 12;
 
-/// Format a duration in milliseconds the way the transcript shows it.
-pub fn format_duration_ms(ms: u64) -> String {
-    if ms < 1000 {
-        format!("{ms}ms")
-    } else if ms < 60_000 {
-        format!("{:.1}s", ms as f64 / 1000.0)
-    } else if ms < 3_600_000 {
-        format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
-    } else {
-        format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
-    }
-}
+pub use crate::util::format_duration_ms;
 
 pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
     let CellBody::Tool { name, summary, started, outcome, .. } = body else {
