@@ -176,20 +176,38 @@ async fn sigint_during_a_slow_stream_exits_130() {
     payloads.push("[DONE]".into());
     let server =
         ScriptedServer::start([ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))]).await.unwrap();
-    let child = home
+    let mut child = home
         .command()
         .args(["exec", "--base-url", &server.base_url(), "go slowly"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    server.wait_for_chat_requests(1, Duration::from_secs(30)).await;
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Interrupt once part of the answer is on stdout (a state, not a guess at a time).
+    let printed = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+    let mut pipe = child.stdout.take().unwrap();
+    let sink = printed.clone();
+    let reader = tokio::spawn(async move {
+        use tokio::io::AsyncReadExt;
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = pipe.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+            sink.lock().unwrap().push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !printed.lock().unwrap().contains("slow") {
+        assert!(tokio::time::Instant::now() < deadline, "no partial answer on stdout");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let pid = child.id().unwrap() as i32;
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGINT).unwrap();
     let out = tokio::time::timeout(Duration::from_secs(30), child.wait_with_output()).await.unwrap().unwrap();
+    reader.await.unwrap();
     assert_eq!(out.status.code(), Some(130), "stderr: {}", stderr(&out));
-    assert!(stdout(&out).contains("slow"), "the partial answer was printed");
+    assert!(printed.lock().unwrap().contains("slow"), "the partial answer was printed");
 }
 
 #[tokio::test(flavor = "multi_thread")]

@@ -423,7 +423,8 @@ async fn interrupt_and_yield_reach_every_running_tool() {
                 tokio::spawn(async move { ProcessTool.call(args, ctx).await.value })
             })
             .collect();
-        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Each wait's signals were subscribed when its context was built, so the bump
+        // reaches it whether or not the wait has started yet: no need to let them start.
         match bump {
             "release" => signals.bump_release(),
             _ => signals.interrupt.cancel(),

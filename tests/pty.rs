@@ -240,8 +240,9 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
 
     // Focus the panes (Tab on an empty input), kill the selected job, confirm.
     p.wait_for(" message ", WAIT);
+    let before = p.contents();
     p.send(b"\t");
-    std::thread::sleep(Duration::from_millis(200));
+    wait_until("the focus to move to the panes", || p.contents() != before);
     p.send(b"k");
     p.wait_for(" Kill job_1? ", WAIT);
     p.wait_for(&format!("$ sleep {secs}"), WAIT);

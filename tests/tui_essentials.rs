@@ -146,7 +146,13 @@ fn editor_suspend_and_copy_hand_the_terminal_over_and_back() {
     // Ctrl+D on the empty input quits; if the demo turn still runs it asks first, and `y`
     // answers (once quitting, keys are ignored).
     pty.send(b"\x04");
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = Instant::now() + WAIT;
+    while !pty.contents().contains(" Quit? ") {
+        if pty.wait_exit(Duration::from_millis(25)) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "no quit and no question; screen:\n{}", pty.contents());
+    }
     pty.send(b"y");
     assert!(pty.wait_exit(WAIT), "talaria did not quit; screen:\n{}", pty.contents());
 }
