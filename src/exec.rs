@@ -119,6 +119,12 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     })
 }
 
+/// Everything exec writes to stderr from a command, a model or a provider goes through the
+/// sanitiser the TUI uses: an `ESC ]52` in a command must not write the user's clipboard.
+fn clean(text: &str) -> String {
+    crate::text::for_terminal(text)
+}
+
 struct Printer {
     json: bool,
     /// The last thing written to stdout did not end with a newline.
@@ -198,7 +204,8 @@ impl Printer {
                     self.replied = false;
                 }
                 let mut out = std::io::stdout().lock();
-                out.write_all(crate::text::strip_ansi(text).as_bytes())?;
+                // Escape sequences, C1 and bidi controls from the model never reach the terminal.
+                out.write_all(crate::text::neutralise_controls(&crate::text::strip_ansi(text)).as_bytes())?;
                 out.flush()?;
                 self.mid_line = !text.ends_with('\n');
             }
@@ -208,7 +215,7 @@ impl Printer {
             }
             Event::ToolStarted { name, summary, .. } => {
                 self.end_line();
-                eprintln!("▸ {name} {summary}");
+                eprintln!("▸ {} {}", clean(name), clean(summary));
             }
             Event::ToolFinished { outcome, .. } => {
                 let mark = if outcome.ok { "✓" } else { "✗" };
@@ -217,10 +224,12 @@ impl Printer {
                 eprintln!("  {mark}{code}{status} ({:.1}s)", outcome.duration_ms as f64 / 1000.0);
             }
             Event::ApprovalNeeded { command, reason, .. } => {
-                eprintln!("talaria: approval needed for `{command}`: {reason}")
+                eprintln!("talaria: approval needed for `{}`: {}", clean(command), clean(reason))
             }
-            Event::JobStarted { job } => eprintln!("  ↳ {} running in the background: {}", job.id, job.command),
-            Event::JobFinished { id, status } => eprintln!("  ↳ {id} {}", status.label()),
+            Event::JobStarted { job } => {
+                eprintln!("  ↳ {} running in the background: {}", clean(&job.id), clean(&job.command))
+            }
+            Event::JobFinished { id, status } => eprintln!("  ↳ {} {}", clean(id), clean(&status.label())),
             Event::Notice { level, text } => {
                 self.end_line();
                 let prefix = match level {
@@ -228,7 +237,7 @@ impl Printer {
                     NoticeLevel::Warn => "talaria: warning",
                     NoticeLevel::Error => "talaria: error",
                 };
-                eprintln!("{prefix}: {text}");
+                eprintln!("{prefix}: {}", clean(text));
             }
             Event::TurnFinished { .. }
             | Event::SessionReady { .. }

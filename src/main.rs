@@ -161,7 +161,7 @@ fn main() {
     let code = match real_main(cli) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("talaria: {e:#}");
+            eprintln!("talaria: {}", talaria::text::for_terminal(&format!("{e:#}")));
             1
         }
     };
@@ -173,7 +173,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     let config = match Config::load(&paths.config_file) {
         Ok(c) => c,
         Err(e) => {
-            eprintln!("talaria: {e}");
+            eprintln!("talaria: {}", talaria::text::for_terminal(&e.to_string()));
             return Ok(2);
         }
     };

@@ -82,6 +82,29 @@ pub fn sgr_only(text: &str) -> String {
     render_lines(text, true)
 }
 
+/// C1 control characters (U+0080..U+009F, which some terminals read as ESC sequences)
+/// removed, and bidirectional controls (RLO, LRI, …, which reorder what a reader sees)
+/// shown as `<U+202E>` instead of acting. For text that reaches a terminal as is.
+pub fn neutralise_controls(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '\u{80}'..='\u{9f}' => {}
+            '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}' | '\u{200e}' | '\u{200f}' | '\u{061c}' => {
+                out.push_str(&format!("<U+{:04X}>", c as u32))
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// Status text for a terminal we do not draw (`talaria exec`'s stderr): every escape
+/// sequence and control character but newline removed, C1 and bidi controls neutralised.
+pub fn for_terminal(text: &str) -> String {
+    neutralise_controls(&sanitize_for_display(text))
+}
+
 const TAB_STOP: usize = 8;
 /// Styles carried over a `\r` rewrite of a line.
 const MAX_KEPT_STYLES: usize = 16;
@@ -210,6 +233,15 @@ impl vte::Perform for LineScreen {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn text_for_a_terminal_carries_no_escape_c1_or_bidi_control() {
+        let hostile = "a\x1b]52;c;aGk=\x07b\u{9b}31mc\u{202e}d\x1b[2Je\u{2066}f\n";
+        let out = super::for_terminal(hostile);
+        // The display sanitiser already drops bidi controls and takes U+009B as a CSI.
+        assert_eq!(out, "ab31mcdef\n");
+        assert_eq!(super::neutralise_controls("x\u{85}y\u{200f}"), "xy<U+200F>");
+    }
+
     use super::*;
     use pretty_assertions::assert_eq;
 
