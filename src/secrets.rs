@@ -117,3 +117,78 @@ fn read_handover(fd: i32) -> HashMap<String, String> {
     }
     keys
 }
+
+/// `text` with secrets replaced by `[REDACTED]`: the provider keys talaria holds, the
+/// `user:password@` part of any URL, `Bearer` tokens and `sk-…` key-shaped words. Applied to
+/// provider error bodies and URLs before they are shown or logged (a 401 may echo the key).
+pub fn redact(text: &str) -> String {
+    let mut out = text.to_string();
+    if let Some(keys) = KEYS.get() {
+        for value in keys.values().filter(|v| v.len() >= 8) {
+            out = out.replace(value.as_str(), "[REDACTED]");
+        }
+    }
+    out = redact_userinfo(&out);
+    redact_tokens(&out)
+}
+
+/// `scheme://user:pass@host` → `scheme://[REDACTED]@host`.
+fn redact_userinfo(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find("://") {
+        let (head, tail) = rest.split_at(at + 3);
+        out.push_str(head);
+        let authority_end = tail.find(|c: char| c == '/' || c == '?' || c == '#' || c.is_whitespace() || c == '"');
+        let authority = &tail[..authority_end.unwrap_or(tail.len())];
+        match authority.rfind('@') {
+            Some(at) => {
+                out.push_str("[REDACTED]");
+                out.push_str(&authority[at..]);
+            }
+            None => out.push_str(authority),
+        }
+        rest = &tail[authority.len()..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// `Bearer <token>` and words that look like API keys (`sk-…`, `sk_…`, 20+ characters).
+fn redact_tokens(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut bearer = false;
+    for (i, word) in text.split_inclusive(|c: char| c.is_whitespace() || c == '"' || c == '\'').enumerate() {
+        let trimmed = word.trim_end_matches(|c: char| c.is_whitespace() || c == '"' || c == '\'');
+        let tail = &word[trimmed.len()..];
+        let key_like = (trimmed.starts_with("sk-") || trimmed.starts_with("sk_")) && trimmed.len() >= 20;
+        if (bearer && !trimmed.is_empty()) || key_like {
+            out.push_str("[REDACTED]");
+            out.push_str(tail);
+        } else {
+            out.push_str(word);
+        }
+        bearer = trimmed.eq_ignore_ascii_case("bearer") || (bearer && trimmed.is_empty() && i > 0);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn keys_credentials_in_urls_and_bearer_tokens_are_redacted() {
+        assert_eq!(
+            redact("Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwxyz. See https://x"),
+            "Incorrect API key provided: [REDACTED] See https://x"
+        );
+        assert_eq!(
+            redact("error sending request for url (http://bob:hunter2@127.0.0.1:9/v1/chat)"),
+            "error sending request for url (http://[REDACTED]@127.0.0.1:9/v1/chat)"
+        );
+        assert_eq!(redact("Authorization: Bearer abc.def-ghi rest"), "Authorization: Bearer [REDACTED] rest");
+        assert_eq!(redact("plain text, http://host/path"), "plain text, http://host/path");
+    }
+}

@@ -43,7 +43,7 @@ pub struct ClientSettings {
 impl std::fmt::Debug for ClientSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ClientSettings")
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::secrets::redact(&self.base_url))
             .field("api_key", &self.api_key.as_ref().map(|_| "<redacted>"))
             .field("max_retries", &self.max_retries)
             .field("connect_timeout", &self.connect_timeout)
@@ -353,10 +353,13 @@ pub(crate) fn send_error(url: &str, error: &reqwest::Error) -> LlmError {
     if error.is_connect() && refused(error) {
         return LlmError::Refused { server: server_of(url) };
     }
+    // Redacted here, at the source: these texts are shown and logged (`user:pass@` in a
+    // base URL, a key echoed back).
+    let message = crate::secrets::redact(&describe(error));
     if error.is_connect() || error.is_timeout() {
-        LlmError::Connect { url: url.to_string(), message: describe(error) }
+        LlmError::Connect { url: crate::secrets::redact(url), message }
     } else {
-        LlmError::Stream(describe(error))
+        LlmError::Stream(message)
     }
 }
 
@@ -395,7 +398,7 @@ pub(crate) async fn http_error(response: reqwest::Response, timeout: Duration) -
             .unwrap_or("no details")
             .to_string()
     } else {
-        clip(&message, 500)
+        clip(&crate::secrets::redact(&message), 500)
     };
     LlmError::Http { status, body, retry_after_s }
 }
@@ -418,9 +421,9 @@ fn server_of(url: &str) -> String {
     match reqwest::Url::parse(url) {
         Ok(u) => match (u.host_str(), u.port_or_known_default()) {
             (Some(host), Some(port)) => format!("{}://{host}:{port}", u.scheme()),
-            _ => url.to_string(),
+            _ => crate::secrets::redact(url),
         },
-        Err(_) => url.to_string(),
+        Err(_) => crate::secrets::redact(url),
     }
 }
 

@@ -55,7 +55,7 @@ impl std::fmt::Debug for ResolvedProvider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ResolvedProvider")
             .field("model", &self.model)
-            .field("base_url", &self.base_url)
+            .field("base_url", &crate::secrets::redact(&self.base_url))
             .field("label", &self.label)
             .field("demo", &self.demo)
             .finish_non_exhaustive()
