@@ -314,6 +314,9 @@ pub struct StatusInfo {
     /// The session's title, once it has one.
     #[serde(default)]
     pub title: Option<String>,
+    /// The sandbox in a few characters (`sandbox`, `sandbox:ro`, `NO SANDBOX`), DESIGN §6.
+    #[serde(default)]
+    pub sandbox: Option<String>,
 }
 
 /// Engine -> front end.

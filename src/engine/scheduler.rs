@@ -254,7 +254,8 @@ fn command_allowed(state: &State, command: &SlashCommand) -> Vec<Effect> {
         | SlashCommand::Goal(_)
         | SlashCommand::Pause(_)
         | SlashCommand::Unpause
-        | SlashCommand::Usage => None,
+        | SlashCommand::Usage
+        | SlashCommand::Permissions => None,
     };
     match name {
         Some(name) if state.busy() => vec![notice(
@@ -586,6 +587,7 @@ mod tests {
             SlashCommand::Pause(None),
             SlashCommand::Unpause,
             SlashCommand::Usage,
+            SlashCommand::Permissions,
         ] {
             assert_eq!(decide(&in_turn(), Input::Command(c.clone())), vec![Effect::RunCommand], "{c:?}");
         }

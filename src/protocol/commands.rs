@@ -63,6 +63,8 @@ pub enum SlashCommand {
     /// Summarise older turns; the optional text says what to focus on.
     Compact(Option<String>),
     Usage,
+    /// `/permissions` (or `/sandbox`): the sandbox mode, writable roots, approvals mode.
+    Permissions,
 }
 
 /// A command only the front end acts on; the engine never sees it.
@@ -126,6 +128,7 @@ pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/unpause", help: "lift the pause" },
     CommandHelp { usage: "/compact [focus]", help: "summarise older turns to free context" },
     CommandHelp { usage: "/usage", help: "tokens and cost of this session and the last turn" },
+    CommandHelp { usage: "/permissions", help: "the sandbox: mode, writable roots, approvals (alias /sandbox)" },
     CommandHelp { usage: "/mouse", help: "toggle mouse capture (off: select text with the mouse)" },
     CommandHelp { usage: "/copy", help: "copy the last answer to the clipboard" },
 ];
@@ -216,6 +219,7 @@ pub fn parse(text: &str) -> Result<Command, String> {
         "/unpause" => no_args(SlashCommand::Unpause.into()),
         "/compact" => Ok(Command::Engine(SlashCommand::Compact((!rest.is_empty()).then(|| rest.to_string())))),
         "/usage" => no_args(SlashCommand::Usage.into()),
+        "/permissions" | "/sandbox" => no_args(SlashCommand::Permissions.into()),
         "/mouse" => no_args(UiCommand::Mouse.into()),
         "/copy" => no_args(UiCommand::Copy.into()),
         _ => Err(format!("unknown command {head}; type /help for the list")),
@@ -440,6 +444,8 @@ mod tests {
             Ok(Command::Engine(SlashCommand::Compact(Some("the db schema".into()))))
         );
         assert_eq!(parse("/usage"), Ok(Command::Engine(SlashCommand::Usage)));
+        assert_eq!(parse("/permissions"), Ok(Command::Engine(SlashCommand::Permissions)));
+        assert_eq!(parse("/sandbox"), Ok(Command::Engine(SlashCommand::Permissions)));
     }
 
     #[test]

@@ -139,6 +139,7 @@ fn busy_with_a_running_tool_and_pending_messages() {
             goal: None,
             context_pct: Some(12),
             title: None,
+            sandbox: None,
         }),
     );
     app.now = start + Duration::from_secs(5);

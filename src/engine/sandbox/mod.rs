@@ -99,6 +99,16 @@ impl Policy {
         self.mode != SandboxMode::Off && matches!(support(), Support::Available { .. })
     }
 
+    /// A few characters for the status line.
+    pub fn short_label(&self) -> String {
+        match (self.mode, self.active()) {
+            (SandboxMode::Off, _) | (_, false) => "NO SANDBOX".into(),
+            (SandboxMode::WorkspaceWrite, true) if self.network => "sandbox".into(),
+            (SandboxMode::WorkspaceWrite, true) => "sandbox:offline".into(),
+            (SandboxMode::ReadOnly, true) => "sandbox:ro".into(),
+        }
+    }
+
     /// One line for `/permissions` and notices.
     pub fn describe(&self) -> String {
         let kernel = match support() {
@@ -320,6 +330,10 @@ mod tests {
         assert_eq!(p.job_dirs, vec![canonical(dir.path()).join("th/jobs")]);
         let ro = Policy::from_config(&SandboxConfig { mode: SandboxMode::ReadOnly, ..config }, &work, &paths, None);
         assert!(ro.writable_roots.is_empty());
+        // What /permissions and the status line say (Landlock is on this test machine).
+        assert_eq!((p.short_label(), ro.short_label()), ("sandbox".to_string(), "sandbox:ro".to_string()));
+        assert!(p.describe().contains(&work.display().to_string()), "{}", p.describe());
+        assert!(p.describe().contains("Landlock ABI"), "{}", p.describe());
     }
 
     /// Run `script` under `policy` the way jobs run: prepared before fork, applied after.

@@ -26,6 +26,7 @@ impl Engine {
             SlashCommand::Model(Some(name)) => self.set_model(name),
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
             SlashCommand::Usage => self.usage(),
+            SlashCommand::Permissions => self.permissions(),
             SlashCommand::Compact(focus) => self.compact(focus),
             SlashCommand::Goal(cmd) => self.goal_command(&cmd).await,
             SlashCommand::Pause(reason) => self.pause(reason.as_deref()),
@@ -166,6 +167,23 @@ impl Engine {
                 }
             }
         });
+    }
+
+    /// `/permissions`: what commands may touch and what still asks (DESIGN §6).
+    fn permissions(&self) {
+        let policy = self.env.jobs.sandbox_policy();
+        let approvals = match self.env.config.approvals.mode {
+            crate::config::ApprovalMode::Auto if policy.active() => {
+                "approvals: auto (sandboxed commands run; outside the sandbox, what is not known safe asks)"
+            }
+            crate::config::ApprovalMode::Auto => "approvals: auto, acting as prompt (no kernel sandbox)",
+            crate::config::ApprovalMode::Prompt => "approvals: prompt (everything not known safe asks)",
+            crate::config::ApprovalMode::Off => "approvals: off (nothing asks; hardline commands are still refused)",
+        };
+        self.notice(
+            NoticeLevel::Info,
+            format!("{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml", policy.describe()),
+        );
     }
 
     fn usage(&self) {

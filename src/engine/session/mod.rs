@@ -405,6 +405,7 @@ impl Engine {
             goal: self.goal.row(),
             context_pct: (self.meter.window > 0).then(|| self.meter.percent()),
             title: self.title.clone(),
+            sandbox: Some(self.env.jobs.sandbox_policy().short_label()),
         }));
     }
 

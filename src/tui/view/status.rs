@@ -84,6 +84,9 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(goal) = app.status.goal.as_ref().filter(|_| goal_paused) {
         facts.push(goal.clone());
     }
+    if let Some(sandbox) = &app.status.sandbox {
+        facts.push(sandbox.clone());
+    }
     facts.push(format!("busy:{}", app.busy_mode().as_str()));
     // Before the heartbeat and goal: those can be long and are dropped first when narrow.
     if let Some(pct) = app.status.context_pct {
