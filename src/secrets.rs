@@ -118,21 +118,21 @@ fn read_handover(fd: i32) -> HashMap<String, String> {
     keys
 }
 
-/// `text` with secrets replaced by `[REDACTED]`: the provider keys talaria holds, the
+/// `text` with secrets replaced by `[redacted]`: the provider keys talaria holds, the
 /// `user:password@` part of any URL, `Bearer` tokens and `sk-…` key-shaped words. Applied to
 /// provider error bodies and URLs before they are shown or logged (a 401 may echo the key).
 pub fn redact(text: &str) -> String {
     let mut out = text.to_string();
     if let Some(keys) = KEYS.get() {
         for value in keys.values().filter(|v| v.len() >= 8) {
-            out = out.replace(value.as_str(), "[REDACTED]");
+            out = out.replace(value.as_str(), "[redacted]");
         }
     }
     out = redact_userinfo(&out);
     redact_tokens(&out)
 }
 
-/// `scheme://user:pass@host` → `scheme://[REDACTED]@host`.
+/// `scheme://user:pass@host` → `scheme://[redacted]@host`.
 fn redact_userinfo(text: &str) -> String {
     let mut out = String::with_capacity(text.len());
     let mut rest = text;
@@ -143,7 +143,7 @@ fn redact_userinfo(text: &str) -> String {
         let authority = &tail[..authority_end.unwrap_or(tail.len())];
         match authority.rfind('@') {
             Some(at) => {
-                out.push_str("[REDACTED]");
+                out.push_str("[redacted]");
                 out.push_str(&authority[at..]);
             }
             None => out.push_str(authority),
@@ -163,7 +163,7 @@ fn redact_tokens(text: &str) -> String {
         let tail = &word[trimmed.len()..];
         let key_like = (trimmed.starts_with("sk-") || trimmed.starts_with("sk_")) && trimmed.len() >= 20;
         if (bearer && !trimmed.is_empty()) || key_like {
-            out.push_str("[REDACTED]");
+            out.push_str("[redacted]");
             out.push_str(tail);
         } else {
             out.push_str(word);
@@ -182,13 +182,13 @@ mod tests {
     fn keys_credentials_in_urls_and_bearer_tokens_are_redacted() {
         assert_eq!(
             redact("Incorrect API key provided: sk-proj-abcdefghijklmnopqrstuvwxyz. See https://x"),
-            "Incorrect API key provided: [REDACTED] See https://x"
+            "Incorrect API key provided: [redacted] See https://x"
         );
         assert_eq!(
             redact("error sending request for url (http://bob:hunter2@127.0.0.1:9/v1/chat)"),
-            "error sending request for url (http://[REDACTED]@127.0.0.1:9/v1/chat)"
+            "error sending request for url (http://[redacted]@127.0.0.1:9/v1/chat)"
         );
-        assert_eq!(redact("Authorization: Bearer abc.def-ghi rest"), "Authorization: Bearer [REDACTED] rest");
+        assert_eq!(redact("Authorization: Bearer abc.def-ghi rest"), "Authorization: Bearer [redacted] rest");
         assert_eq!(redact("plain text, http://host/path"), "plain text, http://host/path");
     }
 }
