@@ -10,7 +10,7 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::engine::llm::spend::Spend;
 use crate::engine::llm::Usage;
 use crate::protocol::EngineHandle;
-use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome};
+use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome, TurnTrigger};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecOptions {
@@ -38,16 +38,25 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut outcome: Option<TurnOutcome> = None;
     let mut interrupted = false;
     let mut submitted = false;
+    // The trigger of the turn running now: only the user's own turn decides the exit code.
+    let mut trigger: Option<TurnTrigger> = None;
     loop {
         tokio::select! {
             event = engine.events.recv() => {
                 let Some(event) = event else { break };
                 match &event {
-                    Event::TurnStarted { .. } => submitted = true,
+                    Event::TurnStarted { trigger: t } => {
+                        submitted |= is_users_turn(t);
+                        trigger = Some(t.clone());
+                    }
                     Event::TurnFinished { outcome: o } => {
-                        outcome = Some(*o);
                         // exec runs one turn; stop before a job notification could start another.
-                        shut_down(&engine, options.keep_jobs);
+                        // A turn that shutdown interrupts afterwards (a job's completion notice)
+                        // must not change the outcome of the user's turn.
+                        if outcome.is_none() && trigger.as_ref().is_some_and(is_users_turn) {
+                            outcome = Some(*o);
+                            shut_down(&engine, options.keep_jobs);
+                        }
                     }
                     Event::RestoreInput { text } if !submitted && *text == prompt => {
                         // Our prompt came back unsent (e.g. paused).
@@ -123,6 +132,15 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
 /// sanitiser the TUI uses: an `ESC ]52` in a command must not write the user's clipboard.
 fn clean(text: &str) -> String {
     crate::text::for_terminal(text)
+}
+
+/// Turns that carry (or retry) the prompt exec was given, as opposed to turns the engine
+/// starts by itself (a job's completion notice, the heartbeat, a goal continuation).
+fn is_users_turn(trigger: &TurnTrigger) -> bool {
+    match trigger {
+        TurnTrigger::User | TurnTrigger::Queued | TurnTrigger::Retry => true,
+        TurnTrigger::JobNotification | TurnTrigger::Heartbeat | TurnTrigger::Goal => false,
+    }
 }
 
 struct Printer {

@@ -327,3 +327,23 @@ async fn pause_takes_its_reason_as_words_and_only_model_commands_offer_model_opt
     let help = stdout(&home.run(&["exec", "--help"]).await);
     assert!(help.contains("--model") && help.contains("--base-url"), "{help}");
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_notice_turn_cut_short_at_shutdown_does_not_change_the_exit_code() {
+    // The background job ends while the user's turn still runs, so its completion notice
+    // starts a second turn the moment the first ends; exec's shutdown interrupts that one.
+    let home = Home::new();
+    let mut chunks = talaria::engine::llm::scripted::text_chunks("all done, the job is started", 1);
+    chunks.push("[DONE]".into());
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "terminal", r#"{"command":"sleep 1","background":true}"#),
+        // The reply streams for about 3 s: the job ends meanwhile.
+        ScriptedResponse::sse(chunks).delay(Duration::from_millis(150)),
+        common::slow_stream(),
+    ])
+    .await
+    .unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), "start a short job"]).await;
+    assert!(stdout(&out).contains("all done"), "stdout: {}", stdout(&out));
+    assert_eq!(out.status.code(), Some(0), "the user's turn completed; stderr: {}", stderr(&out));
+}
