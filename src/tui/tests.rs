@@ -660,3 +660,65 @@ fn the_event_loop_lists_paths_for_at_completion() {
     assert_eq!(super::list_paths(&format!("{base}/.h")), vec![format!("{base}/.hidden")]);
     assert!(super::list_paths(&format!("{base}/nothing/")).is_empty());
 }
+
+/// An app with one running background job (`job_1`, `python serve.py`).
+fn app_with_a_running_job() -> App {
+    let mut app = app();
+    let running = job(&app, "job_1", "python serve.py", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: running });
+    app
+}
+
+#[test]
+fn quit_confirmation_with_a_running_job() {
+    let mut app = app_with_a_running_job();
+    key(&mut app, KeyCode::Char('d'), KeyModifiers::CONTROL);
+    assert_eq!(app.modal, Some(super::app::Modal::QuitConfirm));
+    insta::assert_snapshot!("quit_confirmation", screen(&mut app, 100, 20));
+}
+
+#[test]
+fn kill_confirmation_from_the_jobs_pane() {
+    let mut app = app_with_a_running_job();
+    app.modal = Some(super::app::Modal::KillConfirm { id: "job_1".into() });
+    insta::assert_snapshot!("kill_confirmation", screen(&mut app, 100, 20));
+}
+
+#[test]
+fn stdin_prompt_for_a_job() {
+    let mut app = app_with_a_running_job();
+    app.modal = Some(super::app::Modal::WritePrompt { id: "job_1".into(), text: "yes please".into() });
+    insta::assert_snapshot!("stdin_prompt", screen(&mut app, 100, 20));
+}
+
+#[test]
+fn log_search_prompt_while_typing() {
+    let mut app = open_fifty_line_log();
+    key(&mut app, KeyCode::Char('/'), KeyModifiers::NONE);
+    for c in "err".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    insta::assert_snapshot!("log_search_prompt", screen(&mut app, 100, 20));
+}
+
+#[test]
+fn paused_status_line_when_idle() {
+    let mut app = app();
+    feed(
+        &mut app,
+        Event::Status(StatusInfo {
+            model: "demo".into(),
+            session_id: "s_20240101_abc".into(),
+            busy_mode: Some(BusyMode::Redirect),
+            paused: true,
+            heartbeat: Some("♥ every 10m · next in 4m".into()),
+            goal: Some("◎ goal 2/20".into()),
+            context_pct: Some(3),
+            title: None,
+        }),
+    );
+    let out = screen(&mut app, 100, 12);
+    let status = out.lines().last().unwrap_or_default().to_string();
+    assert!(status.contains("PAUSED"), "{status}");
+    insta::assert_snapshot!("paused_status_line", status);
+}
