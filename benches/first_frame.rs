@@ -64,7 +64,7 @@ fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path) -> String
             store.append_message(&id, message(i)).await.expect("append");
         }
         let last = StoredMessage {
-            role: "assistant".into(),
+            role: talaria::engine::llm::Role::Assistant,
             content: Some(LAST_TEXT.into()),
             tool_calls: Vec::new(),
             tool_call_id: None,

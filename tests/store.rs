@@ -40,7 +40,7 @@ fn user(text: &str) -> StoredMessage {
 
 fn msg(role: &str, content: Option<&str>) -> StoredMessage {
     StoredMessage {
-        role: role.into(),
+        role: talaria::engine::llm::Role::parse(role).expect("a role"),
         content: content.map(str::to_string),
         tool_calls: Vec::new(),
         tool_call_id: None,

@@ -16,7 +16,7 @@ pub fn message(i: usize) -> StoredMessage {
         _ => ("tool", Vec::new(), Some(format!("c{}", i - 1))),
     };
     StoredMessage {
-        role: role.into(),
+        role: talaria::engine::llm::Role::parse(role).expect("a role"),
         content: Some(format!("message {i}: {}", "some ordinary words of a conversation ".repeat(8))),
         tool_calls,
         tool_call_id,

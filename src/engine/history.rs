@@ -27,10 +27,38 @@ pub fn unwrap_out_of_band(text: &str) -> Option<&str> {
     text.strip_prefix(OOB_OPEN)?.strip_suffix(OOB_CLOSE).map(str::trim)
 }
 
+/// Where a user-role row came from, stored in its `display_kind` column so a resumed
+/// transcript can tell (tool rows keep their outcome there instead; see `outcome_kind`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DisplayKind {
+    /// Typed while busy and delivered after tool results, inside the out-of-band wrapper.
+    OutOfBand,
+    Goal,
+    Heartbeat,
+    JobNotice,
+    /// The context note of the user's own `!command`.
+    Bang,
+    /// The partial text of an answer cut short (redirect, interrupt, failure).
+    Partial,
+}
+
+impl DisplayKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DisplayKind::OutOfBand => "oob",
+            DisplayKind::Goal => "goal",
+            DisplayKind::Heartbeat => "heartbeat",
+            DisplayKind::JobNotice => crate::engine::store::jobs::NOTICE_KIND,
+            DisplayKind::Bang => "bang",
+            DisplayKind::Partial => "partial",
+        }
+    }
+}
+
 /// A message as a row for the store.
 pub fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
     StoredMessage {
-        role: message.role.as_str().to_string(),
+        role: message.role,
         content: message.content.clone(),
         tool_calls: message.tool_calls.clone(),
         tool_call_id: message.tool_call_id.clone(),
@@ -58,15 +86,8 @@ pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
 }
 
 pub fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
-    let role = match row.role.as_str() {
-        "user" => Role::User,
-        "assistant" => Role::Assistant,
-        "tool" => Role::Tool,
-        "system" => Role::System,
-        _ => return None,
-    };
     Some(ChatMessage {
-        role,
+        role: row.role,
         content: row.content.clone(),
         tool_calls: row.tool_calls.clone(),
         tool_call_id: row.tool_call_id.clone(),
@@ -135,8 +156,8 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
     let mut calls: HashMap<String, (String, String)> = HashMap::new();
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
-        match row.role.as_str() {
-            "user" => {
+        match row.role {
+            Role::User => {
                 let text = row.content.clone().unwrap_or_default();
                 let item = match unwrap_out_of_band(&text) {
                     Some(inner) => HistoryItem::User { text: inner.to_string(), origin: MessageOrigin::MidTurn },
@@ -144,7 +165,7 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
                 };
                 items.push(item);
             }
-            "assistant" => {
+            Role::Assistant => {
                 let text = row.content.clone().unwrap_or_default();
                 if !text.is_empty() {
                     items.push(HistoryItem::Assistant { text, reasoning: None });
@@ -155,7 +176,7 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
                     calls.insert(call.id.clone(), (call.function.name.clone(), summary));
                 }
             }
-            "tool" => {
+            Role::Tool => {
                 let call_id = row.tool_call_id.clone().unwrap_or_default();
                 let (name, summary) = calls
                     .get(&call_id)
@@ -165,7 +186,7 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
                 let outcome = outcome_from_kind(row.display_kind.as_deref(), &result);
                 items.push(HistoryItem::Tool { call_id, name, summary, outcome });
             }
-            _ => {}
+            Role::System => {}
         }
     }
     items

@@ -14,7 +14,7 @@ use crate::engine::activity::Activity;
 use crate::engine::approval::Approver;
 use crate::engine::compaction::{self, Compactor};
 use crate::engine::context::ContextMeter;
-use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band};
+use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
 use crate::engine::jobs::JobsHandle;
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
 use crate::engine::store::Store;
@@ -86,7 +86,7 @@ impl TurnControl {
 pub struct TurnInput {
     pub text: String,
     /// Stored in `display_kind` so a resumed transcript shows where it came from.
-    pub display_kind: Option<String>,
+    pub display_kind: Option<DisplayKind>,
 }
 
 pub struct TurnResult {
@@ -257,7 +257,7 @@ pub async fn run_bang(
     env.events.send(Event::ToolFinished { call_id, outcome });
     let note = crate::engine::bang::context_message(&command, result.exit_code, &shown);
     let message = ChatMessage::user(note);
-    persist(&env, &message, Some("bang".into())).await;
+    persist(&env, &message, Some(DisplayKind::Bang)).await;
     meter.add_estimate(std::slice::from_ref(&message));
     history.push(message);
     let outcome = if control.interrupt.is_cancelled() { TurnOutcome::Interrupted } else { TurnOutcome::Completed };
@@ -337,7 +337,7 @@ async fn push_user(
     shown: String,
     trigger: TurnTrigger,
     origin: MessageOrigin,
-    display_kind: Option<String>,
+    display_kind: Option<DisplayKind>,
 ) {
     let message = ChatMessage::user(text);
     persist(env, &message, display_kind).await;
@@ -355,7 +355,7 @@ async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec
     let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
     let shown = messages.join("\n\n");
     let (text, kind) =
-        if wrapped { (wrap_out_of_band(&messages), Some("oob".to_string())) } else { (shown.clone(), None) };
+        if wrapped { (wrap_out_of_band(&messages), Some(DisplayKind::OutOfBand)) } else { (shown.clone(), None) };
     push_user(env, history, text, shown, TurnTrigger::User, MessageOrigin::MidTurn, kind).await;
 }
 
@@ -370,7 +370,7 @@ async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) {
             shown,
             TurnTrigger::JobNotification,
             MessageOrigin::TurnInput,
-            Some("job_notice".into()),
+            Some(DisplayKind::JobNotice),
         )
         .await;
     }
@@ -382,14 +382,14 @@ async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Pa
     }
     // Partial tool calls are dropped: a call without its full arguments cannot be run.
     let message = ChatMessage::assistant(partial.text.clone(), Vec::new());
-    persist(env, &message, Some("partial".into())).await;
+    persist(env, &message, Some(DisplayKind::Partial)).await;
     history.push(message);
     let reasoning = (!partial.reasoning.is_empty()).then_some(partial.reasoning);
     env.events.send(Event::AssistantDone { text: partial.text, reasoning });
 }
 
-pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<String>) {
-    let stored = to_stored(message, display_kind);
+pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) {
+    let stored = to_stored(message, display_kind.map(|k| k.as_str().to_string()));
     if let Err(e) = env.store.append_message(&env.session_id, stored).await {
         tracing::error!(error = %e, "could not persist a message");
         env.events.send(Event::notice(NoticeLevel::Error, format!("could not save a message: {e}")));

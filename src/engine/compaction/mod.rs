@@ -102,7 +102,7 @@ mod tests {
 
     fn row(kind: Option<&str>) -> StoredMessage {
         StoredMessage {
-            role: "user".into(),
+            role: crate::engine::llm::Role::User,
             content: Some("x".into()),
             tool_calls: Vec::new(),
             tool_call_id: None,

@@ -30,6 +30,11 @@ impl Role {
             Role::Tool => "tool",
         }
     }
+
+    /// The role a stored row names (None for anything else).
+    pub fn parse(s: &str) -> Option<Role> {
+        [Role::System, Role::User, Role::Assistant, Role::Tool].into_iter().find(|r| r.as_str() == s)
+    }
 }
 
 /// A function call requested by the model, as it appears in the history.

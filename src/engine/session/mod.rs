@@ -22,6 +22,7 @@ use crate::engine::compaction::Compacted;
 use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
+use crate::engine::history::DisplayKind;
 use crate::engine::jobs::{JobsHandle, JobsOptions, SupervisorExe};
 use crate::engine::llm::spend::{cost_of, Spend};
 use crate::engine::llm::{ChatMessage, Provider};
@@ -564,7 +565,10 @@ impl Engine {
             }
             Start::Goal => {
                 let Some(prompt) = self.goal_continuation.take() else { return };
-                self.begin_turn(vec![TurnInput { text: prompt, display_kind: Some("goal".into()) }], TurnTrigger::Goal);
+                self.begin_turn(
+                    vec![TurnInput { text: prompt, display_kind: Some(DisplayKind::Goal) }],
+                    TurnTrigger::Goal,
+                );
                 self.send_status();
             }
             Start::JobNotices => {
@@ -574,7 +578,7 @@ impl Engine {
                 }
                 let inputs = notices
                     .into_iter()
-                    .map(|n| TurnInput { text: n.text, display_kind: Some("job_notice".into()) })
+                    .map(|n| TurnInput { text: n.text, display_kind: Some(DisplayKind::JobNotice) })
                     .collect();
                 self.begin_turn(inputs, TurnTrigger::JobNotification);
             }

@@ -12,6 +12,7 @@ use crate::engine::activity;
 use crate::engine::compaction::Compacted;
 use crate::engine::goal::{self, GateOutcome, GoalEffect, GoalMachine};
 use crate::engine::heartbeat::{self, Heartbeat};
+use crate::engine::history::DisplayKind;
 use crate::engine::llm::{ChatMessage, ChatRequest};
 use crate::engine::scheduler::Input;
 use crate::engine::turn::{TurnControl, TurnInput};
@@ -81,7 +82,7 @@ impl Engine {
         let text = hb.fire(now);
         let json = hb.to_json();
         let _ = self.env.store.meta_set(&heartbeat::state_key(&self.env.session_id), &json).await;
-        self.begin_turn(vec![TurnInput { text, display_kind: Some("heartbeat".into()) }], TurnTrigger::Heartbeat);
+        self.begin_turn(vec![TurnInput { text, display_kind: Some(DisplayKind::Heartbeat) }], TurnTrigger::Heartbeat);
         self.send_status();
     }
 

@@ -25,7 +25,7 @@ use rusqlite::Connection;
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
 
-use crate::engine::llm::ToolCall;
+use crate::engine::llm::{Role, ToolCall};
 
 pub use ids::{derive_title, format_utc_minute, TITLE_MAX_CHARS};
 pub use ops::fts_query;
@@ -40,7 +40,7 @@ const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// A message row.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StoredMessage {
-    pub role: String,
+    pub role: Role,
     pub content: Option<String>,
     pub tool_calls: Vec<ToolCall>,
     pub tool_call_id: Option<String>,

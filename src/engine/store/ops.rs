@@ -4,7 +4,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::ids::{derive_title, first_line, now_ms, random_suffix, session_id_at};
 use super::{SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD};
-use crate::engine::llm::ToolCall;
+use crate::engine::llm::{Role, ToolCall};
 
 /// How long `first_line` in a summary may be.
 const FIRST_LINE_CHARS: usize = 80;
@@ -73,7 +73,7 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
         params![
             session_id,
             seq,
-            msg.role,
+            msg.role.as_str(),
             msg.content,
             tool_calls,
             msg.tool_call_id,
@@ -83,7 +83,7 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
         ],
     )?;
     let id = tx.last_insert_rowid();
-    if msg.role == "user" && msg.display_kind.as_deref() == Some(super::jobs::NOTICE_KIND) {
+    if msg.role == Role::User && msg.display_kind.as_deref() == Some(super::jobs::NOTICE_KIND) {
         // The exit notice of a job reaches the model: mark it delivered in the same
         // transaction, so it is never told twice, across restarts too (DESIGN §4).
         tx.execute(
@@ -91,7 +91,7 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
             params![session_id, msg.content],
         )?;
     }
-    if msg.role == "user" && msg.display_kind.is_none() {
+    if msg.role == Role::User && msg.display_kind.is_none() {
         if let Some(title) = msg.content.as_deref().and_then(derive_title) {
             tx.execute("UPDATE sessions SET title = ?2 WHERE id = ?1 AND title IS NULL", params![session_id, title])?;
         }
@@ -111,6 +111,8 @@ pub fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMe
     let mut out = Vec::new();
     for row in rows {
         let (role, content, tool_calls, tool_call_id, tool_name, display_kind) = row?;
+        // A row of a role this version does not know is not part of the conversation.
+        let Some(role) = Role::parse(&role) else { continue };
         let tool_calls: Vec<ToolCall> = match tool_calls {
             Some(json) => serde_json::from_str(&json).map_err(|e| {
                 StoreError(format!("session {session_id}: a stored message has unreadable tool calls ({e})"))
