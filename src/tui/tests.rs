@@ -715,6 +715,7 @@ fn paused_status_line_when_idle() {
             goal: Some("◎ goal 2/20".into()),
             context_pct: Some(3),
             title: None,
+            sandbox: None,
         }),
     );
     let out = screen(&mut app, 100, 12);
