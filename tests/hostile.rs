@@ -315,3 +315,42 @@ async fn no_job_finds_the_provider_key() {
         }
     }
 }
+
+/// `process write` of a disguised `rm -rf ~` into a background shell: the shell is in the sandbox, so
+/// its input is contained; the same shell outside the sandbox gets the line approved like a
+/// command (and exec without --yes denies it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_destructive_line_written_to_a_background_shell_is_contained_or_asked() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    let call = |id: &str, name: &str, args: serde_json::Value| ScriptedResponse::tool_call(id, name, &args.to_string());
+    let server = ScriptedServer::start([
+        call("c1", "terminal", serde_json::json!({ "command": "bash", "background": true })),
+        call(
+            "c2",
+            "process",
+            serde_json::json!({ "action": "write", "session_id": "job_1", "data": "X=rm; $X -rf ~; echo rc=$?\n" }),
+        ),
+        call("c3", "process", serde_json::json!({ "action": "close", "session_id": "job_1" })),
+        call("c4", "process", serde_json::json!({ "action": "wait", "session_id": "job_1", "timeout": 30 })),
+        call("c5", "terminal", serde_json::json!({ "command": "bash", "background": true, "sandbox": false })),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).args(["exec", "--base-url", &server.base_url(), "go"]);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let result = |i: usize| -> Value {
+        let messages = server.chat_requests()[i].body["messages"].as_array().unwrap().clone();
+        serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+    };
+    assert_eq!(result(2)["status"], "ok", "a sandboxed job's input needs no approval: {}", result(2));
+    let waited = result(4);
+    let output = waited["output"].as_str().unwrap_or_default().to_string() + &waited.to_string();
+    assert!(output.contains("Permission denied") && output.contains("rc=1"), "{waited}");
+    fake.survived().unwrap();
+    let outside = result(5);
+    assert!(outside["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{outside}");
+}

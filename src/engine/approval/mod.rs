@@ -151,14 +151,21 @@ impl Approver {
             Classification::Dangerous { reason, .. } => Some(reason),
             Classification::Safe => None,
         };
-        let protected = policy.deny_write.iter().any(|d| path.starts_with(d));
+        // `.git/hooks` run on the user's next git command: file tools always ask there (the
+        // kernel sandbox cannot protect it inside a writable workspace, see README).
+        let hooks = path
+            .components()
+            .collect::<Vec<_>>()
+            .windows(2)
+            .any(|w| w[0].as_os_str() == ".git" && w[1].as_os_str() == "hooks");
+        let protected = hooks || policy.deny_write.iter().any(|d| path.starts_with(d));
         let inside = policy.writable_roots.iter().any(|r| path.starts_with(r));
         if self.inner.mode == ApprovalMode::Off || (inside && !protected && looks_like.is_none()) {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
         let reason = match (protected, looks_like) {
             (_, Some(r)) => r,
-            (true, None) => "a protected path (credential store or talaria's own files)".to_string(),
+            (true, None) => "a protected path (credential store, git hooks or talaria's own files)".to_string(),
             (false, None) => "outside the writable roots".to_string(),
         };
         let what = format!("write {}", path.display());
