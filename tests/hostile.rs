@@ -354,3 +354,35 @@ async fn a_destructive_line_written_to_a_background_shell_is_contained_or_asked(
     let outside = result(5);
     assert!(outside["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{outside}");
 }
+
+/// On a kernel without Landlock, talaria says so once and `auto` behaves like `prompt`:
+/// a command that is not known safe asks, a known-safe one runs.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_kernel_sandbox_auto_acts_like_prompt() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"touch made-here"}"#),
+        ScriptedResponse::tool_call("c2", "terminal", r#"{"command":"ls -a"}"#),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).env(talaria::engine::sandbox::NO_LANDLOCK_ENV, "1").args([
+        "exec",
+        "--base-url",
+        &server.base_url(),
+        "go",
+    ]);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(stderr(&out).matches("no kernel sandbox").count(), 1, "said once: {}", stderr(&out));
+    let result = |i: usize| -> Value {
+        let messages = server.chat_requests()[i].body["messages"].as_array().unwrap().clone();
+        serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+    };
+    assert!(result(1)["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{}", result(1));
+    assert!(!home.work().join("made-here").exists());
+    assert_eq!(result(2)["exit_code"], 0, "known safe runs: {}", result(2));
+}

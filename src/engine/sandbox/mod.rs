@@ -154,8 +154,14 @@ pub fn support() -> &'static Support {
     SUPPORT.get_or_init(probe)
 }
 
+/// Set (to anything) only by tests: behave as on a kernel without Landlock.
+pub const NO_LANDLOCK_ENV: &str = "TALARIA_TEST_NO_LANDLOCK";
+
 #[cfg(target_os = "linux")]
 fn probe() -> Support {
+    if std::env::var_os(NO_LANDLOCK_ENV).is_some() {
+        return Support::Unavailable { reason: format!("Landlock turned off by {NO_LANDLOCK_ENV}") };
+    }
     const LANDLOCK_CREATE_RULESET_VERSION: libc::c_uint = 1;
     // SAFETY: with a null attribute and size 0 this only asks for the ABI version.
     let abi = unsafe {
