@@ -17,7 +17,7 @@ use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
-use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
+use talaria::protocol::{Event, Op, SlashCommand, TurnOutcome, TurnTrigger};
 use tokio::process::Child;
 
 const LOST: &str = "[lost: talaria exited before this tool finished]";
@@ -321,4 +321,42 @@ async fn a_queued_message_survives_a_restart_as_pending_input() {
     assert_eq!(requests.len(), 1);
     assert!(!requests[0].raw_body.contains("do this next"));
     engine.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_that_cannot_be_saved_is_not_sent_and_nothing_stored_is_damaged() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("first answer"), ScriptedResponse::text("never asked")])
+        .await
+        .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(Op::Submit { text: "a first message".into(), mode: None });
+    assert!(matches!(engine.turn_finished().await, Event::TurnFinished { outcome: TurnOutcome::Completed }));
+    let session = engine.session_id();
+
+    // The disk is now full: a write that needs one more page fails with SQLITE_FULL.
+    engine.store.limit_growth(0).await.unwrap();
+    let big = "a long paste ".repeat(20_000);
+    engine.send(Op::Submit { text: big.clone(), mode: None });
+    let finished = engine.turn_finished().await;
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Failed }), "{finished:?}");
+    let saved = engine.seen.iter().any(|e| matches!(e, Event::Notice { text, .. } if text.contains("could not save")));
+    assert!(saved, "the user is told: {:?}", engine.seen.iter().rev().take(8).collect::<Vec<_>>());
+    assert!(
+        engine.seen.iter().any(|e| matches!(e, Event::RestoreInput { text } if *text == big)),
+        "the unsent message goes back to the input box"
+    );
+    assert!(
+        !engine.seen.iter().any(|e| matches!(e, Event::UserMessage { text, .. } if *text == big)),
+        "it is not shown as sent"
+    );
+    assert_eq!(server.chat_requests().len(), 1, "nothing unsaved reaches the model");
+
+    let stored = engine.store.load_messages(&session).await.unwrap();
+    let roles: Vec<&str> = stored.iter().map(|m| m.role.as_str()).collect();
+    assert_eq!(roles, ["user", "assistant"], "the earlier exchange is intact");
+    engine.shutdown().await;
+    let db = rusqlite::Connection::open(inproc::paths(home.path()).0.state_db).unwrap();
+    let check: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
 }

@@ -116,18 +116,32 @@ pub async fn run_turn(
 ) -> TurnResult {
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
+    let mut saved = true;
     for input in inputs {
         let shown = input.text.clone();
-        push_user(&env, &mut history, input.text, shown, trigger.clone(), MessageOrigin::TurnInput, input.display_kind)
-            .await;
+        saved = push_user(
+            &env,
+            &mut history,
+            input.text,
+            shown,
+            trigger.clone(),
+            MessageOrigin::TurnInput,
+            input.display_kind,
+        )
+        .await;
+        if !saved {
+            break;
+        }
     }
     let max_iterations = env.config.agent.max_iterations.max(1);
+    // A message that could not be saved is not sent: the turn fails before any model call.
+    let iterations = if saved { max_iterations } else { 0 };
     // Messages already counted by the meter.
     let mut counted = history.len();
-    let mut outcome = TurnOutcome::BudgetExhausted;
+    let mut outcome = if saved { TurnOutcome::BudgetExhausted } else { TurnOutcome::Failed };
     // Messages typed during streaming are plain user messages; after tools they are wrapped.
     let mut deliver_wrapped = false;
-    for _ in 0..max_iterations {
+    for _ in 0..iterations {
         // Interrupted: pending messages go back to the input box, not to the model.
         if control.interrupt.is_cancelled() {
             outcome = TurnOutcome::Interrupted;
@@ -136,8 +150,12 @@ pub async fn run_turn(
         // Watch for redirects before taking the pending messages: one typed from here on
         // either goes into this request or aborts it, never waits behind a whole answer.
         let mut redirect = control.redirect_tx.subscribe();
-        deliver_pending(&env, &control, &mut history, deliver_wrapped).await;
-        deliver_job_notices(&env, &mut history).await;
+        saved = deliver_pending(&env, &control, &mut history, deliver_wrapped).await
+            && deliver_job_notices(&env, &mut history).await;
+        if !saved {
+            outcome = TurnOutcome::Failed;
+            break;
+        }
         meter.add_estimate(&history[counted..]);
         counted = history.len();
         if meter.should_compact(env.config.agent.compact_at) {
@@ -159,9 +177,14 @@ pub async fn run_turn(
                 let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
                 let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
                 message.thinking = completion.thinking.clone();
-                persist(&env, &message, None).await;
-                history.push(message);
+                saved = persist(&env, &message, None).await;
                 env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
+                if !saved {
+                    // Its tool calls are not run: neither they nor their results could be kept.
+                    outcome = TurnOutcome::Failed;
+                    break;
+                }
+                history.push(message);
                 if completion.hit_token_limit() {
                     env.events.send(Event::notice(
                         NoticeLevel::Warn,
@@ -195,6 +218,12 @@ pub async fn run_turn(
                 break;
             }
         }
+    }
+    if !saved {
+        env.events.send(Event::notice(
+            NoticeLevel::Error,
+            "the turn stopped: a message could not be saved, so it was not sent on (free some disk space and try again)",
+        ));
     }
     if outcome == TurnOutcome::BudgetExhausted {
         env.events.send(Event::notice(
@@ -338,32 +367,41 @@ async fn push_user(
     trigger: TurnTrigger,
     origin: MessageOrigin,
     display_kind: Option<DisplayKind>,
-) {
+) -> bool {
     let message = ChatMessage::user(text);
-    persist(env, &message, display_kind).await;
+    if !persist(env, &message, display_kind).await {
+        // Not sent either: what the user typed goes back to the input box.
+        if trigger == TurnTrigger::User || trigger == TurnTrigger::Queued {
+            env.events.send(Event::RestoreInput { text: shown });
+        }
+        return false;
+    }
     history.push(message);
     env.events.send(Event::UserMessage { text: shown, trigger, origin });
+    true
 }
 
 /// Deliver messages typed while busy: one user message, wrapped when delivered after tools.
-async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatMessage>, wrapped: bool) {
+/// False when the message could not be saved (it is not added then).
+async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatMessage>, wrapped: bool) -> bool {
     let messages: Vec<String> = std::mem::take(&mut *lock(&control.pending));
     if messages.is_empty() {
-        return;
+        return true;
     }
     env.events.send(Event::PendingChanged { pending: Vec::new() });
     let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
     let shown = messages.join("\n\n");
     let (text, kind) =
         if wrapped { (wrap_out_of_band(&messages), Some(DisplayKind::OutOfBand)) } else { (shown.clone(), None) };
-    push_user(env, history, text, shown, TurnTrigger::User, MessageOrigin::MidTurn, kind).await;
+    push_user(env, history, text, shown, TurnTrigger::User, MessageOrigin::MidTurn, kind).await
 }
 
 /// Job exits the model has not seen yet, as separate user messages (no wrapper).
-async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) {
+/// False when a notice could not be saved (the rest are not added then).
+async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> bool {
     for notice in env.jobs.take_exit_notices(&env.session_id).await {
         let shown = notice.text.clone();
-        push_user(
+        let saved = push_user(
             env,
             history,
             notice.text,
@@ -373,7 +411,11 @@ async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) {
             Some(DisplayKind::JobNotice),
         )
         .await;
+        if !saved {
+            return false;
+        }
     }
+    true
 }
 
 async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Partial) {
@@ -388,11 +430,16 @@ async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Pa
     env.events.send(Event::AssistantDone { text: partial.text, reasoning });
 }
 
-pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) {
+/// Save `message`; false (after an error notice) when it could not be saved.
+pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) -> bool {
     let stored = to_stored(message, display_kind.map(|k| k.as_str().to_string()));
-    if let Err(e) = env.store.append_message(&env.session_id, stored).await {
-        tracing::error!(error = %e, "could not persist a message");
-        env.events.send(Event::notice(NoticeLevel::Error, format!("could not save a message: {e}")));
+    match env.store.append_message(&env.session_id, stored).await {
+        Ok(_) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "could not persist a message");
+            env.events.send(Event::notice(NoticeLevel::Error, format!("could not save a message: {e}")));
+            false
+        }
     }
 }
 

@@ -126,6 +126,20 @@ impl Store {
         &self.path
     }
 
+    /// Let the database grow by at most `pages` more pages (SQLite's `max_page_count`); a
+    /// write past that fails as on a full disk (`SQLITE_FULL`). For fault tests.
+    pub fn limit_growth(&self, pages: u64) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        self.call(move |c| {
+            let count: i64 = c.query_row("PRAGMA page_count", [], |r| r.get(0))?;
+            c.query_row(
+                &format!("PRAGMA max_page_count = {}", count.saturating_add(i64::try_from(pages).unwrap_or(i64::MAX))),
+                [],
+                |_| Ok(()),
+            )?;
+            Ok(())
+        })
+    }
+
     /// Queue `f` for the store thread now; the returned future yields its result.
     fn call<T, F>(&self, f: F) -> impl Future<Output = Result<T, StoreError>> + Send + 'static
     where
