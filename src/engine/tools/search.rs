@@ -148,6 +148,16 @@ fn match_line(path: &str, line_number: u64, line: &str) -> String {
 
 pub struct SearchFiles;
 
+/// `search_files`'s arguments (DESIGN §4a).
+#[derive(Debug, serde::Deserialize)]
+struct SearchArgs {
+    pattern: String,
+    #[serde(default)]
+    path: Option<String>,
+    #[serde(default)]
+    glob: Option<String>,
+}
+
 #[async_trait]
 impl Tool for SearchFiles {
     fn name(&self) -> &'static str {
@@ -186,14 +196,16 @@ impl Tool for SearchFiles {
         s
     }
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
-        let Some(pattern) = arg_str(&args, "pattern").map(str::to_string) else {
-            return ToolResult::error("search_files needs a `pattern` argument (a regular expression)");
+        let args: SearchArgs = match crate::engine::args::parse("search_files", &args) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::error(format!("{e} (`pattern` is a regular expression)")),
         };
-        let root = match arg_str(&args, "path").filter(|p| !p.trim().is_empty()) {
+        let pattern = args.pattern;
+        let root = match args.path.as_deref().filter(|p| !p.trim().is_empty()) {
             Some(p) => ctx.resolve(p),
             None => ctx.cwd(),
         };
-        let glob = arg_str(&args, "glob").map(str::to_string);
+        let glob = args.glob;
         let max_chars = ctx.config.tool_output.max_chars.max(1_000);
         let interrupt = ctx.signals.interrupt.clone();
         tokio::task::spawn_blocking(move || search_at(&root, &pattern, glob.as_deref(), max_chars, &interrupt))

@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{json, Value};
 
-use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
+use super::{arg_bool, arg_str, Concurrency, Tool, ToolCtx, ToolResult};
 use crate::engine::approval::{Provenance, Verdict};
 use crate::engine::jobs::{bumped, group, ExitInfo, JobsHandle, SpawnSpec};
 use crate::protocol::ToolStatus;
@@ -15,6 +15,20 @@ use crate::protocol::ToolStatus;
 pub const YIELD_NOTE: &str = "The user sent a message while this command was running, so it was moved to the background without being killed. Use process(action='poll'|'wait'|'log', session_id=...) to follow it.";
 
 pub struct TerminalTool;
+
+/// `terminal`'s arguments (DESIGN §4a).
+#[derive(Debug, serde::Deserialize)]
+struct TerminalArgs {
+    command: String,
+    #[serde(default, deserialize_with = "crate::engine::args::lenient::opt_u64")]
+    timeout: Option<u64>,
+    #[serde(default)]
+    workdir: Option<String>,
+    #[serde(default, deserialize_with = "crate::engine::args::lenient::opt_bool")]
+    background: Option<bool>,
+    #[serde(default, deserialize_with = "crate::engine::args::lenient::opt_bool")]
+    sandbox: Option<bool>,
+}
 
 #[async_trait]
 impl Tool for TerminalTool {
@@ -72,16 +86,18 @@ impl Tool for TerminalTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
-        let Some(command) = arg_str(&args, "command").filter(|c| !c.trim().is_empty()) else {
-            return ToolResult::error("terminal needs a non-empty \"command\" string");
+        let args: TerminalArgs = match crate::engine::args::parse("terminal", &args) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::error(e),
         };
-        let background = arg_bool(&args, "background").unwrap_or(false);
+        let command = args.command.as_str();
+        if command.trim().is_empty() {
+            return ToolResult::error("terminal needs a non-empty \"command\" string");
+        }
+        let background = args.background.unwrap_or(false);
         let terminal = &ctx.config.terminal;
-        let timeout_s = arg_u64(&args, "timeout")
-            .unwrap_or(terminal.timeout_s)
-            .min(terminal.max_foreground_timeout_s.max(1))
-            .max(1);
-        let cwd = match arg_str(&args, "workdir").map(str::trim).filter(|w| !w.is_empty()) {
+        let timeout_s = args.timeout.unwrap_or(terminal.timeout_s).min(terminal.max_foreground_timeout_s.max(1)).max(1);
+        let cwd = match args.workdir.as_deref().map(str::trim).filter(|w| !w.is_empty()) {
             Some(w) => ctx.resolve(w),
             None => ctx.cwd(),
         };
@@ -92,7 +108,7 @@ impl Tool for TerminalTool {
             ));
         }
 
-        let sandboxed = arg_bool(&args, "sandbox") != Some(false) && ctx.jobs.sandbox_policy().active();
+        let sandboxed = args.sandbox != Some(false) && ctx.jobs.sandbox_policy().active();
         let (approval, by) = match ctx.approvals.check_command(command, sandboxed, &ctx.signals.interrupt).await {
             Verdict::Allowed { note, by } => (note, by),
             Verdict::Denied { reason } => {
