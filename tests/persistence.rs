@@ -360,3 +360,48 @@ async fn a_message_that_cannot_be_saved_is_not_sent_and_nothing_stored_is_damage
     let check: String = db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(check, "ok");
 }
+
+/// A job the user kills is noted to the model with the next turn, not in a turn of its own.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_job_the_user_killed_is_noted_at_the_next_turn_without_a_turn_of_its_own() {
+    let home = Home::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 3002177","background":true}"#),
+        ScriptedResponse::text("Started it."),
+        ScriptedResponse::text("Noted that you killed it."),
+    ])
+    .await
+    .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(Op::Submit { text: "start the sleeper".into(), mode: None });
+    let started = engine.wait_for("the job", |e| matches!(e, Event::JobStarted { .. })).await;
+    let Event::JobStarted { job } = started else { unreachable!() };
+    engine.turn_finished().await;
+    engine.send(Op::Job { id: job.id.clone(), action: talaria::protocol::JobAction::Kill });
+    engine.wait_for("the kill", |e| matches!(e, Event::JobFinished { .. })).await;
+    let said = engine.notice("the model hears of it with your next message").await;
+    assert_eq!(said, format!("{} killed: the model hears of it with your next message", job.id));
+    // The user's next message starts the only turn; the kill notice goes in before it.
+    engine.send(Op::Submit { text: "what now?".into(), mode: None });
+    let turn = engine.wait_for("a turn", |e| matches!(e, Event::TurnStarted { .. })).await;
+    assert_eq!(turn, Event::TurnStarted { trigger: TurnTrigger::User }, "no turn of the notice's own");
+    engine.turn_finished().await;
+    let requests = server.wait_for_requests(3, Duration::from_secs(30)).await;
+    assert_eq!(requests.len(), 3, "one request per turn step, none for the notice alone");
+    let messages = requests[2].messages();
+    let texts: Vec<String> = messages
+        .iter()
+        .filter(|m| m.role == talaria::engine::llm::Role::User)
+        .filter_map(|m| m.content.clone())
+        .collect();
+    let n = texts.len();
+    assert!(texts[n - 2].contains(&format!("[Background job {} was killed", job.id)), "{texts:?}");
+    assert_eq!(texts[n - 1], "what now?");
+    let own_turns = engine
+        .seen
+        .iter()
+        .filter(|e| matches!(e, Event::TurnStarted { trigger: TurnTrigger::JobNotification }))
+        .count();
+    assert_eq!(own_turns, 0);
+    engine.shutdown().await;
+}

@@ -106,6 +106,10 @@ struct Engine {
     paused: tokio::sync::watch::Receiver<bool>,
     /// `/pause` or `/unpause` already said so: the watcher's notice of that change is dropped.
     pause_announced: Option<bool>,
+    /// Jobs the user killed: their exit notice starts no turn of its own.
+    user_killed: std::collections::HashSet<JobId>,
+    /// Exit notices of those jobs, given to the model with the next turn's inputs.
+    deferred_notices: Vec<TurnInput>,
     instruction_files: Vec<instructions::InstructionFile>,
 }
 
@@ -192,6 +196,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         boundary: standing::Boundary::new(),
         paused,
         pause_announced: None,
+        user_killed: std::collections::HashSet::new(),
+        deferred_notices: Vec::new(),
         instruction_files,
     };
     engine.load_session().await?;
@@ -471,6 +477,13 @@ impl Engine {
                     for path in missing {
                         self.notice(NoticeLevel::Warn, format!("@{path}: no such file here — not attached"));
                     }
+                    // Exit notices already waiting go in first (a kill the user just made
+                    // among them), rather than in a turn of their own afterwards.
+                    for n in self.env.jobs.take_exit_notices(&self.env.session_id).await {
+                        self.user_killed.remove(&n.id);
+                        self.deferred_notices
+                            .push(TurnInput { text: n.text, display_kind: Some(DisplayKind::JobNotice) });
+                    }
                     self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
                 }
                 Effect::StartBang => {
@@ -573,20 +586,37 @@ impl Engine {
             }
             Start::JobNotices => {
                 let notices = self.env.jobs.take_exit_notices(&self.env.session_id).await;
-                if notices.is_empty() {
+                // A kill the user made is news to the model, not a reason to start a turn:
+                // it is noted with the next turn's inputs.
+                let (mine, theirs): (Vec<_>, Vec<_>) =
+                    notices.into_iter().partition(|n| self.user_killed.remove(&n.id));
+                let notice = |n: crate::engine::jobs::ExitNotice| TurnInput {
+                    text: n.text,
+                    display_kind: Some(DisplayKind::JobNotice),
+                };
+                for n in &mine {
+                    self.notice(
+                        NoticeLevel::Info,
+                        format!("{} killed: the model hears of it with your next message", n.id),
+                    );
+                }
+                self.deferred_notices.extend(mine.into_iter().map(notice));
+                if theirs.is_empty() {
                     return;
                 }
-                let inputs = notices
-                    .into_iter()
-                    .map(|n| TurnInput { text: n.text, display_kind: Some(DisplayKind::JobNotice) })
-                    .collect();
-                self.begin_turn(inputs, TurnTrigger::JobNotification);
+                self.begin_turn(theirs.into_iter().map(notice).collect(), TurnTrigger::JobNotification);
             }
             Start::Heartbeat => self.fire_heartbeat().await,
         }
     }
 
     fn begin_turn(&mut self, inputs: Vec<TurnInput>, trigger: TurnTrigger) {
+        let mut inputs = inputs;
+        if !self.deferred_notices.is_empty() {
+            let mut all = std::mem::take(&mut self.deferred_notices);
+            all.append(&mut inputs);
+            inputs = all;
+        }
         let control = TurnControl::new(self.pending.clone());
         let history = std::mem::take(&mut self.history);
         let env = self.env.clone();
@@ -666,7 +696,10 @@ impl Engine {
 
     /// A job action from the UI runs as its own task: reading a large log must not hold up
     /// the engine loop (a redirect or interrupt typed meanwhile is handled at once).
-    fn job_action(&self, id: JobId, action: JobAction) {
+    fn job_action(&mut self, id: JobId, action: JobAction) {
+        if action == JobAction::Kill {
+            self.user_killed.insert(id.clone());
+        }
         let jobs = self.env.jobs.clone();
         let events = self.env.events.clone();
         let poll = action == JobAction::Poll;

@@ -88,7 +88,8 @@ impl App {
                 let origin = match (origin, trigger) {
                     (MessageOrigin::MidTurn, _) => UserOrigin::MidTurn,
                     (MessageOrigin::TurnInput, trigger) => match trigger {
-                        TurnTrigger::User => UserOrigin::Typed,
+                        // A user turn may carry a note that was waiting (a job the user killed).
+                        TurnTrigger::User => injected_origin(&text).unwrap_or(UserOrigin::Typed),
                         TurnTrigger::Queued => UserOrigin::Queued,
                         TurnTrigger::JobNotification => UserOrigin::JobNotification,
                         TurnTrigger::Heartbeat => UserOrigin::Heartbeat,
