@@ -353,3 +353,23 @@ async fn a_job_whose_directory_is_deleted_is_killed_at_once() {
         .await;
     wait_until("its supervisor to exit", || pids_with(&format!("__job {}", paths.jobs_dir.display())).is_empty()).await;
 }
+
+#[tokio::test]
+async fn job_ids_never_repeat_within_a_talaria_home() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    let mark = marker(8);
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let (jobs, _events) = handle(&paths, true);
+        let mut fg = spec(&format!("echo {mark}"), &home.work());
+        fg.background = false;
+        let spawned = jobs.spawn(fg).await.unwrap();
+        let _ = tokio::time::timeout(DEADLINE, spawned.exit).await.expect("the job ends");
+        // Its record and directory are deleted, as after every foreground command.
+        jobs.forget(&spawned.id).await;
+        jobs.shutdown().await;
+        ids.push(spawned.id);
+    }
+    assert_eq!(ids, vec!["job_1".to_string(), "job_2".to_string()]);
+}
