@@ -303,7 +303,7 @@ fn row_status(rows: &[Value], num: i64) -> String {
 }
 
 #[tokio::test]
-async fn a_record_whose_pid_now_belongs_to_another_process_is_not_touched() {
+async fn records_whose_pid_is_reused_or_from_another_boot_are_lost_and_nothing_is_touched() {
     let home = Home::new();
     let paths = Paths::under(home.path());
     paths.ensure_dirs().unwrap();
@@ -331,9 +331,25 @@ async fn a_record_whose_pid_now_belongs_to_another_process_is_not_touched() {
     let pids =
         JobPids { pgid: pid.into(), leader_start: start - 1, supervisor_pid: pid.into(), supervisor_start: start - 1 };
     store.job_started(num, pids).await.unwrap();
+    // A record from before a reboot: whatever its pids say now, it is lost.
+    let rebooted = store
+        .job_insert(NewJob {
+            session_id: "old".into(),
+            command: format!("sleep {mark}"),
+            cwd: "/".into(),
+            background: true,
+            has_stdin: false,
+            boot_id: "another-boot".into(),
+            started_at: 1,
+        })
+        .await
+        .unwrap();
+    let real = JobPids { pgid: pid.into(), leader_start: start, supervisor_pid: pid.into(), supervisor_start: start };
+    store.job_started(rebooted, real).await.unwrap();
     drop(store);
     let rows = jobs_list(&home).await;
     assert_eq!(row_status(&rows, num), "lost");
+    assert_eq!(row_status(&rows, rebooted), "lost");
     assert!(group::process_alive(pid, Some(start as u64)), "the stranger was not touched");
     let _ = stranger.kill();
     let _ = stranger.wait();
