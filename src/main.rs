@@ -211,7 +211,9 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
 }
 
 async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
-    let store = Store::open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;
+    // Listing and searching only read: they work on a read-only database too.
+    let open = if matches!(cli.command, Some(Command::Sessions { .. })) { Store::open_read_only } else { Store::open };
+    let store = open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;
     match cli.command {
         Some(Command::Sessions { action }) => {
             let text = match action {

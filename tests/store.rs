@@ -567,3 +567,27 @@ async fn an_empty_session_is_not_kept_and_continue_can_pass_over_exec_runs() {
     store.meta_set(&format!("goal:{with_goal}"), "{}").await.unwrap();
     assert!(!store.delete_if_empty(&with_goal).await.unwrap());
 }
+
+#[tokio::test]
+async fn a_read_only_database_can_still_be_listed_and_searched() {
+    let home = temp_home();
+    let path = db_path(&home);
+    {
+        let store = open(&home);
+        let sid = store.create_session("m", "/w", None).await.unwrap();
+        store.append_message(&sid, user("kept in a read-only file")).await.unwrap();
+        store.flush().await.unwrap();
+    }
+    // The store thread closes the database once the last handle is gone.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while path.with_extension("db-wal").exists() && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
+    let store = Store::open_read_only(&path).expect("a read-only file opens for reading");
+    assert!(cli_list(&store, 20).await.unwrap().contains("kept in a read-only file"));
+    assert!(cli_search(&store, "read-only", 20).await.unwrap().contains("read-only"));
+    // The connection itself is read-only (this holds even for root, who may write any file).
+    let err = store.create_session("m", "/w", None).await.unwrap_err();
+    assert!(err.to_string().contains("readonly"), "{err}");
+}

@@ -121,6 +121,26 @@ impl Store {
         Ok(Store { requests, path: Arc::new(path.to_path_buf()) })
     }
 
+    /// Open the database at `path` for reading only (`talaria sessions`): works on a
+    /// read-only file, never creates or migrates one; a write through it fails. A missing
+    /// file is created as by `open`.
+    pub fn open_read_only(path: &Path) -> Result<Store, StoreError> {
+        if !path.exists() {
+            return Store::open(path);
+        }
+        check_test_guard(path)?;
+        let flags = rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY | rusqlite::OpenFlags::SQLITE_OPEN_NO_MUTEX;
+        let conn = Connection::open_with_flags(path, flags)
+            .map_err(|e| StoreError(format!("opening {} (read-only): {e}", path.display())))?;
+        conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
+        let (requests, inbox) = mpsc::channel::<Request>();
+        std::thread::Builder::new()
+            .name("talaria-store".into())
+            .spawn(move || serve(conn, inbox))
+            .map_err(|e| StoreError(format!("could not start the database thread: {e}")))?;
+        Ok(Store { requests, path: Arc::new(path.to_path_buf()) })
+    }
+
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.path
@@ -410,6 +430,9 @@ const CHECKPOINT_WHEN_IDLE_FOR: std::time::Duration = std::time::Duration::from_
 const CHECKPOINT_AFTER_REQUESTS: usize = 5_000;
 
 fn checkpoint(conn: &Connection, mode: &str) {
+    if conn.is_readonly(rusqlite::MAIN_DB).unwrap_or(false) {
+        return;
+    }
     let result = conn.query_row(&format!("PRAGMA wal_checkpoint({mode})"), [], |_| Ok(()));
     if let Err(e) = result {
         tracing::warn!(error = %e, "WAL checkpoint failed");
