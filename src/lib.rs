@@ -1,16 +1,16 @@
 //! Talaria: a full-screen terminal AI agent you never wait for.
 //!
-//! Module map (imports only point down this list; `protocol` is the only bridge):
+//! Module map: front ends and engine import `protocol`, never each other; below it, imports point down.
 //! ```text
 //! main, exec, tui   front ends: parse args / draw / print; speak only `protocol` (Op out, Event in)
-//! protocol          Op, Event, slash commands, EngineHandle: the types both sides share
+//! protocol          Op, Event, slash commands, usage, EngineHandle: the types both sides share
 //! engine::session   the engine task: receives Op, performs the scheduler's effects, emits Event
 //! engine::scheduler pure: what runs next, what a busy message does, what is refused (no I/O)
 //! engine::turn      one turn: model -> tools -> model; compaction, history (rows <-> messages)
 //! engine::tools     the model's tools; they start processes only through engine::jobs
 //! engine::jobs      every spawned process: job registry, process groups, logs, notices
 //! engine::{llm, store, approval, goal, heartbeat}  providers, SQLite, approvals, standing work
-//! config, paths, text, logging   leaves: used by everything above, import nothing of it
+//! config, paths, text, util, logging  leaves used by all above (config reads protocol::BusyMode)
 //! ```
 
 // A failure that can happen is handled; tests may unwrap (as in codex-rs).

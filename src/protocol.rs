@@ -6,6 +6,7 @@
 //! `{"type":"<Variant>","data":{...}}`.
 
 pub mod commands;
+pub mod usage;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

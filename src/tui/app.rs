@@ -182,7 +182,7 @@ pub struct App {
     pub status: StatusInfo,
     pub usage: Option<(u64, u64)>,
     /// Every model call of this run added up (for the exit summary).
-    pub spend: crate::engine::llm::spend::Spend,
+    pub spend: crate::protocol::usage::Spend,
     pub tools: Vec<RunningTool>,
     pub jobs: Vec<JobRow>,
     pub focus: Focus,

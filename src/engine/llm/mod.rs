@@ -153,41 +153,7 @@ pub enum StreamDelta {
     },
 }
 
-/// Tokens of one model call (or a sum of them).
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Usage {
-    /// Every input token, cached or not (what fills the context window).
-    pub prompt_tokens: u64,
-    pub completion_tokens: u64,
-    /// Of `prompt_tokens`, read from the provider's prompt cache.
-    #[serde(default)]
-    pub cache_read_tokens: u64,
-    /// Of `prompt_tokens`, written to the provider's prompt cache.
-    #[serde(default)]
-    pub cache_write_tokens: u64,
-}
-
-impl Usage {
-    pub fn tokens(prompt_tokens: u64, completion_tokens: u64) -> Usage {
-        Usage { prompt_tokens, completion_tokens, ..Usage::default() }
-    }
-
-    /// Input tokens billed at the plain input price.
-    pub fn uncached_prompt_tokens(&self) -> u64 {
-        self.prompt_tokens.saturating_sub(self.cache_read_tokens + self.cache_write_tokens)
-    }
-
-    pub fn add(&mut self, other: &Usage) {
-        self.prompt_tokens += other.prompt_tokens;
-        self.completion_tokens += other.completion_tokens;
-        self.cache_read_tokens += other.cache_read_tokens;
-        self.cache_write_tokens += other.cache_write_tokens;
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.prompt_tokens + self.completion_tokens == 0
-    }
-}
+pub use crate::protocol::usage::Usage;
 
 /// A complete model answer.
 #[derive(Debug, Clone, Default, PartialEq)]

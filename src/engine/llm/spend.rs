@@ -3,73 +3,11 @@
 use super::Usage;
 use crate::config::Prices;
 
-/// Tokens and dollars of some model calls.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spend {
-    pub usage: Usage,
-    /// Dollars of the priced calls.
-    pub cost_usd: f64,
-    pub priced_calls: u32,
-    pub unpriced_calls: u32,
-}
-
-impl Spend {
-    pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
-        self.usage.add(usage);
-        match cost_usd {
-            Some(cost) => {
-                self.cost_usd += cost;
-                self.priced_calls += 1;
-            }
-            None => self.unpriced_calls += 1,
-        }
-    }
-
-    /// `12,345 in (10,000 cache read, 1,200 cache write) / 678 out · $0.0123`; the cost is
-    /// left out when no call was priced, and marked as a lower bound when some were not.
-    pub fn describe(&self) -> String {
-        let u = &self.usage;
-        let mut text = format!("{} in", thousands(u.prompt_tokens));
-        if u.cache_read_tokens + u.cache_write_tokens > 0 {
-            text.push_str(&format!(
-                " ({} cache read, {} cache write)",
-                thousands(u.cache_read_tokens),
-                thousands(u.cache_write_tokens)
-            ));
-        }
-        text.push_str(&format!(" / {} out", thousands(u.completion_tokens)));
-        if self.priced_calls > 0 {
-            let at_least = if self.unpriced_calls > 0 { "at least " } else { "" };
-            text.push_str(&format!(" · {at_least}{}", dollars(self.cost_usd)));
-        }
-        text
-    }
-}
+pub use crate::protocol::usage::{dollars, Spend};
 
 /// The cost of `usage` on `model` at `provider` (`openai` / `anthropic`), if priced.
 pub fn cost_of(prices: &Prices, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
     prices.find(provider, model).map(|p| p.cost(usage))
-}
-
-/// Dollars with enough digits to see small sums: `$0.0123`, `$1.23`.
-pub fn dollars(amount: f64) -> String {
-    if amount < 1.0 {
-        format!("${amount:.4}")
-    } else {
-        format!("${amount:.2}")
-    }
-}
-
-fn thousands(n: u64) -> String {
-    let digits = n.to_string();
-    let mut out = String::new();
-    for (i, c) in digits.chars().enumerate() {
-        if i > 0 && (digits.len() - i) % 3 == 0 {
-            out.push(',');
-        }
-        out.push(c);
-    }
-    out
 }
 
 #[cfg(test)]

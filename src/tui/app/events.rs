@@ -235,7 +235,7 @@ impl App {
             }
             Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
                 self.usage = Some((prompt_tokens, completion_tokens));
-                let usage = crate::engine::llm::Usage {
+                let usage = crate::protocol::usage::Usage {
                     prompt_tokens,
                     completion_tokens,
                     cache_read_tokens,
