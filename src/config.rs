@@ -365,7 +365,11 @@ impl Config {
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
         let mut config: Config = toml::from_str(text).map_err(|e| {
             let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
-            let message = e.message().trim().replace('\n', " ");
+            let mut message = e.message().trim().replace('\n', " ");
+            // A wrong type points at the value: name the key it belongs to.
+            if let Some(key) = e.span().and_then(|s| key_at(text, s.start)) {
+                message = format!("{key}: {message}");
+            }
             ConfigError::Parse { path: path.to_path_buf(), line, message }
         })?;
         config.validate(path)?;
@@ -421,11 +425,37 @@ impl Config {
                 }
             }
         }
+        if !matches!(self.ui.theme.as_str(), "default" | "") {
+            return Err(invalid("ui.theme", "unknown theme; the built-in theme is \"default\""));
+        }
         if self.terminal.shell.trim().is_empty() {
             return Err(invalid("terminal.shell", "expected a shell name such as \"bash\""));
         }
         Ok(())
     }
+}
+
+/// The dotted key whose value starts on the line of `offset` (`ui.theme` for `theme = 1`
+/// under `[ui]`); None when that line is not a `key = value` line.
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let offset = offset.min(text.len());
+    let start = text[..offset].rfind('\n').map_or(0, |i| i + 1);
+    let line = text[start..].lines().next().unwrap_or("");
+    let (key, _) = line.split_once('=')?;
+    let key = key.trim();
+    if key.is_empty() || key.starts_with('[') || key.starts_with('#') {
+        return None;
+    }
+    let table = text[..start]
+        .lines()
+        .rev()
+        .map(str::trim)
+        .find(|l| l.starts_with('['))
+        .map(|l| l.trim_start_matches('[').split(']').next().unwrap_or("").trim().to_string());
+    Some(match table {
+        Some(table) if !table.is_empty() => format!("{table}.{key}"),
+        _ => key.to_string(),
+    })
 }
 
 fn line_of(text: &str, offset: usize) -> usize {
@@ -484,6 +514,18 @@ mod tests {
         let err = Config::from_toml("[jobs]\nmax_jobs = \"many\"\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.starts_with("c.toml:2:"), "{err}");
         assert!(err.contains("expected"), "{err}");
+        assert!(err.contains("jobs.max_jobs"), "the key is named: {err}");
+        let text = "[model]\nname = \"x\"\n[ui]\n# the colours\ntheme = 7\n";
+        let err = Config::from_toml(text, Path::new("c.toml"));
+        let err = err.unwrap_err().to_string();
+        assert!(err.starts_with("c.toml:5:") && err.contains("ui.theme"), "{err}");
+    }
+
+    #[test]
+    fn an_unknown_theme_is_an_error_at_load() {
+        let err = Config::from_toml("[ui]\ntheme = \"neon\"\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(err.contains("ui.theme") && err.contains("default"), "{err}");
+        assert!(Config::from_toml("[ui]\ntheme = \"default\"\n", Path::new("c.toml")).is_ok());
     }
 
     #[test]

@@ -378,6 +378,9 @@ impl Keymap {
                     .map(|k| KeyChord::parse(k))
                     .collect::<Result<_, _>>()
                     .map_err(|e| anyhow::anyhow!("[{section}] {action}: {e}"))?;
+                if binding.keys.is_empty() && binding.action == Action::Submit {
+                    anyhow::bail!("[{section}] {action}: needs at least one key (with none, nothing could be sent)");
+                }
             }
         }
         Ok(())
@@ -432,6 +435,15 @@ mod tests {
         for b in map.bindings() {
             assert!(!b.keys.is_empty(), "[{}] {} has no key", b.context.name(), b.name);
         }
+    }
+
+    #[test]
+    fn a_keymap_that_leaves_submit_without_a_key_is_rejected() {
+        let mut map = Keymap::builtin();
+        let err = map.apply("[input]\nsubmit = []\n").unwrap_err().to_string();
+        assert!(err.contains("submit") && err.contains("at least one key"), "{err}");
+        // Other actions may be unbound on purpose.
+        map.apply("[input]\nnewline = []\n").unwrap();
     }
 
     #[test]
