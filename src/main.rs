@@ -210,6 +210,27 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     result
 }
 
+/// `--resume KEY` where KEY is the start of several session ids: say which, so the user can
+/// pick one (exit 2), rather than silently taking the latest. An exact id always wins.
+async fn ambiguous_resume(store: &Store, key: &str) -> anyhow::Result<bool> {
+    if store.session(key.trim()).await?.is_some() {
+        return Ok(false);
+    }
+    let matches = store.sessions_with_prefix(key, 21).await?;
+    if matches.len() < 2 {
+        return Ok(false);
+    }
+    eprintln!("talaria: '{key}' matches several sessions; resume one by its full id:");
+    for s in matches.iter().take(20) {
+        let label = s.title.clone().unwrap_or_else(|| s.first_line.clone());
+        eprintln!("  {}  {}", s.id, talaria::text::for_terminal(&label));
+    }
+    if matches.len() > 20 {
+        eprintln!("  … and more");
+    }
+    Ok(true)
+}
+
 async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
     // Listing and searching only read: they work on a read-only database too.
     let open = if matches!(cli.command, Some(Command::Sessions { .. })) { Store::open_read_only } else { Store::open };
@@ -240,6 +261,9 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             let session = if continue_session || cli.continue_session {
                 SessionChoice::Continue
             } else if let Some(key) = cli.resume.clone() {
+                if ambiguous_resume(&store, &key).await? {
+                    return Ok(2);
+                }
                 SessionChoice::Resume(key)
             } else {
                 SessionChoice::New
@@ -261,6 +285,9 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             let session = if cli.continue_session {
                 SessionChoice::ContinueInteractive
             } else if let Some(key) = cli.resume.clone() {
+                if ambiguous_resume(&store, &key).await? {
+                    return Ok(2);
+                }
                 SessionChoice::Resume(key)
             } else {
                 SessionChoice::New

@@ -347,3 +347,33 @@ async fn a_job_notice_turn_cut_short_at_shutdown_does_not_change_the_exit_code()
     assert!(stdout(&out).contains("all done"), "stdout: {}", stdout(&out));
     assert_eq!(out.status.code(), Some(0), "the user's turn completed; stderr: {}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn resume_with_a_prefix_of_several_sessions_lists_them_and_exits_2() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("one"), ScriptedResponse::text("two")]).await.unwrap();
+    for prompt in ["the first session", "the second session"] {
+        let out = home.run(&["exec", "--base-url", &server.base_url(), prompt]).await;
+        assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    }
+    let listed = stdout(&home.run(&["sessions", "list"]).await);
+    let ids: Vec<String> = listed
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .filter(|w| w.len() > 10 && w.as_bytes()[0].is_ascii_digit())
+        .map(str::to_string)
+        .collect();
+    assert_eq!(ids.len(), 2, "{listed}");
+    let common: String = ids[0].chars().zip(ids[1].chars()).take_while(|(a, b)| a == b).map(|(a, _)| a).collect();
+    assert!(!common.is_empty(), "{ids:?}");
+
+    let out = home.run(&["--resume", &common, "exec", "--base-url", &server.base_url(), "which one?"]).await;
+    assert_eq!(out.status.code(), Some(2), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(ids.iter().all(|id| err.contains(id.as_str())), "both are listed: {err}");
+    assert_eq!(server.chat_requests().len(), 2, "nothing was sent");
+    // A full id still resumes that session.
+    server.push(ScriptedResponse::text("resumed"));
+    let out = home.run(&["--resume", &ids[0], "exec", "--base-url", &server.base_url(), "go on"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+}

@@ -227,6 +227,16 @@ impl Store {
         self.call(move |c| ops::session(c, &id))
     }
 
+    /// Sessions whose id starts with `prefix`, latest first (at most `limit`).
+    pub fn sessions_with_prefix(
+        &self,
+        prefix: &str,
+        limit: usize,
+    ) -> impl Future<Output = Result<Vec<SessionSummary>, StoreError>> + Send + 'static {
+        let prefix = prefix.trim().to_string();
+        self.call(move |c| ops::sessions_with_prefix(c, &prefix, limit))
+    }
+
     /// By exact id, id prefix, or title (latest match).
     pub fn find_session(
         &self,

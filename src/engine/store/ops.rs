@@ -159,6 +159,17 @@ pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionSummary>, St
     one_summary(conn, "s.id = ?1", &id)
 }
 
+/// Sessions whose id starts with `prefix`, latest first (at most `limit`).
+pub fn sessions_with_prefix(conn: &Connection, prefix: &str, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
+    let sql = format!(
+        "{SUMMARY_SELECT} WHERE substr(s.id, 1, length(?1)) = ?1 ORDER BY s.updated_at DESC, s.rowid DESC LIMIT {}",
+        limit.min(1000)
+    );
+    let mut stmt = conn.prepare(&sql)?;
+    let rows = stmt.query_map([prefix], summary)?;
+    Ok(rows.collect::<Result<_, _>>()?)
+}
+
 pub fn find_session(conn: &Connection, id_or_title: &str) -> Result<Option<SessionSummary>, StoreError> {
     let needle = id_or_title.trim();
     if needle.is_empty() {
