@@ -205,7 +205,7 @@ impl OpenAiClient {
             seen_event |= !events.is_empty();
             handle(events, &mut acc)?;
             if acc.is_done() {
-                return Ok(acc.finish());
+                return acc.finish_complete();
             }
             if parser.buffered_len() > MAX_SSE_BUFFER {
                 return Err(LlmError::Protocol("an event in the stream is larger than 16 MiB".into()));
@@ -215,7 +215,7 @@ impl OpenAiClient {
         seen_event |= !events.is_empty();
         handle(events, &mut acc)?;
         if acc.is_complete() {
-            return Ok(acc.finish());
+            return acc.finish_complete();
         }
         if !seen_event {
             if let Ok(value) = serde_json::from_slice::<Value>(&plain) {

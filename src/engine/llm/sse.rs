@@ -93,6 +93,10 @@ struct PartialToolCall {
     announced: bool,
 }
 
+/// The most text, reasoning and tool-call arguments one answer may stream in total: a server
+/// that never stops sending is cut off here instead of filling memory.
+pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// Builds a [`Completion`] from Chat Completions chunks.
 #[derive(Debug, Default)]
 pub struct ChunkAccumulator {
@@ -135,6 +139,13 @@ impl ChunkAccumulator {
         if let Some(choice) = choices.iter().find(|c| c.get("index").and_then(Value::as_u64).unwrap_or(0) == 0) {
             if let Some(delta) = choice.get("delta") {
                 self.delta(delta, &mut deltas);
+                let arguments: usize = self.tool_calls.values().map(|c| c.arguments.len()).sum();
+                if self.content.len() + self.reasoning.len() + arguments > MAX_ANSWER_BYTES {
+                    return Err(LlmError::Protocol(format!(
+                        "the answer passed {} MiB without ending; stopped",
+                        MAX_ANSWER_BYTES >> 20
+                    )));
+                }
             }
             if let Some(reason) = choice.get("finish_reason").and_then(Value::as_str) {
                 self.finish_reason = Some(reason.to_string());
@@ -210,15 +221,33 @@ impl ChunkAccumulator {
         !self.content.is_empty() || !self.reasoning.is_empty() || !self.tool_calls.is_empty()
     }
 
-    /// The answer so far. Tool calls without a name are dropped (they cannot be run);
-    /// empty arguments become `{}` so the history stays valid JSON.
+    /// The whole answer, once the stream ended: a stream that ended without any of an
+    /// answer (no text, no tool call, no finish reason; e.g. only `[DONE]`) is an error,
+    /// not an empty reply.
+    pub fn finish_complete(self) -> Result<Completion, LlmError> {
+        if !self.has_output() && self.finish_reason.is_none() {
+            return Err(LlmError::Protocol("the stream ended without an answer".into()));
+        }
+        Ok(self.finish())
+    }
+
+    /// The answer so far. A tool call without a name is kept (running it gives the model an
+    /// error result); empty arguments become `{}` so the history stays valid JSON; a missing
+    /// or repeated id is made unique, so every result goes back to exactly one call.
     pub fn finish(self) -> Completion {
+        let mut used = std::collections::HashSet::new();
         let tool_calls = self
             .tool_calls
             .into_iter()
-            .filter(|(_, c)| !c.name.is_empty())
+            .filter(|(_, c)| !c.name.is_empty() || !c.id.is_empty() || !c.arguments.is_empty())
             .map(|(index, c)| {
-                let id = if c.id.is_empty() { format!("call_{index}") } else { c.id };
+                let base = if c.id.is_empty() { format!("call_{index}") } else { c.id };
+                let mut id = base.clone();
+                let mut n = 2;
+                while !used.insert(id.clone()) {
+                    id = format!("{base}_{n}");
+                    n += 1;
+                }
                 let arguments = if c.arguments.trim().is_empty() { "{}".to_string() } else { c.arguments };
                 ToolCall::new(id, c.name, arguments)
             })
@@ -466,5 +495,48 @@ mod tests {
     fn clip_marks_cut_text() {
         assert_eq!(clip("héllo", 2), "hé…");
         assert_eq!(clip("hi", 2), "hi");
+    }
+
+    #[test]
+    fn a_stream_of_only_done_is_an_error_not_an_empty_answer() {
+        let mut acc = ChunkAccumulator::new();
+        acc.push("[DONE]").unwrap();
+        assert!(matches!(acc.finish_complete(), Err(LlmError::Protocol(m)) if m.contains("without an answer")));
+        // An empty answer the server says is finished is still an answer.
+        let mut acc = ChunkAccumulator::new();
+        acc.push(r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#).unwrap();
+        acc.push("[DONE]").unwrap();
+        assert_eq!(acc.finish_complete().unwrap().finish_reason.as_deref(), Some("stop"));
+    }
+
+    #[test]
+    fn a_never_ending_answer_is_cut_off_at_the_cap() {
+        let piece = "x".repeat(1 << 20);
+        let chunk = serde_json::json!({"choices":[{"index":0,"delta":{"content": piece}}]}).to_string();
+        let mut acc = ChunkAccumulator::new();
+        let mut pushed = 0;
+        let err = loop {
+            match acc.push(&chunk) {
+                Ok(_) => pushed += 1,
+                Err(e) => break e,
+            }
+            assert!(pushed <= MAX_ANSWER_BYTES >> 20, "no cap after {pushed} MiB");
+        };
+        assert!(matches!(&err, LlmError::Protocol(m) if m.contains("MiB")), "{err:?}");
+        assert_eq!(pushed, MAX_ANSWER_BYTES >> 20);
+    }
+
+    #[test]
+    fn a_nameless_tool_call_is_kept_and_repeated_ids_are_made_unique() {
+        let (_, done) = run(&[
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"dup","function":{"name":"","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":1,"id":"dup","function":{"name":"read_file","arguments":"{}"}}]}}]}"#,
+            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":2,"id":"dup","function":{"name":"read_file","arguments":"{}"}}]}}]}"#,
+            "[DONE]",
+        ]);
+        let calls = done.unwrap().tool_calls;
+        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["dup", "dup_2", "dup_3"]);
+        assert_eq!(calls[0].function.name, "", "the nameless call stays, to get an error result");
     }
 }
