@@ -121,6 +121,20 @@ fn read_refuses_binary_huge_and_directories() {
     let bin = dir.path().join("blob.bin");
     fs::write(&bin, b"\x7fELF\x00\x01\x02text").unwrap();
     assert!(err(&read_file_at(&bin, None, None, BIG)).contains("binary file"));
+    // A NUL far past the start counts too, whatever range is read.
+    let late = dir.path().join("late.dat");
+    let mut text = "plain text line\n".repeat(2_000).into_bytes();
+    text.extend_from_slice(b"\x00\x01 binary tail\n");
+    fs::write(&late, &text).unwrap();
+    assert!(err(&read_file_at(&late, Some(2_001), Some(1), BIG)).contains("binary file"));
+    assert!(err(&read_file_at(&late, None, None, BIG)).contains("binary file"));
+    // Huge offsets and limits neither overflow nor wrap.
+    let small = dir.path().join("small.txt");
+    fs::write(&small, "one\ntwo\n").unwrap();
+    let e = err(&read_file_at(&small, Some(u64::MAX), Some(u64::MAX), BIG));
+    assert!(e.contains("past the end"), "{e}");
+    let all = read_file_at(&small, Some(1), Some(u64::MAX), BIG);
+    assert!(all.ok && all.value["content"].as_str().unwrap().contains("two"), "{:?}", all.value);
 
     let huge = dir.path().join("huge.log");
     fs::File::create(&huge).unwrap().set_len(files::MAX_FILE_BYTES + 1).unwrap();

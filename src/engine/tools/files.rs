@@ -19,8 +19,6 @@ pub const DEFAULT_READ_LIMIT: usize = 2_000;
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// A longer line is cut, with a marker saying how long it was.
 pub const MAX_LINE_CHARS: usize = 2_000;
-/// How much of the start of a file is checked for NUL bytes.
-const BINARY_SNIFF_BYTES: usize = 8 * 1024;
 
 // ---------------------------------------------------------------------------------------------
 // read_file
@@ -145,7 +143,8 @@ fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.take(MAX_FILE_BYTES).read_to_end(&mut bytes).map_err(|e| io_problem(path, &e, "read"))?;
-    if bytes[..bytes.len().min(BINARY_SNIFF_BYTES)].contains(&0) {
+    // The whole file, not just its start: a read from any offset must not show binary data.
+    if bytes.contains(&0) {
         return Err(format!(
             "{} looks like a binary file (it contains NUL bytes); these tools only handle text — use the terminal \
              (file, xxd, strings) to inspect it",
@@ -525,7 +524,7 @@ impl Tool for ReadFile {
             (None, None) => path.to_string(),
             (offset, Some(limit)) => {
                 let from = offset.unwrap_or(1).max(1);
-                format!("{path}:{from}-{}", from + limit.max(1) - 1)
+                format!("{path}:{from}-{}", from.saturating_add(limit.max(1) - 1))
             }
             (Some(offset), None) => format!("{path}:{offset}-"),
         }
@@ -679,6 +678,8 @@ mod tests {
     fn summaries_are_one_line() {
         assert_eq!(ReadFile.summary(&json!({"path": "src/a.rs", "offset": 10, "limit": 5})), "src/a.rs:10-14");
         assert_eq!(ReadFile.summary(&json!({"path": "src/a.rs"})), "src/a.rs");
+        let huge = json!({"path": "a", "offset": u64::MAX, "limit": u64::MAX});
+        assert_eq!(ReadFile.summary(&huge), format!("a:{}-{}", u64::MAX, u64::MAX), "no overflow, no wrap");
         assert_eq!(WriteFile.summary(&json!({"path": "x", "content": "a\nb\n"})), "x (2 lines)");
         assert_eq!(
             EditFile.summary(&json!({"path": "x", "old_string": "a", "new_string": "b", "replace_all": true})),
