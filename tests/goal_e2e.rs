@@ -216,3 +216,37 @@ async fn a_goal_set_while_paused_starts_after_unpause() {
     assert!(last_user(&server.chat_requests()[0]).contains("Goal: write a haiku"));
     engine.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_right_after_a_goal_turn_holds_the_judge_back() {
+    let home = tempfile::tempdir().unwrap();
+    // The goal turn waits (in a command) for the test to have paused; no gates, so the
+    // judge is next.
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "terminal", r#"{"command":"while [ ! -f go ]; do sleep 0.1; done"}"#),
+        ScriptedResponse::text("Done, I think."),
+        ScriptedResponse::text(r#"{"verdict":"done","reason":"ok"}"#),
+    ])
+    .await
+    .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(goal(GoalCmd::Set("say done".into())));
+    engine.wait_for("the goal turn", turn_started(TurnTrigger::Goal)).await;
+    talaria(home.path(), &["pause"]);
+    engine.wait_for("the engine paused", |e| matches!(e, Event::Status(s) if s.paused)).await;
+    std::fs::write(engine.work.join("go"), "").unwrap();
+    engine.turn_finished().await;
+
+    engine.collect_for(QUIET).await;
+    assert_eq!(server.chat_requests().len(), 2, "no judge call while paused");
+
+    talaria(home.path(), &["unpause"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.chat_requests().len() < 3 {
+        assert!(tokio::time::Instant::now() < deadline, "the judge did not run after unpause");
+        engine.collect_for(Duration::from_millis(100)).await;
+    }
+    let judge = &server.chat_requests()[2];
+    assert!(judge.tool_names().is_empty() && judge.temperature() == Some(0.0), "the third call is the judge");
+    engine.shutdown().await;
+}

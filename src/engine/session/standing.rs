@@ -199,11 +199,23 @@ impl Engine {
         };
         let tx = self.boundary.tx.clone();
         let cancel = self.boundary.cancel.clone();
+        let mut paused = self.paused.clone();
         tokio::spawn(async move {
-            let mut ignore = |_| {};
-            let result = tokio::select! {
-                r = provider.stream_chat(&request, &mut ignore) => r.map(|c| c.content).map_err(|e| e.to_string()),
-                _ = cancel.cancelled() => return,
+            // The judge calls the model: it waits out a pause, including one that comes
+            // while it is asking (that call is dropped and made again after the pause).
+            let result = loop {
+                tokio::select! {
+                    r = paused.wait_for(|p| !*p) => if r.is_err() { return },
+                    _ = cancel.cancelled() => return,
+                }
+                let mut ignore = |_| {};
+                tokio::select! {
+                    r = provider.stream_chat(&request, &mut ignore) => {
+                        break r.map(|c| c.content).map_err(|e| e.to_string());
+                    }
+                    _ = cancel.cancelled() => return,
+                    _ = paused.wait_for(|p| *p) => continue,
+                }
             };
             let _ = tx.send(BoundaryResult::Judge(result));
         });
