@@ -196,6 +196,7 @@ fn without_a_terminal_talaria_points_to_exec() {
         .env("TALARIA_TEST_GUARD", "1")
         .env_remove("OPENAI_API_KEY")
         .env_remove("OPENROUTER_API_KEY")
+        .env_remove("ANTHROPIC_API_KEY")
         .current_dir(home.work())
         .stdin(std::process::Stdio::null())
         .output()

@@ -33,6 +33,7 @@ impl Pty {
         cmd.env("TERM", "xterm-256color");
         cmd.env_remove("OPENAI_API_KEY");
         cmd.env_remove("OPENROUTER_API_KEY");
+        cmd.env_remove("ANTHROPIC_API_KEY");
         for (k, v) in env {
             cmd.env(k, v);
         }

@@ -31,6 +31,7 @@ impl Pty {
         cmd.env("TERM", "xterm-256color");
         cmd.env_remove("OPENAI_API_KEY");
         cmd.env_remove("OPENROUTER_API_KEY");
+        cmd.env_remove("ANTHROPIC_API_KEY");
         cmd.env_remove("TMUX");
         let child = pair.slave.spawn_command(cmd).expect("spawn talaria");
         drop(pair.slave);

@@ -17,7 +17,7 @@ pub const DEMO_MODEL: &str = "talaria-demo";
 
 /// Shown in the transcript (stderr in `talaria exec`) while the demo model is in use.
 pub const DEMO_BANNER: &str = "You are talking to Talaria's built-in demo model: scripted answers, no AI.\n\
-To use a real model, set OPENAI_API_KEY or OPENROUTER_API_KEY, set [model] base_url in config.toml, or run Ollama.";
+To use a real model, set OPENAI_API_KEY, OPENROUTER_API_KEY or ANTHROPIC_API_KEY, set [model] base_url in config.toml, or run Ollama.";
 
 /// The quick, harmless command of the first answer.
 pub const FIRST_COMMAND: &str = "uname -sr && ls | head";
@@ -151,16 +151,16 @@ fn answer_user(messages: &[ChatMessage], text: &str, can_run: bool) -> DemoReply
             can_run,
             &format!(
                 "Hello! I am Talaria's **built-in demo model** — scripted answers, no AI.\n\n\
-                 To use a real model: set `OPENAI_API_KEY` or `OPENROUTER_API_KEY`, set `[model] base_url` \
-                 in `config.toml`, or run Ollama.\n\nMeanwhile, let me show you a tool: I'll run `{FIRST_COMMAND}`."
+                 To use a real model: set `OPENAI_API_KEY`, `OPENROUTER_API_KEY` or `ANTHROPIC_API_KEY`, set \
+                 `[model] base_url` in `config.toml`, or run Ollama.\n\nMeanwhile, let me show you a tool: I'll run `{FIRST_COMMAND}`."
             ),
             json!({"command": FIRST_COMMAND}),
         )
     } else {
         DemoReply::text(format!(
             "I am only the demo model, so I cannot really answer that.\n\n{HELP}\n\n\
-             For real answers, set `OPENAI_API_KEY` or `OPENROUTER_API_KEY`, set `[model] base_url` in \
-             `config.toml`, or run Ollama."
+             For real answers, set `OPENAI_API_KEY`, `OPENROUTER_API_KEY` or `ANTHROPIC_API_KEY`, set \
+             `[model] base_url` in `config.toml`, or run Ollama."
         ))
     };
     reply.text.insert_str(0, preface);
