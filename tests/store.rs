@@ -591,3 +591,25 @@ async fn a_read_only_database_can_still_be_listed_and_searched() {
     let err = store.create_session("m", "/w", None).await.unwrap_err();
     assert!(err.to_string().contains("readonly"), "{err}");
 }
+
+#[tokio::test]
+async fn several_messages_appended_together_are_stored_all_or_none() {
+    let home = temp_home();
+    let store = open(&home);
+    let sid = store.create_session("m", "/w", None).await.unwrap();
+    store.append_message(&sid, user("before")).await.unwrap();
+    let ids = store.append_messages(&sid, vec![user("one"), msg("assistant", Some("two"))]).await.unwrap();
+    assert_eq!(ids.len(), 2);
+    // The database may grow by two pages: a small row fits, a 200 KB one does not.
+    store.limit_growth(2).await.unwrap();
+    let big = "x".repeat(200_000);
+    let err = store.append_messages(&sid, vec![user("small"), user(&big)]).await.unwrap_err();
+    assert!(err.to_string().contains("full"), "{err}");
+    let texts: Vec<String> = store.load_messages(&sid).await.unwrap().into_iter().filter_map(|m| m.content).collect();
+    assert_eq!(texts, ["before", "one", "two"], "the failed batch left nothing behind");
+    // The small row alone fits: it was the batch, not the row, that was refused.
+    store.append_message(&sid, user("small")).await.unwrap();
+    let conn = raw(store.path());
+    let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
+    assert_eq!(check, "ok");
+}

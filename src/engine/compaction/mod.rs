@@ -88,10 +88,10 @@ pub async fn compact_history(
     for m in &history[kept_from..] {
         rows.push(to_stored(m, Some(format!("{COPY_PREFIX}{}", "kept"))));
     }
-    for row in rows {
-        if let Err(e) = with.store.append_message(&with.session_id, row).await {
-            return Err((history, format!("could not save the compaction: {e}")));
-        }
+    // One transaction: a crash never leaves a summary without the messages it keeps (the
+    // model's context starts at the summary row, so a half-written tail would be lost).
+    if let Err(e) = with.store.append_messages(&with.session_id, rows).await {
+        return Err((history, format!("could not save the compaction: {e}")));
     }
     Ok(Compacted { history: new_history, summarised: kept_from })
 }

@@ -210,6 +210,17 @@ impl Store {
         self.call(move |c| ops::append_message(c, &sid, &msg))
     }
 
+    /// Append several messages at the end of the session in one transaction: all are
+    /// stored or none is.
+    pub fn append_messages(
+        &self,
+        session_id: &str,
+        msgs: Vec<StoredMessage>,
+    ) -> impl Future<Output = Result<Vec<i64>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::append_messages(c, &sid, &msgs))
+    }
+
     /// Active messages in order.
     pub fn load_messages(
         &self,

@@ -46,6 +46,27 @@ fn require_session(updated: usize, session_id: &str) -> Result<(), StoreError> {
 }
 
 pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
+    // IMMEDIATE: another talaria on the same session must not take the same seq.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let id = insert_message(&tx, session_id, msg)?;
+    tx.commit()?;
+    Ok(id)
+}
+
+/// Append several messages in one transaction: all of them are stored or none (a
+/// compaction's summary and its kept tail must never be found half written after a crash).
+pub fn append_messages(
+    conn: &mut Connection,
+    session_id: &str,
+    msgs: &[StoredMessage],
+) -> Result<Vec<i64>, StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let ids = msgs.iter().map(|m| insert_message(&tx, session_id, m)).collect::<Result<Vec<_>, _>>()?;
+    tx.commit()?;
+    Ok(ids)
+}
+
+fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
     let tool_calls = if msg.tool_calls.is_empty() {
         None
     } else {
@@ -55,8 +76,6 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
         )
     };
     let now = now_ms();
-    // IMMEDIATE: another talaria on the same session must not take the same seq.
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let touched = tx.execute(
         "UPDATE sessions SET updated_at = ?2, ended_at = NULL, end_reason = NULL WHERE id = ?1",
         params![session_id, now],
@@ -96,7 +115,6 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
             tx.execute("UPDATE sessions SET title = ?2 WHERE id = ?1 AND title IS NULL", params![session_id, title])?;
         }
     }
-    tx.commit()?;
     Ok(id)
 }
 
