@@ -22,7 +22,7 @@ use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
 use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings};
-use super::sse::{clip, SseParser};
+use super::sse::{clip, SseParser, MAX_ANSWER_BYTES};
 use super::{ChatMessage, ChatRequest, Completion, LlmError, Provider, Role, StreamDelta, ToolCall, Usage};
 
 /// The API version every request names.
@@ -154,7 +154,7 @@ impl AnthropicClient {
                 }
             }
             if acc.is_complete() {
-                return Ok(acc.finish());
+                return acc.finish_complete();
             }
             if parser.buffered_len() > MAX_SSE_BUFFER {
                 return Err(LlmError::Protocol("an event in the stream is larger than 16 MiB".into()));
@@ -167,7 +167,7 @@ impl AnthropicClient {
             }
         }
         if acc.is_complete() {
-            return Ok(acc.finish());
+            return acc.finish_complete();
         }
         Err(LlmError::Stream("the server closed the stream before message_stop".into()))
     }
@@ -421,6 +421,8 @@ pub struct MessageAccumulator {
     usage: Option<Usage>,
     stop_reason: Option<String>,
     stopped: bool,
+    /// Bytes of text, thinking and tool input streamed so far (capped at [`MAX_ANSWER_BYTES`]).
+    streamed: usize,
 }
 
 impl MessageAccumulator {
@@ -473,6 +475,7 @@ impl MessageAccumulator {
                     }
                     _ => {}
                 }
+                self.streamed += block.text.len() + block.data.len();
                 self.blocks.insert(index, block);
             }
             "content_block_delta" => {
@@ -485,6 +488,7 @@ impl MessageAccumulator {
                         if matches!(block.kind, BlockKind::Other) {
                             block.kind = BlockKind::Text;
                         }
+                        self.streamed += text.len();
                         block.text.push_str(&text);
                         if !text.is_empty() {
                             out.push(StreamDelta::Content(text));
@@ -492,13 +496,18 @@ impl MessageAccumulator {
                     }
                     "thinking_delta" => {
                         let text = piece("thinking");
+                        self.streamed += text.len();
                         block.text.push_str(&text);
                         if !text.is_empty() {
                             out.push(StreamDelta::Reasoning(text));
                         }
                     }
                     "signature_delta" => block.signature.push_str(&piece("signature")),
-                    "input_json_delta" => block.json.push_str(&piece("partial_json")),
+                    "input_json_delta" => {
+                        let json = piece("partial_json");
+                        block.json.push_str(&json);
+                        self.streamed += json.len();
+                    }
                     _ => {}
                 }
             }
@@ -523,6 +532,12 @@ impl MessageAccumulator {
             }
             // `ping`, `content_block_stop` and event types added later carry nothing we need.
             _ => {}
+        }
+        if self.streamed > MAX_ANSWER_BYTES {
+            return Err(LlmError::Protocol(format!(
+                "the answer passed {} MiB without ending; stopped",
+                MAX_ANSWER_BYTES >> 20
+            )));
         }
         Ok(out)
     }
@@ -563,8 +578,22 @@ impl MessageAccumulator {
         self.stopped
     }
 
-    /// The answer so far. Tool input that is not a JSON object becomes `{}`.
+    /// The whole answer, once `message_stop` arrived: a message that carried no content
+    /// block and no stop reason (an empty stream that still ended properly) is an error,
+    /// not an empty reply. An empty answer the server says ended (`end_turn`) is an answer.
+    pub fn finish_complete(self) -> Result<Completion, LlmError> {
+        let has_output = self.blocks.values().any(|b| !matches!(b.kind, BlockKind::Other));
+        if !has_output && self.stop_reason.is_none() {
+            return Err(LlmError::Protocol("the stream ended without an answer".into()));
+        }
+        Ok(self.finish())
+    }
+
+    /// The answer so far. Tool input that is not a JSON object becomes `{}`; a tool call
+    /// without a name is kept (running it gives the model an error result); a missing or
+    /// repeated id is made unique, so every result goes back to exactly one call.
     pub fn finish(self) -> Completion {
+        let mut used = std::collections::HashSet::new();
         let mut completion = Completion { finish_reason: self.stop_reason, usage: self.usage, ..Completion::default() };
         for (_, block) in self.blocks {
             match block.kind {
@@ -583,8 +612,14 @@ impl MessageAccumulator {
                         Ok(Value::Object(map)) => Value::Object(map).to_string(),
                         _ => Value::Object(Map::new()).to_string(),
                     };
-                    let id =
+                    let base =
                         if block.id.is_empty() { format!("toolu_{}", completion.tool_calls.len()) } else { block.id };
+                    let mut id = base.clone();
+                    let mut n = 2;
+                    while !used.insert(id.clone()) {
+                        id = format!("{base}_{n}");
+                        n += 1;
+                    }
                     completion.tool_calls.push(ToolCall::new(id, block.name, arguments));
                 }
                 BlockKind::Other => {}
@@ -642,6 +677,75 @@ mod tests {
         ]);
         assert_eq!(deltas, vec![StreamDelta::ToolCallStarted { index: 0, name: "terminal".into() }]);
         assert_eq!(done.unwrap().tool_calls, vec![ToolCall::new("t1", "terminal", "{}")]);
+    }
+
+    #[test]
+    fn a_message_without_any_content_or_stop_reason_is_an_error_not_an_empty_answer() {
+        let mut acc = MessageAccumulator::new();
+        acc.push(&json!({"type":"message_start","message":{"usage":{"input_tokens":3}}}).to_string()).unwrap();
+        acc.push(&json!({"type":"ping"}).to_string()).unwrap();
+        acc.push(&json!({"type":"message_stop"}).to_string()).unwrap();
+        assert!(acc.is_complete());
+        assert!(matches!(acc.finish_complete(), Err(LlmError::Protocol(m)) if m.contains("without an answer")));
+        // An empty answer the server says ended is still an answer.
+        let mut acc = MessageAccumulator::new();
+        acc.push(&json!({"type":"message_delta","delta":{"stop_reason":"end_turn"}}).to_string()).unwrap();
+        acc.push(&json!({"type":"message_stop"}).to_string()).unwrap();
+        let done = acc.finish_complete().unwrap();
+        assert_eq!(done.finish_reason.as_deref(), Some("end_turn"));
+        assert_eq!(done.content, "");
+        // So is one that only thought.
+        let mut acc = MessageAccumulator::new();
+        acc.push(
+            &json!({"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":"hm"}})
+                .to_string(),
+        )
+        .unwrap();
+        acc.push(&json!({"type":"message_stop"}).to_string()).unwrap();
+        assert_eq!(acc.finish_complete().unwrap().reasoning, "hm");
+    }
+
+    #[test]
+    fn a_never_ending_answer_is_cut_off_at_the_cap() {
+        for (start, delta) in [
+            (json!({"type":"text","text":""}), json!({"type":"text_delta","text":"x".repeat(1 << 20)})),
+            (json!({"type":"thinking","thinking":""}), json!({"type":"thinking_delta","thinking":"x".repeat(1 << 20)})),
+            (
+                json!({"type":"tool_use","id":"t","name":"terminal","input":{}}),
+                json!({"type":"input_json_delta","partial_json":"x".repeat(1 << 20)}),
+            ),
+        ] {
+            let mut acc = MessageAccumulator::new();
+            acc.push(&json!({"type":"content_block_start","index":0,"content_block":start}).to_string()).unwrap();
+            let event = json!({"type":"content_block_delta","index":0,"delta":delta}).to_string();
+            let mut pushed = 0;
+            let err = loop {
+                match acc.push(&event) {
+                    Ok(_) => pushed += 1,
+                    Err(e) => break e,
+                }
+                assert!(pushed <= MAX_ANSWER_BYTES >> 20, "no cap after {pushed} MiB");
+            };
+            assert!(matches!(&err, LlmError::Protocol(m) if m.contains("MiB")), "{err:?}");
+            assert_eq!(pushed, MAX_ANSWER_BYTES >> 20);
+        }
+    }
+
+    #[test]
+    fn a_nameless_tool_call_is_kept_and_repeated_ids_are_made_unique() {
+        let (_, done) = run(&[
+            json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":"dup","name":""}}),
+            json!({"type":"content_block_start","index":1,"content_block":{"type":"tool_use","id":"dup","name":"read_file"}}),
+            json!({"type":"content_block_start","index":2,"content_block":{"type":"tool_use","id":"dup","name":"read_file"}}),
+            json!({"type":"content_block_start","index":3,"content_block":{"type":"tool_use","name":"read_file"}}),
+            json!({"type":"content_block_start","index":4,"content_block":{"type":"tool_use","id":"toolu_3","name":"read_file"}}),
+            json!({"type":"message_delta","delta":{"stop_reason":"tool_use"}}),
+            json!({"type":"message_stop"}),
+        ]);
+        let calls = done.unwrap().tool_calls;
+        let ids: Vec<&str> = calls.iter().map(|c| c.id.as_str()).collect();
+        assert_eq!(ids, ["dup", "dup_2", "dup_3", "toolu_3", "toolu_3_2"]);
+        assert_eq!(calls[0].function.name, "", "the nameless call stays, to get an error result");
     }
 
     #[test]
