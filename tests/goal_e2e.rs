@@ -250,3 +250,66 @@ async fn a_pause_right_after_a_goal_turn_holds_the_judge_back() {
     assert!(judge.tool_names().is_empty() && judge.temperature() == Some(0.0), "the third call is the judge");
     engine.shutdown().await;
 }
+
+/// Live processes whose command line contains `needle`.
+fn processes_with(needle: &str) -> usize {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_str().is_some_and(|n| n.parse::<u32>().is_ok()))
+        .filter(|e| {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            let state = stat.rsplit(')').next().and_then(|r| r.trim_start().chars().next());
+            let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+            state != Some('Z') && String::from_utf8_lossy(&cmdline).contains(needle)
+        })
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_pause_kills_a_running_gate_and_holds_it_back_until_unpause() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("Done, I think."),
+        ScriptedResponse::text(r#"{"verdict":"done","reason":"ok"}"#),
+    ])
+    .await
+    .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    // The gate logs each start, then waits for a file; its command line is unique.
+    let go = format!("gate-go-{}-{}", std::process::id(), line!());
+    let gate = format!("echo run >> gate-runs; while [ ! -f {go} ]; do sleep 0.05; done");
+    let runs = engine.work.join("gate-runs");
+    let count_runs = |p: &Path| std::fs::read_to_string(p).map(|t| t.lines().count()).unwrap_or(0);
+    engine.send(goal(GoalCmd::Set("say done".into())));
+    engine.send(goal(GoalCmd::Gate(GateCmd::Add(gate))));
+    engine.wait_for("the goal turn", turn_started(TurnTrigger::Goal)).await;
+    engine.turn_finished().await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while count_runs(&runs) < 1 || processes_with(&go) == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the gate did not start");
+        engine.collect_for(Duration::from_millis(50)).await;
+    }
+
+    // A pause stops the running gate.
+    talaria(home.path(), &["pause"]);
+    engine.wait_for("the engine paused", |e| matches!(e, Event::Status(s) if s.paused)).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while processes_with(&go) > 0 {
+        assert!(tokio::time::Instant::now() < deadline, "the gate still runs while paused");
+        engine.collect_for(Duration::from_millis(50)).await;
+    }
+    // ... and it does not start again while paused (nor does the judge run).
+    std::fs::write(engine.work.join(&go), "").unwrap();
+    engine.collect_for(QUIET).await;
+    assert_eq!(count_runs(&runs), 1, "no gate run while paused");
+    assert_eq!(server.chat_requests().len(), 1, "no judge while paused");
+
+    // After the pause the gate runs again, passes, and the judge decides.
+    talaria(home.path(), &["unpause"]);
+    engine.notice("gate 1/1 ✓").await;
+    assert_eq!(count_runs(&runs), 2, "the gate ran once more after the pause");
+    engine.notice("goal achieved").await;
+    assert_eq!(server.chat_requests().len(), 2);
+    engine.shutdown().await;
+}

@@ -181,10 +181,34 @@ impl Engine {
         let cwd = self.env.cwd();
         let cancel = self.boundary.cancel.clone();
         let tx = self.boundary.tx.clone();
+        let mut paused = self.paused.clone();
         // One notice per gate run (its result); while it runs, the status line says so.
         self.send_status();
         tokio::spawn(async move {
-            let outcome = runner.run(&cmd, &cwd, timeout, &cancel).await;
+            // Nothing autonomous runs while paused (DESIGN §5): the gate waits for the pause
+            // to lift; one that is running when a pause comes is killed and run again
+            // after it (its result would be stale by then anyway).
+            let outcome = loop {
+                tokio::select! {
+                    r = paused.wait_for(|p| !*p) => if r.is_err() { return },
+                    _ = cancel.cancelled() => return,
+                }
+                let attempt = cancel.child_token();
+                let run = runner.run(&cmd, &cwd, timeout, &attempt);
+                tokio::pin!(run);
+                tokio::select! {
+                    outcome = &mut run => break outcome,
+                    // (`is_ok` drops the watch guard before anything is awaited.)
+                    _ = async { paused.wait_for(|p| *p).await.is_ok() } => {
+                        attempt.cancel();
+                        // Wait for the kill, so a gate never runs twice at once.
+                        let _ = run.await;
+                        if cancel.is_cancelled() {
+                            return;
+                        }
+                    }
+                }
+            };
             let _ = tx.send(BoundaryResult::Gate { idx, outcome });
         });
     }
