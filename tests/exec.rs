@@ -377,3 +377,33 @@ async fn resume_with_a_prefix_of_several_sessions_lists_them_and_exits_2() {
     let out = home.run(&["--resume", &ids[0], "exec", "--base-url", &server.base_url(), "go on"]).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_prompt_larger_than_the_context_window_is_refused_before_it_is_sent_or_stored() {
+    use tokio::io::AsyncWriteExt;
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("never")]).await.unwrap();
+    // 10 MB of text is ~2.6M tokens; the default window is 128,000.
+    let prompt = "lorem ipsum ".repeat(10 * 1024 * 1024 / 12);
+    let mut child = home
+        .command()
+        .args(["exec", "--base-url", &server.base_url(), "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = tokio::spawn(async move {
+        stdin.write_all(prompt.as_bytes()).await.unwrap();
+    });
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    writer.await.unwrap();
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("context window of 128000 tokens"), "{err}");
+    assert!(err.len() < 2000, "the refusal does not echo the prompt: {} bytes", err.len());
+    assert_eq!(server.chat_requests().len(), 0, "nothing was sent");
+    let search = home.run(&["sessions", "search", "lorem"]).await;
+    assert!(stdout(&search).contains("No matches"), "nothing was stored: {}", stdout(&search));
+}

@@ -116,10 +116,10 @@ pub async fn run_turn(
 ) -> TurnResult {
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
-    let mut saved = true;
+    let mut delivery = Delivery::Sent;
     for input in inputs {
         let shown = input.text.clone();
-        saved = push_user(
+        delivery = push_user(
             &env,
             &mut history,
             input.text,
@@ -129,12 +129,14 @@ pub async fn run_turn(
             input.display_kind,
         )
         .await;
-        if !saved {
+        if delivery != Delivery::Sent {
             break;
         }
     }
+    let saved = delivery == Delivery::Sent;
     let max_iterations = env.config.agent.max_iterations.max(1);
-    // A message that could not be saved is not sent: the turn fails before any model call.
+    // A message that could not be saved (or can never fit) is not sent: the turn fails
+    // before any model call.
     let iterations = if saved { max_iterations } else { 0 };
     // Messages already counted by the meter.
     let mut counted = history.len();
@@ -150,9 +152,11 @@ pub async fn run_turn(
         // Watch for redirects before taking the pending messages: one typed from here on
         // either goes into this request or aborts it, never waits behind a whole answer.
         let mut redirect = control.redirect_tx.subscribe();
-        saved = deliver_pending(&env, &control, &mut history, deliver_wrapped).await
-            && deliver_job_notices(&env, &mut history).await;
-        if !saved {
+        delivery = deliver_pending(&env, &control, &mut history, deliver_wrapped).await;
+        if delivery == Delivery::Sent {
+            delivery = deliver_job_notices(&env, &mut history).await;
+        }
+        if delivery != Delivery::Sent {
             outcome = TurnOutcome::Failed;
             break;
         }
@@ -177,9 +181,10 @@ pub async fn run_turn(
                 let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
                 let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
                 message.thinking = completion.thinking.clone();
-                saved = persist(&env, &message, None).await;
+                let saved = persist(&env, &message, None).await;
                 env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
                 if !saved {
+                    delivery = Delivery::NotSaved;
                     // Its tool calls are not run: neither they nor their results could be kept.
                     outcome = TurnOutcome::Failed;
                     break;
@@ -219,7 +224,7 @@ pub async fn run_turn(
             }
         }
     }
-    if !saved {
+    if delivery == Delivery::NotSaved {
         env.events.send(Event::notice(
             NoticeLevel::Error,
             "the turn stopped: a message could not be saved, so it was not sent on (free some disk space and try again)",
@@ -358,6 +363,33 @@ fn failure_text(error: &LlmError) -> String {
     format!("model request failed: {error}")
 }
 
+/// What became of a user-role message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Delivery {
+    /// Saved and added to the history: the model reads it.
+    Sent,
+    /// It could not be saved, so it was not sent either.
+    NotSaved,
+    /// It can never fit the model's context window: refused before it was saved.
+    TooLarge,
+}
+
+/// Why a typed message cannot be sent at all: with the system prompt and the tool
+/// definitions it is larger than the model's whole context window (compaction cannot make
+/// room for it). Estimated like the context meter, a quarter of the characters.
+pub fn too_large_for_the_window(text: &str, fixed_tokens: u64, window: u64) -> Option<String> {
+    let tokens = crate::engine::context::estimate_text_tokens(text);
+    if window == 0 || tokens.saturating_add(fixed_tokens) <= window {
+        return None;
+    }
+    Some(format!(
+        "not sent: the message is about {tokens} tokens ({} characters); with the system prompt and tools \
+         (about {fixed_tokens}) it cannot fit the model's context window of {window} tokens \
+         (model.context_window). Shorten it, or save it to a file and ask about the file.",
+        text.chars().count()
+    ))
+}
+
 /// Add a user-role message: `text` is what the model reads, `shown` what the user typed.
 async fn push_user(
     env: &TurnEnv,
@@ -367,26 +399,40 @@ async fn push_user(
     trigger: TurnTrigger,
     origin: MessageOrigin,
     display_kind: Option<DisplayKind>,
-) -> bool {
+) -> Delivery {
+    let typed = trigger == TurnTrigger::User || trigger == TurnTrigger::Queued;
+    if typed {
+        let fixed = crate::engine::context::estimate_tokens(&fixed_context(env));
+        if let Some(why) = too_large_for_the_window(&text, fixed, env.config.model.context_window) {
+            env.events.send(Event::notice(NoticeLevel::Error, why));
+            env.events.send(Event::RestoreInput { text: shown });
+            return Delivery::TooLarge;
+        }
+    }
     let message = ChatMessage::user(text);
     if !persist(env, &message, display_kind).await {
         // Not sent either: what the user typed goes back to the input box.
-        if trigger == TurnTrigger::User || trigger == TurnTrigger::Queued {
+        if typed {
             env.events.send(Event::RestoreInput { text: shown });
         }
-        return false;
+        return Delivery::NotSaved;
     }
     history.push(message);
     env.events.send(Event::UserMessage { text: shown, trigger, origin });
-    true
+    Delivery::Sent
 }
 
 /// Deliver messages typed while busy: one user message, wrapped when delivered after tools.
-/// False when the message could not be saved (it is not added then).
-async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec<ChatMessage>, wrapped: bool) -> bool {
+/// Anything but `Sent` when the message was not added.
+async fn deliver_pending(
+    env: &TurnEnv,
+    control: &TurnControl,
+    history: &mut Vec<ChatMessage>,
+    wrapped: bool,
+) -> Delivery {
     let messages: Vec<String> = std::mem::take(&mut *lock(&control.pending));
     if messages.is_empty() {
-        return true;
+        return Delivery::Sent;
     }
     env.events.send(Event::PendingChanged { pending: Vec::new() });
     let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
@@ -397,11 +443,11 @@ async fn deliver_pending(env: &TurnEnv, control: &TurnControl, history: &mut Vec
 }
 
 /// Job exits the model has not seen yet, as separate user messages (no wrapper).
-/// False when a notice could not be saved (the rest are not added then).
-async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> bool {
+/// Anything but `Sent` when a notice could not be saved (the rest are not added then).
+async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> Delivery {
     for notice in env.jobs.take_exit_notices(&env.session_id).await {
         let shown = notice.text.clone();
-        let saved = push_user(
+        let delivery = push_user(
             env,
             history,
             notice.text,
@@ -411,11 +457,11 @@ async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> b
             Some(DisplayKind::JobNotice),
         )
         .await;
-        if !saved {
-            return false;
+        if delivery != Delivery::Sent {
+            return delivery;
         }
     }
-    true
+    Delivery::Sent
 }
 
 async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Partial) {
@@ -674,6 +720,16 @@ async fn finish_tool(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_message_that_cannot_fit_the_window_is_named_with_its_size() {
+        assert_eq!(too_large_for_the_window("abcd", 10, 11), None);
+        assert_eq!(too_large_for_the_window("abcd", 10, 0), None, "an unknown window refuses nothing");
+        let why = too_large_for_the_window("abcde", 10, 11).expect("2 + 10 > 11");
+        assert!(why.contains("about 2 tokens (5 characters)") && why.contains("window of 11 tokens"), "{why}");
+        assert!(too_large_for_the_window(&"x".repeat(10 << 20), 3000, 128_000).is_some());
+        assert_eq!(too_large_for_the_window("x", u64::MAX, u64::MAX), None, "no overflow");
+    }
 
     #[test]
     fn arguments_must_be_an_object() {
