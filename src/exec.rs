@@ -9,6 +9,7 @@ use tokio::signal::unix::{signal, SignalKind};
 
 use crate::engine::llm::spend::Spend;
 use crate::engine::llm::Usage;
+use crate::present;
 use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome, TurnTrigger};
 
@@ -79,6 +80,10 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     | Event::JobFinished { .. }
                     | Event::JobLog { .. }
                     | Event::Notice { .. }
+                    | Event::JobList { .. }
+                    | Event::SessionList { .. }
+                    | Event::HeartbeatStatus { .. }
+                    | Event::GoalStatus { .. }
                     | Event::Status(_)
                     | Event::Usage { .. }
                     | Event::Context { .. }
@@ -181,6 +186,10 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::JobLog { .. }
         | Event::TurnFinished { .. }
         | Event::Notice { .. }
+        | Event::JobList { .. }
+        | Event::SessionList { .. }
+        | Event::HeartbeatStatus { .. }
+        | Event::GoalStatus { .. }
         | Event::Status(_)
         | Event::Usage { .. }
         | Event::Context { .. }
@@ -248,14 +257,24 @@ impl Printer {
                 eprintln!("  ↳ {} running in the background: {}", clean(&job.id), clean(&job.command))
             }
             Event::JobFinished { id, status } => eprintln!("  ↳ {} {}", clean(id), clean(&status.label())),
-            Event::Notice { level, text } => {
-                self.end_line();
-                let prefix = match level {
-                    NoticeLevel::Info => "talaria",
-                    NoticeLevel::Warn => "talaria: warning",
-                    NoticeLevel::Error => "talaria: error",
+            Event::Notice { level, text } => self.notice(*level, text),
+            Event::JobList { jobs } => self.notice(NoticeLevel::Info, &present::job_list(jobs)),
+            Event::SessionList { sessions, matching } => {
+                let level =
+                    if sessions.is_empty() && matching.is_some() { NoticeLevel::Error } else { NoticeLevel::Info };
+                self.notice(level, &present::session_list(sessions, matching.as_deref()))
+            }
+            Event::HeartbeatStatus { heartbeat } => {
+                let offset = crate::util::local_utc_offset_s(crate::util::now_ms());
+                self.notice(NoticeLevel::Info, &present::heartbeat_status(heartbeat.as_ref(), offset))
+            }
+            Event::GoalStatus { goal, gates_only } => {
+                let text = if *gates_only {
+                    present::gate_list(goal.as_deref())
+                } else {
+                    present::goal_status(goal.as_deref())
                 };
-                eprintln!("{prefix}: {}", clean(text));
+                self.notice(NoticeLevel::Info, &text)
             }
             Event::TurnFinished { .. }
             | Event::SessionReady { .. }
@@ -273,6 +292,16 @@ impl Printer {
             | Event::ShutdownComplete => {}
         }
         Ok(())
+    }
+
+    fn notice(&mut self, level: NoticeLevel, text: &str) {
+        self.end_line();
+        let prefix = match level {
+            NoticeLevel::Info => "talaria",
+            NoticeLevel::Warn => "talaria: warning",
+            NoticeLevel::Error => "talaria: error",
+        };
+        eprintln!("{prefix}: {}", clean(text));
     }
 
     fn end_line(&mut self) {

@@ -2,7 +2,8 @@
 //!
 //! Module map: front ends and engine import `protocol`, never each other; below it, imports point down.
 //! ```text
-//! main, exec, tui   front ends: parse args / draw / print; speak only `protocol` (Op out, Event in)
+//! main, exec, tui   front ends: parse args / draw / print; speak only `protocol` (Op out, Event in);
+//!   + present       the plain text they share for data events (/jobs, /sessions, heartbeat, goal)
 //! protocol          Op, Event, slash commands, usage, EngineHandle: the types both sides share
 //! engine::session   the engine task: receives Op, performs the scheduler's effects, emits Event
 //! engine::scheduler pure: what runs next, what a busy message does, what is refused (no I/O)
@@ -23,6 +24,7 @@ pub mod engine;
 pub mod exec;
 pub mod logging;
 pub mod paths;
+pub mod present;
 pub mod protocol;
 pub mod secrets;
 pub mod text;

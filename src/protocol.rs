@@ -6,12 +6,14 @@
 //! `{"type":"<Variant>","data":{...}}`.
 
 pub mod commands;
+pub mod info;
 pub mod usage;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub use commands::{Command, SlashCommand, UiCommand};
+pub use info::{GateInfo, GateRun, GoalInfo, GoalState, HeartbeatInfo, SessionInfo};
 
 /// A front end's end of the engine: send `Op`s, receive `Event`s.
 pub struct EngineHandle {
@@ -306,10 +308,10 @@ pub struct StatusInfo {
     pub session_id: String,
     pub busy_mode: Option<BusyMode>,
     pub paused: bool,
-    /// e.g. "♥ every 10m · next in 4m"
-    pub heartbeat: Option<String>,
-    /// e.g. "goal 3/20 · gate ✓"
-    pub goal: Option<String>,
+    /// The session's heartbeat (shown e.g. as "♥ every 10m · next in 4m").
+    pub heartbeat: Option<HeartbeatInfo>,
+    /// The session's goal (shown e.g. as "goal 3/20 · gate ✓"); None without one.
+    pub goal: Option<Box<GoalInfo>>,
     /// Context window use in percent, when known.
     pub context_pct: Option<u8>,
     /// The session's title, once it has one.
@@ -403,6 +405,25 @@ pub enum Event {
     Notice {
         level: NoticeLevel,
         text: String,
+    },
+    /// `/jobs`: the session's background jobs.
+    JobList {
+        jobs: Vec<JobInfo>,
+    },
+    /// `/sessions`, or the sessions a `/resume <words>` matched (`matching`: the words).
+    SessionList {
+        sessions: Vec<SessionInfo>,
+        #[serde(default)]
+        matching: Option<String>,
+    },
+    /// `/heartbeat status`: the session's heartbeat, if it has one.
+    HeartbeatStatus {
+        heartbeat: Option<HeartbeatInfo>,
+    },
+    /// `/goal status` (or only its gates: `/goal gate list`).
+    GoalStatus {
+        goal: Option<Box<GoalInfo>>,
+        gates_only: bool,
     },
     Status(StatusInfo),
     /// Tokens of one model call; `prompt_tokens` includes the cache reads and writes.

@@ -1,5 +1,5 @@
-//! The one place for three small things every layer needs: taking a lock, the time now,
-//! and a duration as a person reads it.
+//! The one place for small things every layer needs: taking a lock, the time now (and as
+//! a wall clock), and a duration as a person reads it.
 
 use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -25,6 +25,25 @@ pub fn format_duration_ms(ms: u64) -> String {
         format!("{}m{:02}s", ms / 60_000, (ms / 1000) % 60)
     } else {
         format!("{}h{:02}m", ms / 3_600_000, (ms / 60_000) % 60)
+    }
+}
+
+/// `HH:MM` of a unix-ms time at a UTC offset.
+pub fn clock_hhmm(unix_ms: u64, utc_offset_s: i64) -> String {
+    let secs = (unix_ms / 1000) as i64 + utc_offset_s;
+    let of_day = secs.rem_euclid(86_400);
+    format!("{:02}:{:02}", of_day / 3600, (of_day % 3600) / 60)
+}
+
+/// The local time zone's offset from UTC at `unix_ms`, in seconds (0 when unknown).
+pub fn local_utc_offset_s(unix_ms: u64) -> i64 {
+    use chrono::{Offset, TimeZone};
+    let secs = i64::try_from(unix_ms / 1000).unwrap_or(i64::MAX);
+    match chrono::Local.timestamp_opt(secs, 0) {
+        chrono::LocalResult::Single(t) | chrono::LocalResult::Ambiguous(t, _) => {
+            i64::from(t.offset().fix().local_minus_utc())
+        }
+        chrono::LocalResult::None => 0,
     }
 }
 

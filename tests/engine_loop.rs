@@ -77,3 +77,52 @@ async fn listing_models_does_not_hold_up_the_engine() {
     engine.turn_finished().await;
     engine.shutdown().await;
 }
+
+/// `/sessions`, `/jobs`, `/heartbeat status` and `/goal status` come back as data (the
+/// front ends format them with `talaria::present`), not as text made by the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn listings_and_standing_status_arrive_as_data() {
+    use talaria::protocol::commands::{GoalCmd, HeartbeatCmd, JobsCmd};
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("hello")]).await.unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(submit("list sessions marker 7345"));
+    engine.turn_finished().await;
+    let sid = engine.session_id();
+
+    engine.send(Op::Command(SlashCommand::Sessions));
+    let Event::SessionList { sessions, matching } =
+        engine.wait_for("SessionList", |e| matches!(e, Event::SessionList { .. })).await
+    else {
+        unreachable!()
+    };
+    assert_eq!(matching, None);
+    let this = sessions.iter().find(|s| s.id == sid).expect("this session is listed");
+    assert_eq!(this.first_line, "list sessions marker 7345");
+    assert_eq!(this.message_count, 2);
+
+    engine.send(Op::Command(SlashCommand::Resume(Some("no such words 7345".into()))));
+    let listed = engine.wait_for("an empty match", |e| matches!(e, Event::SessionList { .. })).await;
+    assert_eq!(listed, Event::SessionList { sessions: Vec::new(), matching: Some("no such words 7345".into()) });
+
+    engine.send(Op::Command(SlashCommand::Jobs(JobsCmd::List)));
+    let jobs = engine.wait_for("JobList", |e| matches!(e, Event::JobList { .. })).await;
+    assert_eq!(jobs, Event::JobList { jobs: Vec::new() });
+
+    engine.send(Op::Command(SlashCommand::Heartbeat(HeartbeatCmd::Set { interval_s: 600, prompt: "check".into() })));
+    engine.notice("heartbeat set").await;
+    engine.send(Op::Command(SlashCommand::Heartbeat(HeartbeatCmd::Status)));
+    let Event::HeartbeatStatus { heartbeat: Some(hb) } =
+        engine.wait_for("HeartbeatStatus", |e| matches!(e, Event::HeartbeatStatus { .. })).await
+    else {
+        panic!("no heartbeat in the status")
+    };
+    assert_eq!((hb.interval_s, hb.paused, hb.prompt.as_str()), (600, false, "check"));
+    assert!(hb.next_in_ms.is_some_and(|ms| ms <= 600_000), "{hb:?}");
+    assert!(talaria::present::heartbeat_row(&hb).starts_with("♥ every 10m · next in"));
+
+    engine.send(Op::Command(SlashCommand::Goal(GoalCmd::Status)));
+    let goal = engine.wait_for("GoalStatus", |e| matches!(e, Event::GoalStatus { .. })).await;
+    assert_eq!(goal, Event::GoalStatus { goal: None, gates_only: false });
+    engine.shutdown().await;
+}

@@ -12,6 +12,7 @@ use pretty_assertions::assert_eq;
 use serde_json::json;
 use talaria::engine::llm::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 use talaria::engine::SessionChoice;
+use talaria::present;
 use talaria::protocol::commands::{GateCmd, GoalCmd};
 use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
 
@@ -86,7 +87,7 @@ async fn a_goal_gate_fails_the_model_fixes_it_and_the_judge_says_done() {
     engine
         .wait_for(
             "the goal row showing it achieved",
-            |e| matches!(e, Event::Status(s) if s.goal.as_deref().is_some_and(|g| g.starts_with("goal ✓"))),
+            |e| matches!(e, Event::Status(s) if s.goal.as_deref().and_then(present::goal_row).is_some_and(|g| g.starts_with("goal ✓"))),
         )
         .await;
 

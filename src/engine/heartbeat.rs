@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::protocol::commands::{format_interval, HeartbeatCmd, HEARTBEAT_FLOOR_S};
+use crate::protocol::HeartbeatInfo;
 
 /// `state_meta` key of a session's heartbeat.
 pub fn state_key(session_id: &str) -> String {
@@ -83,16 +84,8 @@ pub fn apply(current: Option<&Heartbeat>, cmd: &HeartbeatCmd, now_ms: u64, utc_o
             );
             HeartbeatReply { state: Some(hb), message, changed: true, error: false }
         }
-        HeartbeatCmd::Status => match current {
-            None => keep(NONE.into(), false),
-            Some(hb) => {
-                let fired = match hb.last_fired_at {
-                    Some(at) => format!(", fired {}× (last at {})", hb.fire_count, clock_hhmm(at, utc_offset_s)),
-                    None => ", not fired yet".to_string(),
-                };
-                keep(format!("{}{fired} — {}", hb.status_text(now_ms), hb.prompt), false)
-            }
-        },
+        // Nothing changes; the engine sends the heartbeat itself (`info`) for the front end to show.
+        HeartbeatCmd::Status => keep(String::new(), false),
         HeartbeatCmd::Pause => match current {
             None => keep(NONE.into(), true),
             Some(hb) if hb.status == HeartbeatStatus::Paused => keep("♥ heartbeat is already paused".into(), false),
@@ -187,23 +180,22 @@ impl Heartbeat {
         )
     }
 
-    /// Status-line text: `♥ every 10m · next in 4m`, `♥ every 10m · due`, `♥ every 10m · paused`.
-    /// Minutes are rounded up, so the text changes at most once a minute.
-    pub fn status_text(&self, now_ms: u64) -> String {
-        let every = format!("♥ every {}", format_interval(self.interval_s));
-        if self.status == HeartbeatStatus::Paused {
-            return format!("{every} · paused");
+    /// The heartbeat as the front ends show it, as of `now_ms`.
+    pub fn info(&self, now_ms: u64) -> HeartbeatInfo {
+        let paused = self.status == HeartbeatStatus::Paused;
+        HeartbeatInfo {
+            prompt: self.prompt.clone(),
+            interval_s: self.interval_s,
+            paused,
+            next_in_ms: (!paused).then(|| self.next_fire_ms().saturating_sub(now_ms)),
+            fire_count: self.fire_count,
+            last_fired_at_ms: self.last_fired_at,
         }
-        let next = self.next_fire_ms();
-        if now_ms >= next {
-            return format!("{every} · due");
-        }
-        let minutes = (next - now_ms).div_ceil(60_000);
-        format!("{every} · next in {}", format_minutes(minutes))
     }
 
-    /// When `status_text` may next read differently (None: not until the state changes).
-    /// The engine schedules one wake-up for it instead of polling.
+    /// When the status-line row (`present::heartbeat_row`, whole minutes rounded up) may next
+    /// read differently (None: not until the state changes). The engine schedules one wake-up
+    /// to resend the heartbeat then, instead of polling.
     pub fn next_change_at(&self, now_ms: u64) -> Option<u64> {
         if self.status == HeartbeatStatus::Paused {
             return None;
@@ -218,40 +210,7 @@ impl Heartbeat {
     }
 }
 
-fn format_minutes(minutes: u64) -> String {
-    match minutes {
-        m if m < 60 => format!("{m}m"),
-        m if m < 24 * 60 => match m % 60 {
-            0 => format!("{}h", m / 60),
-            r => format!("{}h {r}m", m / 60),
-        },
-        m => match (m / 60) % 24 {
-            0 => format!("{}d", m / 1440),
-            h => format!("{}d {h}h", m / 1440),
-        },
-    }
-}
-
-/// `HH:MM` of a unix-ms time at a UTC offset.
-pub fn clock_hhmm(unix_ms: u64, utc_offset_s: i64) -> String {
-    let secs = (unix_ms / 1000) as i64 + utc_offset_s;
-    let of_day = secs.rem_euclid(86_400);
-    format!("{:02}:{:02}", of_day / 3600, (of_day % 3600) / 60)
-}
-
-/// The local time zone's offset from UTC at `unix_ms`, in seconds (0 when unknown).
-pub fn local_utc_offset_s(unix_ms: u64) -> i64 {
-    use chrono::{Offset, TimeZone};
-    let secs = i64::try_from(unix_ms / 1000).unwrap_or(i64::MAX);
-    match chrono::Local.timestamp_opt(secs, 0) {
-        chrono::LocalResult::Single(t) | chrono::LocalResult::Ambiguous(t, _) => {
-            i64::from(t.offset().fix().local_minus_utc())
-        }
-        chrono::LocalResult::None => 0,
-    }
-}
-
-pub use crate::util::now_ms;
+pub use crate::util::{clock_hhmm, local_utc_offset_s, now_ms};
 
 #[cfg(test)]
 mod tests {
@@ -264,6 +223,11 @@ mod tests {
 
     fn set(interval_s: u64, prompt: &str) -> HeartbeatCmd {
         HeartbeatCmd::Set { interval_s, prompt: prompt.into() }
+    }
+
+    /// The status-line row the front ends draw at `now`.
+    fn row(hb: &Heartbeat, now: u64) -> String {
+        crate::present::heartbeat_row(&hb.info(now))
     }
 
     fn active(interval_s: u64) -> Heartbeat {
@@ -349,24 +313,24 @@ mod tests {
     #[test]
     fn status_text_is_coarse_and_says_when_it_changes() {
         let hb = active(600);
-        assert_eq!(hb.status_text(T0), "♥ every 10m · next in 10m");
-        assert_eq!(hb.status_text(T0 + 1), "♥ every 10m · next in 10m");
+        assert_eq!(row(&hb, T0), "♥ every 10m · next in 10m");
+        assert_eq!(row(&hb, T0 + 1), "♥ every 10m · next in 10m");
         assert_eq!(hb.next_change_at(T0 + 1), Some(T0 + MIN));
-        assert_eq!(hb.status_text(T0 + MIN), "♥ every 10m · next in 9m");
-        assert_eq!(hb.status_text(T0 + 6 * MIN + 30_000), "♥ every 10m · next in 4m");
-        assert_eq!(hb.status_text(T0 + 9 * MIN + 59_999), "♥ every 10m · next in 1m");
+        assert_eq!(row(&hb, T0 + MIN), "♥ every 10m · next in 9m");
+        assert_eq!(row(&hb, T0 + 6 * MIN + 30_000), "♥ every 10m · next in 4m");
+        assert_eq!(row(&hb, T0 + 9 * MIN + 59_999), "♥ every 10m · next in 1m");
         assert_eq!(hb.next_change_at(T0 + 9 * MIN + 1), Some(T0 + 10 * MIN));
-        assert_eq!(hb.status_text(T0 + 10 * MIN), "♥ every 10m · due");
+        assert_eq!(row(&hb, T0 + 10 * MIN), "♥ every 10m · due");
         assert_eq!(hb.next_change_at(T0 + 10 * MIN), None);
         // Between two change points the text is constant.
         let mut t = T0;
         while let Some(next) = hb.next_change_at(t) {
-            assert_eq!(hb.status_text(t), hb.status_text(next - 1));
-            assert_ne!(hb.status_text(t), hb.status_text(next));
+            assert_eq!(row(&hb, t), row(&hb, next - 1));
+            assert_ne!(row(&hb, t), row(&hb, next));
             t = next;
         }
-        assert_eq!(active(7200).status_text(T0 + 30 * MIN), "♥ every 2h · next in 1h 30m");
-        assert_eq!(active(2 * 86_400).status_text(T0), "♥ every 2d · next in 2d");
+        assert_eq!(row(&active(7200), T0 + 30 * MIN), "♥ every 2h · next in 1h 30m");
+        assert_eq!(row(&active(2 * 86_400), T0), "♥ every 2d · next in 2d");
     }
 
     #[test]
@@ -375,7 +339,7 @@ mod tests {
         let p = apply(Some(&hb), &HeartbeatCmd::Pause, T0 + MIN, 0);
         let paused = p.state.clone().unwrap();
         assert_eq!(paused.status, HeartbeatStatus::Paused);
-        assert_eq!(paused.status_text(T0 + 30 * MIN), "♥ every 10m · paused");
+        assert_eq!(row(&paused, T0 + 30 * MIN), "♥ every 10m · paused");
         assert!(!paused.due(T0 + 30 * MIN, true));
         let r = apply(Some(&paused), &HeartbeatCmd::Resume, T0 + 30 * MIN, 0);
         let resumed = r.state.unwrap();
@@ -384,18 +348,21 @@ mod tests {
         assert!(resumed.due(T0 + 40 * MIN, true));
         let c = apply(Some(&resumed), &HeartbeatCmd::Clear, T0, 0);
         assert_eq!((c.state, c.changed), (None, true));
-        let s = apply(None, &HeartbeatCmd::Status, T0, 0);
-        assert!(s.message.starts_with("no heartbeat"));
         assert!(apply(None, &HeartbeatCmd::Pause, T0, 0).error);
     }
 
     #[test]
-    fn status_command_reports_fires() {
+    fn status_command_changes_nothing_and_info_reports_fires() {
         let mut hb = active(600);
         hb.fire(T0 + 10 * MIN);
         let r = apply(Some(&hb), &HeartbeatCmd::Status, T0 + 14 * MIN, 0);
-        assert_eq!(r.message, "♥ every 10m · next in 6m, fired 1× (last at 17:40) — check the build");
-        assert!(!r.changed);
+        assert_eq!((r.state.as_ref(), r.changed, r.error), (Some(&hb), false, false));
+        let info = hb.info(T0 + 14 * MIN);
+        assert_eq!((info.next_in_ms, info.fire_count, info.last_fired_at_ms), (Some(6 * MIN), 1, Some(T0 + 10 * MIN)));
+        assert_eq!(
+            crate::present::heartbeat_status(Some(&info), 0),
+            "♥ every 10m · next in 6m, fired 1× (last at 17:40) — check the build"
+        );
     }
 
     #[test]

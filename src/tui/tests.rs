@@ -14,7 +14,8 @@ use super::render;
 use super::theme::Theme;
 use crate::config::Config;
 use crate::protocol::{
-    BusyMode, Event, JobInfo, JobStatus, MessageOrigin, NoticeLevel, StatusInfo, ToolOutcome, TurnOutcome, TurnTrigger,
+    BusyMode, Event, GoalInfo, GoalState, HeartbeatInfo, JobInfo, JobStatus, MessageOrigin, NoticeLevel, StatusInfo,
+    ToolOutcome, TurnOutcome, TurnTrigger,
 };
 
 const BANNER: &str = "Demo mode: no model is configured, so a scripted demo model answers.\nSet OPENAI_API_KEY or model.base_url in config.toml to use a real one.";
@@ -135,7 +136,7 @@ fn busy_with_a_running_tool_and_pending_messages() {
             session_id: "s_20240101_abc".into(),
             busy_mode: Some(BusyMode::Redirect),
             paused: true,
-            heartbeat: Some("♥ every 10m · next in 4m".into()),
+            heartbeat: Some(heartbeat_every_10m_next_in_4m()),
             goal: None,
             context_pct: Some(12),
             title: None,
@@ -701,6 +702,18 @@ fn log_search_prompt_while_typing() {
     insta::assert_snapshot!("log_search_prompt", screen(&mut app, 100, 20));
 }
 
+/// Drawn as `♥ every 10m · next in 4m`.
+fn heartbeat_every_10m_next_in_4m() -> HeartbeatInfo {
+    HeartbeatInfo {
+        prompt: "check the build".into(),
+        interval_s: 600,
+        paused: false,
+        next_in_ms: Some(4 * 60_000),
+        fire_count: 0,
+        last_fired_at_ms: None,
+    }
+}
+
 #[test]
 fn paused_status_line_when_idle() {
     let mut app = app();
@@ -711,8 +724,18 @@ fn paused_status_line_when_idle() {
             session_id: "s_20240101_abc".into(),
             busy_mode: Some(BusyMode::Redirect),
             paused: true,
-            heartbeat: Some("♥ every 10m · next in 4m".into()),
-            goal: Some("◎ goal 2/20".into()),
+            heartbeat: Some(heartbeat_every_10m_next_in_4m()),
+            goal: Some(Box::new(GoalInfo {
+                text: "make tests pass".into(),
+                state: GoalState::Active,
+                turns_used: 2,
+                max_turns: 20,
+                pause_reason: None,
+                last_verdict: None,
+                gates: Vec::new(),
+                gate_max_retries: 3,
+                running_gate: None,
+            })),
             context_pct: Some(3),
             title: None,
             sandbox: None,

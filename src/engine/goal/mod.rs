@@ -24,7 +24,7 @@ use crate::config::GoalsConfig;
 use crate::protocol::commands::{GateCmd, GoalCmd};
 use crate::protocol::{NoticeLevel, TurnOutcome};
 use crate::text::tail_chars;
-use display::{gate_list, status_word};
+use display::status_word;
 
 pub use fingerprint::fingerprint;
 pub use gate::{GateOutcome, GateRunner, GATE_TAIL_CHARS};
@@ -37,8 +37,6 @@ pub fn state_key(session_id: &str) -> String {
 
 /// Unparseable judge replies in a row that pause the goal.
 pub const JUDGE_FAILURE_LIMIT: u32 = 3;
-/// Characters of goal text in the status-line row.
-const ROW_TEXT_CHARS: usize = 40;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -126,6 +124,9 @@ pub enum GoalEffect {
     Paused { reason: String, message: String },
     /// The goal is achieved; show `message`.
     Done { message: String },
+    /// Send the goal (`GoalMachine::info`) for the front end to show: `/goal status`, or
+    /// only its gates (`/goal gate list`).
+    ShowStatus { gates_only: bool },
 }
 
 /// Where the machine is within a turn boundary (not saved: a restart starts afresh).
@@ -193,7 +194,7 @@ impl GoalMachine {
     pub fn command(&mut self, cmd: &GoalCmd, idle: bool) -> Vec<GoalEffect> {
         match cmd {
             GoalCmd::Set(text) => self.set(text, idle),
-            GoalCmd::Status => vec![info(self.status_text())],
+            GoalCmd::Status => vec![GoalEffect::ShowStatus { gates_only: false }],
             GoalCmd::Pause => match self.live() {
                 Some(g) if g.status == GoalStatus::Active => {
                     let mut fx = self.abandon_boundary();
@@ -306,13 +307,12 @@ impl GoalMachine {
     }
 
     fn gate_command(&mut self, cmd: &GateCmd) -> Vec<GoalEffect> {
-        let max = self.max_retries();
         if self.live().is_none() {
             return self.staged_gate_command(cmd);
         }
         let Some(g) = self.goal.as_mut() else { return Vec::new() };
         match cmd {
-            GateCmd::List => vec![info(gate_list(g, max))],
+            GateCmd::List => vec![GoalEffect::ShowStatus { gates_only: true }],
             GateCmd::Add(c) => {
                 let c = c.trim();
                 if c.is_empty() {
@@ -355,16 +355,8 @@ impl GoalMachine {
             pause_reason: None,
             last_verdict: None,
         });
-        let later = "they apply to the next /goal <text>";
         match cmd {
-            GateCmd::List if g.gates.is_empty() => {
-                vec![info("no goal and no gates; /goal gate add <cmd> adds one before the goal is set")]
-            }
-            GateCmd::List => {
-                let list: Vec<String> =
-                    g.gates.iter().enumerate().map(|(i, gate)| format!("    {}. $ {}", i + 1, gate.cmd)).collect();
-                vec![info(format!("  no goal yet; {later}:\n{}", list.join("\n")))]
-            }
+            GateCmd::List => vec![GoalEffect::ShowStatus { gates_only: true }],
             GateCmd::Add(c) => {
                 let c = c.trim();
                 if c.is_empty() {

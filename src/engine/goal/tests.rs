@@ -53,6 +53,24 @@ fn is_judge(fx: &[GoalEffect]) -> bool {
     fx.iter().any(|e| matches!(e, GoalEffect::Judge { .. }))
 }
 
+/// The front end's forms of the machine's `info()`.
+impl GoalMachine {
+    fn row(&self) -> Option<String> {
+        self.info().as_ref().and_then(crate::present::goal_row)
+    }
+
+    fn status_text(&self) -> String {
+        assert_eq!(self.clone().command(&GoalCmd::Status, true), vec![GoalEffect::ShowStatus { gates_only: false }]);
+        crate::present::goal_status(self.info().as_ref())
+    }
+}
+
+/// `/goal gate list` as the front end shows it.
+fn gate_list(m: &mut GoalMachine) -> String {
+    assert_eq!(m.command(&GoalCmd::Gate(GateCmd::List), true), vec![GoalEffect::ShowStatus { gates_only: true }]);
+    crate::present::gate_list(m.info().as_ref())
+}
+
 const CONTINUE: &str = r#"{"verdict":"continue","reason":"more to do"}"#;
 
 #[test]
@@ -102,7 +120,7 @@ fn gate_commands() {
     set(&mut m, "g", true);
     assert_eq!(add_gate(&mut m, "cargo test"), vec![info("◎ gate 1 added: $ cargo test"), GoalEffect::Save]);
     add_gate(&mut m, "cargo fmt --check");
-    let list = notices(&m.command(&GoalCmd::Gate(GateCmd::List), true))[0].clone();
+    let list = gate_list(&mut m);
     assert_eq!(list, "  gates:\n    1. $ cargo test — not run yet\n    2. $ cargo fmt --check — not run yet");
     let fx = m.command(&GoalCmd::Gate(GateCmd::Remove(3)), true);
     assert_eq!(fx, vec![error("no gate 3: there are 2 gates")]);
@@ -497,7 +515,7 @@ fn gates_added_before_a_goal_wait_for_it_and_survive_a_save() {
         vec![info("◎ gate 1 added: $ cargo test — no goal yet: it applies to the next /goal <text>"), GoalEffect::Save]
     );
     assert!(m.row().is_none(), "no goal in the status line yet");
-    let listed = notices(&m.command(&GoalCmd::Gate(GateCmd::List), true))[0].clone();
+    let listed = gate_list(&mut m);
     assert!(listed.contains("1. $ cargo test"), "{listed}");
     let mut m = GoalMachine::from_json(limits(20, 3), &m.to_json().unwrap()).unwrap();
     let fx = set(&mut m, "make the tests pass", true);

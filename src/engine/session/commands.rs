@@ -7,7 +7,7 @@ use super::{Engine, RunningCompaction};
 use crate::engine::compaction;
 use crate::engine::turn::{compactor, TurnInput};
 use crate::protocol::commands::{JobsCmd, SlashCommand};
-use crate::protocol::{BusyMode, Event, JobAction, NoticeLevel, TurnTrigger};
+use crate::protocol::{BusyMode, Event, JobAction, NoticeLevel, SessionInfo, TurnTrigger};
 
 impl Engine {
     pub(super) async fn run_command(&mut self, command: SlashCommand) {
@@ -57,18 +57,10 @@ impl Engine {
             Ok(Some(s)) => Some(s),
             Ok(None) => match self.env.store.match_sessions(key, 10).await {
                 Ok(mut matches) if matches.len() == 1 => matches.pop(),
-                Ok(matches) if matches.is_empty() => {
-                    let text = format!("no session matches '{key}'; /sessions lists them");
-                    return self.notice(NoticeLevel::Error, text);
-                }
                 Ok(matches) => {
-                    let lines: Vec<String> = matches.iter().map(session_line).collect();
-                    let text = format!(
-                        "{} sessions match '{key}':\n{}\n/resume <id> opens one",
-                        matches.len(),
-                        lines.join("\n")
-                    );
-                    return self.notice(NoticeLevel::Info, text);
+                    // None or several: the front end lists them (or says none matched).
+                    let sessions = matches.into_iter().map(session_info).collect();
+                    return self.events().send(Event::SessionList { sessions, matching: Some(key.to_string()) });
                 }
                 Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
             },
@@ -118,15 +110,7 @@ impl Engine {
         match cmd {
             JobsCmd::List => {
                 let jobs = self.env.jobs.list().await;
-                if jobs.is_empty() {
-                    self.notice(NoticeLevel::Info, "no background jobs");
-                } else {
-                    let lines: Vec<String> = jobs
-                        .iter()
-                        .map(|j| format!("{}  {:<10} {}  {}", j.id, j.status.label(), j.command, j.last_line))
-                        .collect();
-                    self.notice(NoticeLevel::Info, lines.join("\n"));
-                }
+                self.events().send(Event::JobList { jobs });
             }
             JobsCmd::Log(id) => self.job_action(id, JobAction::Log { offset: None, limit: None }),
             JobsCmd::Poll(id) => self.job_action(id, JobAction::Poll),
@@ -254,10 +238,9 @@ impl Engine {
 
     async fn list_sessions(&self) {
         match self.env.store.list_sessions(20).await {
-            Ok(sessions) if sessions.is_empty() => self.notice(NoticeLevel::Info, "no sessions yet"),
             Ok(sessions) => {
-                let lines: Vec<String> = sessions.iter().map(session_line).collect();
-                self.notice(NoticeLevel::Info, format!("{}\n/resume <id|title> to open one", lines.join("\n")));
+                let sessions = sessions.into_iter().map(session_info).collect();
+                self.events().send(Event::SessionList { sessions, matching: None });
             }
             Err(e) => self.notice(NoticeLevel::Error, format!("could not list sessions: {e}")),
         }
@@ -294,15 +277,9 @@ impl Engine {
     }
 }
 
-/// One session in a list: id, title, size, first line.
-fn session_line(s: &crate::engine::store::SessionSummary) -> String {
-    format!(
-        "{}  {:<30} {:>4} msgs  {}",
-        s.id,
-        s.title.clone().unwrap_or_else(|| "(untitled)".into()),
-        s.message_count,
-        s.first_line
-    )
+/// A saved session as the front ends list it.
+fn session_info(s: crate::engine::store::SessionSummary) -> SessionInfo {
+    SessionInfo { id: s.id, title: s.title, message_count: s.message_count, first_line: s.first_line }
 }
 
 /// `/busy` without a mode: the current one, and what each does, one line each.

@@ -34,7 +34,7 @@ use crate::engine::EventSink;
 use crate::engine::{compaction, history, instructions};
 use crate::paths::Paths;
 use crate::protocol::{
-    BusyMode, EngineHandle, Event, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
+    BusyMode, EngineHandle, Event, GoalState, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
 };
 
 pub const SYSTEM_PROMPT: &str = include_str!("../../../assets/system_prompt.md");
@@ -408,8 +408,8 @@ impl Engine {
             session_id: self.env.session_id.clone(),
             busy_mode: Some(self.busy_mode),
             paused: self.is_paused(),
-            heartbeat: self.heartbeat.as_ref().map(|h| h.status_text(crate::engine::heartbeat::now_ms())),
-            goal: self.goal.row(),
+            heartbeat: self.heartbeat.as_ref().map(|h| h.info(crate::engine::heartbeat::now_ms())),
+            goal: self.goal.info().filter(|g| g.state != GoalState::Unset).map(Box::new),
             context_pct: (self.meter.window > 0).then(|| self.meter.percent()),
             title: self.title.clone(),
             sandbox: Some(self.env.jobs.sandbox_policy().short_label()),

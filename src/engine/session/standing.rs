@@ -88,6 +88,10 @@ impl Engine {
 
     pub(super) async fn heartbeat_command(&mut self, cmd: &HeartbeatCmd) {
         let now = heartbeat::now_ms();
+        if *cmd == HeartbeatCmd::Status {
+            let heartbeat = self.heartbeat.as_ref().map(|h| h.info(now));
+            return self.events().send(Event::HeartbeatStatus { heartbeat });
+        }
         let reply = heartbeat::apply(self.heartbeat.as_ref(), cmd, now, heartbeat::local_utc_offset_s(now));
         let key = heartbeat::state_key(&self.env.session_id);
         if reply.changed {
@@ -170,6 +174,9 @@ impl Engine {
                     self.notice(NoticeLevel::Warn, message);
                 }
                 GoalEffect::Done { message } => self.notice(NoticeLevel::Info, message),
+                GoalEffect::ShowStatus { gates_only } => {
+                    self.events().send(Event::GoalStatus { goal: self.goal.info().map(Box::new), gates_only })
+                }
             }
         }
         self.send_status();

@@ -7,6 +7,7 @@ use super::{
     App, ExitState, JobRow, LogSource, LogView, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
     TOOL_OUTPUT_MAX,
 };
+use crate::present;
 use crate::protocol::{
     Event, HistoryItem, JobAction, MessageOrigin, NoticeLevel, StatusInfo, TurnOutcome, TurnTrigger,
 };
@@ -224,6 +225,24 @@ impl App {
             }
             // The log view covers the transcript: what is said meanwhile shows in it too.
             Event::Notice { level, text } => self.log_say(level, text),
+            Event::JobList { jobs } => self.log_say(NoticeLevel::Info, present::job_list(&jobs)),
+            Event::SessionList { sessions, matching } => {
+                let level =
+                    if sessions.is_empty() && matching.is_some() { NoticeLevel::Error } else { NoticeLevel::Info };
+                self.log_say(level, present::session_list(&sessions, matching.as_deref()))
+            }
+            Event::HeartbeatStatus { heartbeat } => {
+                let offset = crate::util::local_utc_offset_s(crate::util::now_ms());
+                self.log_say(NoticeLevel::Info, present::heartbeat_status(heartbeat.as_ref(), offset))
+            }
+            Event::GoalStatus { goal, gates_only } => {
+                let text = if gates_only {
+                    present::gate_list(goal.as_deref())
+                } else {
+                    present::goal_status(goal.as_deref())
+                };
+                self.log_say(NoticeLevel::Info, text)
+            }
             Event::Status(info) => {
                 if let Some(mode) = info.busy_mode {
                     self.session.busy_mode = mode;

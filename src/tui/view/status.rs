@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use crate::protocol::TurnOutcome;
+use crate::protocol::{GoalState, TurnOutcome};
 use crate::tui::app::{App, ExitState};
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::SPINNER;
@@ -80,8 +80,9 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
         facts.push(session);
     }
     // A paused goal stays in view: it waits for the user, so it is kept before the rest.
-    let goal_paused = app.status.goal.as_deref().is_some_and(|g| g.starts_with("goal paused"));
-    if let Some(goal) = app.status.goal.as_ref().filter(|_| goal_paused) {
+    let goal = app.status.goal.as_deref().and_then(crate::present::goal_row);
+    let goal_paused = app.status.goal.as_ref().is_some_and(|g| g.state == GoalState::Paused);
+    if let Some(goal) = goal.as_ref().filter(|_| goal_paused) {
         facts.push(goal.clone());
     }
     if let Some(sandbox) = &app.status.sandbox {
@@ -93,10 +94,10 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
         facts.push(format!("ctx {pct}%"));
     }
     if let Some(hb) = &app.status.heartbeat {
-        facts.push(hb.clone());
+        facts.push(crate::present::heartbeat_row(hb));
     }
-    if let Some(goal) = app.status.goal.as_ref().filter(|_| !goal_paused) {
-        facts.push(goal.clone());
+    if let Some(goal) = goal.filter(|_| !goal_paused) {
+        facts.push(goal);
     }
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);

@@ -1,0 +1,74 @@
+//! What the engine reports as data for the front ends to format: saved sessions, the
+//! heartbeat and the goal (`/sessions`, `/heartbeat status`, `/goal status`, the status line).
+//! Plain-text forms shared by the front ends are in `crate::present`.
+
+use serde::{Deserialize, Serialize};
+
+/// One saved session in a list.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    pub id: String,
+    pub title: Option<String>,
+    /// Active messages.
+    pub message_count: u64,
+    /// First line of the first typed user message ("" when there is none).
+    pub first_line: String,
+}
+
+/// A session's heartbeat (DESIGN §5) as of the moment it was sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatInfo {
+    pub prompt: String,
+    pub interval_s: u64,
+    pub paused: bool,
+    /// Milliseconds until the next fire when the event was sent (0: due); None while paused.
+    pub next_in_ms: Option<u64>,
+    pub fire_count: u64,
+    /// Unix milliseconds of the last fire.
+    pub last_fired_at_ms: Option<u64>,
+}
+
+/// Where a goal stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GoalState {
+    Active,
+    Paused,
+    Achieved,
+    /// No goal is set (never, or cleared); its gates wait for the next `/goal <text>`.
+    Unset,
+}
+
+/// A session's goal and its gates.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GoalInfo {
+    pub text: String,
+    pub state: GoalState,
+    pub turns_used: u32,
+    pub max_turns: u32,
+    pub pause_reason: Option<String>,
+    /// The judge's last verdict and reason.
+    pub last_verdict: Option<String>,
+    pub gates: Vec<GateInfo>,
+    /// Failed attempts a gate gets before the goal pauses.
+    pub gate_max_retries: u32,
+    /// The gate running now (an index into `gates`).
+    pub running_gate: Option<usize>,
+}
+
+/// A quality gate: a shell command that must exit 0.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateInfo {
+    pub cmd: String,
+    /// Failed attempts since it last passed.
+    pub attempts: u32,
+    pub last: Option<GateRun>,
+}
+
+/// How a gate's last run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GateRun {
+    pub passed: bool,
+    pub timed_out: bool,
+    pub exit_code: i32,
+}
