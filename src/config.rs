@@ -182,6 +182,15 @@ pub struct TerminalConfig {
     pub timeout_s: u64,
     pub max_foreground_timeout_s: u64,
     pub kill_grace_s: f64,
+    /// Where commands run: `local`, `ssh:<host>` or `docker:<container>` (DESIGN §4b).
+    pub backend: String,
+    /// `warn`: an unreachable remote backend gives a `degraded` result; `fail`: an error.
+    pub degraded_mode: String,
+    pub ssh: SshConfig,
+    pub docker: DockerConfig,
+    /// `--backend` was given: it wins over the backend a resumed session had.
+    #[serde(skip)]
+    pub backend_from_flag: bool,
 }
 
 impl Default for TerminalConfig {
@@ -192,7 +201,54 @@ impl Default for TerminalConfig {
             timeout_s: 180,
             max_foreground_timeout_s: 600,
             kill_grace_s: 1.0,
+            backend: "local".into(),
+            degraded_mode: "warn".into(),
+            ssh: SshConfig::default(),
+            docker: DockerConfig::default(),
+            backend_from_flag: false,
         }
+    }
+}
+
+/// `[terminal.ssh]`: how the system `ssh` client is run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SshConfig {
+    /// Passed as `ssh -F`; empty = the user's own `~/.ssh/config`.
+    pub config_file: String,
+    /// Extra `-o` options, e.g. `["Port=2222"]`.
+    pub options: Vec<String>,
+    /// The remote job directory (`~/` is the remote home).
+    pub remote_dir: String,
+    /// Seconds a connection attempt may take before the backend counts as degraded.
+    pub connect_timeout_s: u64,
+    /// Seconds the shared master connection stays open after its last use.
+    pub control_persist_s: u64,
+}
+
+impl Default for SshConfig {
+    fn default() -> Self {
+        SshConfig {
+            config_file: String::new(),
+            options: Vec::new(),
+            remote_dir: "~/.cache/talaria/jobs".into(),
+            connect_timeout_s: 10,
+            control_persist_s: 600,
+        }
+    }
+}
+
+/// `[terminal.docker]`: the container engine's client.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerConfig {
+    /// `docker` or `podman` (a name on PATH or a path).
+    pub command: String,
+}
+
+impl Default for DockerConfig {
+    fn default() -> Self {
+        DockerConfig { command: "docker".into() }
     }
 }
 
@@ -427,6 +483,18 @@ impl Config {
         }
         if !matches!(self.ui.theme.as_str(), "default" | "") {
             return Err(invalid("ui.theme", "unknown theme; the built-in theme is \"default\""));
+        }
+        if let Err(e) = crate::engine::backend::Backend::parse(&self.terminal.backend) {
+            return Err(invalid("terminal.backend", &e));
+        }
+        if !matches!(self.terminal.degraded_mode.as_str(), "warn" | "fail") {
+            return Err(invalid("terminal.degraded_mode", "expected \"warn\" or \"fail\""));
+        }
+        if self.terminal.ssh.connect_timeout_s == 0 {
+            return Err(invalid("terminal.ssh.connect_timeout_s", "expected a positive number of seconds"));
+        }
+        if self.terminal.docker.command.trim().is_empty() {
+            return Err(invalid("terminal.docker.command", "expected \"docker\", \"podman\" or a path"));
         }
         if self.terminal.shell.trim().is_empty() {
             return Err(invalid("terminal.shell", "expected a shell name such as \"bash\""));

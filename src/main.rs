@@ -44,6 +44,10 @@ struct ModelArgs {
     /// Wire protocol for this run (overrides `[model] provider`).
     #[arg(long, value_name = "auto|openai|anthropic", value_parser = ["auto", "openai", "anthropic"])]
     provider: Option<String>,
+    /// Where commands run for this run: local, ssh:<host> or docker:<container>
+    /// (overrides `[terminal] backend` and the session's own choice).
+    #[arg(long, value_name = "BACKEND")]
+    backend: Option<String>,
 }
 
 impl ModelArgs {
@@ -53,6 +57,7 @@ impl ModelArgs {
             model: self.model.or_else(|| outer.model.clone()),
             base_url: self.base_url.or_else(|| outer.base_url.clone()),
             provider: self.provider.or_else(|| outer.provider.clone()),
+            backend: self.backend.or_else(|| outer.backend.clone()),
         }
     }
 }
@@ -202,6 +207,12 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     };
     if let Some(provider) = &model.provider {
         config.model.provider = provider.clone();
+    }
+    if let Some(backend) = &model.backend {
+        let parsed =
+            talaria::engine::backend::Backend::parse(backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
+        config.terminal.backend = parsed.label();
+        config.terminal.backend_from_flag = true;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;
     let result = runtime.block_on(async_main(cli, model, paths, Arc::new(config)));

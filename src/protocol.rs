@@ -320,6 +320,9 @@ pub struct StatusInfo {
     /// The sandbox in a few characters (`sandbox`, `sandbox:ro`, `NO SANDBOX`), DESIGN §6.
     #[serde(default)]
     pub sandbox: Option<String>,
+    /// A remote backend and its state (`ssh:box connected`); None when local (DESIGN §4b).
+    #[serde(default)]
+    pub backend: Option<String>,
 }
 
 /// Engine -> front end.

@@ -3,6 +3,7 @@
 pub mod activity;
 pub mod approval;
 pub mod args;
+pub mod backend;
 pub mod bang;
 pub mod compaction;
 pub mod context;

@@ -244,6 +244,7 @@ fn command_allowed(state: &State, command: &SlashCommand) -> Vec<Effect> {
         SlashCommand::Undo(_) => Some("/undo"),
         SlashCommand::Model(Some(_)) => Some("/model"),
         SlashCommand::Compact(_) => Some("/compact"),
+        SlashCommand::Backend(Some(_)) => Some("/backend"),
         SlashCommand::Sessions
         | SlashCommand::Title(_)
         | SlashCommand::Stop
@@ -255,6 +256,7 @@ fn command_allowed(state: &State, command: &SlashCommand) -> Vec<Effect> {
         | SlashCommand::Pause(_)
         | SlashCommand::Unpause
         | SlashCommand::Usage
+        | SlashCommand::Backend(None)
         | SlashCommand::Permissions => None,
     };
     match name {

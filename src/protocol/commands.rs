@@ -65,6 +65,8 @@ pub enum SlashCommand {
     Usage,
     /// `/permissions` (or `/sandbox`): the sandbox mode, writable roots, approvals mode.
     Permissions,
+    /// `/backend [local|ssh <host>|docker <container>]`: show or switch where commands run.
+    Backend(Option<String>),
 }
 
 /// A command only the front end acts on; the engine never sees it.
@@ -129,6 +131,7 @@ pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/compact [focus]", help: "summarise older turns to free context" },
     CommandHelp { usage: "/usage", help: "tokens and cost of this session and the last turn" },
     CommandHelp { usage: "/permissions", help: "the sandbox: mode, writable roots, approvals (alias /sandbox)" },
+    CommandHelp { usage: "/backend [local|ssh <host>|docker <name>]", help: "where commands run: show or switch" },
     CommandHelp { usage: "/mouse", help: "toggle mouse capture (off: select text with the mouse)" },
     CommandHelp { usage: "/copy", help: "copy the last answer to the clipboard" },
 ];
@@ -220,6 +223,11 @@ pub fn parse(text: &str) -> Result<Command, String> {
         "/compact" => Ok(Command::Engine(SlashCommand::Compact((!rest.is_empty()).then(|| rest.to_string())))),
         "/usage" => no_args(SlashCommand::Usage.into()),
         "/permissions" | "/sandbox" => no_args(SlashCommand::Permissions.into()),
+        "/backend" => match crate::engine::backend::Backend::parse(rest) {
+            _ if rest.is_empty() => Ok(Command::Engine(SlashCommand::Backend(None))),
+            Ok(b) => Ok(Command::Engine(SlashCommand::Backend(Some(b.label())))),
+            Err(e) => Err(format!("{e}; {}", usage_of("/backend"))),
+        },
         "/mouse" => no_args(UiCommand::Mouse.into()),
         "/copy" => no_args(UiCommand::Copy.into()),
         _ => Err(format!("unknown command {head}; type /help for the list")),
@@ -445,6 +453,11 @@ mod tests {
         );
         assert_eq!(parse("/usage"), Ok(Command::Engine(SlashCommand::Usage)));
         assert_eq!(parse("/permissions"), Ok(Command::Engine(SlashCommand::Permissions)));
+        assert_eq!(parse("/backend"), Ok(Command::Engine(SlashCommand::Backend(None))));
+        assert_eq!(parse("/backend ssh box"), Ok(Command::Engine(SlashCommand::Backend(Some("ssh:box".into())))));
+        assert_eq!(parse("/backend docker:ci"), Ok(Command::Engine(SlashCommand::Backend(Some("docker:ci".into())))));
+        assert_eq!(parse("/backend local"), Ok(Command::Engine(SlashCommand::Backend(Some("local".into())))));
+        assert!(parse("/backend ftp x").unwrap_err().contains("/backend"));
         assert_eq!(parse("/sandbox"), Ok(Command::Engine(SlashCommand::Permissions)));
     }
 

@@ -141,6 +141,7 @@ fn busy_with_a_running_tool_and_pending_messages() {
             context_pct: Some(12),
             title: None,
             sandbox: None,
+            backend: None,
         }),
     );
     app.now = start + Duration::from_secs(5);
@@ -739,6 +740,7 @@ fn paused_status_line_when_idle() {
             context_pct: Some(3),
             title: None,
             sandbox: None,
+            backend: None,
         }),
     );
     let out = screen(&mut app, 100, 12);

@@ -30,6 +30,10 @@ pub struct Spec {
     /// run outside it.
     #[serde(default)]
     pub sandbox: Option<crate::engine::sandbox::Policy>,
+    /// A shell command the supervisor runs before it kills the job itself (lease expiry,
+    /// deleted job directory): a remote job's remote group is killed over its backend.
+    #[serde(default)]
+    pub on_kill: Option<String>,
 }
 
 /// The supervisor's first line on its stdout: the job has started under `setsid`.

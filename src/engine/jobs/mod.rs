@@ -38,6 +38,7 @@ use self::log::LogIndex;
 use self::output::OutputBuf;
 
 pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog};
+pub use self::run::sh_quote;
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -60,6 +61,14 @@ pub struct SpawnSpec {
     /// Run inside the kernel sandbox (DESIGN §6). False only for what the user approved to
     /// run outside it.
     pub sandboxed: bool,
+}
+
+/// Where a remote job runs: the backend and its working directory there ("" = the
+/// remote default).
+#[derive(Debug, Clone)]
+pub struct RemoteTarget {
+    pub backend: crate::engine::backend::Backend,
+    pub cwd: String,
 }
 
 /// How a process ended.
@@ -186,11 +195,16 @@ struct Registry {
     sandbox: Mutex<crate::engine::sandbox::Policy>,
     /// Running jobs are left running at shutdown (`Op::LeaveJobs`).
     leave: AtomicBool,
+    /// Remote backends: connections, the session's choice (DESIGN §4b).
+    backends: crate::engine::backend::Backends,
 }
 
 struct Job {
     /// Runs inside the kernel sandbox (its stdin needs no approval).
     sandboxed: bool,
+    /// Runs on a remote backend: its transport is the local job, its remote group is
+    /// killed over that backend.
+    remote: Option<crate::engine::backend::RemoteJob>,
     num: u64,
     id: JobId,
     command: String,
@@ -248,9 +262,13 @@ impl Job {
 
     fn info(&self) -> JobInfo {
         let st = self.state();
+        let command = match &self.remote {
+            Some(remote) => format!("[{}] {}", remote.backend, self.command),
+            None => self.command.clone(),
+        };
         JobInfo {
             id: self.id.clone(),
-            command: self.command.clone(),
+            command,
             pid: self.pid,
             cwd: self.cwd.display().to_string(),
             started_at_ms: self.started_at_ms,
@@ -317,6 +335,7 @@ impl JobsHandle {
         let workspace = std::env::current_dir().unwrap_or_else(|_| PathBuf::from("."));
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let sandbox = crate::engine::sandbox::Policy::from_config(&config.sandbox, &workspace, paths, home.as_deref());
+        let config_for_backends = config.clone();
         let registry = Arc::new(Registry {
             config,
             next_num: AtomicU64::new(records::max_dir_num(&dir) + 1),
@@ -331,6 +350,10 @@ impl JobsHandle {
             shutting_down: AtomicBool::new(false),
             leave: AtomicBool::new(false),
             sandbox: Mutex::new(sandbox),
+            backends: crate::engine::backend::Backends::new(
+                config_for_backends,
+                paths.jobs_dir.parent().map(|p| p.join("ssh")).unwrap_or_else(|| PathBuf::from("ssh")),
+            ),
         });
         if options.sweep || options.attach.is_some() {
             let reg = registry.clone();
@@ -360,7 +383,26 @@ impl JobsHandle {
 
     /// Start a command under its own supervisor, in its own session and process group.
     pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, String> {
-        run::spawn(&self.inner, spec).await
+        run::spawn(&self.inner, spec, None).await
+    }
+
+    /// Start a command on a remote backend: the local job is its transport (DESIGN §4b).
+    /// `spec.cwd` is the local directory the transport runs in; the command runs in
+    /// `target.cwd` over there.
+    pub async fn spawn_remote(&self, spec: SpawnSpec, target: RemoteTarget) -> Result<Spawned, String> {
+        run::spawn(&self.inner, spec, Some(target)).await
+    }
+
+    /// The remote backends (the session's choice, connection states, remote cwds).
+    pub fn backends(&self) -> &crate::engine::backend::Backends {
+        &self.inner.backends
+    }
+
+    /// What the transport of a remote job said on its stderr (markers included), while its
+    /// job directory exists.
+    pub fn transport_stderr(&self, id: &str) -> Option<String> {
+        let job = self.inner.get(id)?;
+        std::fs::read_to_string(job.dir.path.join(run::TRANSPORT_ERR)).ok()
     }
 
     /// What the job printed so far, as the model sees it: ANSI stripped and capped at
@@ -582,6 +624,9 @@ impl Registry {
             job.kill_requested.store(true, Ordering::SeqCst);
             // The exit record says `killed` whoever reads it.
             let _ = std::fs::write(job.dir.kill(), "");
+            if let Some(remote) = &job.remote {
+                self.kill_remote(job, remote).await;
+            }
             if !group::kill_group(job.pgid, self.kill_grace()).await {
                 tracing::warn!(id = %job.id, pgid = job.pgid, "process group survived SIGKILL");
             }
@@ -599,6 +644,26 @@ impl Registry {
             reason: None,
             lost: false,
         })
+    }
+
+    /// Kill the remote group of a remote job over its backend (before its local transport).
+    async fn kill_remote(&self, job: &Job, remote: &crate::engine::backend::RemoteJob) {
+        use crate::engine::backend::remote;
+        let script = remote::kill_script(
+            &remote::job_dir_expr(&remote.remote_dir, &remote.tag),
+            self.config.terminal.kill_grace_s,
+        );
+        let limit = self.kill_grace() + Duration::from_secs(self.config.terminal.ssh.connect_timeout_s + 15);
+        if let Err(d) = self.backends.run_script(&remote.backend, &script, None, limit).await {
+            tracing::warn!(id = %job.id, reason = %d.reason, "cannot kill the remote group");
+            self.events.send(Event::notice(
+                NoticeLevel::Warn,
+                format!(
+                    "{}: cannot reach {} to kill the remote command ({}); it may still run there",
+                    job.id, remote.backend, d.reason
+                ),
+            ));
+        }
     }
 
     /// The job has ended: record it (once, in SQLite), tell the UI and (for background

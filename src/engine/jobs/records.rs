@@ -187,6 +187,9 @@ impl Registry {
         let (done, _) = watch::channel(None);
         let has_stdin = running && row.has_stdin && jd.stdin().exists() && !jd.stdin_eof().exists();
         let job = Arc::new(Job {
+            remote: super::jobdir::read_json::<crate::engine::backend::RemoteJob>(
+                &jd.path.join(super::run::REMOTE_JSON),
+            ),
             // Re-attached: sandboxed only if its spec says so (else its input asks).
             sandboxed: super::jobdir::read_json::<super::jobdir::Spec>(&jd.spec()).is_some_and(|s| s.sandbox.is_some()),
             num,

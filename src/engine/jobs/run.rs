@@ -16,7 +16,8 @@ use tokio_util::sync::CancellationToken;
 use super::follow::{follow, LogReader};
 use super::jobdir::{self, Handshake, JobDir, Owner, Spec};
 use super::output::OutputBuf;
-use super::{lock, now_ms, Job, JobState, Registry, SpawnSpec, Spawned};
+use super::{lock, now_ms, Job, JobState, Registry, RemoteTarget, SpawnSpec, Spawned};
+use crate::engine::backend::{remote, RemoteJob};
 use crate::engine::store::jobs::{JobPids, NewJob};
 use crate::protocol::JobStatus;
 
@@ -24,8 +25,17 @@ use crate::protocol::JobStatus;
 const KEY_VARS: [&str; 2] = ["OPENAI_API_KEY", "OPENROUTER_API_KEY"];
 /// How long a supervisor may take to start the command (a loaded machine is slow).
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(30);
+/// In a remote job's local directory: the transport's stderr (ssh's own messages and the
+/// remote script's markers).
+pub(super) const TRANSPORT_ERR: &str = "transport.err";
+/// In a remote job's local directory: where it runs (`RemoteJob`).
+pub(super) const REMOTE_JSON: &str = "remote.json";
 
-pub(super) async fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawned, String> {
+pub(super) async fn spawn(
+    reg: &Arc<Registry>,
+    spec: SpawnSpec,
+    target: Option<RemoteTarget>,
+) -> Result<Spawned, String> {
     if reg.shutting_down.load(Ordering::SeqCst) {
         return Err("talaria is shutting down; no new commands are started".into());
     }
@@ -51,7 +61,19 @@ pub(super) async fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawne
     };
     let id = format!("job_{num}");
     let jd = JobDir::new(&reg.dir, &id);
-    let result = start_supervisor(reg, &spec, &jd, &exe).await;
+    let remote_job = target.as_ref().map(|t| RemoteJob {
+        backend: t.backend.clone(),
+        remote_dir: reg.config.terminal.ssh.remote_dir.clone(),
+        tag: format!("{id}-{:08x}", rand_u32()),
+    });
+    if let (Some(store), Some(r)) = (&reg.store, &remote_job) {
+        drop(store.job_set_backend(num as i64, r.backend.label()));
+    }
+    let transport = match (&target, &remote_job) {
+        (Some(t), Some(r)) => Some(transport_script(reg, &spec, t, r, &jd)),
+        _ => None,
+    };
+    let result = start_supervisor(reg, &spec, &jd, &exe, transport.as_ref()).await;
     let (started, child) = match result {
         Ok(ok) => ok,
         Err(e) => {
@@ -82,7 +104,8 @@ pub(super) async fn spawn(reg: &Arc<Registry>, spec: SpawnSpec) -> Result<Spawne
 
     let (done, _) = watch::channel(None);
     let job = Arc::new(Job {
-        sandboxed: spec.sandboxed,
+        sandboxed: spec.sandboxed && remote_job.is_none(),
+        remote: remote_job,
         num,
         id: id.clone(),
         command: spec.command.clone(),
@@ -137,6 +160,7 @@ async fn start_supervisor(
     spec: &SpawnSpec,
     jd: &JobDir,
     exe: &Path,
+    transport: Option<&Transport>,
 ) -> Result<(Started, tokio::process::Child), String> {
     std::fs::DirBuilder::new()
         .recursive(true)
@@ -145,19 +169,27 @@ async fn start_supervisor(
         .map_err(|e| format!("cannot create {}: {e}", jd.path.display()))?;
     let terminal = &reg.config.terminal;
     let cwd_file = spec.track_cwd.then(|| jd.cwd_file());
+    let write = |e: std::io::Error| format!("cannot write the job directory {}: {e}", jd.path.display());
+    let script = match transport {
+        Some(t) => {
+            jobdir::write_json(&jd.path.join(REMOTE_JSON), &t.remote).map_err(write)?;
+            t.script.clone()
+        }
+        None => wrap_command(&spec.command, cwd_file.as_deref()),
+    };
     let job_spec = Spec {
-        shell: terminal.shell.clone(),
-        login_shell: terminal.login_shell,
-        script: wrap_command(&spec.command, cwd_file.as_deref()),
+        shell: if transport.is_some() { "sh".into() } else { terminal.shell.clone() },
+        login_shell: terminal.login_shell && transport.is_none(),
+        script,
         cwd: spec.cwd.clone(),
         stdin: spec.background,
         log_max_bytes: reg.config.jobs.log_max_bytes,
         orphan_grace_s: spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s),
         kill_grace_s: terminal.kill_grace_s,
         // The supervisor applies it between fork and exec of the command (engine/sandbox).
-        sandbox: spec.sandboxed.then(|| lock(&reg.sandbox).clone()),
+        sandbox: (spec.sandboxed && transport.is_none()).then(|| lock(&reg.sandbox).clone()),
+        on_kill: transport.map(|t| t.on_kill.clone()),
     };
-    let write = |e: std::io::Error| format!("cannot write the job directory {}: {e}", jd.path.display());
     jobdir::write_json(&jd.spec(), &job_spec).map_err(write)?;
     jd.write_owner(&Owner::me()).map_err(write)?;
 
@@ -198,6 +230,48 @@ async fn start_supervisor(
         }
         Err(_) => Err("the job supervisor exited before starting the command".into()),
     }
+}
+
+/// The local side of a remote job: the supervisor runs `script` (the transport), and
+/// `on_kill` when it kills the job itself (lease expiry).
+struct Transport {
+    script: String,
+    on_kill: String,
+    remote: RemoteJob,
+}
+
+fn transport_script(
+    reg: &Registry,
+    spec: &SpawnSpec,
+    target: &RemoteTarget,
+    job: &RemoteJob,
+    jd: &JobDir,
+) -> Transport {
+    let dir = remote::job_dir_expr(&job.remote_dir, &job.tag);
+    let start = remote::start_script(&dir, &spec.command, &target.cwd, spec.background, &reg.config.terminal.shell);
+    let argv = reg.backends.transport_argv(&target.backend, &start);
+    let err = jd.path.join(TRANSPORT_ERR);
+    let script = format!("exec {} 2>>{}", quote_argv(&argv), sh_quote(&err.to_string_lossy()));
+    let kill = remote::kill_script(&dir, reg.config.terminal.kill_grace_s);
+    let on_kill =
+        format!("{} </dev/null >/dev/null 2>&1", quote_argv(&reg.backends.transport_argv(&target.backend, &kill)));
+    Transport { script, on_kill, remote: job.clone() }
+}
+
+fn quote_argv(argv: &[String]) -> String {
+    argv.iter().map(|a| sh_quote(a)).collect::<Vec<_>>().join(" ")
+}
+
+/// A random number for remote job directory names (unique across talaria homes that share
+/// a host).
+fn rand_u32() -> u32 {
+    let mut buf = [0u8; 4];
+    if std::fs::File::open("/dev/urandom").and_then(|mut f| std::io::Read::read_exact(&mut f, &mut buf)).is_err() {
+        let nanos =
+            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.subsec_nanos()).unwrap_or(0);
+        return nanos ^ std::process::id();
+    }
+    u32::from_ne_bytes(buf)
 }
 
 /// Mark every fd above 2 close-on-exec in a freshly forked child, so a command never

@@ -308,6 +308,7 @@ impl Running {
                     // can point to this job any more, so no grace either.
                     own_kill = Some("job directory removed".to_string());
                     let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
+                    run_on_kill(self.spec.on_kill.as_deref());
                     group::kill_groups_blocking(&[self.pid], grace);
                 } else if held {
                     orphaned_at = None;
@@ -316,6 +317,7 @@ impl Running {
                     if since.elapsed().as_secs_f64() >= self.spec.orphan_grace_s {
                         own_kill = Some("owner gone".to_string());
                         let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
+                        run_on_kill(self.spec.on_kill.as_deref());
                         group::kill_groups_blocking(&[self.pid], grace);
                     }
                 }
@@ -420,4 +422,27 @@ fn write_index(jd: &JobDir, log: &LogWriter) {
         })
         .collect();
     let _ = jobdir::write_json(&jd.index(), &IndexFile { segments, dropped_bytes: index.dropped_bytes });
+}
+
+/// A remote job's kill hook (its remote group, over its backend): run it with `sh -c` and
+/// wait for it, at most a minute, before the local group goes.
+fn run_on_kill(hook: Option<&str>) {
+    let Some(hook) = hook else { return };
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(hook)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn();
+    let Ok(mut child) = child else { return };
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while Instant::now() < deadline {
+        match child.try_wait() {
+            Ok(Some(_)) | Err(_) => return,
+            Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
 }

@@ -27,6 +27,7 @@ impl Engine {
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
             SlashCommand::Usage => self.usage(),
             SlashCommand::Permissions => self.permissions(),
+            SlashCommand::Backend(choice) => self.backend_command(choice).await,
             SlashCommand::Compact(focus) => self.compact(focus),
             SlashCommand::Goal(cmd) => self.goal_command(&cmd).await,
             SlashCommand::Pause(reason) => self.pause(reason.as_deref()),
@@ -168,6 +169,41 @@ impl Engine {
             NoticeLevel::Info,
             format!("{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml", policy.describe()),
         );
+    }
+
+    /// `/backend`: where commands run, its connection state, and what that means for
+    /// approvals; `/backend <choice>` switches this session (remembered with it).
+    async fn backend_command(&mut self, choice: Option<String>) {
+        use crate::engine::backend::Backend;
+        let backends = self.env.jobs.backends().clone();
+        if let Some(choice) = choice {
+            let backend = match Backend::parse(&choice) {
+                Ok(b) => b,
+                Err(e) => return self.notice(NoticeLevel::Error, e),
+            };
+            backends.set_current(backend.clone());
+            let key = super::backend_key(&self.env.session_id);
+            let _ = self.env.store.meta_set(&key, &backend.label()).await;
+            self.send_status();
+        }
+        let backend = backends.current();
+        let text = if backend.is_remote() {
+            let cwd = backends.remote_cwd(&backend);
+            format!(
+                "backend: {backend} ({}); remote cwd: {}\n\
+                 Commands and the file tools run there with the remote user's rights, outside \
+                 talaria's sandbox: in approvals mode \"auto\" a remote command asks unless it is known safe.\n\
+                 An unreachable host gives the model a `degraded` result (terminal.degraded_mode); the next \
+                 call reconnects by itself. /backend local switches back.",
+                backends.state(&backend).as_str(),
+                if cwd.is_empty() { "~ (the remote home)" } else { cwd.as_str() },
+            )
+        } else {
+            "backend: local (commands run on this machine, in the sandbox); \
+             /backend ssh <host> or /backend docker <container> runs them elsewhere"
+                .to_string()
+        };
+        self.notice(NoticeLevel::Info, text);
     }
 
     fn usage(&self) {

@@ -111,6 +111,13 @@ struct Engine {
     /// Exit notices of those jobs, given to the model with the next turn's inputs.
     deferred_notices: Vec<TurnInput>,
     instruction_files: Vec<instructions::InstructionFile>,
+    /// The backend or its connection state changed: the status line follows.
+    backend_changed: tokio::sync::watch::Receiver<u64>,
+}
+
+/// The state_meta key of a session's backend (`/backend`).
+pub(super) fn backend_key(session_id: &str) -> String {
+    format!("backend:{session_id}")
 }
 
 /// Open (or create) the session and start the engine task.
@@ -146,6 +153,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     jobs.set_workspace(&cwd, &opts.paths);
+    let jobs_backends_rx = jobs.backends().subscribe();
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (paused, _watch_task) = crate::engine::estop::watch(opts.paths.estop.clone());
     let approver =
@@ -198,6 +206,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         pause_announced: None,
         user_killed: std::collections::HashSet::new(),
         deferred_notices: Vec::new(),
+        backend_changed: jobs_backends_rx,
         instruction_files,
     };
     engine.load_session().await?;
@@ -315,6 +324,7 @@ impl Engine {
                     }
                 }
                 _ = standing::sleep_until_ms(wake) => self.send_status(),
+                Ok(()) = self.backend_changed.changed() => self.send_status(),
             }
             let effects = std::mem::take(&mut self.pending_effects);
             self.perform_goal_effects(effects).await;
@@ -413,6 +423,7 @@ impl Engine {
             context_pct: (self.meter.window > 0).then(|| self.meter.percent()),
             title: self.title.clone(),
             sandbox: Some(self.env.jobs.sandbox_policy().short_label()),
+            backend: self.env.jobs.backends().status_label(),
         }));
     }
 

@@ -124,6 +124,20 @@ impl Engine {
         };
         let effects = self.goal.on_session_resumed();
         self.perform_goal_effects(effects).await;
+        // The session's backend: `--backend` for this run, else what `/backend` chose for
+        // it, else `terminal.backend`.
+        let terminal = &self.env.config.terminal;
+        let configured =
+            crate::engine::backend::Backend::parse(&terminal.backend).unwrap_or(crate::engine::backend::Backend::Local);
+        let backend = if terminal.backend_from_flag {
+            configured
+        } else {
+            match self.env.store.meta_get(&super::backend_key(&sid)).await {
+                Ok(Some(label)) => crate::engine::backend::Backend::parse(&label).unwrap_or(configured),
+                _ => configured,
+            }
+        };
+        self.env.jobs.backends().set_current(backend);
     }
 
     pub(super) async fn on_boundary_result(&mut self, result: BoundaryResult) {

@@ -151,6 +151,18 @@ impl Store {
         })
     }
 
+    /// Where the job runs (`local`, `ssh:<host>`, `docker:<container>`).
+    pub fn job_set_backend(
+        &self,
+        num: i64,
+        backend: String,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
+        self.call(move |c| {
+            c.execute("UPDATE jobs SET backend = ?2 WHERE num = ?1", rusqlite::params![num, backend])?;
+            Ok(())
+        })
+    }
+
     pub fn job_set_background(
         &self,
         num: i64,

@@ -97,6 +97,10 @@ impl Tool for TerminalTool {
         let background = args.background.unwrap_or(false);
         let terminal = &ctx.config.terminal;
         let timeout_s = args.timeout.unwrap_or(terminal.timeout_s).min(terminal.max_foreground_timeout_s.max(1)).max(1);
+        let backend = ctx.jobs.backends().current();
+        if backend.is_remote() {
+            return remote_call(&args, background, timeout_s, ctx, backend).await;
+        }
         let cwd = match args.workdir.as_deref().map(str::trim).filter(|w| !w.is_empty()) {
             Some(w) => ctx.resolve(w),
             None => ctx.cwd(),
@@ -165,13 +169,6 @@ impl Tool for TerminalTool {
         }
         let mut exit_rx = spawned.exit;
 
-        enum Ending {
-            Exited(ExitInfo),
-            Lost,
-            Interrupted,
-            TimedOut,
-            Yielded,
-        }
         let ending = tokio::select! {
             // An exit that races an interrupt wins: a command that exits 130 by itself is
             // not labelled interrupted.
@@ -270,6 +267,194 @@ impl Tool for TerminalTool {
             }
         }
     }
+}
+
+/// `terminal` on a remote backend (DESIGN §4b): connect (off the engine loop: this is the
+/// tool's task), run the command as a job whose transport reaches the host, and await it
+/// like a local one. The transport's failure is `degraded`, never the command's own.
+async fn remote_call(
+    args: &TerminalArgs,
+    background: bool,
+    timeout_s: u64,
+    ctx: ToolCtx,
+    backend: crate::engine::backend::Backend,
+) -> ToolResult {
+    use crate::engine::backend::remote;
+    let command = args.command.as_str();
+    let backends = ctx.jobs.backends().clone();
+    let remote_cwd = backends.remote_cwd(&backend);
+    let cwd = match args.workdir.as_deref().map(str::trim).filter(|w| !w.is_empty()) {
+        Some(w) if w.starts_with('/') || w.starts_with('~') || remote_cwd.is_empty() => w.to_string(),
+        Some(w) => format!("{}/{w}", remote_cwd.trim_end_matches('/')),
+        None => remote_cwd.clone(),
+    };
+    let degraded = |d: crate::engine::backend::Degraded| {
+        let value = d.to_value(&ctx.config, &backend);
+        ToolResult { value, ok: false, exit_code: Some(-1), status: Some(ToolStatus::Failed) }
+    };
+    // Remote commands run with the remote user's rights, outside our sandbox: approvals
+    // treat them as unsandboxed (DESIGN §4b).
+    let (approval, by) = match ctx.approvals.check_command(command, false, &ctx.signals.interrupt).await {
+        Verdict::Allowed { note, by } => (note, by),
+        Verdict::Denied { reason } => {
+            let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
+            return ToolResult { value, ok: false, exit_code: None, status: Some(ToolStatus::Denied) };
+        }
+    };
+    let connected = tokio::select! {
+        r = backends.ensure(&backend) => r,
+        _ = ctx.signals.interrupt.cancelled() => {
+            let value = json!({
+                "output": "[Command interrupted]",
+                "exit_code": 130,
+                "error": null,
+                "status": "interrupted",
+                "note": format!("The turn was interrupted while connecting to {backend}; the command did not run."),
+            });
+            return ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) };
+        }
+    };
+    if let Err(d) = connected {
+        backends.evict(&backend).await;
+        return degraded(d);
+    }
+    let spec = SpawnSpec {
+        command: command.to_string(),
+        cwd: ctx.cwd(),
+        background,
+        session_id: ctx.session_id.clone(),
+        track_cwd: false,
+        call_id: Some(ctx.call_id.clone()),
+        orphan_grace_s: None,
+        sandboxed: false,
+    };
+    let target = crate::engine::jobs::RemoteTarget { backend: backend.clone(), cwd: cwd.clone() };
+    let spawned = match ctx.jobs.spawn_remote(spec, target).await {
+        Ok(s) => s,
+        Err(e) => return ToolResult::error(e),
+    };
+    if background {
+        let mut value = json!({
+            "output": "Background process started",
+            "session_id": spawned.id,
+            "pid": spawned.pid,
+            "exit_code": null,
+            "error": null,
+            "backend": backend.label(),
+        });
+        if let Some(note) = &approval {
+            value["approval"] = json!(note);
+        }
+        return ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Background) };
+    }
+    let mut guard =
+        ForegroundGuard { jobs: ctx.jobs.clone(), id: spawned.id.clone(), pgid: spawned.pid as i32, armed: true };
+    let mut yield_rx = ctx.signals.yield_gen.clone();
+    if by == Provenance::User {
+        yield_rx.borrow_and_update();
+    }
+    let mut exit_rx = spawned.exit;
+    let ending = tokio::select! {
+        biased;
+        exit = &mut exit_rx => exit.map(Ending::Exited).unwrap_or(Ending::Lost),
+        _ = ctx.signals.interrupt.cancelled() => Ending::Interrupted,
+        _ = bumped(&mut yield_rx) => Ending::Yielded,
+        _ = tokio::time::sleep(Duration::from_secs(timeout_s)) => Ending::TimedOut,
+    };
+    let ending = match ending {
+        Ending::Yielded if !ctx.jobs.adopt(&spawned.id).await => {
+            exit_rx.await.map(Ending::Exited).unwrap_or(Ending::Lost)
+        }
+        other => other,
+    };
+    let id = spawned.id.clone();
+    let shown_cwd = if cwd.is_empty() { "~".to_string() } else { cwd.clone() };
+    let base = |output: String, exit_code: Option<i32>, cwd: &str| {
+        let mut v =
+            json!({ "output": output, "exit_code": exit_code, "error": null, "cwd": cwd, "backend": backend.label() });
+        if let Some(note) = &approval {
+            v["approval"] = json!(note);
+        }
+        v
+    };
+    guard.armed = false;
+    match ending {
+        Ending::Exited(exit) => {
+            let stderr = ctx.jobs.transport_stderr(&id).unwrap_or_default();
+            let markers = remote::markers(&stderr);
+            let output = ctx.jobs.output_for_model(&id).await.unwrap_or_default();
+            ctx.jobs.forget(&id).await;
+            let Some(code) = markers.end.filter(|_| markers.started && !exit.killed) else {
+                if exit.killed {
+                    let value = base(with_marker(output, "[Command killed]"), Some(exit.exit_code()), &shown_cwd);
+                    return ToolResult {
+                        value,
+                        ok: false,
+                        exit_code: Some(exit.exit_code()),
+                        status: Some(ToolStatus::Killed),
+                    };
+                }
+                let d = backends.classify(&backend, &stderr, exit.code);
+                backends.evict(&backend).await;
+                let mut result = degraded(d);
+                if !output.is_empty() {
+                    result.value["output"] = json!(output);
+                }
+                return result;
+            };
+            let new_cwd = markers.cwd.unwrap_or(shown_cwd);
+            backends.set_remote_cwd(&backend, &new_cwd);
+            let value = base(output, Some(code), &new_cwd);
+            ToolResult { value, ok: code == 0, exit_code: Some(code), status: None }
+        }
+        Ending::Lost => {
+            let exit = ctx.jobs.kill(&id).await;
+            ctx.jobs.forget(&id).await;
+            let code = exit.map(|e| e.exit_code());
+            let mut value = base(String::new(), code, &shown_cwd);
+            value["error"] = json!("lost track of the command's exit status");
+            ToolResult { value, ok: false, exit_code: code, status: Some(ToolStatus::Failed) }
+        }
+        Ending::Interrupted => {
+            ctx.jobs.kill(&id).await;
+            let output = ctx.jobs.output_for_model(&id).await.unwrap_or_default();
+            ctx.jobs.forget(&id).await;
+            let mut value = base(with_marker(output, interrupted_marker(by)), Some(130), &shown_cwd);
+            value["status"] = json!("interrupted");
+            ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) }
+        }
+        Ending::TimedOut => {
+            ctx.jobs.kill(&id).await;
+            let output = ctx.jobs.output_for_model(&id).await.unwrap_or_default();
+            ctx.jobs.forget(&id).await;
+            let marker = format!("[Command timed out after {timeout_s}s]");
+            let mut value = base(with_marker(output, &marker), Some(124), &shown_cwd);
+            value["status"] = json!("timeout");
+            ToolResult { value, ok: false, exit_code: Some(124), status: Some(ToolStatus::Timeout) }
+        }
+        Ending::Yielded => {
+            let output = ctx.jobs.output_for_model(&id).await.unwrap_or_default();
+            let value = json!({
+                "status": "yielded_to_background",
+                "session_id": id,
+                "pid": spawned.pid,
+                "output": output,
+                "exit_code": null,
+                "error": null,
+                "backend": backend.label(),
+                "note": YIELD_NOTE,
+            });
+            ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Yielded) }
+        }
+    }
+}
+
+enum Ending {
+    Exited(ExitInfo),
+    Lost,
+    Interrupted,
+    TimedOut,
+    Yielded,
 }
 
 /// Told to the model when a sandboxed command failed on a permission error.

@@ -88,6 +88,9 @@ pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(sandbox) = &app.status.sandbox {
         facts.push(sandbox.clone());
     }
+    if let Some(backend) = &app.status.backend {
+        facts.push(backend.clone());
+    }
     facts.push(format!("busy:{}", app.busy_mode().as_str()));
     // Before the heartbeat and goal: those can be long and are dropped first when narrow.
     if let Some(pct) = app.status.context_pct {

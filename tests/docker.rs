@@ -1,0 +1,172 @@
+//! The container backend (DESIGN §4b): its degraded paths run everywhere — no `docker`
+//! binary, a daemon that is not reachable — and a real round trip through `docker exec`
+//! runs where a daemon and a local image are available (the test says plainly when it did
+//! not run).
+
+mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use talaria::config::Config;
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::engine::SessionChoice;
+use talaria::protocol::{Event, Op};
+
+use common::Home;
+
+fn marker(n: u32) -> String {
+    format!("{}{:05}", 50_000 + n, std::process::id() % 100_000)
+}
+
+fn call(id: &str, command: &str) -> ScriptedResponse {
+    ScriptedResponse::tool_call(id, "terminal", &json!({ "command": command }).to_string())
+}
+
+async fn tool_result(running: &mut inproc::Running, call_id: &str) -> Value {
+    let id = call_id.to_string();
+    let ev = running
+        .wait_for(
+            &format!("{call_id} finished"),
+            |e| matches!(e, Event::ToolFinished { call_id, .. } if *call_id == id),
+        )
+        .await;
+    let Event::ToolFinished { outcome, .. } = ev else { unreachable!() };
+    serde_json::from_str(&outcome.result).expect("result JSON")
+}
+
+#[tokio::test]
+async fn no_docker_binary_gives_degraded_and_the_command_does_not_run() {
+    let home = Home::new();
+    let mark = marker(1);
+    let missing = home.path().join(format!("no-docker-{mark}"));
+    let text = format!(
+        "[terminal]\nbackend = \"docker:ci-{mark}\"\n\n[terminal.docker]\ncommand = \"{}\"\n\n[approvals]\nmode = \"off\"\n",
+        missing.display()
+    );
+    let config = Config::from_toml(&text, Path::new("t.toml")).unwrap();
+    let server =
+        ScriptedServer::start([call("c1", &format!("echo ran-{mark}")), ScriptedResponse::text("ok")]).await.unwrap();
+    let mut running = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    running.send(Op::Submit { text: "try".into(), mode: None });
+    let result = tool_result(&mut running, "c1").await;
+    assert_eq!(result["status"], json!("degraded"), "{result}");
+    assert_eq!(result["exit_code"], json!(-1), "{result}");
+    assert!(result["reason"].as_str().unwrap().contains("not found"), "{result}");
+    assert!(result["retry_hint"].as_str().is_some_and(|h| !h.is_empty()), "{result}");
+    running.turn_finished().await;
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_docker_daemon_that_is_not_reachable_gives_degraded_quickly() {
+    let home = Home::new();
+    let mark = marker(2);
+    home.write_config(&format!(
+        "[terminal]\nbackend = \"docker:ci-{mark}\"\n\n[terminal.ssh]\nconnect_timeout_s = 5\n"
+    ));
+    let server =
+        ScriptedServer::start([call("c1", &format!("echo ran-{mark}")), ScriptedResponse::text("ok")]).await.unwrap();
+    let url = server.base_url();
+    // A socket nobody serves: the daemon is down here whatever the machine has running.
+    let sock = home.path().join("no-daemon.sock");
+    let mut cmd = home.command();
+    cmd.env("DOCKER_HOST", format!("unix://{}", sock.display()));
+    let asked = Instant::now();
+    let child = cmd
+        .args(["exec", "--json", "--yes", "--base-url", url.as_str(), "try"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("spawn talaria");
+    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output()).await.unwrap().unwrap();
+    let took = asked.elapsed();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let finished = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .find(|e| e["type"] == "ToolFinished")
+        .unwrap_or_else(|| panic!("no ToolFinished in {stdout}"));
+    // `exec --json` gives the result as parsed JSON.
+    let result = finished["data"]["outcome"]["result"].clone();
+    assert_eq!(result["status"], json!("degraded"), "{result}");
+    let reason = result["reason"].as_str().unwrap();
+    if docker_cli_present() {
+        assert!(reason.contains("daemon"), "{result}");
+    } else {
+        eprintln!("docker: no docker CLI on this machine; the unreachable-daemon path reported: {reason}");
+        assert!(reason.contains("not found"), "{result}");
+    }
+    assert!(took < Duration::from_secs(30), "degraded, not a hang: {took:?}");
+}
+
+fn docker_cli_present() -> bool {
+    Command::new("docker").arg("--version").output().is_ok_and(|o| o.status.success())
+}
+
+/// A local image with a POSIX shell, if the daemon has one (no pulls: network is loopback only).
+fn local_image() -> Option<String> {
+    for image in ["busybox", "alpine", "debian", "ubuntu"] {
+        let ok = Command::new("docker").args(["image", "inspect", image]).output().is_ok_and(|o| o.status.success());
+        if ok {
+            return Some(image.to_string());
+        }
+    }
+    None
+}
+
+#[tokio::test]
+async fn a_real_container_round_trip_where_a_daemon_is_available() {
+    let daemon = Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success());
+    if !daemon {
+        eprintln!(
+            "docker round trip: NOT RUN — no docker daemon is reachable on this machine \
+             (the degraded paths above ran; this test passes without checking a container)"
+        );
+        return;
+    }
+    let Some(image) = local_image() else {
+        eprintln!(
+            "docker round trip: NOT RUN — the daemon has none of busybox/alpine/debian/ubuntu locally \
+             (tests do not pull images)"
+        );
+        return;
+    };
+    let mark = marker(3);
+    let name = format!("talaria-test-{mark}");
+    let started =
+        Command::new("docker").args(["run", "-d", "--rm", "--init", "--name", &name, &image, "sleep", "600"]).output();
+    assert!(started.is_ok_and(|o| o.status.success()), "docker run {image}");
+    struct Cleanup(String);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+        }
+    }
+    let _cleanup = Cleanup(name.clone());
+    let home = Home::new();
+    let text = format!("[terminal]\nbackend = \"docker:{name}\"\n\n[approvals]\nmode = \"off\"\n");
+    let config = Config::from_toml(&text, Path::new("t.toml")).unwrap();
+    let server = ScriptedServer::start([
+        call("c1", &format!("cd /tmp; echo in-{mark}; exit 4")),
+        call("c2", "pwd"),
+        ScriptedResponse::text("ok"),
+    ])
+    .await
+    .unwrap();
+    let mut running = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    running.send(Op::Submit { text: "run in the container".into(), mode: None });
+    let first = tool_result(&mut running, "c1").await;
+    assert_eq!(first["exit_code"], json!(4), "{first}");
+    assert!(first["output"].as_str().unwrap().contains(&format!("in-{mark}")), "{first}");
+    let second = tool_result(&mut running, "c2").await;
+    assert_eq!(second["output"].as_str().unwrap().trim(), "/tmp", "{second}");
+    eprintln!("docker round trip: RAN in {name} ({image})");
+    running.turn_finished().await;
+    running.shutdown().await;
+}

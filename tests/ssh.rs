@@ -1,0 +1,303 @@
+//! The SSH backend against a real `sshd` on loopback (DESIGN §4b): commands run remotely
+//! with their output, exit code and working directory; a long remote command yields and is
+//! killed from the jobs pane with its remote group gone; a remote background job survives
+//! `kill -9` of talaria and is re-attached by `talaria -c`; a stopped server gives
+//! `degraded` and a restarted one works again with no user action; a wrong port or a host
+//! that never answers gives `degraded` within the connect timeout. Every test's remote
+//! processes carry a unique marker.
+
+mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
+#[path = "common/sshd.rs"]
+mod sshd;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use talaria::config::Config;
+use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::engine::SessionChoice;
+use talaria::protocol::{Event, JobAction, JobStatus, Op, ToolStatus};
+
+use common::{slow_stream, spawn_json, wait_event, Home};
+use sshd::Sshd;
+
+const DEADLINE: Duration = Duration::from_secs(30);
+
+fn marker(n: u32) -> String {
+    format!("{}{:05}", 40_000 + n, std::process::id() % 100_000)
+}
+
+fn call(id: &str, command: &str) -> ScriptedResponse {
+    ScriptedResponse::tool_call(id, "terminal", &json!({ "command": command }).to_string())
+}
+
+fn config(text: &str) -> Config {
+    Config::from_toml(text, Path::new("test-config.toml")).expect("config")
+}
+
+async fn start(home: &Path, server: &ScriptedServer, cfg: &str, session: SessionChoice) -> inproc::Running {
+    inproc::start_with(home, &server.base_url(), session, config(cfg)).await
+}
+
+/// The result JSON of tool call `call_id`.
+async fn tool_result(running: &mut inproc::Running, call_id: &str) -> (Value, Option<ToolStatus>) {
+    let id = call_id.to_string();
+    let ev = running
+        .wait_for(
+            &format!("{call_id} finished"),
+            |e| matches!(e, Event::ToolFinished { call_id, .. } if *call_id == id),
+        )
+        .await;
+    let Event::ToolFinished { outcome, .. } = ev else { unreachable!() };
+    (serde_json::from_str(&outcome.result).expect("result JSON"), outcome.status)
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_remote_command_returns_its_output_exit_code_and_carries_the_cwd_over() {
+    let sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(1);
+    let there = sshd.dir.path().join(format!("there-{mark}"));
+    std::fs::create_dir_all(&there).unwrap();
+    let server = ScriptedServer::start([
+        call(
+            "c1",
+            &format!(
+                "cd {}; echo out-{mark}; echo err-{mark} >&2; test -n \"$SSH_CONNECTION\" && exit 3",
+                there.display()
+            ),
+        ),
+        call("c2", "pwd; false"),
+        call("c3", &format!("no-such-command-{mark}")),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut running = start(home.path(), &server, &sshd.talaria_config(10), SessionChoice::New).await;
+    running.send(Op::Submit { text: "run it remotely".into(), mode: None });
+
+    let (first, _) = tool_result(&mut running, "c1").await;
+    assert_eq!(first["exit_code"], json!(3), "the remote exit code (SSH_CONNECTION is set): {first}");
+    let out = first["output"].as_str().unwrap();
+    assert!(out.contains(&format!("out-{mark}")) && out.contains(&format!("err-{mark}")), "{first}");
+    assert!(!out.contains("__talaria"), "no transport markers in the output: {first}");
+    assert_eq!(first["backend"], json!(format!("ssh:{}", sshd::HOST)));
+
+    let (second, _) = tool_result(&mut running, "c2").await;
+    assert_eq!(second["exit_code"], json!(1), "{second}");
+    let canon = there.canonicalize().unwrap();
+    assert_eq!(
+        second["output"].as_str().unwrap().trim(),
+        canon.display().to_string(),
+        "the cwd carried over: {second}"
+    );
+
+    let (third, _) = tool_result(&mut running, "c3").await;
+    assert_eq!(third["exit_code"], json!(127), "command not found is the command's own failure: {third}");
+    assert!(third.get("status").is_none_or(|s| s != "degraded"), "{third}");
+    running.turn_finished().await;
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_long_remote_command_yields_on_a_typed_message_and_is_killed_from_the_jobs_pane() {
+    let sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(2);
+    let server = ScriptedServer::start([
+        call("c1", &format!("echo started-{mark}; sleep {mark}")),
+        ScriptedResponse::text("moved it"),
+        ScriptedResponse::text("ok"),
+    ])
+    .await
+    .unwrap();
+    let mut running = start(home.path(), &server, &sshd.talaria_config(10), SessionChoice::New).await;
+    running.send(Op::Submit { text: "start the long one".into(), mode: None });
+    running
+        .wait_for("the remote output", |e| matches!(e, Event::ToolOutput { chunk, .. } if chunk.contains("started-")))
+        .await;
+    let pattern = format!("^sleep {mark}$");
+    assert_eq!(sshd.pgrep(&pattern).len(), 1, "the command runs on the server");
+
+    running.send(Op::Submit { text: "meanwhile, something else".into(), mode: None });
+    let (result, status) = tool_result(&mut running, "c1").await;
+    assert_eq!(status, Some(ToolStatus::Yielded), "{result}");
+    assert_eq!(result["status"], json!("yielded_to_background"));
+    let id = result["session_id"].as_str().unwrap().to_string();
+    assert_eq!(sshd.pgrep(&pattern).len(), 1, "yielding does not kill it");
+
+    running.send(Op::Job { id: id.clone(), action: JobAction::Kill });
+    running
+        .wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if *i == id))
+        .await;
+    assert!(sshd.pgrep(&pattern).is_empty(), "the remote group is gone (checked with ssh … pgrep)");
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_remote_background_job_survives_kill_9_of_talaria_and_continue_reattaches_it() {
+    let sshd = Sshd::start();
+    let home = Home::new();
+    home.write_config(&sshd.talaria_config(10));
+    let mark = marker(3);
+    let go = sshd.dir.path().join(format!("go-{mark}"));
+    let command = format!(
+        "echo before-{mark}; while [ ! -e {go} ]; do sleep 0.05; done; echo while-nobody-watched-{mark}; exec sleep {mark}",
+        go = go.display()
+    );
+    let args = json!({ "command": command, "background": true }).to_string();
+    let server =
+        ScriptedServer::start([ScriptedResponse::tool_call("bg", "terminal", &args), slow_stream()]).await.unwrap();
+    let url = server.base_url();
+    let (mut exec, mut lines) = spawn_json(&home, &["--yes", "--base-url", url.as_str(), "start the job"]);
+    let started = wait_event(&mut lines, "JobStarted", |_| true).await;
+    let id = started["data"]["job"]["id"].as_str().expect("job id").to_string();
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let waiting = format!("[w]hile \\[ ! -e {}", go.display());
+    wait_until("the remote job", || !sshd.pgrep(&waiting).is_empty()).await;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(exec.id().unwrap() as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+    let _ = exec.wait().await;
+
+    // Nobody watches: the remote job goes on.
+    std::fs::write(&go, "").unwrap();
+    let pattern = format!("^sleep {mark}$");
+    wait_until("the remote sleep", || !sshd.pgrep(&pattern).is_empty()).await;
+
+    let server2 = ScriptedServer::start([ScriptedResponse::text("ok")]).await.unwrap();
+    let cfg = sshd.talaria_config(10);
+    let mut running = start(home.path(), &server2, &cfg, SessionChoice::Continue).await;
+    running
+        .wait_since(
+            0,
+            "the job re-attached",
+            |e| matches!(e, Event::JobStarted { job } if job.id == id && job.status == JobStatus::Running),
+        )
+        .await;
+    let needle = format!("while-nobody-watched-{mark}");
+    let mut shown = false;
+    for _ in 0..300 {
+        running.send(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: None } });
+        let ev = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await;
+        if let Event::JobLog { text, .. } = ev {
+            if text.contains(&needle) && text.contains(&format!("before-{mark}")) {
+                shown = true;
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(shown, "the whole remote log is shown after re-attaching");
+    running.send(Op::Job { id: id.clone(), action: JobAction::Kill });
+    running
+        .wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if *i == id))
+        .await;
+    assert!(sshd.pgrep(&pattern).is_empty(), "the remote group is gone");
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_stopped_sshd_gives_degraded_and_a_restarted_one_works_with_no_user_action() {
+    let mut sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(4);
+    let server = ScriptedServer::start([
+        call("c1", &format!("echo first-{mark}")),
+        ScriptedResponse::text("one"),
+        call("c2", &format!("echo second-{mark}")),
+        ScriptedResponse::text("two"),
+        call("c3", &format!("echo third-{mark}")),
+        ScriptedResponse::text("three"),
+    ])
+    .await
+    .unwrap();
+    let mut running = start(home.path(), &server, &sshd.talaria_config(5), SessionChoice::New).await;
+    running.send(Op::Submit { text: "one".into(), mode: None });
+    let (first, _) = tool_result(&mut running, "c1").await;
+    assert_eq!(first["exit_code"], json!(0), "{first}");
+    running.turn_finished().await;
+    running
+        .wait_since(
+            0,
+            "connected in the status line",
+            |e| matches!(e, Event::Status(s) if s.backend.as_deref().is_some_and(|b| b.ends_with("connected"))),
+        )
+        .await;
+
+    sshd.stop();
+    running.send(Op::Submit { text: "two".into(), mode: None });
+    let asked = Instant::now();
+    let (second, _) = tool_result(&mut running, "c2").await;
+    assert_eq!(second["status"], json!("degraded"), "{second}");
+    assert_eq!(second["exit_code"], json!(-1), "{second}");
+    assert!(second["reason"].as_str().is_some_and(|r| !r.is_empty()), "{second}");
+    assert!(second["retry_hint"].as_str().is_some_and(|r| r.contains("next call")), "{second}");
+    assert!(asked.elapsed() < Duration::from_secs(25), "degraded, not a hang: {:?}", asked.elapsed());
+    running.turn_finished().await;
+    running
+        .wait_since(
+            0,
+            "degraded in the status line",
+            |e| matches!(e, Event::Status(s) if s.backend.as_deref().is_some_and(|b| b.ends_with("degraded"))),
+        )
+        .await;
+
+    sshd.restart();
+    running.send(Op::Submit { text: "three".into(), mode: None });
+    let (third, _) = tool_result(&mut running, "c3").await;
+    assert_eq!(third["exit_code"], json!(0), "recovered with no user action: {third}");
+    assert!(third["output"].as_str().unwrap().contains(&format!("third-{mark}")), "{third}");
+    running.turn_finished().await;
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_wrong_port_or_a_silent_host_gives_degraded_within_the_connect_timeout() {
+    let sshd = Sshd::start();
+    let home = Home::new();
+    // Nothing listens on this port.
+    let closed = sshd::free_port();
+    // This one accepts and never speaks SSH.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let silent_port = silent.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in silent.incoming().flatten() {
+            held.push(s);
+        }
+    });
+    let connect_timeout = 3;
+    for (n, port) in [(1, closed), (2, silent_port)] {
+        let server = ScriptedServer::start([call("c1", &format!("echo never-{n}")), ScriptedResponse::text("ok")])
+            .await
+            .unwrap();
+        let cfg = sshd
+            .talaria_config(connect_timeout)
+            .replace("[approvals]", &format!("options = [\"Port={port}\"]\n\n[approvals]"));
+        let mut running = start(&home.path().join(format!("h{n}")), &server, &cfg, SessionChoice::New).await;
+        let asked = Instant::now();
+        running.send(Op::Submit { text: "try".into(), mode: None });
+        let (result, _) = tool_result(&mut running, "c1").await;
+        let took = asked.elapsed();
+        assert_eq!(result["status"], json!("degraded"), "port {port}: {result}");
+        if n == 2 {
+            assert!(result["reason"].as_str().unwrap().contains("timed out"), "{result}");
+        } else {
+            assert!(result["reason"].as_str().unwrap().contains("refused"), "{result}");
+        }
+        assert!(took < Duration::from_secs(connect_timeout + 10), "within the connect timeout: {took:?}");
+        running.turn_finished().await;
+        running.shutdown().await;
+    }
+}
