@@ -34,7 +34,8 @@ const CHUNK_MAX: usize = 4000;
 const READ_MAX: usize = 1 << 20;
 
 /// Reads the segments in order as they grow, and keeps the index of what it has read.
-pub(super) struct LogReader {
+/// Public for the performance guard's ingest workload (`examples/perf_guard.rs`).
+pub struct LogReader {
     jd: JobDir,
     n: u64,
     file: Option<File>,
@@ -47,7 +48,7 @@ pub(super) struct LogReader {
 
 impl LogReader {
     /// Start at the oldest kept segment (`index.json` says where it starts).
-    pub(super) fn open(jd: &JobDir) -> LogReader {
+    pub fn open(jd: &JobDir) -> LogReader {
         let saved: IndexFile = jobdir::read_json(&jd.index()).unwrap_or_default();
         let (n, start_line, mid_line) =
             saved.segments.first().map(|s| (s.n, s.start_line, s.mid_line)).unwrap_or((0, 1, false));
@@ -86,7 +87,7 @@ impl LogReader {
     }
 
     /// Decoded text that arrived since the last call ("" when nothing new).
-    pub(super) fn read_some(&mut self) -> String {
+    pub fn read_some(&mut self) -> String {
         let mut out = String::new();
         let mut total = 0;
         loop {

@@ -38,6 +38,7 @@ use self::log::LogIndex;
 use self::output::OutputBuf;
 
 pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog};
+pub use self::follow::LogReader;
 pub use self::run::sh_quote;
 
 /// What to run.
