@@ -133,6 +133,7 @@ impl Store {
         let conn = Connection::open_with_flags(path, flags)
             .map_err(|e| StoreError(format!("opening {} (read-only): {e}", path.display())))?;
         conn.busy_timeout(BUSY_TIMEOUT).map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
+        stable_plans(&conn).map_err(|e| StoreError(format!("opening {}: {e}", path.display())))?;
         let (requests, inbox) = mpsc::channel::<Request>();
         std::thread::Builder::new()
             .name("talaria-store".into())
@@ -462,6 +463,7 @@ fn checkpoint(conn: &Connection, mode: &str) {
 
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    stable_plans(conn)?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(mode, "the session database could not switch to WAL");
@@ -470,6 +472,14 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Checkpoints are run by the store thread when idle (see `serve`).
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
+    Ok(())
+}
+
+/// Query plans that do not depend on bound values (SQLite's QPSG). Without it SQLite
+/// re-prepared the append's `MAX(seq)` query on every call — its parameter is marked as one
+/// a better plan might follow from — and that cost as much as the rest of the append.
+fn stable_plans(conn: &Connection) -> rusqlite::Result<()> {
+    conn.set_db_config(rusqlite::config::DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     Ok(())
 }
 

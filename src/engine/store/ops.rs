@@ -76,43 +76,46 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
         )
     };
     let now = now_ms();
-    let touched = tx.execute(
-        "UPDATE sessions SET updated_at = ?2, ended_at = NULL, end_reason = NULL WHERE id = ?1",
-        params![session_id, now],
-    )?;
+    // Every statement is prepared once per connection (SQLite's parser showed in profiles).
+    let touched = tx
+        .prepare_cached("UPDATE sessions SET updated_at = ?2, ended_at = NULL, end_reason = NULL WHERE id = ?1")?
+        .execute(params![session_id, now])?;
     require_session(touched, session_id)?;
-    let seq: i64 =
-        tx.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?1", [session_id], |r| {
-            r.get(0)
-        })?;
-    tx.execute(
+    let seq: i64 = tx
+        .prepare_cached("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?1")?
+        .query_row([session_id], |r| r.get(0))?;
+    tx.prepare_cached(
         "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, tool_name, display_kind,
                                created_at, active)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)",
-        params![
-            session_id,
-            seq,
-            msg.role.as_str(),
-            msg.content,
-            tool_calls,
-            msg.tool_call_id,
-            msg.tool_name,
-            msg.display_kind,
-            now
-        ],
-    )?;
+    )?
+    .execute(params![
+        session_id,
+        seq,
+        msg.role.as_str(),
+        msg.content,
+        tool_calls,
+        msg.tool_call_id,
+        msg.tool_name,
+        msg.display_kind,
+        now
+    ])?;
     let id = tx.last_insert_rowid();
     if msg.role == Role::User && msg.display_kind.as_deref() == Some(super::jobs::NOTICE_KIND) {
         // The exit notice of a job reaches the model: mark it delivered in the same
         // transaction, so it is never told twice, across restarts too (DESIGN §4).
-        tx.execute(
-            "UPDATE jobs SET notified = 1 WHERE session_id = ?1 AND notified = 0 AND notice = ?2",
-            params![session_id, msg.content],
-        )?;
+        tx.prepare_cached("UPDATE jobs SET notified = 1 WHERE session_id = ?1 AND notified = 0 AND notice = ?2")?
+            .execute(params![session_id, msg.content])?;
     }
-    if msg.role == Role::User && msg.display_kind.is_none() {
+    // A title is derived only while the session has none (deriving one costs about as much
+    // as the SQL of a short message).
+    let untitled = || -> rusqlite::Result<bool> {
+        tx.prepare_cached("SELECT title IS NULL FROM sessions WHERE id = ?1")?.query_row([session_id], |r| r.get(0))
+    };
+    if msg.role == Role::User && msg.display_kind.is_none() && untitled()? {
         if let Some(title) = msg.content.as_deref().and_then(derive_title) {
-            tx.execute("UPDATE sessions SET title = ?2 WHERE id = ?1 AND title IS NULL", params![session_id, title])?;
+            tx.prepare_cached("UPDATE sessions SET title = ?2 WHERE id = ?1 AND title IS NULL")?
+                .execute(params![session_id, title])?;
         }
     }
     Ok(id)
