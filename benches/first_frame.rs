@@ -14,9 +14,9 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pty::Pty;
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::store::{Store, StoredMessage};
 use talaria::paths::Paths;
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 const RUNS: usize = 10;
 const MESSAGES: usize = 10_000;

@@ -22,11 +22,11 @@ use talaria::config::Config;
 use talaria::engine::approval::PromptPolicy;
 use talaria::engine::jobs::group::group_alive;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::store::Store;
 use talaria::engine::{EngineOptions, SessionChoice};
 use talaria::paths::Paths;
 use talaria::protocol::{Event, Op, TurnOutcome};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 use tokio::sync::mpsc;
 
 const REDIRECT_RUNS: usize = 30;

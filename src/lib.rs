@@ -11,7 +11,8 @@
 //! engine::tools     the model's tools; they start processes only through engine::jobs
 //! engine::jobs      every spawned process: job registry, process groups, logs, notices
 //! engine::{llm, store, approval, goal, heartbeat}  providers, SQLite, approvals, standing work
-//! config, paths, text, util, logging  leaves used by all above (config reads protocol::BusyMode)
+//! config, paths, text, util, logging, loopback  leaves used by all above (loopback: the demo model's HTTP)
+//! testkit           tests only (`testkit` feature): the scripted model server, built on loopback
 //! ```
 
 // A failure that can happen is handled; tests may unwrap (as in codex-rs).
@@ -23,10 +24,13 @@ pub mod emulate;
 pub mod engine;
 pub mod exec;
 pub mod logging;
+pub mod loopback;
 pub mod paths;
 pub mod present;
 pub mod protocol;
 pub mod secrets;
+#[cfg(any(test, feature = "testkit"))]
+pub mod testkit;
 pub mod text;
 pub mod tui;
 pub mod util;

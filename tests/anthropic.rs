@@ -21,11 +21,11 @@ use talaria::engine::compaction::SUMMARY_HEADER;
 use talaria::engine::jobs::group;
 use talaria::engine::llm::anthropic::{AnthropicClient, MessagesOptions};
 use talaria::engine::llm::client::ClientSettings;
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall, Usage};
 use talaria::engine::SessionChoice;
 use talaria::protocol::commands::GoalCmd;
 use talaria::protocol::{BusyMode, Event, Op, SlashCommand, TurnOutcome};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 const KEY: &str = "sk-ant-test-0123456789";
 const MODEL: &str = "claude-sonnet-4-5";

@@ -16,9 +16,6 @@ use talaria::engine::context::ContextMeter;
 use talaria::engine::history::wrap_out_of_band;
 use talaria::engine::jobs::{group, JobsHandle, JobsOptions, SupervisorExe};
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
-use talaria::engine::llm::scripted::{
-    finish_chunk, text_chunks, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE,
-};
 use talaria::engine::store::Store;
 use talaria::engine::tools::terminal::YIELD_NOTE;
 use talaria::engine::tools::{Concurrency, Registry, Tool, ToolCtx, ToolResult};
@@ -26,6 +23,7 @@ use talaria::engine::turn::{run_turn, TurnControl, TurnEnv, TurnInput};
 use talaria::engine::{EngineOptions, EventSink, SessionChoice};
 use talaria::paths::Paths;
 use talaria::protocol::{Approval, BusyMode, Event, JobStatus, Op, TurnOutcome, TurnTrigger};
+use talaria::testkit::scripted::{finish_chunk, text_chunks, tool_call_chunks, ScriptedResponse, ScriptedServer, DONE};
 use tokio::sync::mpsc;
 
 /// Generous: these are deadlines for things that take milliseconds, never timing assertions.

@@ -11,8 +11,8 @@ use talaria::engine::compaction::SUMMARY_HEADER;
 use talaria::engine::context::ContextMeter;
 use talaria::engine::instructions;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
-use talaria::engine::llm::scripted::{finish_chunk, text_chunks, usage_chunk, ScriptedResponse, ScriptedServer, DONE};
 use talaria::engine::llm::{ChatMessage, ChatRequest, Provider, Role, ToolCall};
+use talaria::testkit::scripted::{finish_chunk, text_chunks, usage_chunk, ScriptedResponse, ScriptedServer, DONE};
 
 const WAIT: Duration = Duration::from_secs(10);
 

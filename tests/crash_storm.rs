@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use talaria::engine::llm::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
+use talaria::testkit::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 use tokio::io::AsyncBufReadExt;
 
 use common::Home;
@@ -86,7 +86,7 @@ struct Script {
 /// A slow answer: `pieces` pieces of 4 characters, 15 ms apart.
 fn slow_text(text: &str) -> ScriptedResponse {
     let mut payloads = text_chunks(text, 4);
-    payloads.push(talaria::engine::llm::scripted::finish_chunk("stop"));
+    payloads.push(talaria::testkit::scripted::finish_chunk("stop"));
     payloads.push(DONE.to_string());
     ScriptedResponse::sse(payloads).delay(Duration::from_millis(15))
 }

@@ -13,9 +13,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use talaria::config::Config;
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, Op};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 use common::Home;
 

@@ -8,9 +8,9 @@ mod inproc;
 
 use std::time::Duration;
 
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, Op, SlashCommand};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 

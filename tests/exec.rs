@@ -7,7 +7,7 @@ use std::time::Duration;
 use common::{stderr, stdout, Home};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_prints_the_streamed_answer_and_sends_the_exact_request() {
@@ -172,7 +172,7 @@ async fn with_no_key_the_demo_model_answers_over_http() {
 #[tokio::test(flavor = "multi_thread")]
 async fn sigint_during_a_slow_stream_exits_130() {
     let home = Home::new();
-    let mut payloads = talaria::engine::llm::scripted::text_chunks(&"slow ".repeat(200), 5);
+    let mut payloads = talaria::testkit::scripted::text_chunks(&"slow ".repeat(200), 5);
     payloads.push("[DONE]".into());
     let server =
         ScriptedServer::start([ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))]).await.unwrap();
@@ -333,7 +333,7 @@ async fn a_job_notice_turn_cut_short_at_shutdown_does_not_change_the_exit_code()
     // The background job ends while the user's turn still runs, so its completion notice
     // starts a second turn the moment the first ends; exec's shutdown interrupts that one.
     let home = Home::new();
-    let mut chunks = talaria::engine::llm::scripted::text_chunks("all done, the job is started", 1);
+    let mut chunks = talaria::testkit::scripted::text_chunks("all done, the job is started", 1);
     chunks.push("[DONE]".into());
     let server = ScriptedServer::start([
         ScriptedResponse::tool_call("call_1", "terminal", r#"{"command":"sleep 1","background":true}"#),

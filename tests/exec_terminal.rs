@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use common::Home;
 use pty::Pty;
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 /// OSC 52 (clipboard), a C1 CSI, a title change, a right-to-left override.
 const HOSTILE: &str = "\u{1b}]52;c;aGk=\u{7}\u{9b}2J\u{1b}]0;owned\u{7}\u{202e}fdp.exe";

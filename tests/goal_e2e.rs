@@ -10,11 +10,11 @@ use std::time::Duration;
 
 use pretty_assertions::assert_eq;
 use serde_json::json;
-use talaria::engine::llm::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 use talaria::engine::SessionChoice;
 use talaria::present;
 use talaria::protocol::commands::{GateCmd, GoalCmd};
 use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
+use talaria::testkit::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 
 /// How long a check that something does NOT happen watches.
 const QUIET: Duration = Duration::from_secs(3);

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use common::{stderr, Home};
 use serde_json::Value;
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY----- fake-secret-material";
 const IMPORTANT: &str = "keep me";

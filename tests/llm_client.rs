@@ -5,11 +5,11 @@ use std::time::Duration;
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
-use talaria::engine::llm::scripted::{
+use talaria::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall, Usage};
+use talaria::testkit::scripted::{
     error_chunk, finish_chunk, reasoning_chunks, text_chunks, tool_call_chunks, usage_chunk, ScriptedResponse,
     ScriptedServer, DONE,
 };
-use talaria::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall, Usage};
 
 const WAIT: Duration = Duration::from_secs(10);
 

@@ -15,16 +15,16 @@ use std::time::Duration;
 use common::{slow_stream, spawn_json, stderr, stdout, wait_event, Home};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, Op, SlashCommand, TurnOutcome, TurnTrigger};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 use tokio::process::Child;
 
 const LOST: &str = "[lost: talaria exited before this tool finished]";
 const DEADLINE: Duration = Duration::from_secs(30);
 
 /// The messages of a recorded chat request, as the JSON that was sent.
-fn sent(request: &talaria::engine::llm::scripted::RecordedRequest) -> Vec<Value> {
+fn sent(request: &talaria::testkit::scripted::RecordedRequest) -> Vec<Value> {
     request.body["messages"].as_array().expect("messages array").clone()
 }
 

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::Home;
 use pty::Pty;
-use talaria::engine::llm::scripted::{text_chunks, ScriptedResponse, ScriptedServer};
+use talaria::testkit::scripted::{text_chunks, ScriptedResponse, ScriptedServer};
 
 /// Deadline for things that take milliseconds; never a timing assertion.
 const WAIT: Duration = Duration::from_secs(30);
@@ -31,7 +31,7 @@ impl Model {
         Model { rt, server }
     }
 
-    fn chat_requests(&self, n: usize) -> Vec<talaria::engine::llm::scripted::RecordedRequest> {
+    fn chat_requests(&self, n: usize) -> Vec<talaria::testkit::scripted::RecordedRequest> {
         self.rt.block_on(self.server.wait_for_chat_requests(n, WAIT))
     }
 }

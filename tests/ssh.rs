@@ -17,9 +17,9 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use talaria::config::Config;
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, JobAction, JobStatus, Op, ToolStatus};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 use common::{slow_stream, spawn_json, wait_event, Home};
 use sshd::Sshd;

@@ -13,12 +13,12 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use talaria::config::Config;
 use talaria::engine::jobs::{group, JobsHandle, JobsOptions, SpawnSpec, SupervisorExe};
-use talaria::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
 use talaria::engine::store::jobs::{JobPids, NewJob};
 use talaria::engine::store::Store;
 use talaria::engine::{EventSink, SessionChoice};
 use talaria::paths::Paths;
 use talaria::protocol::{Event, JobAction, JobStatus, Op, TurnTrigger};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 use common::{slow_stream, spawn_json, wait_event, Home};
 

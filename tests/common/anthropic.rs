@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
-use talaria::engine::llm::scripted::{RecordedRequest, ScriptedResponse, ScriptedServer};
+use talaria::testkit::scripted::{RecordedRequest, ScriptedResponse, ScriptedServer};
 
 /// One SSE event as the API frames it.
 pub fn event(data: Value) -> String {

@@ -62,8 +62,8 @@ pub fn stderr(o: &Output) -> String {
 }
 
 /// A stream that takes minutes: keeps talaria busy (and alive) until the test kills it.
-pub fn slow_stream() -> talaria::engine::llm::scripted::ScriptedResponse {
-    use talaria::engine::llm::scripted::{text_chunks, ScriptedResponse, DONE};
+pub fn slow_stream() -> talaria::testkit::scripted::ScriptedResponse {
+    use talaria::testkit::scripted::{text_chunks, ScriptedResponse, DONE};
     let mut payloads = text_chunks(&"slowly ".repeat(400), 4);
     payloads.push(DONE.to_string());
     ScriptedResponse::sse(payloads).delay(Duration::from_millis(100))

@@ -230,8 +230,8 @@ mod tests {
     use super::*;
     use crate::engine::history::missing_results;
     use crate::engine::llm::client::{ClientSettings, OpenAiClient};
-    use crate::engine::llm::scripted::{ScriptedResponse, ScriptedServer};
     use crate::engine::llm::ToolCall;
+    use crate::testkit::scripted::{ScriptedResponse, ScriptedServer};
     use pretty_assertions::assert_eq;
     use std::time::Duration;
 

@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::scripted::{
-    finish_chunk, text_chunks, tool_call_chunks, usage_chunk, RecordedRequest, ScriptedResponse, ScriptedServer, DONE,
-};
 use super::{ChatMessage, Role};
+use crate::loopback::chunks::{finish_chunk, text_chunks, tool_call_chunks, usage_chunk, DONE};
+use crate::loopback::{Reply, Request, Server};
 
 /// The model id the demo server lists.
 pub const DEMO_MODEL: &str = "talaria-demo";
@@ -29,15 +28,22 @@ pub const BACKGROUND_COMMAND: &str = "for i in $(seq 1 30); do echo \"background
 const PIECE_CHARS: usize = 10;
 const PIECE_DELAY: Duration = Duration::from_millis(15);
 
-/// Start the demo server (keep it alive as long as the provider using it).
-pub async fn start_demo() -> anyhow::Result<ScriptedServer> {
-    let server = ScriptedServer::with_responder(respond)
-        .await
-        .map_err(|e| anyhow::anyhow!("cannot start the built-in demo model on 127.0.0.1: {e}"))?;
-    server.set_models([DEMO_MODEL]);
-    // A long demo session must not keep every conversation in memory.
-    server.set_recording(false);
-    Ok(server)
+/// Start the demo server (keep it alive as long as the provider using it). It keeps
+/// nothing of the requests it answers.
+pub async fn start_demo() -> anyhow::Result<Server> {
+    Server::start(|request: Request| match request.is_models() {
+        true => Reply::models([DEMO_MODEL]),
+        false => respond(&request),
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("cannot start the built-in demo model on 127.0.0.1: {e}"))
+}
+
+impl Request {
+    /// The conversation of a chat request (empty when the body has none or it does not parse).
+    pub fn messages(&self) -> Vec<ChatMessage> {
+        self.body.get("messages").and_then(|m| serde_json::from_value(m.clone()).ok()).unwrap_or_default()
+    }
 }
 
 /// What the demo says: some text and at most one tool call (name, JSON arguments).
@@ -53,10 +59,10 @@ impl DemoReply {
     }
 }
 
-/// The scripted server's responder.
-pub fn respond(request: &RecordedRequest) -> ScriptedResponse {
+/// The answer to a request other than `GET …/models`.
+pub fn respond(request: &Request) -> Reply {
     if !request.is_chat() {
-        return ScriptedResponse::error(404, &format!("the demo model has no {} {}", request.method, request.path));
+        return Reply::error(404, &format!("the demo model has no {} {}", request.method, request.path));
     }
     let messages = request.messages();
     let reply = reply(&messages, &request.tool_names(), request.temperature());
@@ -64,7 +70,7 @@ pub fn respond(request: &RecordedRequest) -> ScriptedResponse {
     stream(&reply, &call_id)
 }
 
-fn stream(reply: &DemoReply, call_id: &str) -> ScriptedResponse {
+fn stream(reply: &DemoReply, call_id: &str) -> Reply {
     let mut payloads = if reply.text.is_empty() { Vec::new() } else { text_chunks(&reply.text, PIECE_CHARS) };
     let mut completion_chars = reply.text.chars().count();
     let finish = match &reply.tool_call {
@@ -79,7 +85,7 @@ fn stream(reply: &DemoReply, call_id: &str) -> ScriptedResponse {
     payloads.push(finish_chunk(finish));
     payloads.push(usage_chunk(100, completion_chars.div_ceil(4) as u64));
     payloads.push(DONE.to_string());
-    ScriptedResponse::sse(payloads).delay(PIECE_DELAY)
+    Reply::sse(payloads).delay(PIECE_DELAY)
 }
 
 /// Decide the answer from the conversation (deterministic; no randomness, no clock).

@@ -5,7 +5,6 @@ pub mod anthropic;
 pub mod client;
 pub mod demo;
 pub mod provider;
-pub mod scripted;
 pub mod spend;
 pub mod sse;
 

@@ -15,9 +15,9 @@ use anyhow::{bail, Context};
 use super::anthropic::{AnthropicClient, MessagesOptions, ANTHROPIC_BASE_URL, ANTHROPIC_DEFAULT_MODEL};
 use super::client::{fetch_models, http_client, ClientSettings, OpenAiClient};
 use super::demo::{start_demo, DEMO_MODEL};
-use super::scripted::ScriptedServer;
 use super::{LlmError, Provider};
 use crate::config::{AgentConfig, ModelConfig};
+use crate::loopback::Server;
 
 /// Environment variables holding API keys: never logged, never passed to child processes.
 pub const SECRET_ENV_VARS: &[&str] = &["OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY"];
@@ -48,7 +48,7 @@ pub struct ResolvedProvider {
     pub label: String,
     pub demo: bool,
     /// Keeps the demo model's server alive as long as this value.
-    pub demo_server: Option<ScriptedServer>,
+    pub demo_server: Option<Server>,
 }
 
 impl std::fmt::Debug for ResolvedProvider {
@@ -367,8 +367,8 @@ async fn probe_local(probe: &LocalProbe, configured: Option<&str>) -> Option<(Lo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::llm::scripted::ScriptedResponse;
     use crate::engine::llm::{ChatMessage, ChatRequest};
+    use crate::testkit::scripted::{ScriptedResponse, ScriptedServer};
     use pretty_assertions::assert_eq;
 
     fn env_of(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
