@@ -275,6 +275,14 @@ pub struct JobsConfig {
     /// Seconds a job whose owner vanished (kill -9, closed terminal) waits for a new one
     /// before its supervisor kills it; 0 = at once.
     pub orphan_grace_s: f64,
+    /// Seconds between two notices of one watch pattern; matches in between are counted
+    /// and reported with the next notice ("+12 more").
+    pub watch_cooldown_s: f64,
+    /// Notices one watch sends at most; then it ends.
+    pub watch_max_notices: u32,
+    /// Job notices (exits, watch matches) that arrive within this many seconds of the
+    /// first one, while the agent is idle, start one turn together.
+    pub notice_window_s: f64,
 }
 
 impl Default for JobsConfig {
@@ -285,6 +293,9 @@ impl Default for JobsConfig {
             notify_starts_turn: true,
             on_quit: OnQuit::Ask,
             orphan_grace_s: 600.0,
+            watch_cooldown_s: 10.0,
+            watch_max_notices: 5,
+            notice_window_s: 0.3,
         }
     }
 }
@@ -464,6 +475,15 @@ impl Config {
         }
         if !(self.jobs.orphan_grace_s.is_finite() && self.jobs.orphan_grace_s >= 0.0) {
             return Err(invalid("jobs.orphan_grace_s", "expected a number of seconds, 0 or more"));
+        }
+        if !(self.jobs.watch_cooldown_s.is_finite() && self.jobs.watch_cooldown_s >= 0.0) {
+            return Err(invalid("jobs.watch_cooldown_s", "expected a number of seconds, 0 or more"));
+        }
+        if self.jobs.watch_max_notices == 0 {
+            return Err(invalid("jobs.watch_max_notices", "expected 1 or more"));
+        }
+        if !(self.jobs.notice_window_s.is_finite() && (0.0..=60.0).contains(&self.jobs.notice_window_s)) {
+            return Err(invalid("jobs.notice_window_s", "expected a number of seconds from 0 to 60"));
         }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));

@@ -120,6 +120,91 @@ impl Emulator {
     }
 }
 
+/// The lines of a stream as they are completed, each as a terminal shows it (escape
+/// sequences applied, colours dropped): what watch patterns are matched against.
+///
+/// A one-row terminal: each line feed scrolls the row off, and that row (with the rows a
+/// long line wrapped into before it, joined again) is a finished line. `\r` rewrites,
+/// erase-line and colours apply within a line; cursor-up redraws of several lines give
+/// each redrawn line in turn (what [`plain`] collapses is the final state of a whole
+/// window). Memory is one row, whatever the stream.
+pub struct LineFeed {
+    parser: vt100::Parser<LineCollector>,
+}
+
+#[derive(Default)]
+struct LineCollector {
+    /// Rows of the line being written that already scrolled off (it wrapped).
+    current: String,
+    /// The row scrolling off now is scrolled by a line feed: it ends a line.
+    line_feed: bool,
+    done: Vec<String>,
+}
+
+impl vt100::Callbacks for LineCollector {
+    fn on_scroll(&mut self, contents: RowContents<'_>, _alternate_screen: bool) {
+        let mut row = String::new();
+        let _ = contents.write_formatted_basic(&mut row, &mut BasicFormattedCaptureState::new());
+        self.current.extend(vt100::capture::basic_formatted_to_plain(&row));
+        if self.line_feed {
+            let line = std::mem::take(&mut self.current);
+            self.done.push(uncarry(line.trim_end()));
+        }
+    }
+}
+
+impl Default for LineFeed {
+    fn default() -> Self {
+        LineFeed::new()
+    }
+}
+
+impl LineFeed {
+    pub fn new() -> LineFeed {
+        LineFeed { parser: vt100::Parser::new_with_callbacks(nonzero(1), nonzero(COLS), 0, LineCollector::default()) }
+    }
+
+    /// Feed output; returns the lines it finished, in order.
+    pub fn feed(&mut self, text: &str) -> Vec<String> {
+        let carried;
+        let text = if text.contains(REPLACEMENT) {
+            carried = text.replace(REPLACEMENT, CARRIED);
+            &carried
+        } else {
+            text
+        };
+        for piece in text.split_inclusive('\n') {
+            match piece.strip_suffix('\n') {
+                Some(line) => {
+                    self.parser.process(line.as_bytes());
+                    // A pipe has no `onlcr`: the line feed returns the carriage too.
+                    self.parser.callbacks_mut().line_feed = true;
+                    self.parser.process(b"\r\n");
+                    self.parser.callbacks_mut().line_feed = false;
+                }
+                None => self.parser.process(piece.as_bytes()),
+            }
+        }
+        std::mem::take(&mut self.parser.callbacks_mut().done)
+    }
+
+    /// The line being written (no line feed yet), as it shows now; "" when there is none.
+    pub fn pending(&self) -> String {
+        let row = self.parser.screen().contents();
+        let mut line = self.parser.callbacks().current.clone();
+        line.push_str(&row);
+        uncarry(line.trim_end())
+    }
+}
+
+fn uncarry(text: &str) -> String {
+    if text.contains(CARRIED) {
+        text.replace(CARRIED, REPLACEMENT)
+    } else {
+        text.to_string()
+    }
+}
+
 fn nonzero(n: u16) -> NonZeroU16 {
     NonZeroU16::new(n).unwrap_or(NonZeroU16::MIN)
 }
@@ -247,5 +332,39 @@ mod tests {
     #[test]
     fn tabs_become_spaces_to_the_next_stop() {
         assert_eq!(plain("a\tb\n"), "a       b\n");
+    }
+
+    #[test]
+    fn a_line_feed_gives_each_line_when_it_is_finished() {
+        let mut feed = LineFeed::new();
+        assert_eq!(feed.feed("one\ntw"), vec!["one".to_string()]);
+        assert_eq!(feed.pending(), "tw");
+        assert_eq!(feed.feed("o\n"), vec!["two".to_string()]);
+        assert_eq!(feed.pending(), "");
+        // Rewrites, erase-line and colours apply within a line.
+        let lines = feed.feed("50%\r\x1b[K\x1b[32mREADY\x1b[0m on :80\r\nbar\r12\n\tx\n");
+        assert_eq!(lines, vec!["READY on :80".to_string(), "12r".to_string(), "        x".to_string()]);
+        // A cursor-up redraw gives each redrawn line in turn.
+        let lines = feed.feed("a: 1\nb: 1\n\x1b[2A\x1b[2Ka: 2\n\x1b[2Kb: 2\n");
+        assert_eq!(lines, vec!["a: 1", "b: 1", "a: 2", "b: 2"]);
+        // A long line wraps on the screen and comes back whole; U+FFFD stays.
+        let long = format!("{}\u{FFFD}end", "y".repeat(3 * COLS as usize));
+        assert_eq!(feed.feed(&format!("{long}\n")), vec![long.clone()]);
+        assert_eq!(feed.feed(""), Vec::<String>::new());
+    }
+
+    #[test]
+    fn a_line_feed_split_anywhere_gives_the_same_lines() {
+        let raw = "\x1b[1mbold\x1b[0m\r\x1b[Kover\nnext é line\nlast";
+        for cut in 0..=raw.len() {
+            if !raw.is_char_boundary(cut) {
+                continue;
+            }
+            let mut feed = LineFeed::new();
+            let mut lines = feed.feed(&raw[..cut]);
+            lines.extend(feed.feed(&raw[cut..]));
+            assert_eq!(lines, vec!["over", "next é line"], "cut at {cut}");
+            assert_eq!(feed.pending(), "last");
+        }
     }
 }

@@ -79,6 +79,8 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     | Event::JobUpdated { .. }
                     | Event::JobFinished { .. }
                     | Event::JobLog { .. }
+                    | Event::WatchMatched { .. }
+                    | Event::JobWatches { .. }
                     | Event::Notice { .. }
                     | Event::JobList { .. }
                     | Event::SessionList { .. }
@@ -184,6 +186,8 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::JobUpdated { .. }
         | Event::JobFinished { .. }
         | Event::JobLog { .. }
+        | Event::WatchMatched { .. }
+        | Event::JobWatches { .. }
         | Event::TurnFinished { .. }
         | Event::Notice { .. }
         | Event::JobList { .. }
@@ -286,6 +290,8 @@ impl Printer {
             | Event::ToolOutput { .. }
             | Event::JobUpdated { .. }
             | Event::JobLog { .. }
+            | Event::WatchMatched { .. }
+            | Event::JobWatches { .. }
             | Event::Status(_)
             | Event::Usage { .. }
             | Event::Context { .. }

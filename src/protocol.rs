@@ -71,9 +71,22 @@ pub enum Approval {
 pub enum JobAction {
     Poll,
     Kill,
-    Write { data: String },
+    Write {
+        data: String,
+    },
     Close,
-    Log { offset: Option<u64>, limit: Option<u64> },
+    Log {
+        offset: Option<u64>,
+        limit: Option<u64>,
+    },
+    /// A watch set by the user (`w` in the log view): a matching line notifies the user.
+    Watch {
+        pattern: String,
+    },
+    /// Remove the user's watches on the job (all of them when `pattern` is None).
+    Unwatch {
+        pattern: Option<String>,
+    },
 }
 
 /// Front end -> engine.
@@ -396,11 +409,32 @@ pub enum Event {
         id: JobId,
         status: JobStatus,
     },
+    /// A window of a job's log. `first_line`: where the kept log starts; `from`..=`to`:
+    /// the lines of the log (as written, newline-counted) this window covers — the text is
+    /// raw, and once a terminal shows it (redraws applied) it can be fewer lines.
     JobLog {
         id: JobId,
         text: String,
         first_line: u64,
         total_lines: u64,
+        #[serde(default)]
+        from: u64,
+        #[serde(default)]
+        to: u64,
+    },
+    /// A line of a job matched a watch the user set (`w` in the log view). `more`:
+    /// matches folded into this one by the cooldown; `ended`: the watch reached its cap.
+    WatchMatched {
+        id: JobId,
+        pattern: String,
+        line: String,
+        more: u64,
+        ended: bool,
+    },
+    /// The patterns the user watches on a job now (after a change).
+    JobWatches {
+        id: JobId,
+        patterns: Vec<String>,
     },
     TurnFinished {
         outcome: TurnOutcome,

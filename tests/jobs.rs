@@ -294,7 +294,7 @@ async fn background_job_wait_log_and_kill() {
     assert_eq!(v["status"], json!("killed"));
     let v = env.process(json!({"action": "poll", "session_id": id})).await;
     assert_eq!(v["status"], json!("killed"));
-    assert!(env.jobs.take_exit_notices("s1").await.is_empty(), "the model saw both exits through process");
+    assert!(env.jobs.take_notices("s1").await.is_empty(), "the model saw both exits through process");
 }
 
 #[tokio::test]
@@ -464,14 +464,14 @@ async fn exit_notifications_come_exactly_once_unless_seen() {
     let r = env.terminal(json!({"command": "echo bye; exit 3", "background": true})).await;
     let id = str_of(&r.value, "session_id").to_string();
     env.wait_finished(&id).await;
-    assert!(env.jobs.take_exit_notices("other session").await.is_empty());
-    let notices = env.jobs.take_exit_notices("s1").await;
+    assert!(env.jobs.take_notices("other session").await.is_empty());
+    let notices = env.jobs.take_notices("s1").await;
     assert_eq!(notices.len(), 1, "{notices:?}");
     assert_eq!(notices[0].id, id);
     let text = &notices[0].text;
     assert!(text.starts_with(&format!("[Background job {id} exited with code 3 after ")), "{text}");
     assert!(text.ends_with(". Command: echo bye; exit 3. Output tail: bye]"), "{text}");
-    assert!(env.jobs.take_exit_notices("s1").await.is_empty());
+    assert!(env.jobs.take_notices("s1").await.is_empty());
 
     // Seen through process poll: no notification.
     let r = env.terminal(json!({"command": "exit 0", "background": true})).await;
@@ -479,11 +479,11 @@ async fn exit_notifications_come_exactly_once_unless_seen() {
     env.wait_finished(&id).await;
     let v = env.process(json!({"action": "poll", "session_id": id})).await;
     assert_eq!(v["status"], json!("exited"));
-    assert!(env.jobs.take_exit_notices("s1").await.is_empty());
+    assert!(env.jobs.take_notices("s1").await.is_empty());
 
     // Foreground commands that simply finish never notify.
     env.terminal(json!({"command": "true"})).await;
-    assert!(env.jobs.take_exit_notices("s1").await.is_empty());
+    assert!(env.jobs.take_notices("s1").await.is_empty());
 }
 
 #[tokio::test]
@@ -694,6 +694,11 @@ async fn poll_and_log_show_the_emulated_output_and_the_raw_log_keeps_every_byte(
     let v = env.process(json!({"action": "log", "session_id": id, "offset": 1, "limit": 1000})).await;
     assert_eq!(v["output"].as_str().map(str::trim_end), Some(expected), "{v}");
     assert_eq!(v["total_lines"], json!(602), "{v}");
+    assert_eq!(
+        v["showing"],
+        json!("lines 1-602 of 602 as written to the log, shown as a terminal shows them (4 lines after redraws)"),
+        "the numbers say what they count"
+    );
 
     let raw = raw_bytes_under(&env.paths.jobs_dir.join(&id));
     let raw = String::from_utf8_lossy(&raw);

@@ -36,6 +36,8 @@ pub enum DisplayKind {
     Goal,
     Heartbeat,
     JobNotice,
+    /// A watch pattern matched a job's output (never marks the job notified).
+    WatchNotice,
     /// The context note of the user's own `!command`.
     Bang,
     /// The partial text of an answer cut short (redirect, interrupt, failure).
@@ -49,6 +51,7 @@ impl DisplayKind {
             DisplayKind::Goal => "goal",
             DisplayKind::Heartbeat => "heartbeat",
             DisplayKind::JobNotice => crate::engine::store::jobs::NOTICE_KIND,
+            DisplayKind::WatchNotice => "watch_notice",
             DisplayKind::Bang => "bang",
             DisplayKind::Partial => "partial",
         }

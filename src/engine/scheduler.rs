@@ -33,8 +33,12 @@ pub struct State {
     pub goal_boundary: bool,
     /// A goal continuation is due.
     pub goal_continuation: bool,
-    /// Finished jobs of this session whose exit the model has not been told.
-    pub job_notices: bool,
+    /// Notices for the model waiting in the job registry (exits, watch matches): how long
+    /// the oldest has waited, in ms.
+    pub job_notices: Option<u64>,
+    /// `jobs.notice_window_s` in ms: idle notices start a turn only once the oldest has
+    /// waited this long, so those arriving together make one turn.
+    pub notice_window_ms: u64,
     /// `jobs.notify_starts_turn`.
     pub notify_starts_turn: bool,
     /// The heartbeat's time has come (whether the session is idle is decided here).
@@ -299,13 +303,23 @@ fn next(state: &State) -> Option<Effect> {
     if state.goal_continuation {
         return Some(Effect::StartTurn(Start::Goal));
     }
-    if state.notify_starts_turn && state.job_notices {
-        return Some(Effect::StartTurn(Start::JobNotices));
+    if let Some(waited) = state.job_notices.filter(|_| state.notify_starts_turn) {
+        // Within the window the turn waits for more notices (and the heartbeat waits
+        // behind them).
+        return (waited >= state.notice_window_ms).then_some(Effect::StartTurn(Start::JobNotices));
     }
     if state.heartbeat_due {
         return Some(Effect::StartTurn(Start::Heartbeat));
     }
     None
+}
+
+/// In how many ms the waiting job notices start a turn, when nothing but their window
+/// holds them back (the engine wakes then); None when they are not what runs next.
+pub fn job_notices_due_in_ms(state: &State) -> Option<u64> {
+    let waited = state.job_notices?;
+    let due = State { job_notices: Some(u64::MAX), ..state.clone() };
+    (next(&due) == Some(Effect::StartTurn(Start::JobNotices))).then(|| state.notice_window_ms.saturating_sub(waited))
 }
 
 #[cfg(test)]
@@ -450,7 +464,7 @@ mod tests {
     // --- What runs next when idle: one test per priority rule. ---------------------------
 
     fn everything_due() -> State {
-        State { pending: 1, queued: 2, goal_continuation: true, job_notices: true, heartbeat_due: true, ..idle() }
+        State { pending: 1, queued: 2, goal_continuation: true, job_notices: Some(0), heartbeat_due: true, ..idle() }
     }
 
     #[test]
@@ -509,8 +523,29 @@ mod tests {
 
     #[test]
     fn job_notices_wait_when_they_may_not_start_a_turn() {
-        let state = State { job_notices: true, notify_starts_turn: false, heartbeat_due: true, ..idle() };
+        let state = State { job_notices: Some(0), notify_starts_turn: false, heartbeat_due: true, ..idle() };
         assert_eq!(decide(&state, Input::Settle), vec![Effect::StartTurn(Start::Heartbeat)]);
+    }
+
+    #[test]
+    fn notices_within_the_window_wait_for_each_other() {
+        let waiting = State { job_notices: Some(100), notice_window_ms: 300, heartbeat_due: true, ..idle() };
+        assert_eq!(decide(&waiting, Input::Settle), vec![], "the heartbeat waits behind them too");
+        assert_eq!(job_notices_due_in_ms(&waiting), Some(200));
+        let due = State { job_notices: Some(300), ..waiting.clone() };
+        assert_eq!(decide(&due, Input::Settle), vec![Effect::StartTurn(Start::JobNotices)]);
+        assert_eq!(job_notices_due_in_ms(&due), Some(0));
+        // Nothing to wake for when they are not what runs next.
+        for state in [
+            State { phase: Phase::Turn, ..waiting.clone() },
+            State { paused: true, ..waiting.clone() },
+            State { goal_boundary: true, ..waiting.clone() },
+            State { queued: 1, ..waiting.clone() },
+            State { notify_starts_turn: false, ..waiting.clone() },
+            State { job_notices: None, ..waiting.clone() },
+        ] {
+            assert_eq!(job_notices_due_in_ms(&state), None, "{state:?}");
+        }
     }
 
     #[test]
@@ -523,7 +558,7 @@ mod tests {
         assert!(!State { goal_continuation: true, ..idle() }.idle());
         assert!(!State { paused: true, ..idle() }.idle());
         // Running background jobs and due notices do not make the session busy.
-        assert!(State { job_notices: true, ..idle() }.idle());
+        assert!(State { job_notices: Some(0), ..idle() }.idle());
     }
 
     // --- Commands refused while busy. ----------------------------------------------------

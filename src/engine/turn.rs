@@ -15,7 +15,7 @@ use crate::engine::approval::Approver;
 use crate::engine::compaction::{self, Compactor};
 use crate::engine::context::ContextMeter;
 use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
-use crate::engine::jobs::JobsHandle;
+use crate::engine::jobs::{JobsHandle, NoticeKind};
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
 use crate::engine::store::Store;
 use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
@@ -442,10 +442,19 @@ async fn deliver_pending(
     push_user(env, history, text, shown, TurnTrigger::User, MessageOrigin::MidTurn, kind).await
 }
 
-/// Job exits the model has not seen yet, as separate user messages (no wrapper).
-/// Anything but `Sent` when a notice could not be saved (the rest are not added then).
+/// The display kind a job notice is stored with: an exit notice marks its job notified
+/// (exactly once), a watch notice marks nothing.
+pub fn notice_kind(kind: NoticeKind) -> DisplayKind {
+    match kind {
+        NoticeKind::Exit => DisplayKind::JobNotice,
+        NoticeKind::Watch => DisplayKind::WatchNotice,
+    }
+}
+
+/// Job exits the model has not seen yet and watch matches, as separate user messages (no
+/// wrapper). Anything but `Sent` when a notice could not be saved (the rest are not added then).
 async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> Delivery {
-    for notice in env.jobs.take_exit_notices(&env.session_id).await {
+    for notice in env.jobs.take_notices(&env.session_id).await {
         let shown = notice.text.clone();
         let delivery = push_user(
             env,
@@ -454,7 +463,7 @@ async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> D
             shown,
             TurnTrigger::JobNotification,
             MessageOrigin::TurnInput,
-            Some(DisplayKind::JobNotice),
+            Some(notice_kind(notice.kind)),
         )
         .await;
         if delivery != Delivery::Sent {

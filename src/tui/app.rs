@@ -74,6 +74,8 @@ pub struct JobRow {
     pub info: JobInfo,
     /// Wall-clock time (unix ms) the UI learnt the job ended; freezes its runtime.
     pub finished_at_ms: Option<u64>,
+    /// The patterns the user watches on it (`w`).
+    pub watches: Vec<String>,
 }
 
 impl JobRow {
@@ -107,6 +109,9 @@ pub struct LogView {
     pub current_match: Option<usize>,
     /// The answer to the last thing done from the view (poll, kill, write), shown in it.
     pub message: Option<(NoticeLevel, String)>,
+    /// The log lines (as written) the loaded chunk covers, when a terminal shows them as a
+    /// different number of lines (redraws collapsed): line numbers are then not per line.
+    pub redrawn: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -119,6 +124,11 @@ pub enum Modal {
         id: JobId,
     },
     WritePrompt {
+        id: JobId,
+        text: String,
+    },
+    /// Typing a pattern to watch the job's output for (`w`).
+    WatchPrompt {
         id: JobId,
         text: String,
     },
@@ -413,7 +423,12 @@ impl App {
 
     fn on_paste(&mut self, text: &str) {
         let text = text.replace("\r\n", "\n").replace('\r', "\n");
-        if let Some(Modal::WritePrompt { text: buf, .. } | Modal::LogSearch { text: buf }) = &mut self.modal {
+        if let Some(
+            Modal::WritePrompt { text: buf, .. }
+            | Modal::WatchPrompt { text: buf, .. }
+            | Modal::LogSearch { text: buf },
+        ) = &mut self.modal
+        {
             buf.push_str(text.lines().next().unwrap_or(""));
             return;
         }

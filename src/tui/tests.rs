@@ -251,6 +251,8 @@ fn jobs_pane_with_a_job_and_its_log() {
                 .into(),
             first_line: 1,
             total_lines: 3,
+            from: 1,
+            to: 3,
         },
     );
     insta::assert_snapshot!("job_log", screen(&mut app, 100, 20));
@@ -451,7 +453,10 @@ fn open_fifty_line_log() -> App {
     let text: Vec<String> = (1..=50)
         .map(|i| if i == 10 || i == 30 { format!("line {i} ERROR here") } else { format!("line {i}") })
         .collect();
-    feed(&mut app, Event::JobLog { id: "job_1".into(), text: text.join("\n"), first_line: 1, total_lines: 50 });
+    feed(
+        &mut app,
+        Event::JobLog { id: "job_1".into(), text: text.join("\n"), first_line: 1, total_lines: 50, from: 1, to: 50 },
+    );
     screen(&mut app, 100, 20);
     app
 }
@@ -496,18 +501,23 @@ fn the_log_view_says_what_its_keys_did_and_offers_only_keys_that_apply() {
     feed(&mut app, Event::JobStarted { job: finished });
     key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
     key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
-    feed(&mut app, Event::JobLog { id: "job_2".into(), text: "1 failed".into(), first_line: 1, total_lines: 1 });
+    feed(
+        &mut app,
+        Event::JobLog { id: "job_2".into(), text: "1 failed".into(), first_line: 1, total_lines: 1, from: 1, to: 1 },
+    );
     let out = screen(&mut app, 100, 20);
     let footer = out.lines().nth(15).unwrap_or_default().to_string();
     assert!(footer.contains("p poll") && footer.contains("close"), "{footer}");
-    for absent in ["kill", "write", "follow"] {
+    for absent in ["kill", "write", "watch", "follow"] {
         assert!(!footer.contains(absent), "a finished job offers no {absent}: {footer}");
     }
     key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
     let out = screen(&mut app, 100, 20);
     assert!(out.contains("job_2 is not running"), "k answers in the log view:\n{out}");
-    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    key(&mut app, KeyCode::Char('i'), KeyModifiers::NONE);
     assert!(screen(&mut app, 100, 20).contains("job_2 has no stdin"));
+    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("a watch only sees new output"));
     feed(&mut app, Event::notice(NoticeLevel::Info, "job_2 · exited 1 · 1m02s · 1 failed"));
     assert!(screen(&mut app, 100, 20).contains("job_2 · exited 1 · 1m02s"), "a poll's answer shows in the view");
 }
@@ -713,6 +723,65 @@ fn heartbeat_every_10m_next_in_4m() -> HeartbeatInfo {
         fire_count: 0,
         last_fired_at_ms: None,
     }
+}
+
+#[test]
+fn w_in_a_job_log_watches_for_a_pattern_and_a_match_is_shown_and_rings() {
+    let mut app = open_fifty_line_log();
+    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    for c in "READY".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    insta::assert_snapshot!("watch_prompt", screen(&mut app, 100, 20));
+    let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));
+    assert_eq!(
+        ops,
+        vec![crate::protocol::Op::Job {
+            id: "job_1".into(),
+            action: crate::protocol::JobAction::Watch { pattern: "READY".into() }
+        }]
+    );
+    feed(&mut app, Event::JobWatches { id: "job_1".into(), patterns: vec!["READY".into()] });
+    assert_eq!(app.notification, None);
+    feed(
+        &mut app,
+        Event::WatchMatched {
+            id: "job_1".into(),
+            pattern: "READY".into(),
+            line: "server \x1b[1mREADY\x1b[0m on :8080".into(),
+            more: 2,
+            ended: false,
+        },
+    );
+    assert_eq!(app.notification.as_deref(), Some("\x07"), "ui.notify = bell rings");
+    let out = screen(&mut app, 100, 20);
+    insta::assert_snapshot!("watch_matched_in_the_log_view", out);
+    assert!(out.contains("job_1 matched your watch /READY/: server READY on :8080 (+2 more)"), "{out}");
+    assert!(out.contains("watching /READY/"), "the footer says what is watched:\n{out}");
+    // The prompt lists the watch and how to stop it.
+    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("You watch /READY/; an empty pattern stops them."));
+}
+
+#[test]
+fn a_log_whose_redraws_collapse_says_which_log_lines_it_shows() {
+    let mut app = app();
+    let running = job(&app, "job_1", "docker pull x", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: running });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    // 600 lines as written: a two-line display redrawn 300 times.
+    let mut text = String::new();
+    for i in 0..300 {
+        if i > 0 {
+            text.push_str("\x1b[2A");
+        }
+        text.push_str(&format!("\x1b[2Klayer a: {i}/299\n\x1b[2Klayer b: {}/299\n", i / 2));
+    }
+    feed(&mut app, Event::JobLog { id: "job_1".into(), text, first_line: 1, total_lines: 600, from: 1, to: 600 });
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("layer a: 299/299") && !out.contains("layer a: 298/299"), "{out}");
+    assert!(out.contains("log lines 1–600 of 600 redrawn as 2"), "{out}");
 }
 
 #[test]

@@ -9,7 +9,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use super::log::read_lines;
-use super::{Job, JobsHandle};
+use super::watches::WatchOwner;
+use super::{lock, Job, JobsHandle};
 use crate::engine::args::{arg_str, arg_u64};
 use crate::engine::signals::ToolSignals;
 use crate::protocol::{Event, JobAction, JobId, JobStatus, NoticeLevel};
@@ -22,7 +23,7 @@ const POLL_TAIL: usize = 1000;
 /// A write to a job that does not read its stdin gives up after this long.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
-const ACTIONS: &str = "list, poll, log, wait, kill, write, close";
+const ACTIONS: &str = "list, poll, log, wait, kill, write, close, watch, unwatch";
 
 /// A window of a job's log for the UI's log view (ANSI kept).
 #[derive(Debug, Clone, PartialEq)]
@@ -121,7 +122,7 @@ impl JobsHandle {
         if action == "list" {
             return self.list_value();
         }
-        if !["poll", "log", "wait", "kill", "write", "close"].contains(&action.as_str()) {
+        if !["poll", "log", "wait", "kill", "write", "close", "watch", "unwatch"].contains(&action.as_str()) {
             return error(format!("unknown action {action:?}; use one of {ACTIONS}"));
         }
         let Some(id) = arg_str(args, "session_id").map(str::trim).filter(|s| !s.is_empty()) else {
@@ -149,6 +150,11 @@ impl JobsHandle {
                 Ok(()) => json!({ "status": "ok" }),
                 Err(e) => error(e),
             },
+            "watch" => match arg_str(args, "pattern").filter(|p| !p.is_empty()) {
+                Some(pattern) => self.watch_value(&job, pattern),
+                None => self.watches_value(&job),
+            },
+            "unwatch" => self.unwatch_value(&job, arg_str(args, "pattern").filter(|p| !p.is_empty())),
             _ => error(format!("unknown action {action:?}; use one of {ACTIONS}")),
         }
     }
@@ -198,11 +204,17 @@ impl JobsHandle {
     fn log_value(&self, job: &Job, offset: Option<u64>, limit: Option<u64>) -> Value {
         let log = self.job_log(job, offset, limit);
         let max = self.inner.config.tool_output.max_chars;
-        let output = crate::text::truncate_for_model(&crate::emulate::plain(&log.text), max);
-        let showing = if log.to == 0 {
-            "no output yet".to_string()
-        } else {
-            format!("lines {}-{} of {}", log.from, log.to, log.total_lines)
+        let plain = crate::emulate::plain(&log.text);
+        let shown = plain.lines().count() as u64;
+        let output = crate::text::truncate_for_model(&plain, max);
+        // Line numbers count the log as written; a redrawn display shows as fewer lines.
+        let showing = match log.to {
+            0 => "no output yet".to_string(),
+            to if shown + 1 < to - log.from + 1 => format!(
+                "lines {}-{} of {} as written to the log, shown as a terminal shows them ({shown} lines after redraws)",
+                log.from, to, log.total_lines
+            ),
+            to => format!("lines {}-{} of {}", log.from, to, log.total_lines),
         };
         json!({
             "session_id": job.id,
@@ -227,6 +239,68 @@ impl JobsHandle {
             total_lines: counted.max(view.to),
             from: view.from,
             to: view.to,
+        }
+    }
+
+    fn watches_value(&self, job: &Job) -> Value {
+        let watches = lock(&job.watches).infos();
+        json!({ "session_id": job.id, "status": status_str(&job.state().status.clone()), "watches": watches })
+    }
+
+    fn watch_value(&self, job: &Job, pattern: &str) -> Value {
+        let replaced = match self.inner.add_watch(job, pattern, WatchOwner::Model) {
+            Ok(replaced) => replaced,
+            Err(e) => return error(e),
+        };
+        let limits = self.inner.watch_limits();
+        let mut value = json!({
+            "status": if replaced { "watching (set again)" } else { "watching" },
+            "session_id": job.id,
+            "pattern": pattern,
+            "note": format!(
+                "You get a message [Job {} matched /{pattern}/: <line>] when a line of its output matches \
+                 (as a terminal shows it, colours and redraws applied), at most one per {}s (matches in \
+                 between are counted: \"+N more\") and {} in all; the watch ends with the job.",
+                job.id,
+                limits.cooldown_ms as f64 / 1000.0,
+                limits.max_notices
+            ),
+        });
+        // Output printed before the watch is not watched, but say if it already matched
+        // (a server that was ready before the model asked).
+        let earlier = self.earlier_matches(job, pattern);
+        if let Some(last) = earlier.last() {
+            value["earlier_matches"] = json!(earlier.len());
+            value["last_earlier_match"] = json!(last);
+        }
+        value
+    }
+
+    /// Lines of the last part of the log that match, as a terminal shows them.
+    fn earlier_matches(&self, job: &Job, pattern: &str) -> Vec<String> {
+        let Ok(regex) = super::watches::compile(pattern) else { return Vec::new() };
+        let log = self.job_log(job, None, Some(LOG_DEFAULT_LINES));
+        let text = crate::emulate::plain(&log.text);
+        let mut lines: Vec<String> = text.lines().filter(|l| regex.is_match(l)).map(str::to_string).collect();
+        if let Some(last) = lines.last_mut() {
+            *last = crate::text::truncate_for_model(last, 500);
+        }
+        lines
+    }
+
+    fn unwatch_value(&self, job: &Job, pattern: Option<&str>) -> Value {
+        let removed = lock(&job.watches).remove(WatchOwner::Model, pattern);
+        if removed > 0 {
+            self.inner.publish_watches(job);
+        }
+        let watches = lock(&job.watches).infos();
+        match (removed, pattern) {
+            (0, Some(p)) => json!({
+                "error": format!("{} has no watch /{p}/ set by you", job.id),
+                "session_id": job.id,
+                "watches": watches,
+            }),
+            _ => json!({ "status": "ok", "session_id": job.id, "removed": removed, "watches": watches }),
         }
     }
 
@@ -367,7 +441,31 @@ impl JobsHandle {
             },
             JobAction::Log { offset, limit } => {
                 let log = self.job_log(&job, offset, limit);
-                Event::JobLog { id: log.id, text: log.text, first_line: log.first_line, total_lines: log.total_lines }
+                Event::JobLog {
+                    id: log.id,
+                    text: log.text,
+                    first_line: log.first_line,
+                    total_lines: log.total_lines,
+                    from: log.from,
+                    to: log.to,
+                }
+            }
+            JobAction::Watch { pattern } => match self.inner.add_watch(&job, &pattern, WatchOwner::User) {
+                Ok(_) => Event::notice(
+                    NoticeLevel::Info,
+                    format!("watching {} for /{pattern}/: a matching line is shown here (and rings)", job.id),
+                ),
+                Err(e) => Event::notice(NoticeLevel::Error, e),
+            },
+            JobAction::Unwatch { pattern } => {
+                let removed = lock(&job.watches).remove(WatchOwner::User, pattern.as_deref());
+                self.inner.publish_watches(&job);
+                let text = match removed {
+                    0 => format!("you had no watch on {}", job.id),
+                    1 => format!("stopped watching {}", job.id),
+                    n => format!("stopped your {n} watches on {}", job.id),
+                };
+                Event::notice(NoticeLevel::Info, text)
             }
         }
     }

@@ -171,8 +171,11 @@ pub(super) async fn follow(
         let text = reader.read_some();
         if !text.is_empty() {
             take_text(&job, &reader, &mut chunk, &text);
+            reg.feed_watches(&job, &text);
             dirty = true;
             interval = POLL_MIN;
+        } else {
+            reg.quiet_watches(&job);
         }
         if dirty && last_emit.elapsed() >= EMIT_EVERY {
             emit(&job, &events, &mut chunk);
@@ -192,9 +195,11 @@ pub(super) async fn follow(
                     break;
                 }
                 take_text(&job, &reader, &mut chunk, &text);
+                reg.feed_watches(&job, &text);
             }
             let rest = reader.finish();
             take_text(&job, &reader, &mut chunk, &rest);
+            reg.feed_watches(&job, &rest);
             let totals = record.output;
             job.state().output.settle_totals(totals.chars, totals.bytes, totals.lines);
             break ExitInfo {
@@ -237,6 +242,7 @@ pub(super) async fn follow(
                 super::records::kill_remains(job.pgid, job.leader_start, reg.kill_grace()).await;
                 let rest = reader.read_some();
                 take_text(&job, &reader, &mut chunk, &rest);
+                reg.feed_watches(&job, &rest);
                 break ExitInfo::lost();
             }
         }
@@ -253,6 +259,8 @@ pub(super) async fn follow(
     }
     let mut exit = exit;
     exit.cwd = read_cwd(&jd);
+    // Watch notices come before the exit notice, in the order things happened.
+    reg.end_watches(&job);
     reg.finish(&job, exit.clone()).await;
     if let Some(tx) = exit_tx {
         let _ = tx.send(exit);

@@ -16,6 +16,7 @@ pub mod output;
 pub mod records;
 mod run;
 pub mod supervisor;
+pub mod watches;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -122,14 +123,28 @@ pub struct Spawned {
     pub exit: oneshot::Receiver<ExitInfo>,
 }
 
-/// A finished job the model has not seen yet (exactly-once notifications).
+/// What a job notice tells the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NoticeKind {
+    /// The job ended (exactly once: appending it as a message with display kind
+    /// `job_notice` marks the job notified in the same transaction).
+    Exit,
+    /// A watch pattern matched (display kind `watch_notice`: it never marks the job
+    /// notified, so the exit is still told).
+    Watch,
+}
+
+/// Something about a job the model has not been told yet: it ended, or a watch matched.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ExitNotice {
+pub struct JobNotice {
     pub id: JobId,
     pub session_id: String,
-    /// The user-message text of DESIGN §4. Appending it as a message with display kind
-    /// `job_notice` marks the job notified in the same transaction.
+    pub kind: NoticeKind,
+    /// The user-message text (DESIGN §4 and §4c).
     pub text: String,
+    /// When it was queued (unix ms): idle notices arriving within `jobs.notice_window_s`
+    /// of the first one start one turn together.
+    pub queued_at_ms: u64,
 }
 
 /// Which binary runs the supervisors (`<exe> __job <dir>`).
@@ -189,7 +204,7 @@ struct Registry {
     boot_id: String,
     jobs: Mutex<BTreeMap<u64, Arc<Job>>>,
     next_num: AtomicU64,
-    notices: Mutex<Vec<ExitNotice>>,
+    notices: Mutex<Vec<JobNotice>>,
     finished_tx: mpsc::UnboundedSender<JobId>,
     shutting_down: AtomicBool,
     /// What sandboxed jobs may touch (the supervisor turns it into a ruleset per spawn).
@@ -230,6 +245,8 @@ struct Job {
     kill_requested: AtomicBool,
     /// The model saw the exit through `process`: no notification.
     exit_seen: AtomicBool,
+    /// Watch patterns on its output (they end with the job).
+    watches: Mutex<watches::Watches>,
 }
 
 struct JobState {
@@ -288,7 +305,7 @@ impl Job {
 impl JobsHandle {
     /// Start the registry with the default options (supervisor = this executable,
     /// sweep). The receiver gets the id of each background job that ends (a wake-up:
-    /// call `take_exit_notices` to learn what the model should be told). Needs a tokio
+    /// call `take_notices` to learn what the model should be told). Needs a tokio
     /// runtime.
     pub fn start(
         paths: &Paths,
@@ -439,6 +456,7 @@ impl JobsHandle {
         job.exit_seen.store(true, Ordering::SeqCst);
         let exit = self.inner.kill_job(&job).await;
         lock(&self.inner.notices).retain(|n| n.id != job.id);
+        lock(&job.watches).end(now_ms());
         let text = job.state().output.model_text(self.inner.config.tool_output.max_chars);
         self.inner.remove(job.num);
         Some((exit, text))
@@ -467,27 +485,59 @@ impl JobsHandle {
         self.inner.get(id).map(|j| j.info())
     }
 
-    /// Whether `take_exit_notices` would return something now (the scheduler asks).
-    pub async fn has_exit_notices(&self, session_id: &str) -> bool {
-        lock(&self.inner.notices).iter().any(|n| n.session_id == session_id)
+    /// How long the oldest notice for `session_id` has waited (ms), if there is one (the
+    /// scheduler asks: idle notices within `jobs.notice_window_s` start one turn).
+    pub fn notice_wait_ms(&self, session_id: &str) -> Option<u64> {
+        let now = now_ms();
+        lock(&self.inner.notices)
+            .iter()
+            .filter(|n| n.session_id == session_id)
+            .map(|n| now.saturating_sub(n.queued_at_ms))
+            .max()
     }
 
-    /// Finished jobs of `session_id` whose exit the model has not seen; each is returned
-    /// once per talaria process. Delivering one (appending it as a `job_notice` message)
-    /// marks it notified in the database, so a later talaria does not tell it again.
-    pub async fn take_exit_notices(&self, session_id: &str) -> Vec<ExitNotice> {
-        let taken: Vec<ExitNotice> = {
+    /// Notices for `session_id` the model has not been told, in the order they came:
+    /// finished jobs whose exit it has not seen, and watch matches. Each is returned once
+    /// per talaria process. Delivering an exit notice (appending it as a `job_notice`
+    /// message) marks the job notified in the database, so a later talaria does not tell
+    /// it again; a watch notice (`watch_notice`) marks nothing.
+    pub async fn take_notices(&self, session_id: &str) -> Vec<JobNotice> {
+        let taken: Vec<JobNotice> = {
             let mut notices = lock(&self.inner.notices);
             let (taken, kept) = std::mem::take(&mut *notices).into_iter().partition(|n| n.session_id == session_id);
             *notices = kept;
             taken
         };
-        for notice in &taken {
+        for notice in taken.iter().filter(|n| n.kind == NoticeKind::Exit) {
             if let Some(job) = self.inner.get(&notice.id) {
                 job.exit_seen.store(true, Ordering::SeqCst);
             }
         }
         taken
+    }
+
+    /// Set a watch on a running job's output (DESIGN §4c). Returns whether it replaced
+    /// the same pattern set before by the same owner.
+    pub fn watch(&self, id: &str, pattern: &str, owner: watches::WatchOwner) -> Result<bool, String> {
+        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
+        self.inner.add_watch(&job, pattern, owner)
+    }
+
+    /// Remove `owner`'s watch with `pattern` (or all of them) from a job; how many went.
+    pub fn unwatch(&self, id: &str, pattern: Option<&str>, owner: watches::WatchOwner) -> Result<usize, String> {
+        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
+        let removed = lock(&job.watches).remove(owner, pattern);
+        if removed > 0 {
+            self.inner.publish_watches(&job);
+        }
+        Ok(removed)
+    }
+
+    /// The watches on a job.
+    pub fn watches(&self, id: &str) -> Option<Vec<watches::WatchInfo>> {
+        let job = self.inner.get(id)?;
+        let infos = lock(&job.watches).infos();
+        Some(infos)
     }
 
     /// Leave running jobs running when talaria shuts down: `detach` = kept on purpose
@@ -513,7 +563,8 @@ impl JobsHandle {
             let kills = running.iter().map(|job| self.inner.kill_job(job));
             futures_util::future::join_all(kills).await;
         }
-        let pending: Vec<JobId> = lock(&self.inner.notices).iter().map(|n| n.id.clone()).collect();
+        let pending: Vec<JobId> =
+            lock(&self.inner.notices).iter().filter(|n| n.kind == NoticeKind::Exit).map(|n| n.id.clone()).collect();
         for job in self.inner.all() {
             if job.is_running() || pending.contains(&job.id) {
                 job.forgotten.cancel();
@@ -569,7 +620,8 @@ impl Registry {
     /// about first, oldest first.
     fn make_room(&self) -> Result<(), String> {
         let max = self.config.jobs.max_jobs.max(1);
-        let unseen: Vec<JobId> = lock(&self.notices).iter().map(|n| n.id.clone()).collect();
+        let unseen: Vec<JobId> =
+            lock(&self.notices).iter().filter(|n| n.kind == NoticeKind::Exit).map(|n| n.id.clone()).collect();
         let victims: Vec<u64> = {
             let jobs = lock(&self.jobs);
             if jobs.len() < max {
@@ -708,19 +760,136 @@ impl Registry {
         }
         if let Some(text) = notice {
             if !job.exit_seen.load(Ordering::SeqCst) {
-                lock(&self.notices).push(ExitNotice { id: job.id.clone(), session_id: job.session_id.clone(), text });
-                let _ = self.finished_tx.send(job.id.clone());
+                self.queue_notice(job, NoticeKind::Exit, text);
             }
         }
         job.done.send_replace(Some(exit));
     }
 
-    /// The model saw this job's exit through `process`: never notify it.
+    /// Queue a notice for the model and wake the engine.
+    fn queue_notice(&self, job: &Job, kind: NoticeKind, text: String) {
+        let notice =
+            JobNotice { id: job.id.clone(), session_id: job.session_id.clone(), kind, text, queued_at_ms: now_ms() };
+        lock(&self.notices).push(notice);
+        let _ = self.finished_tx.send(job.id.clone());
+    }
+
+    /// The model saw this job's exit through `process`: never notify it (its watch
+    /// notices still go out).
     fn mark_seen(&self, job: &Job) {
         job.exit_seen.store(true, Ordering::SeqCst);
-        lock(&self.notices).retain(|n| n.id != job.id);
+        lock(&self.notices).retain(|n| n.id != job.id || n.kind != NoticeKind::Exit);
         if let Some(store) = &self.store {
             drop(store.job_mark_notified(job.num as i64));
         }
+    }
+}
+
+impl Registry {
+    fn watch_limits(&self) -> watches::Limits {
+        let cooldown = self.config.jobs.watch_cooldown_s.max(0.0) * 1000.0;
+        watches::Limits { cooldown_ms: cooldown as u64, max_notices: self.config.jobs.watch_max_notices.max(1) }
+    }
+
+    fn add_watch(&self, job: &Job, pattern: &str, owner: watches::WatchOwner) -> Result<bool, String> {
+        if !job.is_running() {
+            return Err(format!(
+                "{} has already ended; a watch only sees new output (process(action='log') shows what it printed)",
+                job.id
+            ));
+        }
+        // The job's unfinished last line, so a line half written now is matched whole.
+        let partial = {
+            let st = job.state();
+            let tail = crate::text::tail_chars(st.output.tail(), 4096);
+            tail.rsplit('\n').next().unwrap_or("").to_string()
+        };
+        let added = lock(&job.watches).add(pattern, owner, self.watch_limits(), &partial);
+        match added {
+            Ok(replaced) => {
+                self.publish_watches(job);
+                Ok(replaced)
+            }
+            Err(watches::AddError::BadPattern(e)) => Err(e),
+            Err(watches::AddError::TooMany) => Err(format!(
+                "{} already has {} watches; remove one with process(action='unwatch', session_id, pattern) first",
+                job.id,
+                watches::MAX_WATCHES
+            )),
+        }
+    }
+
+    /// New output of a job reached talaria: match its watches.
+    fn feed_watches(&self, job: &Job, text: &str) {
+        let hits = {
+            let mut watches = lock(&job.watches);
+            if watches.is_empty() {
+                return;
+            }
+            let now = now_ms();
+            let mut hits = watches.feed(text, now);
+            // A job that never goes quiet still has its cooldowns end.
+            hits.extend(watches.quiet(now));
+            hits
+        };
+        self.deliver_hits(job, hits);
+    }
+
+    /// The job printed nothing new: cooldowns that ended release what they held back.
+    fn quiet_watches(&self, job: &Job) {
+        let hits = {
+            let mut watches = lock(&job.watches);
+            if watches.is_empty() {
+                return;
+            }
+            watches.quiet(now_ms())
+        };
+        self.deliver_hits(job, hits);
+    }
+
+    /// The job ended (all its output read): its watches say what is left, then end.
+    fn end_watches(&self, job: &Job) {
+        let hits = {
+            let mut watches = lock(&job.watches);
+            if watches.is_empty() {
+                return;
+            }
+            watches.end(now_ms())
+        };
+        self.deliver_hits(job, hits);
+        self.publish_watches(job);
+    }
+
+    fn deliver_hits(&self, job: &Job, hits: Vec<watches::Hit>) {
+        if hits.is_empty() {
+            return;
+        }
+        let max = self.config.jobs.watch_max_notices.max(1);
+        let mut ended = false;
+        for hit in hits {
+            ended |= hit.fire.last;
+            match hit.owner {
+                watches::WatchOwner::Model => {
+                    let text = watches::notice_text(&job.id, &hit.pattern, &hit.fire, max);
+                    self.queue_notice(job, NoticeKind::Watch, text);
+                }
+                watches::WatchOwner::User => self.events.send(Event::WatchMatched {
+                    id: job.id.clone(),
+                    pattern: hit.pattern,
+                    line: hit.fire.line,
+                    more: hit.fire.more,
+                    ended: hit.fire.last,
+                }),
+            }
+        }
+        if ended {
+            self.publish_watches(job);
+        }
+    }
+
+    /// Tell the UI which patterns the user watches on this job (the log view shows them).
+    fn publish_watches(&self, job: &Job) {
+        let patterns = lock(&job.watches).patterns(watches::WatchOwner::User);
+        self.events.send(Event::JobWatches { id: job.id.clone(), patterns });
     }
 }

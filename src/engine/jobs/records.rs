@@ -219,6 +219,7 @@ impl Registry {
             forgotten: CancellationToken::new(),
             kill_requested: AtomicBool::new(false),
             exit_seen: AtomicBool::new(false),
+            watches: Mutex::new(Default::default()),
         });
         lock(&self.jobs).insert(num, job.clone());
         self.next_num.fetch_max(num + 1, Ordering::SeqCst);

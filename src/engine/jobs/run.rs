@@ -133,6 +133,7 @@ pub(super) async fn spawn(
         forgotten: CancellationToken::new(),
         kill_requested: AtomicBool::new(false),
         exit_seen: AtomicBool::new(false),
+        watches: Mutex::new(Default::default()),
     });
     lock(&reg.jobs).insert(num, job.clone());
     if spec.background {

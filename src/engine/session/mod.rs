@@ -23,13 +23,13 @@ use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
 use crate::engine::history::DisplayKind;
-use crate::engine::jobs::{JobsHandle, JobsOptions, SupervisorExe};
+use crate::engine::jobs::{JobsHandle, JobsOptions, NoticeKind, SupervisorExe};
 use crate::engine::llm::spend::{cost_of, Spend};
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::scheduler::{self, Effect, Input, Phase, Start, State};
 use crate::engine::store::Store;
 use crate::engine::tools::Registry;
-use crate::engine::turn::{lock, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
+use crate::engine::turn::{lock, notice_kind, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
 use crate::engine::EventSink;
 use crate::engine::{compaction, history, instructions};
 use crate::paths::Paths;
@@ -271,8 +271,9 @@ impl Engine {
         }
     }
 
-    /// What the scheduler decides on. `job_notices` comes from the job registry (async).
-    fn snapshot(&self, job_notices: bool) -> State {
+    /// What the scheduler decides on. `job_notices`: how long the oldest notice waiting
+    /// in the job registry has waited (ms).
+    fn snapshot(&self, job_notices: Option<u64>) -> State {
         let now = crate::engine::heartbeat::now_ms();
         State {
             phase: self.phase(),
@@ -282,6 +283,7 @@ impl Engine {
             goal_boundary: self.goal.in_boundary(),
             goal_continuation: self.goal_continuation.is_some(),
             job_notices,
+            notice_window_ms: (self.env.config.jobs.notice_window_s.max(0.0) * 1000.0) as u64,
             notify_starts_turn: self.env.config.jobs.notify_starts_turn,
             heartbeat_due: self.heartbeat.as_ref().is_some_and(|h| h.due(now, true)),
             paused: self.is_paused(),
@@ -289,8 +291,7 @@ impl Engine {
     }
 
     async fn state(&self) -> State {
-        let notices = self.env.jobs.has_exit_notices(&self.env.session_id).await;
-        self.snapshot(notices)
+        self.snapshot(self.env.jobs.notice_wait_ms(&self.env.session_id))
     }
 
     async fn decide(&self, input: Input) -> Vec<Effect> {
@@ -490,10 +491,11 @@ impl Engine {
                     }
                     // Exit notices already waiting go in first (a kill the user just made
                     // among them), rather than in a turn of their own afterwards.
-                    for n in self.env.jobs.take_exit_notices(&self.env.session_id).await {
-                        self.user_killed.remove(&n.id);
-                        self.deferred_notices
-                            .push(TurnInput { text: n.text, display_kind: Some(DisplayKind::JobNotice) });
+                    for n in self.env.jobs.take_notices(&self.env.session_id).await {
+                        if n.kind == NoticeKind::Exit {
+                            self.user_killed.remove(&n.id);
+                        }
+                        self.deferred_notices.push(TurnInput { text: n.text, display_kind: Some(notice_kind(n.kind)) });
                     }
                     self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::User);
                 }
@@ -596,14 +598,15 @@ impl Engine {
                 self.send_status();
             }
             Start::JobNotices => {
-                let notices = self.env.jobs.take_exit_notices(&self.env.session_id).await;
+                let notices = self.env.jobs.take_notices(&self.env.session_id).await;
                 // A kill the user made is news to the model, not a reason to start a turn:
-                // it is noted with the next turn's inputs.
+                // it is noted with the next turn's inputs. Notices that came within the
+                // window (exits, watch matches) start one turn together.
                 let (mine, theirs): (Vec<_>, Vec<_>) =
-                    notices.into_iter().partition(|n| self.user_killed.remove(&n.id));
-                let notice = |n: crate::engine::jobs::ExitNotice| TurnInput {
+                    notices.into_iter().partition(|n| n.kind == NoticeKind::Exit && self.user_killed.remove(&n.id));
+                let notice = |n: crate::engine::jobs::JobNotice| TurnInput {
                     text: n.text,
-                    display_kind: Some(DisplayKind::JobNotice),
+                    display_kind: Some(notice_kind(n.kind)),
                 };
                 for n in &mine {
                     self.notice(

@@ -62,11 +62,24 @@ impl Engine {
     /// When the engine must wake by itself: a heartbeat falling due, or its status text
     /// changing (so the status line is redrawn only when its text changes).
     pub(super) fn next_wake_ms(&self) -> Option<u64> {
-        let hb = self.heartbeat.as_ref()?;
         let now = heartbeat::now_ms();
+        // Idle job notices waiting out their window.
+        let notices = crate::engine::scheduler::job_notices_due_in_ms(
+            &self.snapshot(self.env.jobs.notice_wait_ms(&self.env.session_id)),
+        )
+        .map(|ms| now + ms);
+        let beat = self.heartbeat_wake_ms(now);
+        match (notices, beat) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    fn heartbeat_wake_ms(&self, now: u64) -> Option<u64> {
+        let hb = self.heartbeat.as_ref()?;
         // A heartbeat already due that cannot fire yet (busy, paused) needs no timer: the
         // loop tries again after the event that ends the wait. Waking for it would spin.
-        let idle = self.snapshot(false).idle();
+        let idle = self.snapshot(None).idle();
         let due = hb.next_due_at().filter(|&d| d > now || idle).map(|d| d.max(now));
         let change = hb.next_change_at(now);
         match (due, change) {

@@ -1,5 +1,5 @@
-//! `process {action, session_id?, data?, timeout?, offset?, limit?}` (DESIGN §4a): list,
-//! poll, read, wait for, kill and feed background jobs.
+//! `process {action, session_id?, data?, timeout?, offset?, limit?, pattern?}` (DESIGN §4a,
+//! §4c): list, poll, read, wait for, kill, feed and watch background jobs.
 
 use std::time::Duration;
 
@@ -20,10 +20,18 @@ impl Tool for ProcessTool {
     fn description(&self) -> &'static str {
         "Manage background jobs (started with terminal(background=true), or foreground commands \
          the user moved to the background). Actions: list (all jobs); poll (status and last \
-         output); log (output lines; offset = absolute line number to start at, limit = how many, \
+         output); log (output lines; offset = the line number to start at, limit = how many, \
          default the last 200); wait (until the job exits, at most `timeout` seconds, default 30); \
          kill (the job's whole process group); write (send `data` to its stdin); close (close its \
-         stdin). session_id is the job id, e.g. job_3. You are told when a background job exits."
+         stdin); watch (with `pattern`, a regex: you get a message [Job <id> matched /<pattern>/: \
+         <line>] when a new line of its output matches, instead of polling — e.g. a server's \
+         'listening', or 'error:'; rate-limited, extra matches are counted as \"+N more\"; ends with \
+         the job; without `pattern` it lists the job's watches); unwatch (remove your watch with \
+         `pattern`, or all of yours on the job). Output is shown as a terminal shows it: progress \
+         bars and redrawn displays appear in their final state, colours removed. Line numbers \
+         (offset, first_line, total_lines) count the lines as written to the log, so a range over \
+         a redrawn display can show fewer lines than it spans. session_id is the job id, e.g. \
+         job_3. You are told when a background job exits."
     }
 
     fn parameters(&self) -> Value {
@@ -32,13 +40,20 @@ impl Tool for ProcessTool {
             "properties": {
                 "action": {
                     "type": "string",
-                    "enum": ["list", "poll", "log", "wait", "kill", "write", "close"]
+                    "enum": ["list", "poll", "log", "wait", "kill", "write", "close", "watch", "unwatch"]
                 },
                 "session_id": { "type": "string", "description": "The job id (job_N)." },
                 "data": { "type": "string", "description": "For write: text sent to the job's stdin as is." },
                 "timeout": { "type": "integer", "description": "For wait: seconds to wait at most (default 30)." },
-                "offset": { "type": "integer", "description": "For log: the absolute line number to start at." },
-                "limit": { "type": "integer", "description": "For log: how many lines (default 200)." }
+                "offset": {
+                    "type": "integer",
+                    "description": "For log: the line number to start at (lines as written to the log, from 1)."
+                },
+                "limit": { "type": "integer", "description": "For log: how many lines (default 200)." },
+                "pattern": {
+                    "type": "string",
+                    "description": "For watch/unwatch: a regex (Rust syntax) matched against each output line as a terminal shows it."
+                }
             },
             "required": ["action"]
         })
@@ -50,8 +65,9 @@ impl Tool for ProcessTool {
 
     fn summary(&self, args: &Value) -> String {
         let action = arg_str(args, "action").unwrap_or("?");
+        let pattern = arg_str(args, "pattern").filter(|p| !p.is_empty()).map(|p| format!(" /{p}/")).unwrap_or_default();
         match arg_str(args, "session_id") {
-            Some(id) => format!("{action} {id}"),
+            Some(id) => format!("{action} {id}{pattern}"),
             None => action.to_string(),
         }
     }

@@ -26,7 +26,7 @@ fn injected_origin(text: &str) -> Option<UserOrigin> {
         Some(UserOrigin::Heartbeat)
     } else if text.starts_with("[Continuing toward your standing goal") || text.starts_with("[Standing goal set") {
         Some(UserOrigin::Goal)
-    } else if text.starts_with("[Background job ") {
+    } else if text.starts_with("[Background job ") || text.starts_with("[Job ") {
         Some(UserOrigin::JobNotification)
     } else {
         None
@@ -145,7 +145,7 @@ impl App {
                     if view.source == LogSource::Tool(call_id) {
                         let lines = log_lines(&tool.output);
                         let total = lines.len() as u64;
-                        view.replace_lines(lines, 1, total);
+                        view.replace_lines(lines, 1, 0, total);
                     }
                 }
             }
@@ -167,10 +167,12 @@ impl App {
                 job.last_line = last_line(&job.last_line);
                 job.command = display_text(&job.command);
                 let finished_at_ms = (!job.status.is_running()).then_some(self.wall_ms);
-                let row = JobRow { info: job, finished_at_ms };
-                match self.jobs.iter_mut().find(|j| j.info.id == row.info.id) {
-                    Some(existing) => *existing = row,
-                    None => self.jobs.push(row),
+                match self.jobs.iter_mut().find(|j| j.info.id == job.id) {
+                    Some(existing) => {
+                        existing.info = job;
+                        existing.finished_at_ms = finished_at_ms;
+                    }
+                    None => self.jobs.push(JobRow { info: job, finished_at_ms, watches: Vec::new() }),
                 }
                 self.sort_jobs();
             }
@@ -199,12 +201,27 @@ impl App {
                 self.sort_jobs();
                 self.refresh_log(&id, ops);
             }
-            Event::JobLog { id, text, first_line, total_lines } => {
+            Event::JobLog { id, text, first_line, total_lines, from, to } => {
                 if let Some(view) = &mut self.log_view {
                     if view.source == LogSource::Job(id) {
-                        view.replace_lines(log_lines(&text), first_line, total_lines);
+                        // Old engines sent no range: the text then starts at `first_line`.
+                        let from = if to == 0 && from == 0 { first_line } else { from };
+                        view.replace_lines(log_lines(&text), from, to, total_lines);
                         view.inflight = false;
                     }
+                }
+            }
+            Event::WatchMatched { id, pattern, line, more, ended } => {
+                let line = display_text(&line);
+                let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
+                let end = if ended { " · that was its last notice: the watch has ended" } else { "" };
+                let text = format!("{id} matched your watch /{pattern}/: {line}{more}{end}");
+                self.notify(&format!("{id} matched /{pattern}/: {line}"));
+                self.log_say(NoticeLevel::Info, text);
+            }
+            Event::JobWatches { id, patterns } => {
+                if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
+                    row.watches = patterns;
                 }
             }
             Event::TurnFinished { outcome } => {

@@ -158,7 +158,10 @@ impl App {
     }
 
     fn modal_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
-        let (Some(Modal::LogSearch { text }) | Some(Modal::WritePrompt { text, .. })) = &mut self.modal else {
+        let (Some(Modal::LogSearch { text })
+        | Some(Modal::WritePrompt { text, .. })
+        | Some(Modal::WatchPrompt { text, .. })) = &mut self.modal
+        else {
             return self.modal_action_key(key, ops);
         };
         match edit_prompt_line(text, key) {
@@ -167,6 +170,14 @@ impl App {
             PromptKey::Submit => match self.modal.take() {
                 Some(Modal::WritePrompt { id, text }) => {
                     ops.push(Op::Job { id, action: JobAction::Write { data: format!("{text}\n") } });
+                }
+                // An empty pattern stops the user's watches on the job.
+                Some(Modal::WatchPrompt { id, text }) => {
+                    let action = match text.trim() {
+                        "" => JobAction::Unwatch { pattern: None },
+                        _ => JobAction::Watch { pattern: text },
+                    };
+                    ops.push(Op::Job { id, action });
                 }
                 Some(Modal::LogSearch { text: query }) => {
                     if let Some(view) = &mut self.log_view {
@@ -184,7 +195,7 @@ impl App {
         let context = match &self.modal {
             Some(Modal::Help { .. }) => Context::Help,
             Some(Modal::QuitConfirm | Modal::KillConfirm { .. }) => Context::Confirm,
-            Some(Modal::WritePrompt { .. } | Modal::LogSearch { .. }) | None => return,
+            Some(Modal::WritePrompt { .. } | Modal::WatchPrompt { .. } | Modal::LogSearch { .. }) | None => return,
         };
         let page = self.page_rows();
         for action in self.keymap.actions(context, key) {
@@ -255,7 +266,8 @@ impl App {
                     self.request_log(id, ops);
                 }
                 (Action::Write, Some(id)) => self.ask_write(id.clone()),
-                (Action::Kill | Action::Poll | Action::Write, None) => {
+                (Action::Watch, Some(id)) => self.ask_watch(id.clone()),
+                (Action::Kill | Action::Poll | Action::Write | Action::Watch, None) => {
                     let bg = self.keymap.hint(Context::Global, Action::Background);
                     if let Some(view) = &mut self.log_view {
                         let text = format!("this is a running tool, not a job: {bg} moves it to the background");
@@ -316,6 +328,15 @@ impl App {
         }
     }
 
+    fn ask_watch(&mut self, id: String) {
+        let running = self.jobs.iter().any(|j| j.info.id == id && j.info.status.is_running());
+        if running {
+            self.modal = Some(Modal::WatchPrompt { id, text: String::new() });
+        } else {
+            self.log_say(NoticeLevel::Info, format!("{id} is not running: a watch only sees new output"));
+        }
+    }
+
     fn next_focus(&self) -> Focus {
         let order = [Focus::Input, Focus::Jobs, Focus::Tools];
         let at = order.iter().position(|f| *f == self.focus).unwrap_or(0);
@@ -367,6 +388,11 @@ impl App {
                 (Focus::Jobs, Action::Write) => {
                     if let Some(id) = selected_job.clone() {
                         self.ask_write(id);
+                    }
+                }
+                (Focus::Jobs, Action::Watch) => {
+                    if let Some(id) = selected_job.clone() {
+                        self.ask_watch(id);
                     }
                 }
                 (_, Action::NextPane) => self.focus = self.next_focus(),

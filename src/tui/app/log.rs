@@ -40,6 +40,7 @@ impl LogView {
             search: None,
             current_match: None,
             message: None,
+            redrawn: None,
         }
     }
 
@@ -109,8 +110,12 @@ impl LogView {
         })
     }
 
-    /// The chunk of the log changed (a refresh): keep the same log lines in view.
-    pub(crate) fn replace_lines(&mut self, lines: Vec<Line<'static>>, first_line: u64, total_lines: u64) {
+    /// The chunk of the log changed (a refresh): keep the same log lines in view. `from`
+    /// and `to` are the log lines it covers (`to` 0: as many as `lines`).
+    pub(crate) fn replace_lines(&mut self, lines: Vec<Line<'static>>, from: u64, to: u64, total_lines: u64) {
+        let first_line = from;
+        let covered = if to == 0 { lines.len() as u64 } else { to.saturating_sub(from.max(1)) + 1 };
+        self.redrawn = (to > 0 && covered != lines.len() as u64).then_some((from.max(1), to));
         let (old_first, new_first) = (self.first_line.max(1), first_line.max(1));
         self.top = shift_index(self.top, old_first, new_first);
         self.current_match = self.current_match.map(|i| shift_index(i, old_first, new_first));
@@ -333,7 +338,7 @@ mod tests {
         v.follow = false;
         v.current_match = Some(22);
         let lines = (11..=60).map(|i| Line::raw(format!("line {i}"))).collect();
-        v.replace_lines(lines, 11, 60);
+        v.replace_lines(lines, 11, 60, 60);
         assert_eq!(v.top, 10);
         assert_eq!(v.current_match, Some(12));
         assert_eq!(v.lines[v.top].to_string(), "line 21");

@@ -234,11 +234,23 @@ fn jobs_pane_opens_logs_kills_with_confirmation_and_writes() {
         key(&mut app, KeyCode::Char('y'), KeyModifiers::NONE),
         vec![Op::Job { id: "job_3".into(), action: JobAction::Kill }]
     );
-    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    key(&mut app, KeyCode::Char('i'), KeyModifiers::NONE);
     type_text(&mut app, "yes");
     assert_eq!(
         key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
         vec![Op::Job { id: "job_3".into(), action: JobAction::Write { data: "yes\n".into() } }]
+    );
+    // w watches the job's output for a pattern; an empty one stops the user's watches.
+    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    type_text(&mut app, "READY|error");
+    assert_eq!(
+        key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
+        vec![Op::Job { id: "job_3".into(), action: JobAction::Watch { pattern: "READY|error".into() } }]
+    );
+    key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
+    assert_eq!(
+        key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
+        vec![Op::Job { id: "job_3".into(), action: JobAction::Unwatch { pattern: None } }]
     );
     let ops = key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
     assert_eq!(
@@ -250,6 +262,8 @@ fn jobs_pane_opens_logs_kills_with_confirmation_and_writes() {
         text: "\x1b[32mok\x1b[0m\n\x1b]52;c;eA==\x07done".into(),
         first_line: 1,
         total_lines: 2,
+        from: 1,
+        to: 2,
     }));
     let view = app.log_view.as_ref().expect("log view open");
     assert_eq!(view.lines.iter().map(|l| l.to_string()).collect::<Vec<_>>(), vec!["ok", "done"]);

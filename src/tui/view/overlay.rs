@@ -79,6 +79,20 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
             ];
             draw_question(frame, area, app, format!(" Write to {id} "), lines);
         }
+        Some(Modal::WatchPrompt { id, text }) => {
+            let watching = app.jobs.iter().find(|j| &j.info.id == id).map(|j| j.watches.clone()).unwrap_or_default();
+            let mut lines = vec![
+                format!("A regex: each line of {id}'s output that matches is shown here and rings (ui.notify)."),
+                format!("/{text}▏/"),
+                String::new(),
+            ];
+            if !watching.is_empty() {
+                let list: Vec<String> = watching.iter().map(|p| format!("/{p}/")).collect();
+                lines.push(format!("You watch {}; an empty pattern stops them.", list.join(" ")));
+            }
+            lines.push("Enter watch · Esc cancel".to_string());
+            draw_question(frame, area, app, format!(" Watch {id} "), lines);
+        }
         Some(Modal::LogSearch { text }) => {
             let lines = vec![format!("/{text}▏"), String::new(), "Enter search · Esc cancel".to_string()];
             draw_question(frame, area, app, " Search the log ".to_string(), lines);
@@ -279,6 +293,7 @@ fn log_keys(app: &App, view: &LogView) -> Vec<String> {
         keys.push(format!("{} poll", key(Action::Poll)));
         if job.info.status.is_running() {
             keys.push(format!("{} kill", key(Action::Kill)));
+            keys.push(format!("{} watch", key(Action::Watch)));
             if job.info.has_stdin {
                 keys.push(format!("{} write", key(Action::Write)));
             }
@@ -327,7 +342,17 @@ pub fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
         let last = view.last_shown(inner.width, rows);
         let base = view.first_line.max(1);
         let total = view.total_lines.max(base + view.lines.len() as u64 - 1);
-        facts.push(format!("lines {}–{} of {total}", base + first as u64, base + last as u64));
+        match view.redrawn {
+            // Redraws collapsed: the numbers are the log's lines as written, not rows here.
+            Some((from, to)) => facts.push(format!("log lines {from}–{to} of {total} redrawn as {}", view.lines.len())),
+            None => facts.push(format!("lines {}–{} of {total}", base + first as u64, base + last as u64)),
+        }
+    }
+    if let LogSource::Job(id) = &view.source {
+        if let Some(job) = app.jobs.iter().find(|j| &j.info.id == id).filter(|j| !j.watches.is_empty()) {
+            let list: Vec<String> = job.watches.iter().map(|p| format!("/{p}/")).collect();
+            facts.push(format!("watching {}", list.join(" ")));
+        }
     }
     if let Some(label) = view.match_label() {
         facts.push(label);
