@@ -24,6 +24,7 @@ pub struct Config {
     pub goals: GoalsConfig,
     pub ui: UiConfig,
     pub prices: Prices,
+    pub mcp: McpConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -407,6 +408,106 @@ impl Default for UiConfig {
     }
 }
 
+/// `[mcp]`: Model Context Protocol servers whose tools the model may use (DESIGN §12).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpConfig {
+    pub servers: std::collections::BTreeMap<String, McpServerConfig>,
+}
+
+/// `[mcp.servers.<name>]`: a stdio server (`command`) or a streamable-HTTP one (`url`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct McpServerConfig {
+    /// stdio: the program to start (looked up in PATH).
+    pub command: String,
+    pub args: Vec<String>,
+    /// Extra environment variables for the server process.
+    pub env: std::collections::BTreeMap<String, String>,
+    /// Working directory of the server process; empty = the session's directory.
+    pub cwd: String,
+    /// Streamable HTTP: the endpoint, e.g. `http://127.0.0.1:8000/mcp`.
+    pub url: String,
+    /// Name of the environment variable holding a bearer token for `url`.
+    pub bearer_token_env: String,
+    /// Extra HTTP headers sent with every request.
+    pub headers: std::collections::BTreeMap<String, String>,
+    pub enabled: bool,
+    pub startup_timeout_s: f64,
+    pub tool_timeout_s: f64,
+    /// Calls to this server's tools never ask for approval.
+    pub trust: bool,
+}
+
+impl Default for McpServerConfig {
+    fn default() -> Self {
+        McpServerConfig {
+            command: String::new(),
+            args: Vec::new(),
+            env: Default::default(),
+            cwd: String::new(),
+            url: String::new(),
+            bearer_token_env: String::new(),
+            headers: Default::default(),
+            enabled: true,
+            startup_timeout_s: 10.0,
+            tool_timeout_s: 60.0,
+            trust: false,
+        }
+    }
+}
+
+impl McpServerConfig {
+    /// The one-line error for a server table that cannot be used, naming the key.
+    fn check(&self, name: &str) -> Result<(), (String, String)> {
+        let key = |k: &str| format!("mcp.servers.{name}.{k}");
+        let err = |k: &str, m: &str| Err((key(k), m.to_string()));
+        if name.trim().is_empty() || !name.chars().any(|c| c.is_ascii_alphanumeric()) {
+            return Err((format!("mcp.servers.{name:?}"), "a server name needs at least one letter or digit".into()));
+        }
+        match (self.command.trim().is_empty(), self.url.trim().is_empty()) {
+            (true, true) => return err("command", "a server needs `command` (stdio) or `url` (streamable HTTP)"),
+            (false, false) => return err("url", "`command` and `url` exclude each other: one server is stdio or HTTP"),
+            (false, true) => {
+                if !self.bearer_token_env.is_empty() || !self.headers.is_empty() {
+                    let k = if self.headers.is_empty() { "bearer_token_env" } else { "headers" };
+                    return err(k, "only for HTTP servers (`url`); a stdio server gets `env`");
+                }
+            }
+            (true, false) => {
+                if !self.args.is_empty() || !self.env.is_empty() || !self.cwd.is_empty() {
+                    let k = if !self.args.is_empty() {
+                        "args"
+                    } else if !self.env.is_empty() {
+                        "env"
+                    } else {
+                        "cwd"
+                    };
+                    return err(k, "only for stdio servers (`command`); an HTTP server gets `headers`");
+                }
+                let url = self.url.trim();
+                if !(url.starts_with("http://") || url.starts_with("https://")) || url.len() < 10 {
+                    return err("url", "expected an http:// or https:// URL");
+                }
+                for (h, v) in &self.headers {
+                    if reqwest::header::HeaderName::from_bytes(h.as_bytes()).is_err() {
+                        return err("headers", &format!("{h:?} is not a valid HTTP header name"));
+                    }
+                    if reqwest::header::HeaderValue::from_str(v).is_err() {
+                        return err("headers", &format!("the value of {h} is not a valid HTTP header value"));
+                    }
+                }
+            }
+        }
+        for (k, v) in [("startup_timeout_s", self.startup_timeout_s), ("tool_timeout_s", self.tool_timeout_s)] {
+            if !(v.is_finite() && v > 0.0 && v <= 86_400.0) {
+                return err(k, "expected a positive number of seconds (at most 86400)");
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A config file that could not be used. Displayed as one line.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -519,6 +620,9 @@ impl Config {
         if self.terminal.shell.trim().is_empty() {
             return Err(invalid("terminal.shell", "expected a shell name such as \"bash\""));
         }
+        for (name, server) in &self.mcp.servers {
+            server.check(name).map_err(|(key, message)| invalid(&key, &message))?;
+        }
         Ok(())
     }
 }
@@ -628,6 +732,60 @@ mod tests {
         let err =
             Config::from_toml("[agent]\nbusy_input_mode = \"shout\"\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("redirect"), "{err}");
+    }
+
+    #[test]
+    fn mcp_servers_stdio_and_http() {
+        let text = "[mcp.servers.files]\ncommand = \"npx\"\nargs = [\"-y\", \"srv\"]\nenv = { A = \"1\" }\n\
+                    [mcp.servers.remote]\nurl = \"https://example.com/mcp\"\nbearer_token_env = \"TOKEN\"\nheaders = { X-Team = \"a\" }\ntrust = true\ntool_timeout_s = 5\n";
+        let c = Config::from_toml(text, Path::new("c.toml")).unwrap();
+        let files = &c.mcp.servers["files"];
+        assert_eq!((files.command.as_str(), files.args.len(), files.startup_timeout_s), ("npx", 2, 10.0));
+        let remote = &c.mcp.servers["remote"];
+        assert!(remote.trust && remote.enabled);
+        assert_eq!(remote.tool_timeout_s, 5.0);
+    }
+
+    #[test]
+    fn bad_mcp_servers_are_one_line_errors_naming_the_key() {
+        let cases = [
+            ("[mcp.servers.a]\nargs = [\"x\"]\n", "mcp.servers.a.command"),
+            ("[mcp.servers.a]\ncommand = \"x\"\nurl = \"http://h:1/mcp\"\n", "mcp.servers.a.url"),
+            ("[mcp.servers.a]\nurl = \"ftp://h/mcp\"\n", "mcp.servers.a.url"),
+            ("[mcp.servers.a]\nurl = \"http://h:1/mcp\"\nargs = [\"x\"]\n", "mcp.servers.a.args"),
+            ("[mcp.servers.a]\ncommand = \"x\"\nheaders = { A = \"b\" }\n", "mcp.servers.a.headers"),
+            ("[mcp.servers.a]\ncommand = \"x\"\ntool_timeout_s = 0\n", "mcp.servers.a.tool_timeout_s"),
+            ("[mcp.servers.a]\ncommand = \"x\"\nstartup_timeout_s = -1\n", "mcp.servers.a.startup_timeout_s"),
+            (
+                "[mcp.servers.a]\nurl = \"http://h:1/mcp\"\nheaders = { \"bad header\" = \"b\" }\n",
+                "mcp.servers.a.headers",
+            ),
+            ("[mcp.servers.a]\ncommand = \"x\"\ntrust = \"yes\"\n", "mcp.servers.a.trust"),
+        ];
+        for (text, key) in cases {
+            let err = Config::from_toml(text, Path::new("c.toml")).unwrap_err().to_string();
+            assert!(err.contains(key) && !err.contains('\n'), "{text:?}: {err}");
+        }
+        let err = Config::from_toml("[mcp.servers.a]\ncommand = \"x\"\ntimeout = 3\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("c.toml:3:") && err.contains("timeout"), "{err}");
+    }
+
+    #[test]
+    fn the_documented_mcp_server_keys_are_the_defaults() {
+        // The commented `[mcp.servers.<name>]` block of default.toml, uncommented.
+        let block: String = DEFAULT_TOML
+            .lines()
+            .skip_while(|l| !l.starts_with("# [mcp.servers.<name>]"))
+            .take_while(|l| l.starts_with('#'))
+            .filter(|l| !l.starts_with("# #"))
+            .map(|l| l.trim_start_matches('#').trim_start().replace("<name>", "x") + "\n")
+            .collect();
+        let with_command = block.replace("command = \"\"", "command = \"srv\"");
+        let c = Config::from_toml(&with_command, Path::new("default.toml")).expect("the documented block parses");
+        let documented = McpServerConfig { command: "srv".into(), ..McpServerConfig::default() };
+        assert_eq!(c.mcp.servers["x"], documented);
     }
 
     #[test]
