@@ -111,6 +111,21 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// MCP servers from config.toml (`[mcp.servers.<name>]`).
+    Mcp {
+        #[command(subcommand)]
+        action: Option<McpAction>,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+enum McpAction {
+    /// Start every configured MCP server, then print its state, tool count and last error.
+    List {
+        /// Also list each server's tools as the model sees them.
+        #[arg(long)]
+        tools: bool,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -326,6 +341,17 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
                 Some(JobsAction::Kill { id }) => cli::JobsCli::Kill { id },
             };
             cli::run(&paths, &config, &store, action, json).await
+        }
+        Some(Command::Mcp { action }) => {
+            let tools = matches!(action, Some(McpAction::List { tools: true }));
+            let cwd: PathBuf = std::env::current_dir().context("cannot read the working directory")?;
+            let (events, _rx) = talaria::engine::EventSink::channel();
+            let mcp = talaria::engine::mcp::McpHandle::new(config.clone(), &paths.logs_dir, cwd, events, true);
+            mcp.begin();
+            mcp.wait_for_startup(&tokio_util::sync::CancellationToken::new()).await;
+            println!("{}", talaria::text::for_terminal(&talaria::engine::mcp::describe(&mcp.status(), tools)));
+            mcp.shutdown().await;
+            Ok(0)
         }
         Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
     }

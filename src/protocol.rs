@@ -116,6 +116,9 @@ pub enum Op {
     LeaveJobs {
         detach: bool,
     },
+    /// The front end has drawn its first frame: background start-up work (MCP servers)
+    /// may begin now without competing with it.
+    FrontEndReady,
     Shutdown,
 }
 

@@ -13,6 +13,7 @@ pub mod heartbeat;
 pub mod instructions;
 pub mod jobs;
 pub mod llm;
+pub mod mcp;
 pub mod mentions;
 pub mod sandbox;
 pub mod scheduler;

@@ -261,7 +261,8 @@ fn command_allowed(state: &State, command: &SlashCommand) -> Vec<Effect> {
         | SlashCommand::Unpause
         | SlashCommand::Usage
         | SlashCommand::Backend(None)
-        | SlashCommand::Permissions => None,
+        | SlashCommand::Permissions
+        | SlashCommand::Mcp(_) => None,
     };
     match name {
         Some(name) if state.busy() => vec![notice(
@@ -625,6 +626,8 @@ mod tests {
             SlashCommand::Unpause,
             SlashCommand::Usage,
             SlashCommand::Permissions,
+            SlashCommand::Mcp(crate::protocol::commands::McpCmd::List),
+            SlashCommand::Mcp(crate::protocol::commands::McpCmd::Restart("x".into())),
         ] {
             assert_eq!(decide(&in_turn(), Input::Command(c.clone())), vec![Effect::RunCommand], "{c:?}");
         }

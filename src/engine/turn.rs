@@ -143,6 +143,10 @@ pub async fn run_turn(
     let mut outcome = if saved { TurnOutcome::BudgetExhausted } else { TurnOutcome::Failed };
     // Messages typed during streaming are plain user messages; after tools they are wrapped.
     let mut deliver_wrapped = false;
+    if let Some(mcp) = env.registry.mcp() {
+        // Headless only (interactive runs never wait): the servers' tools are in the request.
+        mcp.wait_for_startup(&control.interrupt).await;
+    }
     for _ in 0..iterations {
         // Interrupted: pending messages go back to the input box, not to the model.
         if control.interrupt.is_cancelled() {
@@ -637,7 +641,7 @@ fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall, skip: bool)
         signals.release_gen.mark_changed();
     }
     let summary = tool.summary(&args);
-    env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: name.into(), summary });
+    env.events.send(Event::ToolStarted { call_id: call.id.clone(), name: tool.label(), summary });
     if control.interrupt.is_cancelled() {
         return Started::Immediate(interrupted_before_start());
     }

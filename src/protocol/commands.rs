@@ -67,6 +67,17 @@ pub enum SlashCommand {
     Permissions,
     /// `/backend [local|ssh <host>|docker <container>]`: show or switch where commands run.
     Backend(Option<String>),
+    Mcp(McpCmd),
+}
+
+/// `/mcp`: the MCP servers (DESIGN §12).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum McpCmd {
+    /// Every server: state, tool count, last error.
+    List,
+    Restart(String),
+    /// One server's tools, or every server's.
+    Tools(Option<String>),
 }
 
 /// A command only the front end acts on; the engine never sees it.
@@ -132,6 +143,7 @@ pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/usage", help: "tokens and cost of this session and the last turn" },
     CommandHelp { usage: "/permissions", help: "the sandbox: mode, writable roots, approvals (alias /sandbox)" },
     CommandHelp { usage: "/backend [local|ssh <host>|docker <name>]", help: "where commands run: show or switch" },
+    CommandHelp { usage: "/mcp [restart <name>|tools [name]]", help: "MCP servers: state, tools, restart one" },
     CommandHelp { usage: "/mouse", help: "toggle mouse capture (off: select text with the mouse)" },
     CommandHelp { usage: "/copy", help: "copy the last answer to the clipboard" },
 ];
@@ -227,6 +239,13 @@ pub fn parse(text: &str) -> Result<Command, String> {
             _ if rest.is_empty() => Ok(Command::Engine(SlashCommand::Backend(None))),
             Ok(b) => Ok(Command::Engine(SlashCommand::Backend(Some(b.label())))),
             Err(e) => Err(format!("{e}; {}", usage_of("/backend"))),
+        },
+        "/mcp" => match args.as_slice() {
+            [] | ["list"] => Ok(Command::Engine(SlashCommand::Mcp(McpCmd::List))),
+            ["restart", name] => Ok(Command::Engine(SlashCommand::Mcp(McpCmd::Restart(name.to_string())))),
+            ["tools"] => Ok(Command::Engine(SlashCommand::Mcp(McpCmd::Tools(None)))),
+            ["tools", name] => Ok(Command::Engine(SlashCommand::Mcp(McpCmd::Tools(Some(name.to_string()))))),
+            _ => Err(usage_of("/mcp")),
         },
         "/mouse" => no_args(UiCommand::Mouse.into()),
         "/copy" => no_args(UiCommand::Copy.into()),
@@ -378,6 +397,17 @@ mod tests {
         assert_eq!(parse("/jobs kill 3"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Kill("job_3".into())))));
         assert_eq!(parse("/jobs log job_2"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Log("job_2".into())))));
         assert!(parse("/jobs frob").is_err());
+    }
+
+    #[test]
+    fn mcp_commands() {
+        let mcp = |c| Ok(Command::Engine(SlashCommand::Mcp(c)));
+        assert_eq!(parse("/mcp"), mcp(McpCmd::List));
+        assert_eq!(parse("/mcp restart files"), mcp(McpCmd::Restart("files".into())));
+        assert_eq!(parse("/mcp tools"), mcp(McpCmd::Tools(None)));
+        assert_eq!(parse("/mcp tools files"), mcp(McpCmd::Tools(Some("files".into()))));
+        assert!(parse("/mcp restart").unwrap_err().contains("usage: /mcp [restart <name>|tools [name]]"));
+        assert!(parse("/mcp frob").is_err());
     }
 
     #[test]

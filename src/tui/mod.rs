@@ -254,6 +254,8 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let (mut input, input_task) = spawn_input();
     let mut input_guard = AbortOnDrop(input_task);
     draw(terminal, app)?;
+    // Start-up work that must not delay the first frame (MCP servers) may begin now.
+    let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
     // SIGTERM and SIGINT from outside never ask: shut the engine down (it kills every job's
     // process group); SIGHUP leaves jobs to their lease. Then the caller restores the
     // terminal and exits.

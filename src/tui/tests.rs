@@ -817,3 +817,29 @@ fn paused_status_line_when_idle() {
     assert!(status.contains("PAUSED"), "{status}");
     insta::assert_snapshot!("paused_status_line", status);
 }
+
+#[test]
+fn an_mcp_call_reads_server_and_tool_and_its_result_unfolds_with_ctrl_t() {
+    let mut app = app();
+    feed(
+        &mut app,
+        Event::ToolStarted { call_id: "m1".into(), name: "files › search".into(), summary: "query=todo".into() },
+    );
+    let result = serde_json::json!({ "output": "notes.md:3: todo: write the MCP section" });
+    feed(
+        &mut app,
+        Event::ToolFinished {
+            call_id: "m1".into(),
+            outcome: ToolOutcome { result: result.to_string(), ..outcome(true, 0, 6) },
+        },
+    );
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("✓ files › search query=todo"), "{out}");
+    assert!(!out.contains("write the MCP section"), "collapsed by default:\n{out}");
+    key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("│ notes.md:3: todo: write the MCP section"), "Ctrl+T unfolds it:\n{out}");
+    key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+    let out = screen(&mut app, 100, 20);
+    assert!(!out.contains("write the MCP section"), "and folds it again:\n{out}");
+}

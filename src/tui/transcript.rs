@@ -264,7 +264,7 @@ impl Transcript {
         }
         // A tool cell's first row is drawn live (its spinner); the cache holds what is under it.
         let (lines, height) = if cell.body.is_tool() {
-            let lines = wrap_lines(&tool_output_lines(&cell.body, theme), width);
+            let lines = wrap_lines(&tool_output_lines(&cell.body, theme, show), width);
             let height = lines.len() + 1;
             (lines, height)
         } else {
@@ -443,10 +443,12 @@ impl Transcript {
             (CellBody::Tool { .. }, layout) => {
                 let mut lines = vec![tool_line(&cell.body, theme, now, usize::from(width))];
                 match layout {
-                    Some(CellLayout { width: w, lines: Some(cached), .. }) if *w == width => {
+                    Some(CellLayout { width: w, show_reasoning: s, lines: Some(cached), .. })
+                        if *w == width && *s == self.show_reasoning =>
+                    {
                         lines.extend(cached.iter().cloned())
                     }
-                    _ => lines.extend(wrap_lines(&tool_output_lines(&cell.body, theme), width)),
+                    _ => lines.extend(wrap_lines(&tool_output_lines(&cell.body, theme, self.show_reasoning), width)),
                 }
                 body = lines;
                 &body

@@ -63,6 +63,18 @@ pub async fn start_provider(
     session: SessionChoice,
     config: Config,
 ) -> Running {
+    start_with_policy(home, provider, model, session, config, PromptPolicy::DenyUnattended).await
+}
+
+/// The same with the approval policy of a given front end (`Ask`: the TUI's).
+pub async fn start_with_policy(
+    home: &Path,
+    provider: Arc<dyn Provider>,
+    model: &str,
+    session: SessionChoice,
+    config: Config,
+    approval_policy: PromptPolicy,
+) -> Running {
     let (paths, work) = paths(home);
     let store = Store::open(&paths.state_db).expect("open state.db");
     let options = EngineOptions {
@@ -75,7 +87,7 @@ pub async fn start_provider(
         store: store.clone(),
         session,
         cwd: work.clone(),
-        approval_policy: PromptPolicy::DenyUnattended,
+        approval_policy,
         reaper: false,
     };
     let (handle, join) = talaria::engine::start(options).await.expect("engine starts");

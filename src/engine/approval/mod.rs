@@ -178,8 +178,32 @@ impl Approver {
         self.check_command(line, sandboxed, interrupt).await
     }
 
+    /// May the model call `tool` on MCP server `server`? Asks once per server and tool
+    /// (once / this session / always / deny) unless approvals are off; `shown` is what the
+    /// modal shows (`server › tool  args`). "Always" saves `mcp:<server>/<tool>`.
+    pub async fn check_mcp(&self, server: &str, tool: &str, shown: &str, interrupt: &CancellationToken) -> Verdict {
+        if self.inner.mode == ApprovalMode::Off {
+            return Verdict::Allowed { note: None, by: Provenance::Rule };
+        }
+        let key = format!("mcp:{server}/{tool}");
+        let reason = format!("MCP tool '{tool}' of server '{server}' (not marked trust = true)");
+        self.ask_keyed(&key, reason, shown, &key, interrupt).await
+    }
+
     async fn ask(&self, category: &str, reason: String, command: &str, interrupt: &CancellationToken) -> Verdict {
-        let normalised = normalise_command(command);
+        self.ask_keyed(category, reason, command, &normalise_command(command), interrupt).await
+    }
+
+    /// Ask about `command`; `normalised` is its allowlist entry.
+    async fn ask_keyed(
+        &self,
+        category: &str,
+        reason: String,
+        command: &str,
+        normalised: &str,
+        interrupt: &CancellationToken,
+    ) -> Verdict {
+        let normalised = normalised.to_string();
         if lock(&self.inner.allowlist).contains(&normalised) {
             return Verdict::Allowed { note: Some("allowed by the approvals allowlist".into()), by: Provenance::Rule };
         }

@@ -6,7 +6,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Engine, RunningCompaction};
 use crate::engine::compaction;
 use crate::engine::turn::{compactor, TurnInput};
-use crate::protocol::commands::{JobsCmd, SlashCommand};
+use crate::protocol::commands::{JobsCmd, McpCmd, SlashCommand};
 use crate::protocol::{BusyMode, Event, JobAction, NoticeLevel, SessionInfo, TurnTrigger};
 
 impl Engine {
@@ -28,6 +28,7 @@ impl Engine {
             SlashCommand::Usage => self.usage(),
             SlashCommand::Permissions => self.permissions(),
             SlashCommand::Backend(choice) => self.backend_command(choice).await,
+            SlashCommand::Mcp(cmd) => self.mcp_command(cmd),
             SlashCommand::Compact(focus) => self.compact(focus),
             SlashCommand::Goal(cmd) => self.goal_command(&cmd).await,
             SlashCommand::Pause(reason) => self.pause(reason.as_deref()),
@@ -204,6 +205,29 @@ impl Engine {
                 .to_string()
         };
         self.notice(NoticeLevel::Info, text);
+    }
+
+    /// `/mcp`: the servers' state; `restart` starts one again (in the background).
+    fn mcp_command(&self, cmd: McpCmd) {
+        let Some(mcp) = self.env.registry.mcp() else { return };
+        let status = mcp.status();
+        match cmd {
+            McpCmd::List => self.notice(NoticeLevel::Info, crate::engine::mcp::describe(&status, false)),
+            McpCmd::Tools(None) => self.notice(NoticeLevel::Info, crate::engine::mcp::describe(&status, true)),
+            McpCmd::Tools(Some(name)) => {
+                let one: Vec<_> = status.into_iter().filter(|s| s.name == name).collect();
+                if one.is_empty() {
+                    self.notice(NoticeLevel::Error, format!("no MCP server named '{name}'; /mcp lists them"));
+                } else {
+                    self.notice(NoticeLevel::Info, crate::engine::mcp::describe(&one, true));
+                }
+            }
+            McpCmd::Restart(name) => match mcp.restart(&name) {
+                Ok(()) => self
+                    .notice(NoticeLevel::Info, format!("restarting MCP server '{name}'; /mcp shows when it is ready")),
+                Err(e) => self.notice(NoticeLevel::Error, e),
+            },
+        }
     }
 
     fn usage(&self) {

@@ -167,10 +167,23 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
             ));
         }
     }
+    // Headless runs have no first frame to wait for: their servers start at once, and the
+    // first model request waits for them (each within its startup_timeout_s).
+    let headless = opts.approval_policy != PromptPolicy::Ask;
+    let mcp = crate::engine::mcp::McpHandle::new(
+        opts.config.clone(),
+        &opts.paths.logs_dir,
+        cwd.clone(),
+        events.clone(),
+        headless,
+    );
+    if headless {
+        mcp.begin();
+    }
     let env = TurnEnv {
         provider: opts.provider,
         model: opts.model,
-        registry: Registry::standard(),
+        registry: Registry::standard().with_mcp(mcp),
         config: opts.config.clone(),
         store,
         events: events.clone(),
@@ -354,6 +367,9 @@ impl Engine {
         }
         // A session nothing was said in is not kept (nor listed, nor continued).
         let _ = self.env.store.delete_if_empty(&self.env.session_id).await;
+        if let Some(mcp) = self.env.registry.mcp() {
+            mcp.shutdown().await;
+        }
         let killed = self.env.jobs.shutdown().await;
         if killed > 0 {
             self.notice(NoticeLevel::Info, format!("killed {killed} running job(s)"));
@@ -469,6 +485,11 @@ impl Engine {
             }
             Op::Job { id, action } => self.job_action(id, action),
             Op::LeaveJobs { detach } => self.env.jobs.leave_running(detach),
+            Op::FrontEndReady => {
+                if let Some(mcp) = self.env.registry.mcp() {
+                    mcp.begin();
+                }
+            }
             Op::Shutdown => {}
         }
     }

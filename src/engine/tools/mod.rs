@@ -97,20 +97,25 @@ impl ToolResult {
 
 #[async_trait]
 pub trait Tool: Send + Sync {
-    fn name(&self) -> &'static str;
-    fn description(&self) -> &'static str;
+    fn name(&self) -> &str;
+    fn description(&self) -> &str;
     /// JSON Schema of the arguments object.
     fn parameters(&self) -> Value;
     fn concurrency(&self) -> Concurrency;
     /// One line for the UI's tool cell.
     fn summary(&self, args: &Value) -> String;
+    /// The name the UI shows (an MCP tool shows `server › tool`).
+    fn label(&self) -> String {
+        self.name().to_string()
+    }
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult;
 }
 
-/// All tools by name.
+/// All tools by name: the built-in ones, and the MCP servers' tools as they are now.
 #[derive(Clone, Default)]
 pub struct Registry {
-    tools: BTreeMap<&'static str, Arc<dyn Tool>>,
+    tools: BTreeMap<String, Arc<dyn Tool>>,
+    mcp: Option<crate::engine::mcp::McpHandle>,
 }
 
 impl Registry {
@@ -127,11 +132,21 @@ impl Registry {
     }
 
     pub fn add(&mut self, tool: Arc<dyn Tool>) {
-        self.tools.insert(tool.name(), tool);
+        self.tools.insert(tool.name().to_string(), tool);
+    }
+
+    /// Offer the MCP servers' tools too (their list may change between requests).
+    pub fn with_mcp(mut self, mcp: crate::engine::mcp::McpHandle) -> Registry {
+        self.mcp = Some(mcp);
+        self
+    }
+
+    pub fn mcp(&self) -> Option<&crate::engine::mcp::McpHandle> {
+        self.mcp.as_ref()
     }
 
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.get(name).cloned()
+        self.tools.get(name).cloned().or_else(|| self.mcp.as_ref().and_then(|m| m.tool(name)))
     }
 
     /// The `tools` array of a Chat Completions request.
@@ -148,6 +163,7 @@ impl Registry {
                     }
                 })
             })
+            .chain(self.mcp.iter().flat_map(|m| m.definitions()))
             .collect()
     }
 }

@@ -74,11 +74,13 @@ fn result_field(result: &str, field: &str) -> Option<String> {
     value.get(field)?.as_str().map(str::to_string)
 }
 
-/// The output lines shown under a tool cell: only a `!cmd` the user ran shows its
-/// output (the model's commands keep one line each); a long one is cut in the middle.
-pub(super) fn tool_output_lines(body: &CellBody, theme: &Theme) -> Vec<RLine> {
+/// The output lines shown under a tool cell: a `!cmd` the user ran shows its output; an
+/// MCP call (`server › tool`) shows its result when details are shown (Ctrl+T), collapsed
+/// otherwise; the model's commands keep one line each. A long output is cut in the middle.
+pub(super) fn tool_output_lines(body: &CellBody, theme: &Theme, show_details: bool) -> Vec<RLine> {
     let CellBody::Tool { name, outcome: Some(o), .. } = body else { return Vec::new() };
-    if name != "!" {
+    let mcp = name.contains(" › ");
+    if name != "!" && !(mcp && show_details) {
         return Vec::new();
     }
     let mut text = result_field(&o.result, "output").unwrap_or_default();

@@ -1,0 +1,188 @@
+//! Stdio MCP servers as processes: each in its own session and process group, its stderr
+//! appended to `logs/mcp/<server>.log`, a death signal so it goes with talaria even after
+//! a `kill -9`, and a record (`logs/mcp/<server>.<pgid>.json`) so the next start can kill
+//! whatever a crashed talaria left in its group (an `npx` wrapper's node child, say).
+
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::McpServerConfig;
+use crate::engine::jobs::group;
+use crate::engine::jobs::jobdir::boot_id;
+
+/// A running stdio server. Dropping it does not kill it: `stop` does (the manager calls
+/// it on every path out); the death signal and the start-up sweep cover crashes.
+pub(crate) struct ServerProcess {
+    pub child: tokio::process::Child,
+    pub pgid: i32,
+    record: PathBuf,
+    /// Where this run's stderr starts in the (appended) log.
+    pub log_start: u64,
+}
+
+/// What the next talaria needs to find a group this one left behind.
+#[derive(Debug, Serialize, Deserialize)]
+struct Record {
+    server: String,
+    pgid: i32,
+    leader_start: u64,
+    boot_id: String,
+    owner_pid: i32,
+    owner_start: u64,
+}
+
+/// Where the logs and records of the MCP servers go.
+pub(crate) fn dir(logs_dir: &Path) -> PathBuf {
+    logs_dir.join("mcp")
+}
+
+pub(crate) fn log_path(dir: &Path, server: &str) -> PathBuf {
+    dir.join(format!("{}.log", super::names::sanitise(server)))
+}
+
+/// Start `cfg.command` with piped stdin/stdout; returns the process and its pipes.
+pub(crate) fn spawn(
+    server: &str,
+    cfg: &McpServerConfig,
+    cwd: &Path,
+    dir: &Path,
+) -> Result<(ServerProcess, tokio::process::ChildStdout, tokio::process::ChildStdin), String> {
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+        .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+    let log_file = log_path(dir, server);
+    let log_start = std::fs::metadata(&log_file).map_or(0, |m| m.len());
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_file)
+        .map_err(|e| format!("cannot open {}: {e}", log_file.display()))?;
+    let workdir =
+        if cfg.cwd.is_empty() { cwd.to_path_buf() } else { crate::engine::tools::resolve_path(cwd, &cfg.cwd) };
+    let mut command = tokio::process::Command::new(&cfg.command);
+    command
+        .args(&cfg.args)
+        .envs(&cfg.env)
+        .current_dir(&workdir)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .kill_on_drop(true);
+    let parent = std::process::id() as i32;
+    // SAFETY: between fork and exec only async-signal-safe calls (setsid, prctl, getppid, _exit).
+    unsafe {
+        command.pre_exec(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Dies with the thread that spawned it (a tokio worker lives as long as talaria).
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Talaria died before the death signal was armed.
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().map_err(|e| format!("cannot start `{}`: {e}", cfg.command))?;
+    let pid = child.id().ok_or("the server exited at once")? as i32;
+    let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
+        return Err("the server's pipes could not be set up".into());
+    };
+    // setsid ran before exec, and spawn returns after exec: the pid is the pgid.
+    let leader_start = group::proc_stat(pid).map_or(0, |s| s.start_ticks);
+    let me = std::process::id() as i32;
+    let record = Record {
+        server: server.to_string(),
+        pgid: pid,
+        leader_start,
+        boot_id: boot_id(),
+        owner_pid: me,
+        owner_start: group::proc_stat(me).map_or(0, |s| s.start_ticks),
+    };
+    let record_path = dir.join(format!("{}.{pid}.json", super::names::sanitise(server)));
+    if let Ok(text) = serde_json::to_string(&record) {
+        if let Err(e) = std::fs::write(&record_path, text) {
+            tracing::warn!(error = %e, server, "cannot record the MCP server's process group");
+        }
+    }
+    Ok((ServerProcess { child, pgid: pid, record: record_path, log_start }, stdout, stdin))
+}
+
+impl ServerProcess {
+    /// Kill the whole group (SIGTERM, `grace`, SIGKILL), reap the leader, drop the record.
+    pub async fn stop(mut self, grace: Duration) {
+        group::kill_group(self.pgid, grace).await;
+        let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
+        let _ = std::fs::remove_file(&self.record);
+    }
+
+    /// Its exit, if it exits within `within` (a closed pipe comes just before the exit).
+    pub async fn exit_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        tokio::time::timeout(within, self.child.wait()).await.ok().and_then(Result::ok)
+    }
+}
+
+/// Kill the groups that a talaria which is gone left behind (and forget records of this
+/// boot's dead groups). Blocking: run it off the async threads.
+pub(crate) fn sweep(dir: &Path) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir(dir) else { return Vec::new() };
+    let boot = boot_id();
+    let mut killed = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|e| e != "json") {
+            continue;
+        }
+        let Some(record) = std::fs::read_to_string(&path).ok().and_then(|t| serde_json::from_str::<Record>(&t).ok())
+        else {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        };
+        if record.boot_id != boot {
+            let _ = std::fs::remove_file(&path);
+            continue;
+        }
+        // Another talaria that is still running owns it.
+        if group::process_alive(record.owner_pid, Some(record.owner_start)) {
+            continue;
+        }
+        if ours(&record) {
+            let left = group::kill_groups_blocking(&[record.pgid], Duration::from_millis(500));
+            tracing::info!(server = %record.server, pgid = record.pgid, survivors = left.len(), "killed an MCP server a previous talaria left");
+            killed.push(record.pgid);
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+    killed
+}
+
+/// Is the group still the one the record describes? Its leader with the same start time,
+/// or (the leader gone, e.g. an `npx` wrapper) members that all started after it did.
+fn ours(record: &Record) -> bool {
+    if group::process_alive(record.pgid, None) {
+        return group::process_alive(record.pgid, Some(record.leader_start));
+    }
+    let Ok(entries) = std::fs::read_dir("/proc") else { return false };
+    let mut any = false;
+    for entry in entries.flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if let Some(stat) = group::proc_stat(pid) {
+            if stat.pgrp == record.pgid && stat.state != 'Z' {
+                if stat.start_ticks < record.leader_start {
+                    return false;
+                }
+                any = true;
+            }
+        }
+    }
+    any
+}

@@ -1,0 +1,766 @@
+//! MCP client end to end (DESIGN §12): a server written here with rmcp's server side
+//! (tests/mcp/server.rs) over stdio and over streamable HTTP on loopback, the real
+//! `@modelcontextprotocol/server-everything` from npm, kill -9 and start-up sweeps, and
+//! the TUI in a PTY with a server that takes 5 s to start.
+//!
+//! This binary has its own runner (`harness = false`): when `TALARIA_MCP_TEST_SERVER` is
+//! set it is the test server itself, and libtest would write to that server's stdout.
+//! `cargo test --test mcp [filter]` runs the tests whose name contains the filter.
+
+#[path = "../common/mod.rs"]
+mod common;
+#[path = "../common/inproc.rs"]
+mod inproc;
+#[path = "../common/pty.rs"]
+mod pty;
+mod server;
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use talaria::config::Config;
+use talaria::engine::approval::PromptPolicy;
+use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
+use talaria::engine::SessionChoice;
+use talaria::protocol::commands::{McpCmd, SlashCommand};
+use talaria::protocol::{Approval, BusyMode, Event, Op, ToolStatus, TurnOutcome};
+use talaria::testkit::scripted::{RecordedRequest, ScriptedResponse, ScriptedServer};
+
+/// Deadline of every wait (a loaded 2-core machine is slow); never a timing assertion.
+const WAIT: Duration = Duration::from_secs(30);
+
+type TestFn = fn() -> Pin<Box<dyn Future<Output = ()> + Send>>;
+
+macro_rules! tests {
+    ($($name:ident),* $(,)?) => {
+        &[$((stringify!($name), (|| Box::pin($name()) as Pin<Box<dyn Future<Output = ()> + Send>>) as TestFn)),*]
+    };
+}
+
+fn main() {
+    if let Ok(mode) = std::env::var("TALARIA_MCP_TEST_SERVER") {
+        server::main(&mode);
+        return;
+    }
+    let all: &[(&str, TestFn)] = tests![
+        stdio_tools_reach_the_model,
+        http_tools_reach_the_model,
+        stdio_interrupt_and_redirect_cancel_a_call,
+        http_interrupt_and_redirect_cancel_a_call,
+        a_call_past_tool_timeout_is_an_error_and_the_turn_goes_on,
+        stdio_crash_mid_call_then_restart,
+        http_crash_mid_call_names_the_server,
+        stdio_list_changed_updates_the_tools,
+        http_list_changed_updates_the_tools,
+        approvals_ask_once_per_server_and_tool,
+        exec_without_yes_denies_an_untrusted_server,
+        servers_that_fail_to_start_are_noticed_and_listed,
+        kill_9_leaves_no_server_behind,
+        server_everything_from_npm,
+        pty_first_frame_and_first_answer_do_not_wait_for_a_slow_server,
+    ];
+    let filters: Vec<String> = std::env::args().skip(1).filter(|a| !a.starts_with('-')).collect();
+    if std::env::args().any(|a| a == "--list") {
+        for (name, _) in all {
+            println!("{name}: test");
+        }
+        return;
+    }
+    let chosen: Vec<(&str, TestFn)> = all
+        .iter()
+        .filter(|(n, _)| filters.is_empty() || filters.iter().any(|f| n.contains(f.as_str())))
+        .copied()
+        .collect();
+    println!("\nrunning {} tests", chosen.len());
+    // A few at a time: each starts several processes on a machine that is already busy.
+    let mut failed = Vec::new();
+    for batch in chosen.chunks(4) {
+        let handles: Vec<_> = batch
+            .iter()
+            .map(|(name, f)| {
+                let f = *f;
+                let name = name.to_string();
+                let h = std::thread::Builder::new()
+                    .name(name.clone())
+                    .spawn(move || {
+                        let started = Instant::now();
+                        let rt = tokio::runtime::Builder::new_multi_thread()
+                            .worker_threads(2)
+                            .enable_all()
+                            .build()
+                            .expect("runtime");
+                        rt.block_on(f());
+                        started.elapsed()
+                    })
+                    .expect("thread");
+                (name, h)
+            })
+            .collect();
+        for (name, h) in handles {
+            let result = h.join();
+            let ok = result.is_ok();
+            let took = result.map(|d| format!(" ({:.1} s)", d.as_secs_f64())).unwrap_or_default();
+            println!("test {name} ... {}{took}", if ok { "ok" } else { "FAILED" });
+            if !ok {
+                failed.push(name);
+            }
+        }
+    }
+    if failed.is_empty() {
+        println!("\ntest result: ok. {} passed", chosen.len());
+    } else {
+        println!("\ntest result: FAILED. failures: {}", failed.join(", "));
+        std::process::exit(101);
+    }
+}
+
+// --- Helpers -------------------------------------------------------------------------
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Transport {
+    Stdio,
+    Http,
+}
+
+/// One test server: its marker directory, and for HTTP the running process.
+struct TestServer {
+    dir: tempfile::TempDir,
+    http: Option<(tokio::process::Child, u16)>,
+}
+
+impl TestServer {
+    async fn start(transport: Transport, delay_ms: u64) -> TestServer {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let http = match transport {
+            Transport::Stdio => None,
+            Transport::Http => {
+                let child = tokio::process::Command::new(std::env::current_exe().expect("exe"))
+                    .env("TALARIA_MCP_TEST_SERVER", "http")
+                    .env("TALARIA_MCP_TEST_DIR", dir.path())
+                    .env("TALARIA_MCP_TEST_DELAY_MS", delay_ms.to_string())
+                    .stdin(std::process::Stdio::null())
+                    .kill_on_drop(true)
+                    .spawn()
+                    .expect("start the HTTP test server");
+                let port_file = dir.path().join("port");
+                wait_until("the HTTP test server's port", || port_file.exists()).await;
+                let port = std::fs::read_to_string(&port_file).expect("port").trim().parse().expect("port number");
+                Some((child, port))
+            }
+        };
+        TestServer { dir, http }
+    }
+
+    fn marker(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    async fn wait_marker(&self, name: &str) {
+        let path = self.marker(name);
+        wait_until(&format!("the test server to write {name}"), || path.exists()).await;
+    }
+
+    /// The `[mcp.servers.<name>]` table for this server (`extra`: more keys).
+    fn config(&self, name: &str, delay_ms: u64, extra: &str) -> String {
+        match &self.http {
+            Some((_, port)) => format!("[mcp.servers.{name}]\nurl = \"http://127.0.0.1:{port}/mcp\"\n{extra}\n"),
+            None => format!(
+                "[mcp.servers.{name}]\ncommand = {exe:?}\nenv = {{ TALARIA_MCP_TEST_SERVER = \"stdio\", TALARIA_MCP_TEST_DIR = {dir:?}, TALARIA_MCP_TEST_DELAY_MS = \"{delay_ms}\" }}\n{extra}\n",
+                exe = std::env::current_exe().expect("exe").display().to_string(),
+                dir = self.dir.path().display().to_string(),
+            ),
+        }
+    }
+
+    /// Processes (other than this test) started for this server: found by its marker dir.
+    fn processes(&self) -> Vec<i32> {
+        processes_with_env(&format!("TALARIA_MCP_TEST_DIR={}", self.dir.path().display()))
+            .into_iter()
+            .filter(|pid| Some(*pid) != self.http.as_ref().and_then(|(c, _)| c.id()).map(|p| p as i32))
+            .collect()
+    }
+}
+
+/// Pids whose environment contains `needle` (`KEY=value`).
+fn processes_with_env(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(env) = std::fs::read(format!("/proc/{pid}/environ")) else { continue };
+        if env.split(|b| *b == 0).any(|kv| kv == needle.as_bytes()) && !is_zombie(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// Pids whose command line contains `needle`.
+fn processes_with_cmdline(needle: &str) -> Vec<i32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else { continue };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) && !is_zombie(pid) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+fn is_zombie(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(')').map(|(_, rest)| rest.trim_start().starts_with('Z')))
+        .unwrap_or(true)
+}
+
+async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + WAIT;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+fn config(text: &str) -> Config {
+    Config::from_toml(text, Path::new("config.toml")).unwrap_or_else(|e| panic!("config: {e}\n{text}"))
+}
+
+async fn engine(home: &Path, model: &ScriptedServer, config_text: &str, policy: PromptPolicy) -> inproc::Running {
+    let provider = Arc::new(OpenAiClient::new(ClientSettings::new(model.base_url()).max_retries(0)).expect("client"));
+    let running =
+        inproc::start_with_policy(home, provider, "scripted-model", SessionChoice::New, config(config_text), policy)
+            .await;
+    // What the TUI sends after its first frame (headless engines start their servers at once).
+    running.send(Op::FrontEndReady);
+    running
+}
+
+fn tool_call(id: &str, name: &str, args: Value) -> ScriptedResponse {
+    ScriptedResponse::tool_call(id, name, &args.to_string())
+}
+
+/// The tool result the model got for `call_id`, parsed.
+fn tool_result(requests: &[RecordedRequest], call_id: &str) -> Value {
+    for r in requests {
+        for m in r.messages() {
+            if m.tool_call_id.as_deref() == Some(call_id) {
+                let text = m.content.unwrap_or_default();
+                return serde_json::from_str(&text).unwrap_or(Value::String(text));
+            }
+        }
+    }
+    panic!("no tool result for {call_id} in {} requests", requests.len());
+}
+
+/// Send `/mcp …` and return the notice it answers with.
+async fn mcp_command(run: &mut inproc::Running, cmd: McpCmd, needle: &str) -> String {
+    run.send(Op::Command(SlashCommand::Mcp(cmd)));
+    run.notice(needle).await
+}
+
+/// Poll `/mcp` until its line for `server` says `state`.
+async fn wait_state(run: &mut inproc::Running, server: &str, state: &str) -> String {
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let text = mcp_command(run, McpCmd::List, &format!("{server} · ")).await;
+        if text.lines().any(|l| l.starts_with(&format!("{server} · {state}"))) {
+            return text;
+        }
+        assert!(Instant::now() < deadline, "MCP server {server} never became {state}; last /mcp:\n{text}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A notice containing `needle`, already received or still to come.
+async fn notice_seen_or_next(run: &mut inproc::Running, needle: &str) {
+    let needle = needle.to_string();
+    run.wait_since(
+        0,
+        &format!("a notice containing {needle:?}"),
+        |e| matches!(e, Event::Notice { text, .. } if text.contains(&needle)),
+    )
+    .await;
+}
+
+fn tool_finished(run: &inproc::Running, call_id: &str) -> Option<talaria::protocol::ToolOutcome> {
+    run.seen.iter().find_map(|e| match e {
+        Event::ToolFinished { call_id: id, outcome } if id == call_id => Some(outcome.clone()),
+        _ => None,
+    })
+}
+
+// --- Tests -----------------------------------------------------------------------------
+
+async fn stdio_tools_reach_the_model() {
+    tools_reach_the_model(Transport::Stdio).await;
+}
+
+async fn http_tools_reach_the_model() {
+    tools_reach_the_model(Transport::Http).await;
+}
+
+/// Tools listed with their schemas, arguments passed, results mapped (text, structured
+/// content, isError, images named), cells shown as `server › tool  args`.
+async fn tools_reach_the_model(transport: Transport) {
+    let server = TestServer::start(transport, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__add", json!({"a": 2, "b": 3})),
+        tool_call("c2", "t__fail", json!({})),
+        tool_call("c3", "t__picture", json!({})),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run =
+        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    run.send(Op::Submit { text: "use the tools".into(), mode: None });
+    let finished = run.turn_finished().await;
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    let requests = model.chat_requests();
+    assert_eq!(requests.len(), 4);
+    let names = requests[0].tool_names();
+    for t in ["t__add", "t__echo", "t__fail", "t__slow", "t__crash", "t__grow", "t__picture", "terminal"] {
+        assert!(names.contains(&t.to_string()), "{t} offered from the first request: {names:?}");
+    }
+    let add = requests[0].body["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "t__add")
+        .cloned()
+        .unwrap();
+    assert_eq!(add["function"]["description"], "Add two numbers");
+    assert_eq!(add["function"]["parameters"]["required"], json!(["a", "b"]));
+    let sum = tool_result(&requests, "c1");
+    assert_eq!(sum["output"], "sum=5");
+    assert_eq!(sum["structured"]["sum"].as_f64(), Some(5.0));
+    let fail = tool_result(&requests, "c2");
+    assert_eq!(fail["error"], "MCP server 't', tool 'fail': it failed on purpose");
+    let picture = tool_result(&requests, "c3");
+    let out = picture["output"].as_str().unwrap();
+    assert!(out.starts_with("a picture:\n[image: image/png,") && !out.contains("iVBOR"), "{out}");
+    let cell = run
+        .seen
+        .iter()
+        .find_map(|e| match e {
+            Event::ToolStarted { call_id, name, summary } if call_id == "c1" => Some((name.clone(), summary.clone())),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(cell, ("t › add".to_string(), "a=2, b=3".to_string()));
+    assert_eq!(tool_finished(&run, "c2").map(|o| o.ok), Some(false));
+    let listing = mcp_command(&mut run, McpCmd::Tools(Some("t".into())), "t · ").await;
+    assert!(listing.starts_with("t · ready · 7 tools"), "{listing}");
+    assert!(listing.contains("  t__add  Add two numbers"), "{listing}");
+    run.shutdown().await;
+    if transport == Transport::Stdio {
+        assert!(server.processes().is_empty(), "the stdio server is killed at shutdown: {:?}", server.processes());
+    }
+}
+
+async fn stdio_interrupt_and_redirect_cancel_a_call() {
+    interrupt_and_redirect_cancel_a_call(Transport::Stdio).await;
+}
+
+async fn http_interrupt_and_redirect_cancel_a_call() {
+    interrupt_and_redirect_cancel_a_call(Transport::Http).await;
+}
+
+/// Esc and a redirect both cancel an in-flight call: the server sees
+/// `notifications/cancelled`, and the turn goes on at once.
+async fn interrupt_and_redirect_cancel_a_call(transport: Transport) {
+    let server = TestServer::start(transport, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__slow", json!({"seconds": 600})),
+        tool_call("c2", "t__slow", json!({"seconds": 600})),
+        ScriptedResponse::text("redirected"),
+    ])
+    .await
+    .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run =
+        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    run.send(Op::Submit { text: "be slow".into(), mode: None });
+    server.wait_marker("slow-started").await;
+    let asked = Instant::now();
+    run.send(Op::Interrupt);
+    let finished = run.turn_finished().await;
+    let interrupt_ms = asked.elapsed().as_millis();
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Interrupted }), "{finished:?}");
+    let outcome = tool_finished(&run, "c1").expect("c1 finished");
+    assert_eq!(outcome.status, Some(ToolStatus::Interrupted), "{outcome:?}");
+    assert!(outcome.result.contains("interrupted the call to 'slow' on MCP server 't'"), "{}", outcome.result);
+    server.wait_marker("slow-cancelled").await;
+    println!("mcp: interrupt -> turn finished in {interrupt_ms} ms ({transport:?})");
+
+    std::fs::remove_file(server.marker("slow-started")).expect("reset marker");
+    std::fs::remove_file(server.marker("slow-cancelled")).expect("reset marker");
+    run.send(Op::Submit { text: "again".into(), mode: None });
+    server.wait_marker("slow-started").await;
+    run.send(Op::Submit { text: "stop that, please".into(), mode: Some(BusyMode::Redirect) });
+    let finished = run.turn_finished().await;
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    server.wait_marker("slow-cancelled").await;
+    let requests = model.chat_requests();
+    let result = tool_result(&requests, "c2");
+    assert!(result["error"].as_str().unwrap().starts_with("cancelled: the user sent a message"), "{result}");
+    let last = requests.last().unwrap().messages();
+    let delivered = last.last().and_then(|m| m.content.clone()).unwrap_or_default();
+    assert!(delivered.contains("stop that, please") && delivered.contains("OUT-OF-BAND"), "{delivered}");
+    run.shutdown().await;
+}
+
+/// `tool_timeout_s` bounds a call: an error result naming the server, a notice, the call
+/// cancelled at the server, and the turn goes on to the next model request.
+async fn a_call_past_tool_timeout_is_an_error_and_the_turn_goes_on() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__slow", json!({"seconds": 600})),
+        ScriptedResponse::text("carried on"),
+    ])
+    .await
+    .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let cfg = server.config("t", 0, "trust = true\ntool_timeout_s = 1.5");
+    let mut run = engine(home.path(), &model, &cfg, PromptPolicy::DenyUnattended).await;
+    run.send(Op::Submit { text: "be slow".into(), mode: None });
+    let finished = run.turn_finished().await;
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    let requests = model.chat_requests();
+    assert_eq!(requests.len(), 2);
+    let result = tool_result(&requests, "c1");
+    assert_eq!(
+        result["error"],
+        "MCP server 't' did not answer 'slow' within 1.5 s (tool_timeout_s); the call was cancelled"
+    );
+    assert!(run.seen.iter().any(|e| matches!(e, Event::Notice { text, .. } if text.contains("did not answer 'slow'"))));
+    server.wait_marker("slow-cancelled").await;
+    let status = mcp_command(&mut run, McpCmd::List, "t · ").await;
+    assert!(status.contains("last error: MCP server 't' did not answer 'slow'"), "{status}");
+    run.shutdown().await;
+}
+
+/// A server that dies mid-call: the call is an error naming the server, a notice says it
+/// stopped, its tools answer with an error until `/mcp restart`, which brings it back.
+async fn stdio_crash_mid_call_then_restart() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model =
+        ScriptedServer::start(vec![tool_call("c1", "t__crash", json!({})), ScriptedResponse::text("it crashed")])
+            .await
+            .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run =
+        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    run.send(Op::Submit { text: "crash it".into(), mode: None });
+    run.turn_finished().await;
+    let crash = tool_result(&model.chat_requests(), "c1");
+    assert!(crash["error"].as_str().unwrap().contains("MCP server 't'"), "{crash}");
+    notice_seen_or_next(&mut run, "MCP server 't' stopped").await;
+    let status = wait_state(&mut run, "t", "failed").await;
+    assert!(status.contains("last error: the server exited"), "{status}");
+
+    model.push(tool_call("c2", "t__echo", json!({"text": "anyone?"})));
+    model.push(ScriptedResponse::text("down"));
+    run.send(Op::Submit { text: "echo".into(), mode: None });
+    run.turn_finished().await;
+    let down = tool_result(&model.chat_requests(), "c2");
+    let text = down["error"].as_str().unwrap();
+    assert!(text.starts_with("MCP server 't' is not running") && text.contains("/mcp restart t"), "{text}");
+
+    mcp_command(&mut run, McpCmd::Restart("t".into()), "restarting MCP server 't'").await;
+    wait_state(&mut run, "t", "ready").await;
+    model.push(tool_call("c3", "t__echo", json!({"text": "back"})));
+    model.push(ScriptedResponse::text("up again"));
+    run.send(Op::Submit { text: "echo again".into(), mode: None });
+    run.turn_finished().await;
+    assert_eq!(tool_result(&model.chat_requests(), "c3")["output"], "echo: back");
+    run.shutdown().await;
+    assert!(server.processes().is_empty(), "left behind: {:?}", server.processes());
+}
+
+async fn http_crash_mid_call_names_the_server() {
+    let server = TestServer::start(Transport::Http, 0).await;
+    let model =
+        ScriptedServer::start(vec![tool_call("c1", "t__crash", json!({})), ScriptedResponse::text("it crashed")])
+            .await
+            .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run =
+        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    run.send(Op::Submit { text: "crash it".into(), mode: None });
+    let finished = run.turn_finished().await;
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    let crash = tool_result(&model.chat_requests(), "c1");
+    assert!(crash["error"].as_str().unwrap().contains("MCP server 't'"), "{crash}");
+    run.shutdown().await;
+}
+
+async fn stdio_list_changed_updates_the_tools() {
+    list_changed_updates_the_tools(Transport::Stdio).await;
+}
+
+async fn http_list_changed_updates_the_tools() {
+    list_changed_updates_the_tools(Transport::Http).await;
+}
+
+/// `notifications/tools/list_changed`: the new tool is offered from the next request on.
+async fn list_changed_updates_the_tools(transport: Transport) {
+    let server = TestServer::start(transport, 0).await;
+    let model = ScriptedServer::start(vec![tool_call("c1", "t__grow", json!({})), ScriptedResponse::text("grown")])
+        .await
+        .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run =
+        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    run.send(Op::Submit { text: "grow".into(), mode: None });
+    run.turn_finished().await;
+    assert!(!model.chat_requests()[0].tool_names().contains(&"t__extra".to_string()));
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let tools = mcp_command(&mut run, McpCmd::Tools(Some("t".into())), "t · ").await;
+        if tools.contains("t__extra") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new tool never appeared ({transport:?}):\n{tools}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    model.push(ScriptedResponse::text("I see it"));
+    run.send(Op::Submit { text: "look".into(), mode: None });
+    run.turn_finished().await;
+    let names = model.chat_requests().last().unwrap().tool_names();
+    assert!(names.contains(&"t__extra".to_string()), "{names:?}");
+    run.shutdown().await;
+}
+
+/// Without `trust`, a call asks once per server and tool: "session" covers the next call
+/// of the same tool, another tool asks again, "deny" becomes an error result.
+async fn approvals_ask_once_per_server_and_tool() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__echo", json!({"text": "one"})),
+        tool_call("c2", "t__echo", json!({"text": "two"})),
+        tool_call("c3", "t__add", json!({"a": 1, "b": 1})),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run = engine(home.path(), &model, &server.config("t", 0, ""), PromptPolicy::Ask).await;
+    wait_state(&mut run, "t", "ready").await;
+    run.send(Op::Submit { text: "echo twice then add".into(), mode: None });
+    let first = run.wait_for("approval for echo", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+    let Event::ApprovalNeeded { id, command, reason } = first else { unreachable!() };
+    assert_eq!(command, "t › echo  text=one");
+    assert!(reason.contains("MCP tool 'echo' of server 't'"), "{reason}");
+    run.send(Op::Approve { id, decision: Approval::Session });
+    let second = run.wait_for("approval for add", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+    let Event::ApprovalNeeded { id, command, .. } = second else { unreachable!() };
+    assert_eq!(command, "t › add  a=1, b=1", "the second echo did not ask again");
+    run.send(Op::Approve { id, decision: Approval::Deny });
+    run.turn_finished().await;
+    let requests = model.chat_requests();
+    assert_eq!(tool_result(&requests, "c1")["output"], "echo: one");
+    assert_eq!(tool_result(&requests, "c2")["output"], "echo: two");
+    assert!(tool_result(&requests, "c3")["error"].as_str().unwrap().starts_with("not run: the user denied"));
+    run.shutdown().await;
+}
+
+/// `talaria exec` without `--yes`: a call to a server without `trust` is denied.
+async fn exec_without_yes_denies_an_untrusted_server() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__echo", json!({"text": "hi"})),
+        ScriptedResponse::text("denied"),
+    ])
+    .await
+    .expect("model");
+    let home = common::Home::new();
+    home.write_config(&server.config("t", 0, ""));
+    let out = home.run(&["exec", "--base-url", &model.base_url(), "--model", "m", "say hi"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let result = tool_result(&model.chat_requests(), "c1");
+    let error = result["error"].as_str().unwrap();
+    assert!(error.contains("needs approval") && error.contains("--yes"), "{error}");
+    assert!(!server.marker("slow-started").exists());
+}
+
+/// A missing program, a server slower than its `startup_timeout_s`, a disabled server:
+/// notices, their state in `/mcp` and `talaria mcp list`, and nothing left running.
+async fn servers_that_fail_to_start_are_noticed_and_listed() {
+    let slow = TestServer::start(Transport::Stdio, 0).await;
+    let text = format!(
+        "[mcp.servers.missing]\ncommand = \"/nonexistent/mcp-server\"\n\n{}\n[mcp.servers.off]\ncommand = \"true\"\nenabled = false\n",
+        slow.config("slow", 20_000, "startup_timeout_s = 1")
+    );
+    let model = ScriptedServer::start(vec![ScriptedResponse::text("hello")]).await.expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let started = Instant::now();
+    let mut run = engine(home.path(), &model, &text, PromptPolicy::Ask).await;
+    let ready_ms = started.elapsed().as_millis();
+    run.send(Op::Submit { text: "hi".into(), mode: None });
+    run.turn_finished().await;
+    notice_seen_or_next(&mut run, "MCP server 'missing' failed to start: cannot start `/nonexistent/mcp-server`").await;
+    notice_seen_or_next(&mut run, "MCP server 'slow' failed to start: did not start within 1 s (startup_timeout_s)")
+        .await;
+    let status = mcp_command(&mut run, McpCmd::List, "missing · ").await;
+    assert!(status.contains("off · disabled · 0 tools"), "{status}");
+    assert!(status.contains("slow · failed · 0 tools"), "{status}");
+    wait_until("the slow server to be killed", || slow.processes().is_empty()).await;
+    run.shutdown().await;
+    println!("mcp: engine ready in {ready_ms} ms with two failing servers");
+
+    let home = common::Home::new();
+    home.write_config(&text);
+    let out = home.run(&["mcp", "list"]).await;
+    let listing = common::stdout(&out);
+    assert!(
+        listing.contains("missing · failed · 0 tools · stdio: /nonexistent/mcp-server · last error: cannot start"),
+        "{listing}"
+    );
+    assert!(listing.contains("off · disabled"), "{listing}");
+    wait_until("the slow server to be killed (mcp list)", || slow.processes().is_empty()).await;
+}
+
+/// `kill -9` of talaria: the server (its direct child) dies with it; what the server
+/// started itself (here a `sleep`, like an `npx` wrapper's node) is killed by the next
+/// talaria's start-up sweep. A clean exit kills the whole group at once.
+async fn kill_9_leaves_no_server_behind() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let marker = format!("3000{}", std::process::id());
+    let exe = std::env::current_exe().expect("exe").display().to_string();
+    let text = format!(
+        "[mcp.servers.w]\ncommand = \"bash\"\nargs = [\"-c\", \"sleep {marker} & exec \\\"$0\\\"\", {exe:?}]\nenv = {{ TALARIA_MCP_TEST_SERVER = \"stdio\", TALARIA_MCP_TEST_DIR = {dir:?} }}\ntrust = true\n",
+        dir = server.dir.path().display().to_string()
+    );
+    let model = ScriptedServer::start(vec![common::slow_stream()]).await.expect("model");
+    let home = common::Home::new();
+    home.write_config(&text);
+    let (mut child, _lines) = common::spawn_json(&home, &["--base-url", &model.base_url(), "--model", "m", "wait"]);
+    server.wait_marker("up").await;
+    wait_until("the wrapper's sleep", || !processes_with_cmdline(&format!("sleep {marker}")).is_empty()).await;
+    let talaria = child.id().expect("pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(talaria), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+    let _ = child.wait().await;
+    wait_until("the server to die with talaria", || {
+        server.processes().iter().all(|p| processes_with_cmdline(&format!("sleep {marker}")).contains(p))
+    })
+    .await;
+    let left = processes_with_cmdline(&format!("sleep {marker}"));
+    assert!(!left.is_empty(), "the grandchild outlives a kill -9");
+    // The next talaria start sweeps the recorded group (its own server is a new group,
+    // killed when it exits: the pids of the old one are what must go).
+    let out = home.run(&["mcp", "list"]).await;
+    assert!(common::stdout(&out).contains("w · ready"), "{}", common::stdout(&out));
+    wait_until("the sweep to kill the left-over sleep", || left.iter().all(|p| is_zombie(*p))).await;
+    // `mcp list` itself killed its own server's whole group on the way out.
+    wait_until("no process of the server left", || server.processes().is_empty()).await;
+}
+
+/// The real `@modelcontextprotocol/server-everything` (installed by `.ci/run`): its tools
+/// are listed, and `echo` and `get-sum` called through a scripted model turn reach the model.
+async fn server_everything_from_npm() {
+    let Some(entry) = std::env::var_os("TALARIA_MCP_EVERYTHING").filter(|v| !v.is_empty()) else {
+        panic!(
+            "TALARIA_MCP_EVERYTHING is not set. Install the server and point at it:\n  tmp=$(mktemp -d) && npm install --prefix \"$tmp\" @modelcontextprotocol/server-everything\n  export TALARIA_MCP_EVERYTHING=\"$tmp/node_modules/@modelcontextprotocol/server-everything/dist/index.js\"\n(.ci/run does this)"
+        );
+    };
+    let entry = PathBuf::from(entry);
+    assert!(entry.exists(), "TALARIA_MCP_EVERYTHING={} does not exist; reinstall it (see .ci/run)", entry.display());
+    let text = format!(
+        "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = true\nstartup_timeout_s = 60\n",
+        entry.display().to_string()
+    );
+    let home = common::Home::new();
+    home.write_config(&text);
+    let out = home.run(&["mcp", "list", "--tools"]).await;
+    let listing = common::stdout(&out);
+    assert!(listing.contains("everything · ready"), "{listing}\n{}", common::stderr(&out));
+    assert!(listing.contains("  everything__echo  ") && listing.contains("  everything__get-sum  "), "{listing}");
+
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "everything__echo", json!({"message": "hello from talaria"})),
+        tool_call("c2", "everything__get-sum", json!({"a": 2, "b": 40})),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .expect("model");
+    let out = home.run(&["exec", "--base-url", &model.base_url(), "--model", "m", "use everything"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let requests = model.chat_requests();
+    let names = requests[0].tool_names();
+    assert!(names.contains(&"everything__echo".into()) && names.contains(&"everything__get-sum".into()), "{names:?}");
+    assert_eq!(tool_result(&requests, "c1")["output"], "Echo: hello from talaria");
+    assert_eq!(tool_result(&requests, "c2")["output"], "The sum of 2 and 40 is 42.");
+    assert!(common::stderr(&out).contains("everything › get-sum"), "{}", common::stderr(&out));
+}
+
+/// The TUI with a server that takes 5 s to start: the first frame is drawn at once and a
+/// typed message is answered while the server is still starting; then its tools arrive.
+async fn pty_first_frame_and_first_answer_do_not_wait_for_a_slow_server() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(vec![ScriptedResponse::text("pong from the model")]).await.expect("model");
+    let home = common::Home::new();
+    home.write_config(&server.config("slow", 5_000, "startup_timeout_s = 60"));
+    let url = model.base_url();
+    let (home_path, work) = (home.path().to_path_buf(), home.work());
+    let baseline_ms = tokio::task::spawn_blocking({
+        let bare = common::Home::new();
+        let url = model.base_url();
+        move || {
+            let started = Instant::now();
+            let mut p = pty::Pty::spawn(bare.path(), &bare.work(), &["--base-url", &url, "--model", "m"], 120, 36);
+            p.wait_for(" message ", WAIT);
+            let ms = started.elapsed().as_millis();
+            p.send(b"\x04");
+            let _ = p.wait_exit(WAIT);
+            ms
+        }
+    })
+    .await
+    .expect("pty baseline");
+    let (first_frame_ms, answered_ms, up_before_answer) = tokio::task::spawn_blocking({
+        let up = server.marker("up");
+        move || {
+            let started = Instant::now();
+            let mut p = pty::Pty::spawn(&home_path, &work, &["--base-url", &url, "--model", "m"], 120, 36);
+            p.wait_for(" message ", WAIT);
+            let first = started.elapsed().as_millis();
+            p.type_text("ping\r");
+            p.wait_for("pong from the model", WAIT);
+            let answered = started.elapsed().as_millis();
+            let up_before = up.exists();
+            let deadline = Instant::now() + WAIT;
+            while !up.exists() {
+                assert!(Instant::now() < deadline, "the slow server never came up");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let deadline = Instant::now() + WAIT;
+            loop {
+                p.type_text("/mcp\r");
+                std::thread::sleep(Duration::from_millis(300));
+                if p.contents().contains("slow · ready · 7 tools") {
+                    break;
+                }
+                assert!(Instant::now() < deadline, "/mcp never showed the server ready:\n{}", p.contents());
+            }
+            p.send(b"\x04");
+            let _ = p.wait_exit(WAIT);
+            (first, answered, up_before)
+        }
+    })
+    .await
+    .expect("pty test");
+    println!(
+        "mcp pty: first frame {first_frame_ms} ms (no MCP server: {baseline_ms} ms), answer {answered_ms} ms, server up after ~5000 ms"
+    );
+    assert!(!up_before_answer, "the answer came only after the server was up ({answered_ms} ms)");
+    assert!(first_frame_ms < 5_000, "first frame after {first_frame_ms} ms");
+    wait_until("the server to be killed at quit", || server.processes().is_empty()).await;
+}
