@@ -136,6 +136,7 @@ fn history(n: usize) -> Vec<HistoryItem> {
                     duration_ms: 1234,
                     result: "{\"exit_code\":0,\"output\":\"test result: ok. 12 passed\"}".into(),
                 },
+                job: None,
             },
             _ => HistoryItem::Notice { level: NoticeLevel::Info, text: format!("job_{i} finished (exit 0)") },
         })

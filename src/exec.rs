@@ -1,6 +1,7 @@
 //! Headless mode (`talaria exec`): the same engine, printing instead of drawing.
 //! The answer streams to stdout, tool activity and notices to stderr; `--json` prints
-//! every `Event` as one JSON line. Exit codes: 0 done, 1 failed, 130 interrupted.
+//! every `Event` as one JSON line. Exit codes: 0 done, 1 failed (or it killed a job the answer
+//! depended on at the end), 130 interrupted.
 
 use std::io::Write;
 use std::time::Duration;
@@ -41,6 +42,8 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut submitted = false;
     // The trigger of the turn running now: only the user's own turn decides the exit code.
     let mut trigger: Option<TurnTrigger> = None;
+    // Jobs the answer was waiting on that the end of the run killed.
+    let mut killed_awaited: Vec<String> = Vec::new();
     loop {
         tokio::select! {
             event = engine.events.recv() => {
@@ -63,6 +66,9 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                         // Our prompt came back unsent (e.g. paused).
                         outcome = Some(TurnOutcome::Failed);
                         shut_down(&engine, options.keep_jobs);
+                    }
+                    Event::JobsKilled { jobs } => {
+                        killed_awaited.extend(jobs.iter().filter(|j| j.awaited).map(|j| j.id.clone()));
                     }
                     Event::RestoreInput { .. }
                     | Event::SessionReady { .. }
@@ -89,6 +95,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     | Event::Status(_)
                     | Event::Usage { .. }
                     | Event::Context { .. }
+                    | Event::SessionChoices { .. }
                     | Event::ShutdownComplete => {}
                 }
                 let done = matches!(event, Event::ShutdownComplete);
@@ -127,6 +134,8 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
         eprintln!("talaria: this run: {}", printer.spend.describe());
     }
     Ok(match outcome {
+        // The answer is there but it depended on work that was cut short.
+        Some(TurnOutcome::Completed) if !killed_awaited.is_empty() => 1,
         Some(TurnOutcome::Completed) => 0,
         Some(TurnOutcome::Interrupted) => 130,
         Some(TurnOutcome::Failed) | Some(TurnOutcome::BudgetExhausted) => 1,
@@ -197,6 +206,8 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::Status(_)
         | Event::Usage { .. }
         | Event::Context { .. }
+        | Event::SessionChoices { .. }
+        | Event::JobsKilled { .. }
         | Event::ShutdownComplete => serde_json::to_value(event)?,
     };
     if let Some(result) = value.pointer_mut("/data/outcome/result") {
@@ -261,6 +272,18 @@ impl Printer {
                 eprintln!("  ↳ {} running in the background: {}", clean(&job.id), clean(&job.command))
             }
             Event::JobFinished { id, status } => eprintln!("  ↳ {} {}", clean(id), clean(&status.label())),
+            Event::JobsKilled { jobs } => {
+                self.end_line();
+                for job in jobs {
+                    let why = if job.awaited {
+                        "; the answer depended on it (the model was waiting for its result), so exec exits 1"
+                    } else {
+                        ""
+                    };
+                    eprintln!("talaria: killed {} at exit: {}{why}", clean(&job.id), clean(&job.command));
+                }
+                eprintln!("talaria: `talaria exec --keep-jobs` leaves background jobs running instead");
+            }
             Event::Notice { level, text } => self.notice(*level, text),
             Event::JobList { jobs } => self.notice(NoticeLevel::Info, &present::job_list(jobs)),
             Event::SessionList { sessions, matching } => {
@@ -295,6 +318,7 @@ impl Printer {
             | Event::Status(_)
             | Event::Usage { .. }
             | Event::Context { .. }
+            | Event::SessionChoices { .. }
             | Event::ShutdownComplete => {}
         }
         Ok(())

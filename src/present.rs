@@ -229,7 +229,8 @@ mod tests {
         };
         assert_eq!(job_list(&[job]), "job_1  exited 2   make  error");
         assert_eq!(session_list(&[], None), "no sessions yet");
-        let s = SessionInfo { id: "abc".into(), title: None, message_count: 3, first_line: "hi".into() };
+        let s =
+            SessionInfo { id: "abc".into(), title: None, message_count: 3, first_line: "hi".into(), updated_at_ms: 0 };
         let line = "abc  (untitled)                        3 msgs  hi";
         assert_eq!(session_list(std::slice::from_ref(&s), None), format!("{line}\n/resume <id|title> to open one"));
         assert_eq!(

@@ -310,11 +310,72 @@ pub enum HistoryItem {
         name: String,
         summary: String,
         outcome: ToolOutcome,
+        /// For a call that started a background job: what became of that job since.
+        #[serde(default)]
+        job: Option<JobFate>,
     },
     Notice {
         level: NoticeLevel,
         text: String,
     },
+}
+
+/// What became of the job a `terminal` call started or yielded, so a transcript never
+/// shows a job that has ended as running (a resumed one above all).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", tag = "fate")]
+pub enum JobFate {
+    Running,
+    /// Killed because Talaria quit (`jobs.on_quit = kill`, or the quit dialog).
+    KilledAtQuit,
+    /// Talaria went away without keeping it; it was killed after `jobs.orphan_grace_s`.
+    KilledOwnerGone,
+    Killed,
+    /// `while_away`: it ended while no Talaria was watching it (kept running at quit).
+    Finished {
+        code: i32,
+        while_away: bool,
+    },
+    /// Its supervisor died or the machine restarted.
+    Lost,
+    /// No record is left (pruned): all that is known is that it no longer runs.
+    Gone,
+}
+
+impl JobFate {
+    /// The words after the job id in a transcript cell.
+    pub fn describe(self) -> String {
+        match self {
+            JobFate::Running => "running in the background".into(),
+            JobFate::KilledAtQuit => "killed when Talaria quit".into(),
+            JobFate::KilledOwnerGone => "killed after Talaria went away".into(),
+            JobFate::Killed => "killed".into(),
+            JobFate::Finished { code, while_away: true } => format!("finished while away (exit {code})"),
+            JobFate::Finished { code, while_away: false } => format!("finished (exit {code})"),
+            JobFate::Lost => "lost (its supervisor is gone)".into(),
+            JobFate::Gone => "no longer running".into(),
+        }
+    }
+
+    /// The fate of a job that ended while this Talaria watched it.
+    pub fn of_status(status: &JobStatus) -> JobFate {
+        match status {
+            JobStatus::Running => JobFate::Running,
+            JobStatus::Exited(code) => JobFate::Finished { code: *code, while_away: false },
+            JobStatus::Killed => JobFate::Killed,
+            JobStatus::Lost => JobFate::Lost,
+        }
+    }
+}
+
+/// A job killed because Talaria stopped (exec's end, quit).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KilledJob {
+    pub id: JobId,
+    pub command: String,
+    /// The model wanted its result (waited for, polled, read or wrote to it, or it was a
+    /// foreground command moved to the background): the answer depended on it.
+    pub awaited: bool,
 }
 
 /// Slow-changing facts for the status line.
@@ -482,6 +543,15 @@ pub enum Event {
     Context {
         label: String,
         percent: Option<u8>,
+    },
+    /// `/resume` matched several sessions: the user picks one (`Op::Command(Resume(id))`).
+    SessionChoices {
+        query: String,
+        sessions: Vec<SessionInfo>,
+    },
+    /// Shutting down killed these running jobs (not sent when none were killed).
+    JobsKilled {
+        jobs: Vec<KilledJob>,
     },
     /// The engine has finished shutting down; nothing follows.
     ShutdownComplete,

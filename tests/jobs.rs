@@ -499,6 +499,32 @@ async fn unknown_ids_and_actions() {
 }
 
 #[tokio::test]
+async fn a_user_asking_for_a_missing_job_is_told_which_jobs_there_are() {
+    use talaria::protocol::{JobAction, NoticeLevel};
+    let env = setup(|_| {});
+    let notice = |text: &str| Event::Notice { level: NoticeLevel::Warn, text: text.to_string() };
+    assert_eq!(
+        env.jobs.ui_action("job_9", JobAction::Poll).await,
+        notice("There is no job job_9: no background jobs in this session.")
+    );
+    let r = env.terminal(json!({"command": "sleep 3002331", "background": true})).await;
+    let id = str_of(&r.value, "session_id").to_string();
+    assert_eq!(
+        env.jobs.ui_action("job_9", JobAction::Kill).await,
+        notice(&format!("There is no job job_9; the only job is {id} (/jobs lists it)."))
+    );
+    let r = env.terminal(json!({"command": "sleep 3002332", "background": true})).await;
+    let second = str_of(&r.value, "session_id").to_string();
+    assert_eq!(
+        env.jobs.ui_action("7x", JobAction::Poll).await,
+        notice(&format!("There is no job 7x; the jobs are {id}, {second} (/jobs lists them)."))
+    );
+    let killed = env.jobs.shutdown().await;
+    assert_eq!(killed.len(), 2);
+    assert!(killed.iter().all(|k| !k.awaited), "nobody waited for them: {killed:?}");
+}
+
+#[tokio::test]
 async fn max_jobs_prunes_finished_jobs_first() {
     let mut env = setup(|c| c.jobs.max_jobs = 2);
     let r = env.terminal(json!({"command": "true", "background": true})).await;
@@ -593,7 +619,7 @@ async fn shutdown_kills_running_jobs() {
     let env = setup(|_| {});
     let r = env.terminal(json!({"command": "sleep 100", "background": true})).await;
     let pgid = r.value["pid"].as_i64().unwrap() as i32;
-    assert_eq!(env.jobs.shutdown().await, 1);
+    assert_eq!(env.jobs.shutdown().await.len(), 1);
     assert!(!group::group_alive(pgid));
     let r = env.terminal(json!({"command": "true"})).await;
     assert!(r.value["error"].as_str().unwrap().contains("shutting down"));

@@ -17,7 +17,7 @@ use talaria::engine::store::jobs::{JobPids, NewJob};
 use talaria::engine::store::Store;
 use talaria::engine::{EventSink, SessionChoice};
 use talaria::paths::Paths;
-use talaria::protocol::{Event, JobAction, JobStatus, Op, TurnTrigger};
+use talaria::protocol::{Event, HistoryItem, JobAction, JobFate, JobStatus, Op, TurnTrigger};
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 use common::{slow_stream, spawn_json, wait_event, Home};
@@ -388,4 +388,105 @@ async fn job_ids_never_repeat_within_a_talaria_home() {
         ids.push(spawned.id);
     }
     assert_eq!(ids, vec!["job_1".to_string(), "job_2".to_string()]);
+}
+
+/// What the resumed transcript says of each job a tool call started, in order.
+fn fates_in(ready: &Event) -> Vec<Option<JobFate>> {
+    let Event::SessionReady { history, .. } = ready else { panic!("not SessionReady: {ready:?}") };
+    history
+        .iter()
+        .filter_map(|item| match item {
+            HistoryItem::Tool { name, job, .. } if name == "terminal" => Some(*job),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn a_resumed_transcript_marks_jobs_that_no_longer_run() {
+    let home = Home::new();
+    let mark = marker(21);
+    let go = home.path().join(format!("go-{mark}"));
+    let waiter = format!("while [ ! -e {go} ]; do sleep 0.05; done; exit 0 # {mark}", go = go.display());
+    // 1. A job kept running at quit, which then finishes while no talaria runs.
+    let server = ScriptedServer::start([background_call(&waiter), ScriptedResponse::text("started")]).await.unwrap();
+    let mut first = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    first.send(Op::Submit { text: "start the waiter".into(), mode: None });
+    let Event::JobStarted { job: waiter_job } =
+        first.wait_for("the waiter", |e| matches!(e, Event::JobStarted { .. })).await
+    else {
+        unreachable!()
+    };
+    first.turn_finished().await;
+    let session = first.session_id();
+    first.send(Op::LeaveJobs { detach: true });
+    first.shutdown().await;
+    std::fs::write(&go, "").unwrap();
+    let exit = home.path().join("jobs").join(&waiter_job.id).join("exit.json");
+    wait_until("the waiter's exit record", || exit.exists()).await;
+
+    // 2. Resumed: the waiter finished while away. Then a sleeper is started and killed at quit.
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("noted"),
+        background_call(&format!("sleep {mark}")),
+        ScriptedResponse::text("started"),
+    ])
+    .await
+    .unwrap();
+    let mut second = inproc::start(home.path(), &server.base_url(), SessionChoice::Resume(session.clone())).await;
+    let ready = second.seen.last().cloned().unwrap();
+    assert_eq!(fates_in(&ready), vec![Some(JobFate::Finished { code: 0, while_away: true })]);
+    second
+        .wait_for("the notice turn", |e| matches!(e, Event::TurnStarted { trigger: TurnTrigger::JobNotification }))
+        .await;
+    second.turn_finished().await;
+    second.send(Op::Submit { text: "start the sleeper".into(), mode: None });
+    second.wait_for("the sleeper", |e| matches!(e, Event::JobStarted { .. })).await;
+    second.turn_finished().await;
+    wait_until("the sleeper's process", || !pids_with(&format!("sleep {mark}")).is_empty()).await;
+    second.shutdown().await;
+    assert!(pids_with(&format!("sleep {mark}")).is_empty(), "quitting killed the sleeper");
+
+    // 3. Resumed again: the sleeper is marked killed at quit, not running.
+    let server = ScriptedServer::start([ScriptedResponse::text("unused")]).await.unwrap();
+    let third = inproc::start(home.path(), &server.base_url(), SessionChoice::Resume(session)).await;
+    let ready = third.seen.last().cloned().unwrap();
+    let fates = fates_in(&ready);
+    assert_eq!(fates.len(), 2, "{fates:?}");
+    assert!(matches!(fates[0], Some(JobFate::Finished { code: 0, .. })), "{fates:?}");
+    assert_eq!(fates[1], Some(JobFate::KilledAtQuit));
+    assert_eq!(JobFate::KilledAtQuit.describe(), "killed when Talaria quit");
+    third.shutdown().await;
+}
+
+#[tokio::test]
+async fn exec_exits_non_zero_when_it_killed_a_job_the_answer_waited_for() {
+    let home = Home::new();
+    let mark = marker(22);
+    let wait = json!({ "action": "wait", "session_id": "job_1", "timeout": 1 }).to_string();
+    let server = ScriptedServer::start([
+        background_call(&format!("sleep {mark}")),
+        ScriptedResponse::tool_call("call_wait", "process", &wait),
+        ScriptedResponse::text("it is still going"),
+        // Second run: started and never looked at (a server the answer does not need).
+        background_call(&format!("sleep {mark}1")),
+        ScriptedResponse::text("started it"),
+    ])
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let out = home.run(&["exec", "--yes", "--base-url", &url, "build it and tell me"]).await;
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("talaria: killed job_1 at exit: sleep"), "{err}");
+    assert!(err.contains("the answer depended on it"), "{err}");
+    assert!(err.contains("--keep-jobs"), "{err}");
+    assert!(common::stdout(&out).contains("it is still going"));
+    assert!(pids_with(&format!("sleep {mark}")).is_empty());
+
+    let out = home.run(&["exec", "--yes", "--base-url", &url, "start a server"]).await;
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(err.contains("at exit: sleep"), "{err}");
+    assert!(!err.contains("depended"), "{err}");
 }

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::engine::llm::{ChatMessage, Role, ToolCall};
 use crate::engine::store::StoredMessage;
 use crate::engine::tools::Registry;
-use crate::protocol::{HistoryItem, MessageOrigin, ToolOutcome, ToolStatus};
+use crate::protocol::{HistoryItem, JobFate, MessageOrigin, ToolOutcome, ToolStatus};
 
 /// The result given to a tool call that never got one (talaria died mid-tool).
 pub const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
@@ -154,8 +154,9 @@ pub fn repair(history: Vec<ChatMessage>) -> (Vec<ChatMessage>, Vec<ChatMessage>)
     (out, fillers)
 }
 
-/// What the transcript shows for stored rows.
-pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem> {
+/// What the transcript shows for stored rows. `fates` says what became of the session's
+/// jobs: a call that started one that no longer runs is marked so (unknown jobs are gone).
+pub fn to_items(rows: &[StoredMessage], registry: &Registry, fates: &HashMap<String, JobFate>) -> Vec<HistoryItem> {
     let mut calls: HashMap<String, (String, String)> = HashMap::new();
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {
@@ -187,7 +188,14 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry) -> Vec<HistoryItem>
                     .unwrap_or_else(|| (row.tool_name.clone().unwrap_or_else(|| "tool".into()), String::new()));
                 let result = row.content.clone().unwrap_or_default();
                 let outcome = outcome_from_kind(row.display_kind.as_deref(), &result);
-                items.push(HistoryItem::Tool { call_id, name, summary, outcome });
+                let job = match outcome.status {
+                    Some(ToolStatus::Background | ToolStatus::Yielded) => serde_json::from_str::<Value>(&result)
+                        .ok()
+                        .and_then(|v| v.get("session_id")?.as_str().map(str::to_string))
+                        .map(|id| fates.get(&id).copied().unwrap_or(JobFate::Gone)),
+                    _ => None,
+                };
+                items.push(HistoryItem::Tool { call_id, name, summary, outcome, job });
             }
             Role::System => {}
         }

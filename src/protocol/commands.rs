@@ -133,7 +133,7 @@ pub const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/model [name]", help: "list or switch models" },
     CommandHelp {
         usage: "/heartbeat every <interval> <prompt>",
-        help: "recurring idle instruction (also status|pause|resume|clear; alias /hb)",
+        help: "recurring idle instruction (also status|pause|resume|clear, off|stop = clear; alias /hb)",
     },
     CommandHelp { usage: "/goal <text>", help: "standing goal (also status|pause|resume|clear)" },
     CommandHelp { usage: "/goal gate [list|add <cmd>|remove <n>|clear]", help: "shell quality gates for the goal" },
@@ -263,7 +263,7 @@ fn job_id(s: &str) -> String {
 }
 
 fn parse_heartbeat(rest: &str) -> Result<HeartbeatCmd, String> {
-    let usage = || usage_of("/heartbeat") + " · /heartbeat [status|pause|resume|clear]";
+    let usage = || usage_of("/heartbeat") + " · /heartbeat [status|pause|resume|clear|off|stop]";
     let mut words = rest.split_whitespace();
     match words.next() {
         None | Some("status") if rest.split_whitespace().count() <= 1 => Ok(HeartbeatCmd::Status),
@@ -444,6 +444,9 @@ mod tests {
         assert!(parse("/hb every 10m").unwrap_err().contains("needs a prompt"));
         assert!(parse("/hb every soon x").is_err());
         assert_eq!(parse("/hb"), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Status))));
+        let usage = parse("/heartbeat sometimes").unwrap_err();
+        assert!(usage.contains("off|stop"), "the usage names the aliases: {usage}");
+        assert!(COMMANDS.iter().any(|c| c.usage.starts_with("/heartbeat") && c.help.contains("off|stop")));
         for alias in ["/heartbeat off", "/hb stop", "/heartbeat clear"] {
             assert_eq!(parse(alias), Ok(Command::Engine(SlashCommand::Heartbeat(HeartbeatCmd::Clear))), "{alias}");
         }

@@ -13,6 +13,9 @@ pub struct SessionInfo {
     pub message_count: u64,
     /// First line of the first typed user message ("" when there is none).
     pub first_line: String,
+    /// Unix milliseconds of the last activity (0 when unknown).
+    #[serde(default)]
+    pub updated_at_ms: i64,
 }
 
 /// A session's heartbeat (DESIGN §5) as of the moment it was sent.

@@ -24,7 +24,7 @@ use super::keymap::Keymap;
 use super::theme::Theme;
 use super::transcript::{Slice, Transcript};
 use crate::config::{Config, NotifyMode, OnQuit};
-use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, StatusInfo, TurnOutcome};
+use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome};
 
 /// A second Ctrl+C within this window quits.
 pub const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
@@ -135,6 +135,12 @@ pub enum Modal {
     /// Typing a search for the open log view.
     LogSearch {
         text: String,
+    },
+    /// `/resume` matched several sessions: pick one.
+    Sessions {
+        query: String,
+        sessions: Vec<SessionInfo>,
+        selected: usize,
     },
 }
 

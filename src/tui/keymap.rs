@@ -20,10 +20,11 @@ pub enum Context {
     Approval,
     Help,
     Confirm,
+    Picker,
 }
 
 impl Context {
-    pub const ALL: [Context; 7] = [
+    pub const ALL: [Context; 8] = [
         Context::Global,
         Context::Input,
         Context::Panes,
@@ -31,6 +32,7 @@ impl Context {
         Context::Approval,
         Context::Help,
         Context::Confirm,
+        Context::Picker,
     ];
 
     pub fn name(self) -> &'static str {
@@ -42,6 +44,7 @@ impl Context {
             Context::Approval => "approval",
             Context::Help => "help",
             Context::Confirm => "confirm",
+            Context::Picker => "picker",
         }
     }
 
@@ -54,6 +57,7 @@ impl Context {
             Context::Approval => "Approval",
             Context::Help => "Help",
             Context::Confirm => "Questions",
+            Context::Picker => "Choosing a session (/resume with several matches)",
         }
     }
 
@@ -191,6 +195,10 @@ pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Confirm, Action::Yes, "yes", "yes"),
     (Context::Confirm, Action::No, "no", "no (the default: Enter is the safe answer)"),
     (Context::Confirm, Action::Keep, "keep", "quit and keep the jobs running (talaria -c re-attaches them)"),
+    (Context::Picker, Action::Up, "up", "the previous session"),
+    (Context::Picker, Action::Down, "down", "the next session"),
+    (Context::Picker, Action::Open, "open", "resume the selected session"),
+    (Context::Picker, Action::Close, "close", "cancel"),
 ];
 
 /// A key with its modifiers, normalised so that `?` matches with or without Shift.

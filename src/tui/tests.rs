@@ -367,6 +367,7 @@ fn a_resumed_session_restores_its_transcript_and_history() {
                     name: "terminal".into(),
                     summary: "ls".into(),
                     outcome: outcome(true, 0, 40),
+                    job: None,
                 },
                 HistoryItem::Assistant { text: "There are **3** files.".into(), reasoning: None },
                 HistoryItem::Notice { level: NoticeLevel::Info, text: "resumed".into() },
@@ -842,4 +843,105 @@ fn an_mcp_call_reads_server_and_tool_and_its_result_unfolds_with_ctrl_t() {
     key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
     let out = screen(&mut app, 100, 20);
     assert!(!out.contains("write the MCP section"), "and folds it again:\n{out}");
+}
+
+#[test]
+fn resumed_and_live_job_cells_never_show_an_ended_job_as_running() {
+    use crate::protocol::{HistoryItem, JobFate, ToolStatus};
+    let mut app = app();
+    let started = |id: &str, status: ToolStatus| ToolOutcome {
+        ok: true,
+        exit_code: None,
+        status: Some(status),
+        duration_ms: 12,
+        result: serde_json::json!({ "session_id": id, "status": status.as_str() }).to_string(),
+    };
+    let tool = |call: &str, summary: &str, outcome: ToolOutcome, job: Option<JobFate>| HistoryItem::Tool {
+        call_id: call.into(),
+        name: "terminal".into(),
+        summary: summary.into(),
+        outcome,
+        job,
+    };
+    feed(
+        &mut app,
+        Event::SessionReady {
+            session_id: "s_resumed".into(),
+            title: None,
+            model: "demo".into(),
+            provider: "demo".into(),
+            demo: true,
+            cwd: "/work".into(),
+            busy_mode: BusyMode::Redirect,
+            history: vec![
+                tool("c1", "sleep 300", started("job_11", ToolStatus::Background), Some(JobFate::KilledAtQuit)),
+                tool(
+                    "c2",
+                    "make test",
+                    started("job_12", ToolStatus::Yielded),
+                    Some(JobFate::Finished { code: 0, while_away: true }),
+                ),
+                tool("c3", "npm run dev", started("job_13", ToolStatus::Background), Some(JobFate::Running)),
+                tool("c4", "old thing", started("job_4", ToolStatus::Background), Some(JobFate::Gone)),
+            ],
+            input_history: Vec::new(),
+        },
+    );
+    // A live yielded job that then ends.
+    feed(&mut app, Event::ToolStarted { call_id: "c5".into(), name: "terminal".into(), summary: "cargo build".into() });
+    feed(&mut app, Event::ToolFinished { call_id: "c5".into(), outcome: started("job_14", ToolStatus::Yielded) });
+    let before = screen(&mut app, 100, 20);
+    assert!(before.contains("↪ terminal cargo build · job_14 · running in the background"), "{before}");
+    feed(&mut app, Event::JobFinished { id: "job_14".into(), status: JobStatus::Exited(2) });
+    let out = screen(&mut app, 100, 20);
+    insta::assert_snapshot!("resumed_job_fates", out);
+    for expected in [
+        "■ terminal job_11 — killed when Talaria quit · sleep 300",
+        "■ terminal job_12 — finished while away (exit 0) · make test",
+        "terminal npm run dev · 12ms · background",
+        "■ terminal job_4 — no longer running · old thing",
+        "■ terminal job_14 — finished (exit 2) · cargo build",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?}:\n{out}");
+    }
+    assert!(!out.contains("job_14 · running"), "{out}");
+}
+
+#[test]
+fn an_ambiguous_resume_opens_a_picker() {
+    use crate::protocol::{commands::SlashCommand, Op, SessionInfo};
+    let mut app = app();
+    let offer = |id: &str, title: Option<&str>, first: &str, n: u64, ago_ms: u64| SessionInfo {
+        id: id.into(),
+        title: title.map(str::to_string),
+        first_line: first.into(),
+        message_count: n,
+        updated_at_ms: (app.wall_ms - ago_ms) as i64,
+    };
+    let sessions = vec![
+        offer("20261130-214912-3f2a", Some("fix the parser"), "the parser drops tabs", 12, 3_600_000),
+        offer("20261129-101500-77c1", None, "parser benchmarks \x1b[31mred", 4, 2 * 86_400_000),
+        offer("20261128-090000-0001", Some("parser docs"), "", 2, 30_000),
+    ];
+    feed(&mut app, Event::SessionChoices { query: "parser".into(), sessions });
+    let out = screen(&mut app, 100, 20);
+    insta::assert_snapshot!("resume_picker", out);
+    assert!(out.contains("3 sessions match 'parser'"), "{out}");
+    assert!(out.contains("▸ fix the parser"), "{out}");
+    assert!(!out.contains('\x1b'), "{out}");
+    let ops = |app: &mut App, code: KeyCode| app.update(AppEvent::Key(KeyEvent::new(code, KeyModifiers::NONE)));
+    assert!(ops(&mut app, KeyCode::Down).is_empty());
+    assert!(screen(&mut app, 100, 20).contains("▸ “parser benchmarks red”"));
+    assert!(ops(&mut app, KeyCode::Up).is_empty());
+    assert!(ops(&mut app, KeyCode::Up).is_empty(), "up from the first wraps to the last");
+    assert!(screen(&mut app, 100, 20).contains("▸ parser docs"));
+    assert_eq!(
+        ops(&mut app, KeyCode::Enter),
+        vec![Op::Command(SlashCommand::Resume(Some("20261128-090000-0001".into())))]
+    );
+    assert!(app.modal.is_none());
+    // Esc closes it without resuming anything.
+    feed(&mut app, Event::SessionChoices { query: "parser".into(), sessions: vec![] });
+    assert!(ops(&mut app, KeyCode::Esc).is_empty());
+    assert!(app.modal.is_none());
 }

@@ -14,7 +14,7 @@ use render::{body_lines, tool_line, tool_output_lines};
 use super::markdown::CodeCache;
 use super::theme::Theme;
 use super::wrap::wrap_lines;
-use crate::protocol::{NoticeLevel, ToolOutcome, TurnOutcome};
+use crate::protocol::{JobFate, NoticeLevel, ToolOutcome, TurnOutcome};
 use crate::text::sanitize_for_display as display_text;
 
 /// Cached wrapped lines kept at most; beyond this, cells off screen keep only their height.
@@ -37,11 +37,31 @@ pub enum UserOrigin {
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum CellBody {
-    User { text: String, origin: UserOrigin },
-    Assistant { text: String, reasoning: String, streaming: bool },
-    Tool { call_id: String, name: String, summary: String, started: Instant, outcome: Option<ToolOutcome> },
-    Notice { level: NoticeLevel, text: String },
-    TurnEnd { outcome: TurnOutcome },
+    User {
+        text: String,
+        origin: UserOrigin,
+    },
+    Assistant {
+        text: String,
+        reasoning: String,
+        streaming: bool,
+    },
+    Tool {
+        call_id: String,
+        name: String,
+        summary: String,
+        started: Instant,
+        outcome: Option<ToolOutcome>,
+        /// What became of the background job this call started (None: not known to have ended).
+        job: Option<JobFate>,
+    },
+    Notice {
+        level: NoticeLevel,
+        text: String,
+    },
+    TurnEnd {
+        outcome: TurnOutcome,
+    },
 }
 
 impl CellBody {
@@ -219,6 +239,7 @@ impl Transcript {
             summary: display_text(summary).replace('\n', " "),
             started: now,
             outcome: None,
+            job: None,
         });
     }
 
@@ -230,6 +251,7 @@ impl Transcript {
                 summary: String::new(),
                 started: Instant::now(),
                 outcome: Some(result),
+                job: None,
             });
             return;
         };
@@ -237,6 +259,36 @@ impl Transcript {
             *outcome = Some(result);
         }
         self.invalidate(i);
+    }
+
+    /// Say what became of the job a restored tool call started.
+    pub fn set_tool_job(&mut self, call_id: &str, fate: JobFate) {
+        let Some(&i) = self.tools.get(call_id) else { return };
+        if let Some(CellBody::Tool { job, .. }) = self.cells.get_mut(i).map(|c| &mut c.body) {
+            *job = Some(fate);
+        }
+        self.invalidate(i);
+    }
+
+    /// A background job ended: the cells of the calls that started or yielded it stop
+    /// saying it runs.
+    pub fn job_ended(&mut self, id: &str, fate: JobFate) {
+        let hits: Vec<usize> = self
+            .cells
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| match &c.body {
+                CellBody::Tool { outcome: Some(o), .. } => render::started_job(o).as_deref() == Some(id),
+                _ => false,
+            })
+            .map(|(i, _)| i)
+            .collect();
+        for i in hits {
+            if let Some(CellBody::Tool { job, .. }) = self.cells.get_mut(i).map(|c| &mut c.body) {
+                *job = Some(fate);
+            }
+            self.invalidate(i);
+        }
     }
 
     pub fn toggle_reasoning(&mut self) {

@@ -131,6 +131,10 @@ impl JobsHandle {
             ));
         };
         let Some(job) = self.inner.get(id) else { return not_found(id) };
+        if job.is_running() && action != "kill" {
+            // The model wants something of this job: killing it at exit loses that.
+            job.awaited.store(true, std::sync::atomic::Ordering::SeqCst);
+        }
         match action.as_str() {
             "poll" => self.poll_value(&job),
             "log" => self.log_value(&job, arg_u64(args, "offset"), arg_u64(args, "limit")),
@@ -416,11 +420,24 @@ impl JobsHandle {
         self.close_job(&job).await
     }
 
+    /// What the user reads when a job id names nothing: which jobs there are instead.
+    fn no_such_job(&self, id: &str) -> String {
+        let mut jobs = self.inner.all();
+        jobs.sort_by_key(|j| j.num);
+        let ids: Vec<String> = jobs.iter().filter(|j| j.state().background).map(|j| j.id.to_string()).collect();
+        let id = id.trim();
+        match ids.as_slice() {
+            [] => format!("There is no job {id}: no background jobs in this session."),
+            [one] => format!("There is no job {id}; the only job is {one} (/jobs lists it)."),
+            many => format!("There is no job {id}; the jobs are {} (/jobs lists them).", many.join(", ")),
+        }
+    }
+
     /// Perform a UI request (`Op::Job`) and answer with the event to show. A kill from
     /// the UI is not seen by the model: it gets the usual notification.
     pub async fn ui_action(&self, id: &str, action: JobAction) -> Event {
         let Some(job) = self.inner.get(id) else {
-            return Event::notice(NoticeLevel::Warn, format!("No job with id {id}"));
+            return Event::notice(NoticeLevel::Warn, self.no_such_job(id));
         };
         match action {
             JobAction::Poll => {

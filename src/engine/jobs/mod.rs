@@ -32,7 +32,7 @@ use crate::engine::store::jobs::JobEnd;
 use crate::engine::store::Store;
 use crate::engine::EventSink;
 use crate::paths::Paths;
-use crate::protocol::{Event, JobId, JobInfo, JobStatus, NoticeLevel};
+use crate::protocol::{Event, JobFate, JobId, JobInfo, JobStatus, KilledJob, NoticeLevel};
 
 use self::jobdir::{JobDir, Owner};
 use self::log::LogIndex;
@@ -243,6 +243,9 @@ struct Job {
     /// Cancelled when the job leaves the registry: its follower stops.
     forgotten: CancellationToken,
     kill_requested: AtomicBool,
+    /// The model wanted this job's result: it waited for, polled, read or wrote to it
+    /// while it ran, or it was a foreground command moved to the background.
+    awaited: AtomicBool,
     /// The model saw the exit through `process`: no notification.
     exit_seen: AtomicBool,
     /// Watch patterns on its output (they end with the job).
@@ -436,7 +439,10 @@ impl JobsHandle {
     /// it has already finished (the caller should use its exit instead).
     pub async fn adopt(&self, id: &str) -> bool {
         match self.inner.get(id) {
-            Some(job) => self.inner.make_background(&job),
+            Some(job) => {
+                job.awaited.store(true, Ordering::SeqCst);
+                self.inner.make_background(&job)
+            }
             None => false,
         }
     }
@@ -483,6 +489,31 @@ impl JobsHandle {
     /// One job as the UI lists it.
     pub async fn info(&self, id: &str) -> Option<JobInfo> {
         self.inner.get(id).map(|j| j.info())
+    }
+
+    /// What became of each job of `session_id` that still has a record (by id): a
+    /// resumed transcript marks the jobs that no longer run.
+    pub async fn fates(&self, session_id: &str) -> std::collections::HashMap<JobId, JobFate> {
+        let mut out = std::collections::HashMap::new();
+        let Some(store) = &self.inner.store else { return out };
+        let rows = match store.jobs_recent(Some(session_id), 1000).await {
+            Ok(rows) => rows,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the job records");
+                return out;
+            }
+        };
+        for row in rows {
+            let live = self.inner.get(&row.id()).map(|j| j.state().status.clone());
+            let fate = match live {
+                Some(JobStatus::Running) => JobFate::Running,
+                // This talaria saw it end but its record is not written yet.
+                Some(status) if row.status == "running" => JobFate::of_status(&status),
+                _ => records::fate_of_row(&self.inner.dir, &row, &self.inner.boot_id),
+            };
+            out.insert(row.id(), fate);
+        }
+        out
     }
 
     /// How long the oldest notice for `session_id` has waited (ms), if there is one (the
@@ -553,14 +584,14 @@ impl JobsHandle {
         }
     }
 
-    /// Kill every running job (quit, signals) unless `leave_running` was called. Logs and
-    /// records of jobs that need nothing more are removed. Returns how many were killed.
-    pub async fn shutdown(&self) -> usize {
+    /// Kill every running job (quit, signals) unless `leave_running` was called. Logs of
+    /// jobs that need nothing more are removed. Returns the jobs it killed.
+    pub async fn shutdown(&self) -> Vec<KilledJob> {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let leave = self.inner.leave.load(Ordering::SeqCst);
         let running: Vec<Arc<Job>> = self.inner.all().into_iter().filter(|j| j.is_running()).collect();
         if !leave {
-            let kills = running.iter().map(|job| self.inner.kill_job(job));
+            let kills = running.iter().map(|job| self.inner.kill_job_because(job, records::QUIT_REASON));
             futures_util::future::join_all(kills).await;
         }
         let pending: Vec<JobId> =
@@ -568,6 +599,9 @@ impl JobsHandle {
         for job in self.inner.all() {
             if job.is_running() || pending.contains(&job.id) {
                 job.forgotten.cancel();
+            } else if job.state().background {
+                // The record stays: a resumed transcript says how the job ended.
+                self.inner.remove_keeping_record(job.num);
             } else {
                 self.inner.remove(job.num);
             }
@@ -576,10 +610,16 @@ impl JobsHandle {
             let _ = store.flush().await;
         }
         if leave {
-            0
-        } else {
-            running.len()
+            return Vec::new();
         }
+        running
+            .iter()
+            .map(|j| KilledJob {
+                id: j.id.clone(),
+                command: j.command.clone(),
+                awaited: j.awaited.load(Ordering::SeqCst),
+            })
+            .collect()
     }
 
     /// Where job logs and records live.
@@ -613,6 +653,15 @@ impl Registry {
             if let Some(store) = &self.store {
                 drop(store.job_delete(num as i64));
             }
+        }
+    }
+
+    /// Drop a finished job from memory and disk; its record (how it ended) stays.
+    fn remove_keeping_record(&self, num: u64) {
+        let job = lock(&self.jobs).remove(&num);
+        if let Some(job) = job {
+            job.forgotten.cancel();
+            job.dir.remove();
         }
     }
 
@@ -670,13 +719,18 @@ impl Registry {
     }
 
     async fn kill_job(&self, job: &Job) -> ExitInfo {
+        self.kill_job_because(job, "").await
+    }
+
+    /// Kill a job; `reason` (may be empty) goes into its exit record.
+    async fn kill_job_because(&self, job: &Job, reason: &str) -> ExitInfo {
         if let Some(exit) = job.exit() {
             return exit;
         }
         if job.is_running() {
             job.kill_requested.store(true, Ordering::SeqCst);
             // The exit record says `killed` whoever reads it.
-            let _ = std::fs::write(job.dir.kill(), "");
+            let _ = std::fs::write(job.dir.kill(), reason);
             if let Some(remote) = &job.remote {
                 self.kill_remote(job, remote).await;
             }
@@ -694,7 +748,7 @@ impl Registry {
             killed: true,
             leftover: false,
             cwd: None,
-            reason: None,
+            reason: (!reason.is_empty()).then(|| reason.to_string()),
             lost: false,
         })
     }

@@ -17,7 +17,42 @@ use super::jobdir::{ExitRecord, JobDir, Owner};
 use super::output::OutputBuf;
 use super::{actions, group, lock, now_ms, status_str, ExitInfo, Job, JobState, Registry};
 use crate::engine::store::jobs::{JobEnd, JobRow};
-use crate::protocol::JobStatus;
+use crate::protocol::{JobFate, JobStatus};
+
+/// What talaria writes as the kill reason when it kills its jobs because it quits.
+pub const QUIT_REASON: &str = "talaria quit";
+/// What a supervisor records when it killed its job because no talaria kept it.
+pub const OWNER_GONE_REASON: &str = "owner gone";
+
+/// What became of a job by its record, for a resumed transcript. A record still marked
+/// running may have ended while no talaria watched it: its exit record says how.
+pub(super) fn fate_of_row(dir: &Path, row: &JobRow, boot_id: &str) -> JobFate {
+    let ended = |killed: bool, code: i32, reason: Option<&str>, while_away: bool| match reason {
+        _ if !killed => JobFate::Finished { code, while_away },
+        Some(QUIT_REASON) => JobFate::KilledAtQuit,
+        Some(OWNER_GONE_REASON) => JobFate::KilledOwnerGone,
+        _ => JobFate::Killed,
+    };
+    let code = |code: Option<i64>, signal: Option<i64>| code.unwrap_or_else(|| 128 + signal.unwrap_or(0)) as i32;
+    match row.status.as_str() {
+        "running" => {
+            let jd = JobDir::new(dir, &row.id());
+            match jd.read_exit() {
+                Some(exit) => ended(
+                    exit.killed,
+                    code(exit.code.map(i64::from), exit.signal.map(i64::from)),
+                    exit.reason.as_deref(),
+                    true,
+                ),
+                None if row.boot_id == boot_id && supervisor_alive(row) => JobFate::Running,
+                None => JobFate::Lost,
+            }
+        }
+        "exited" => ended(false, code(row.exit_code, row.signal), None, !row.notified),
+        "killed" => ended(true, 0, row.reason.as_deref(), false),
+        _ => JobFate::Lost,
+    }
+}
 
 /// The highest `job_<n>` directory (ids for a talaria without its database).
 pub(super) fn max_dir_num(dir: &Path) -> u64 {
@@ -220,6 +255,7 @@ impl Registry {
             kill_requested: AtomicBool::new(false),
             exit_seen: AtomicBool::new(false),
             watches: Mutex::new(Default::default()),
+            awaited: AtomicBool::new(false),
         });
         lock(&self.jobs).insert(num, job.clone());
         self.next_num.fetch_max(num + 1, Ordering::SeqCst);

@@ -134,6 +134,7 @@ pub(super) async fn spawn(
         kill_requested: AtomicBool::new(false),
         exit_seen: AtomicBool::new(false),
         watches: Mutex::new(Default::default()),
+        awaited: AtomicBool::new(false),
     });
     lock(&reg.jobs).insert(num, job.clone());
     if spec.background {

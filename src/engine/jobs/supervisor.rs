@@ -315,7 +315,7 @@ impl Running {
                 } else {
                     let since = *orphaned_at.get_or_insert_with(Instant::now);
                     if since.elapsed().as_secs_f64() >= self.spec.orphan_grace_s {
-                        own_kill = Some("owner gone".to_string());
+                        own_kill = Some(super::records::OWNER_GONE_REASON.to_string());
                         let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
                         run_on_kill(self.spec.on_kill.as_deref());
                         group::kill_groups_blocking(&[self.pid], grace);

@@ -55,15 +55,22 @@ impl Engine {
 
     /// By id, id prefix or title; else by title words (several matches are listed).
     async fn resume(&mut self, key: &str) {
+        // An id prefix that fits several sessions is a choice, not the latest of them.
+        let by_prefix = self.env.store.sessions_with_prefix(key.trim(), 10).await.unwrap_or_default();
+        if by_prefix.len() > 1 && !by_prefix.iter().any(|s| s.id == key.trim()) {
+            return self.offer_sessions(key, by_prefix);
+        }
         let found = match self.env.store.find_session(key).await {
             Ok(Some(s)) => Some(s),
             Ok(None) => match self.env.store.match_sessions(key, 10).await {
                 Ok(mut matches) if matches.len() == 1 => matches.pop(),
-                Ok(matches) => {
-                    // None or several: the front end lists them (or says none matched).
-                    let sessions = matches.into_iter().map(session_info).collect();
-                    return self.events().send(Event::SessionList { sessions, matching: Some(key.to_string()) });
+                Ok(matches) if matches.is_empty() => {
+                    // None: the front end says so (with how to list them).
+                    return self
+                        .events()
+                        .send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
                 }
+                Ok(matches) => return self.offer_sessions(key, matches),
                 Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
             },
             Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
@@ -82,6 +89,13 @@ impl Engine {
             }
             Err(e) => self.notice(NoticeLevel::Error, format!("could not resume: {e}")),
         }
+    }
+
+    /// Several sessions fit `/resume <key>`: the front end lets the user pick one and
+    /// sends `/resume <id>`.
+    fn offer_sessions(&self, key: &str, matches: Vec<crate::engine::store::SessionSummary>) {
+        let sessions = matches.into_iter().map(session_info).collect();
+        self.events().send(Event::SessionChoices { query: key.trim().to_string(), sessions });
     }
 
     async fn set_title(&mut self, title: String) {
@@ -339,7 +353,13 @@ impl Engine {
 
 /// A saved session as the front ends list it.
 fn session_info(s: crate::engine::store::SessionSummary) -> SessionInfo {
-    SessionInfo { id: s.id, title: s.title, message_count: s.message_count, first_line: s.first_line }
+    SessionInfo {
+        id: s.id,
+        title: s.title,
+        message_count: s.message_count,
+        first_line: s.first_line,
+        updated_at_ms: s.updated_at,
+    }
 }
 
 /// `/busy` without a mode: the current one, and what each does, one line each.

@@ -371,8 +371,8 @@ impl Engine {
             mcp.shutdown().await;
         }
         let killed = self.env.jobs.shutdown().await;
-        if killed > 0 {
-            self.notice(NoticeLevel::Info, format!("killed {killed} running job(s)"));
+        if !killed.is_empty() {
+            self.events().send(Event::JobsKilled { jobs: killed });
         }
         self.events().send(Event::ShutdownComplete);
     }
@@ -389,7 +389,8 @@ impl Engine {
         if !fillers.is_empty() {
             rows = self.env.store.load_messages(&self.env.session_id).await?;
         }
-        let items = history::to_items(&rows, &self.env.registry);
+        let fates = self.env.jobs.fates(&self.env.session_id).await;
+        let items = history::to_items(&rows, &self.env.registry, &fates);
         let mut all = crate::engine::turn::fixed_context(&self.env);
         all.extend_from_slice(&self.history);
         self.meter.reset(&all);

@@ -4,12 +4,13 @@ use ansi_to_tui::IntoText;
 use ratatui::text::Line;
 
 use super::{
-    App, ExitState, JobRow, LogSource, LogView, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
+    App, ExitState, JobRow, LogSource, LogView, Modal, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
     TOOL_OUTPUT_MAX,
 };
 use crate::present;
 use crate::protocol::{
-    Event, HistoryItem, JobAction, MessageOrigin, NoticeLevel, StatusInfo, TurnOutcome, TurnTrigger,
+    Event, HistoryItem, JobAction, JobFate, MessageOrigin, NoticeLevel, SessionInfo, StatusInfo, TurnOutcome,
+    TurnTrigger,
 };
 use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
@@ -194,6 +195,7 @@ impl App {
                 if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id.clone())) {
                     view.message = Some((NoticeLevel::Info, format!("{id} {}", status.label())));
                 }
+                self.transcript.job_ended(&id, JobFate::of_status(&status));
                 if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
                     row.info.status = status;
                     row.finished_at_ms.get_or_insert(self.wall_ms);
@@ -280,6 +282,21 @@ impl App {
                 self.spend.add(&usage, cost_usd);
             }
             Event::Context { percent, .. } => self.status.context_pct = percent,
+            Event::SessionChoices { query, sessions } => {
+                let sessions = sessions
+                    .into_iter()
+                    .map(|s| SessionInfo {
+                        title: s.title.map(|t| display_text(&t)),
+                        first_line: display_text(&s.first_line),
+                        ..s
+                    })
+                    .collect();
+                self.modal = Some(Modal::Sessions { query: display_text(&query), sessions, selected: 0 });
+            }
+            Event::JobsKilled { jobs } => {
+                let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+                self.log_say(NoticeLevel::Info, format!("killed {} running job(s): {}", jobs.len(), ids.join(", ")));
+            }
             Event::ShutdownComplete => self.exit = ExitState::Done,
         }
     }
@@ -302,9 +319,12 @@ impl App {
                     streaming: false,
                 });
             }
-            HistoryItem::Tool { call_id, name, summary, outcome } => {
+            HistoryItem::Tool { call_id, name, summary, outcome, job } => {
                 self.transcript.tool_started(&call_id, &name, &summary, self.now);
                 self.transcript.tool_finished(&call_id, outcome);
+                if let Some(fate) = job {
+                    self.transcript.set_tool_job(&call_id, fate);
+                }
             }
             HistoryItem::Notice { level, text } => self.transcript.push(CellBody::Notice { level, text }),
         }

@@ -195,6 +195,7 @@ impl App {
         let context = match &self.modal {
             Some(Modal::Help { .. }) => Context::Help,
             Some(Modal::QuitConfirm | Modal::KillConfirm { .. }) => Context::Confirm,
+            Some(Modal::Sessions { .. }) => Context::Picker,
             Some(Modal::WritePrompt { .. } | Modal::WatchPrompt { .. } | Modal::LogSearch { .. }) | None => return,
         };
         let page = self.page_rows();
@@ -229,6 +230,22 @@ impl App {
                     ops.push(Op::Job { id, action: JobAction::Kill });
                 }
                 (Some(Modal::QuitConfirm | Modal::KillConfirm { .. }), Action::No | Action::Cancel) => {}
+                (Some(Modal::Sessions { query, sessions, selected }), Action::Up | Action::Down) => {
+                    let selected = match action {
+                        Action::Up => selected.checked_sub(1).unwrap_or(sessions.len().saturating_sub(1)),
+                        _ if selected + 1 >= sessions.len() => 0,
+                        _ => selected + 1,
+                    };
+                    self.modal = Some(Modal::Sessions { query, sessions, selected });
+                }
+                (Some(Modal::Sessions { sessions, selected, .. }), Action::Open) => {
+                    if let Some(s) = sessions.get(selected) {
+                        ops.push(Op::Command(SlashCommand::Resume(Some(s.id.clone()))));
+                    }
+                }
+                (Some(Modal::Sessions { .. }), Action::Close | Action::Cancel) => {
+                    self.input_hint = Some("resume cancelled".to_string());
+                }
                 (other, _) => {
                     self.modal = other;
                     continue;

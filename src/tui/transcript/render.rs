@@ -7,7 +7,7 @@ use ratatui::text::{Line, Span};
 
 use super::{CellBody, UserOrigin, SPINNER};
 use crate::protocol::NoticeLevel;
-use crate::protocol::{ToolStatus, TurnOutcome};
+use crate::protocol::{JobFate, ToolOutcome, ToolStatus, TurnOutcome};
 use crate::text::sanitize_for_display as display_text;
 use crate::tui::markdown::{self, CodeCache};
 use crate::tui::theme::Theme;
@@ -25,7 +25,7 @@ const BANG_MAX_LINES: usize = 12;
 pub use crate::util::format_duration_ms;
 
 pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
-    let CellBody::Tool { name, summary, started, outcome, .. } = body else {
+    let CellBody::Tool { name, summary, started, outcome, job: fate, .. } = body else {
         return Line::default();
     };
     let dim = Style::default().fg(theme.dim);
@@ -38,6 +38,16 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
             spans.push(Span::raw(format!(" {summary}")));
             spans.push(Span::styled(format!(" · {}s", elapsed.as_secs()), dim));
+        }
+        Some(o) if fate.is_some_and(|f| f != JobFate::Running) && started_job(o).is_some() => {
+            // The job this call started has ended since: never shown as running.
+            let job = started_job(o).unwrap_or_default();
+            let what = fate.map(JobFate::describe).unwrap_or_default();
+            // The fate before the command: a long command is cut at the width, not the fate.
+            spans.push(Span::styled("■ ", dim));
+            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
+            spans.push(Span::styled(format!(" {job} — {what} · "), dim));
+            spans.push(Span::raw(summary.clone()));
         }
         Some(o) if o.status == Some(ToolStatus::Yielded) => {
             // Moved, not done: the command goes on as a job.
@@ -66,6 +76,14 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
         }
     }
     truncate_spans(spans, width)
+}
+
+/// The job a tool call started in the background or moved there, if it did.
+pub(super) fn started_job(o: &ToolOutcome) -> Option<String> {
+    match o.status {
+        Some(ToolStatus::Background | ToolStatus::Yielded) => result_field(&o.result, "session_id"),
+        _ => None,
+    }
 }
 
 /// A string field of a tool's JSON result.

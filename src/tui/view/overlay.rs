@@ -97,11 +97,78 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
             let lines = vec![format!("/{text}▏"), String::new(), "Enter search · Esc cancel".to_string()];
             draw_question(frame, area, app, " Search the log ".to_string(), lines);
         }
+        Some(Modal::Sessions { query, sessions, selected }) => {
+            draw_sessions(frame, area, app, query, sessions, *selected)
+        }
         None => {}
     }
     if let Some(approval) = app.approvals.front() {
         draw_approval(frame, area, app, approval, app.approvals.len());
     }
+}
+
+/// How long ago, in the largest unit that fits (`3h ago`).
+fn ago(now_ms: u64, then_ms: i64) -> String {
+    let s = now_ms.saturating_sub(u64::try_from(then_ms).unwrap_or(0)) / 1000;
+    match s {
+        0..=59 => "just now".into(),
+        60..=3599 => format!("{}m ago", s / 60),
+        3600..=86_399 => format!("{}h ago", s / 3600),
+        _ => format!("{}d ago", s / 86_400),
+    }
+}
+
+/// `/resume` with several matches: one row per session, the selected one marked.
+fn draw_sessions(
+    frame: &mut Frame<'_>,
+    area: Rect,
+    app: &App,
+    query: &str,
+    sessions: &[crate::protocol::SessionInfo],
+    selected: usize,
+) {
+    let width = area.width.saturating_sub(4).min(100);
+    let inner = usize::from(width.saturating_sub(4));
+    let dim = Style::default().fg(app.theme.dim);
+    let mut lines: Vec<Line<'static>> =
+        vec![Line::raw(format!("{} sessions match '{query}':", sessions.len())), Line::default()];
+    // Rows that fit: the selection always stays in view.
+    let room = usize::from(area.height.saturating_sub(10)).max(1);
+    let first = selected.saturating_sub(room.saturating_sub(1));
+    for (i, s) in sessions.iter().enumerate().skip(first).take(room) {
+        let mark = if i == selected { "▸ " } else { "  " };
+        let name = s.title.clone().unwrap_or_else(|| {
+            if s.first_line.is_empty() {
+                "(untitled)".to_string()
+            } else {
+                format!("“{}”", s.first_line)
+            }
+        });
+        let facts = format!("  {} · {} msgs · {}", s.id, s.message_count, ago(app.wall_ms, s.updated_at_ms));
+        let style = if i == selected { Style::default().add_modifier(Modifier::REVERSED) } else { Style::default() };
+        let spans = vec![Span::styled(format!("{mark}{name}"), style), Span::styled(facts, dim)];
+        lines.push(truncate_spans(spans, inner));
+    }
+    if first + room < sessions.len() {
+        lines.push(Line::styled(format!("  ↓ {} more", sessions.len() - first - room), dim));
+    }
+    lines.push(Line::default());
+    let keys = format!(
+        "[{}/{}] choose   [{}] resume   [{}] cancel",
+        keys_of(app, Context::Picker, Action::Up),
+        keys_of(app, Context::Picker, Action::Down),
+        keys_of(app, Context::Picker, Action::Open),
+        keys_of(app, Context::Picker, Action::Close)
+    );
+    lines.extend(wrap_line(&RLine::plain(keys, Style::default()), width.saturating_sub(4)));
+    let rect = centered(area, width, u16::try_from(lines.len()).unwrap_or(10) + 2);
+    frame.render_widget(Clear, rect);
+    frame.render_widget(
+        Paragraph::new(lines).block(
+            modal_block(app, " Resume which session? ".into()).padding(ratatui::widgets::Padding::horizontal(1)),
+        ),
+        rect,
+    );
 }
 
 fn capitalise(s: &str) -> String {

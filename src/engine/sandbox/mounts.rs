@@ -1,0 +1,243 @@
+//! `.git/hooks` and `.git/config` inside a writable root are read-only for jobs (DESIGN §6).
+//! Landlock cannot carve a read-only hole in a writable tree without taking `MAKE_REG` from
+//! its parent, and git needs `.git/index.lock`. So the job gets a mount namespace of its own
+//! in which those paths are read-only bind mounts, set up between fork and exec, before
+//! Landlock (a Landlocked process may not mount or unmount anything afterwards). `.git`
+//! itself is bound onto itself (still writable): a mount point cannot be renamed or removed,
+//! so a job cannot swap in a copy of `.git` whose hooks it wrote.
+//!
+//! The namespace: a plain mount namespace when talaria may create one (CAP_SYS_ADMIN), else a
+//! user namespace mapping only the caller's own uid and gid (what `unshare -Urm` does). Where
+//! neither works, jobs run without it; `/permissions` says so and the file tools ask anyway.
+
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::{Deserialize, Serialize};
+
+/// Set (to anything) only by tests: behave as where no mount namespace can be created.
+pub const NO_MOUNT_NS_ENV: &str = "TALARIA_TEST_NO_MOUNT_NS";
+/// Set (to anything) only by tests: use a user namespace even where a plain one would do.
+pub const USER_NS_ENV: &str = "TALARIA_TEST_USER_NS";
+
+/// How a job gets its own mount table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Namespace {
+    /// `unshare(CLONE_NEWNS)`: talaria may (CAP_SYS_ADMIN).
+    Mount,
+    /// `unshare(CLONE_NEWUSER | CLONE_NEWNS)` with the caller's own uid and gid mapped.
+    User,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum GuardSupport {
+    Available(Namespace),
+    Unavailable { reason: String },
+}
+
+/// Probed once per process (a forked child tries the real thing on the temp dir).
+pub fn support() -> &'static GuardSupport {
+    static SUPPORT: OnceLock<GuardSupport> = OnceLock::new();
+    SUPPORT.get_or_init(probe)
+}
+
+fn probe() -> GuardSupport {
+    if std::env::var_os(NO_MOUNT_NS_ENV).is_some() {
+        return GuardSupport::Unavailable { reason: format!("turned off by {NO_MOUNT_NS_ENV}") };
+    }
+    let target = super::canonical(&std::env::temp_dir());
+    let mut last = String::from("no namespace was tried");
+    for ns in [Namespace::Mount, Namespace::User] {
+        if ns == Namespace::Mount && std::env::var_os(USER_NS_ENV).is_some() {
+            continue;
+        }
+        let plan = match Plan::new(ns, vec![Bind::read_only(&target)]) {
+            Ok(plan) => plan,
+            Err(e) => return GuardSupport::Unavailable { reason: e.to_string() },
+        };
+        match plan.try_in_child() {
+            Ok(()) => return GuardSupport::Available(ns),
+            Err(e) => last = e.to_string(),
+        }
+    }
+    GuardSupport::Unavailable { reason: format!("cannot create a mount namespace ({last})") }
+}
+
+/// One bind mount of a path onto itself.
+#[derive(Debug)]
+struct Bind {
+    path: CString,
+    read_only: bool,
+    /// MS_* flags the existing mount has and a remount must keep (locked in a user namespace).
+    keep: libc::c_ulong,
+}
+
+impl Bind {
+    fn read_only(path: &Path) -> Bind {
+        Bind { path: c_path(path), read_only: true, keep: mount_flags(path) }
+    }
+
+    fn writable(path: &Path) -> Bind {
+        Bind { path: c_path(path), read_only: false, keep: 0 }
+    }
+}
+
+fn c_path(path: &Path) -> CString {
+    // A path with a NUL byte cannot exist; an empty string makes the mount fail (closed).
+    CString::new(path.as_os_str().as_bytes()).unwrap_or_default()
+}
+
+/// The flags of the mount `path` is on that a read-only remount has to repeat.
+fn mount_flags(path: &Path) -> libc::c_ulong {
+    let Ok(stat) = nix::sys::statvfs::statvfs(path) else { return 0 };
+    use nix::sys::statvfs::FsFlags;
+    let flags = stat.flags();
+    let mut out = 0;
+    for (st, ms) in [
+        (FsFlags::ST_NOSUID, libc::MS_NOSUID),
+        (FsFlags::ST_NODEV, libc::MS_NODEV),
+        (FsFlags::ST_NOEXEC, libc::MS_NOEXEC),
+        (FsFlags::ST_NOATIME, libc::MS_NOATIME),
+        (FsFlags::ST_NODIRATIME, libc::MS_NODIRATIME),
+        (FsFlags::ST_RELATIME, libc::MS_RELATIME),
+    ] {
+        if flags.contains(st) {
+            out |= ms;
+        }
+    }
+    out
+}
+
+/// Everything the child needs, built in the parent: no allocation after fork.
+#[derive(Debug)]
+pub struct Plan {
+    ns: Namespace,
+    binds: Vec<Bind>,
+    uid_map: Vec<u8>,
+    gid_map: Vec<u8>,
+}
+
+impl Plan {
+    fn new(ns: Namespace, binds: Vec<Bind>) -> std::io::Result<Plan> {
+        // SAFETY: getuid/getgid cannot fail.
+        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        Ok(Plan { ns, binds, uid_map: format!("{uid} {uid} 1").into_bytes(), gid_map: format!("{gid} {gid} 1").into_bytes() })
+    }
+
+    /// The binds that protect the git directories of `roots` (each root's own `.git`).
+    /// A missing `hooks` directory is created first: otherwise a job could create it.
+    pub fn for_roots(ns: Namespace, roots: &[PathBuf]) -> std::io::Result<Option<Plan>> {
+        let mut binds = Vec::new();
+        let mut seen: Vec<PathBuf> = Vec::new();
+        for root in roots {
+            let git = root.join(".git");
+            let is_dir = std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir());
+            if !is_dir || seen.contains(&git) {
+                continue;
+            }
+            seen.push(git.clone());
+            let hooks = git.join("hooks");
+            if std::fs::symlink_metadata(&hooks).is_err() {
+                std::fs::create_dir(&hooks)?;
+            }
+            binds.push(Bind::writable(&git));
+            for protected in [hooks, git.join("config")] {
+                if std::fs::symlink_metadata(&protected).is_ok() {
+                    binds.push(Bind::read_only(&protected));
+                }
+            }
+        }
+        if binds.is_empty() {
+            return Ok(None);
+        }
+        Plan::new(ns, binds).map(Some)
+    }
+
+    /// Enter the namespace and mount. Between fork and exec: syscalls only.
+    pub fn apply(&self) -> std::io::Result<()> {
+        let last = || std::io::Error::last_os_error();
+        // SAFETY: unshare, open/write/close on /proc files and mount with prepared C
+        // strings: all async-signal-safe, no allocation.
+        unsafe {
+            match self.ns {
+                Namespace::Mount => {
+                    if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                        return Err(last());
+                    }
+                }
+                Namespace::User => {
+                    if libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNS) != 0 {
+                        return Err(last());
+                    }
+                    write_proc(c"/proc/self/setgroups", b"deny")?;
+                    write_proc(c"/proc/self/uid_map", &self.uid_map)?;
+                    write_proc(c"/proc/self/gid_map", &self.gid_map)?;
+                }
+            }
+            // Nothing done here may reach the parent's mount table.
+            let none = std::ptr::null::<libc::c_char>();
+            if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+                return Err(last());
+            }
+            for bind in &self.binds {
+                let p = bind.path.as_ptr();
+                if libc::mount(p, p, none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
+                    return Err(last());
+                }
+                if bind.read_only {
+                    let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | bind.keep;
+                    if libc::mount(none, p, none, flags, std::ptr::null()) != 0 {
+                        return Err(last());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Apply the plan in a forked child that exits at once: does it work here?
+    fn try_in_child(&self) -> std::io::Result<()> {
+        // SAFETY: the child makes only async-signal-safe calls (apply, _exit).
+        unsafe {
+            let pid = libc::fork();
+            if pid < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if pid == 0 {
+                let code = match self.apply() {
+                    Ok(()) => 0,
+                    Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
+                };
+                libc::_exit(code);
+            }
+            let mut status = 0;
+            while libc::waitpid(pid, &mut status, 0) < 0 {
+                if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
+                Some(0) => Ok(()),
+                Some(code) => Err(std::io::Error::from_raw_os_error(code)),
+                None => Err(std::io::Error::other("the probe was killed")),
+            }
+        }
+    }
+}
+
+/// Write `data` to a /proc file (async-signal-safe).
+unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> {
+    let fd = libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    let n = libc::write(fd, data.as_ptr().cast(), data.len());
+    libc::close(fd);
+    if n != data.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
