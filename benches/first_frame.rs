@@ -1,7 +1,9 @@
 //! Time from spawning the real `talaria` in a pseudo-terminal to its first frame (the
 //! " message " input box on screen), for a new session and for `--resume` of a
-//! 10,000-message session (also until that session's last message is on screen).
-//! Prints min / median / max over 10 runs; asserts nothing about speed.
+//! 10,000-message session (also until that session's last message is on screen, and the
+//! talaria process's VmRSS then). Prints min / median / p99 / max over 10 runs; asserts
+//! nothing about speed. `TALARIA_BENCH_MESSAGES=100000` resumes a longer session,
+//! `TALARIA_BENCH_RUNS` changes the number of runs.
 
 mod common;
 
@@ -18,8 +20,9 @@ use talaria::engine::store::{Store, StoredMessage};
 use talaria::paths::Paths;
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
-const RUNS: usize = 10;
-const MESSAGES: usize = 10_000;
+fn env_usize(name: &str, default: usize) -> usize {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
 const LAST_TEXT: &str = "the very last answer of the long session";
 const DEADLINE: Duration = Duration::from_secs(60);
 
@@ -45,23 +48,40 @@ fn quit(mut p: Pty) {
 fn summary(label: &str, mut times: Vec<Duration>) {
     times.sort();
     let ms = |d: Duration| d.as_secs_f64() * 1000.0;
+    // Nearest rank: with fewer than 100 runs p99 is the slowest.
+    let p99 = times[((times.len() * 99).div_ceil(100)).saturating_sub(1)];
     println!(
-        "{label:<52} min {:>7.1} ms   median {:>7.1} ms   max {:>7.1} ms   ({} runs)",
+        "{label:<56} min {:>7.1} ms   median {:>7.1} ms   p99 {:>7.1} ms   max {:>7.1} ms   ({} runs)",
         ms(times[0]),
         ms(times[times.len() / 2]),
+        ms(p99),
         ms(times[times.len() - 1]),
         times.len()
     );
 }
 
-fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path) -> String {
+fn vm_rss_mib(pid: u32) -> f64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0.0);
+    kib / 1024.0
+}
+
+fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, messages: usize) -> String {
     let paths = Paths::under(home);
     paths.ensure_dirs().expect("dirs");
     let store = Store::open(&paths.state_db).expect("open store");
     rt.block_on(async {
         let id = store.create_session("m", &cwd.display().to_string(), None).await.expect("session");
-        for i in 0..MESSAGES - 1 {
-            store.append_message(&id, message(i)).await.expect("append");
+        // In batches (one transaction each): a 100,000-message session in seconds.
+        let mut i = 0;
+        while i < messages - 1 {
+            let end = (i + 1000).min(messages - 1);
+            store.append_messages(&id, (i..end).map(message).collect()).await.expect("append");
+            i = end;
         }
         let last = StoredMessage {
             role: talaria::engine::llm::Role::Assistant,
@@ -82,6 +102,8 @@ fn main() {
     if std::env::args().skip(1).any(|a| !a.starts_with('-') && !"first_frame".contains(a.as_str())) {
         return;
     }
+    let runs = env_usize("TALARIA_BENCH_RUNS", 10).max(1);
+    let messages = env_usize("TALARIA_BENCH_MESSAGES", 10_000).max(2);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
     let server = rt.block_on(ScriptedServer::start([ScriptedResponse::text("unused")])).expect("scripted server");
     let url = server.base_url();
@@ -91,7 +113,7 @@ fn main() {
     let base = ["--base-url", url.as_str(), "--model", "m"];
 
     let mut fresh = Vec::new();
-    for _ in 0..RUNS {
+    for _ in 0..runs {
         let start = Instant::now();
         let p = Pty::spawn(home.path(), &cwd, &base, 120, 36);
         fresh.push(time_until(&p, " message ", start));
@@ -99,21 +121,32 @@ fn main() {
     }
 
     let made = Instant::now();
-    let id = long_session(&rt, home.path(), &cwd);
-    println!("(created a {MESSAGES}-message session in {:.1} s)", made.elapsed().as_secs_f64());
+    let id = long_session(&rt, home.path(), &cwd, messages);
+    println!("(created a {messages}-message session in {:.1} s)", made.elapsed().as_secs_f64());
     let mut args = base.to_vec();
     args.extend_from_slice(&["--resume", id.as_str()]);
-    let (mut frame, mut last) = (Vec::new(), Vec::new());
-    for _ in 0..RUNS {
+    let (mut frame, mut last, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..runs {
         let start = Instant::now();
         let p = Pty::spawn(home.path(), &cwd, &args, 120, 36);
         frame.push(time_until(&p, " message ", start));
         last.push(time_until(&p, LAST_TEXT, start));
+        if let Some(pid) = p.child.process_id() {
+            rss.push(vm_rss_mib(pid));
+        }
         quit(p);
     }
 
     println!("talaria first frame in a 120x36 PTY (debug or release as built by cargo bench):");
     summary("new session: spawn -> input box", fresh);
-    summary(&format!("--resume {MESSAGES} messages: spawn -> input box"), frame);
-    summary(&format!("--resume {MESSAGES} messages: spawn -> last message shown"), last);
+    summary(&format!("--resume {messages} messages: spawn -> input box"), frame);
+    summary(&format!("--resume {messages} messages: spawn -> last message shown"), last);
+    rss.sort_by(f64::total_cmp);
+    if let (Some(lo), Some(hi)) = (rss.first(), rss.last()) {
+        println!(
+            "--resume {messages} messages: talaria VmRSS when the last message is shown: min {lo:.1} MiB   median {:.1} MiB   max {hi:.1} MiB",
+            rss[rss.len() / 2]
+        );
+    }
+    println!("load average at the end: {}", loadavg());
 }

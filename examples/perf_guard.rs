@@ -154,6 +154,7 @@ fn session_ready(n: usize) -> Event {
         busy_mode: BusyMode::Redirect,
         history: history(n),
         input_history: (0..100).map(|i| format!("earlier input {i}")).collect(),
+        earlier: None,
     }
 }
 

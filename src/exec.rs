@@ -72,6 +72,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     }
                     Event::RestoreInput { .. }
                     | Event::SessionReady { .. }
+                    | Event::EarlierHistory { .. }
                     | Event::UserMessage { .. }
                     | Event::PendingChanged { .. }
                     | Event::AssistantDelta(_)
@@ -181,6 +182,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
             value
         }
         Event::TurnStarted { .. }
+        | Event::EarlierHistory { .. }
         | Event::UserMessage { .. }
         | Event::PendingChanged { .. }
         | Event::RestoreInput { .. }
@@ -305,6 +307,7 @@ impl Printer {
             }
             Event::TurnFinished { .. }
             | Event::SessionReady { .. }
+            | Event::EarlierHistory { .. }
             | Event::TurnStarted { .. }
             | Event::UserMessage { .. }
             | Event::PendingChanged { .. }
@@ -361,6 +364,7 @@ mod tests {
             busy_mode: BusyMode::Redirect,
             history: Vec::new(),
             input_history: vec!["an earlier paste".into()],
+            earlier: None,
         };
         let line = json_line(&ready).unwrap();
         assert_eq!(line["type"], "SessionReady");

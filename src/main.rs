@@ -318,11 +318,21 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             } else {
                 SessionChoice::New
             };
-            let (engine, resolved) =
-                start_engine(&model.model, &model.base_url, &paths, &config, store, session, PromptPolicy::Ask).await?;
+            // The first frame is drawn before the engine, the session and the provider are
+            // ready; the status line fills in when they are.
+            let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner: None };
+            let screen = talaria::tui::Screen::open(options)?;
+            let started =
+                start_engine(&model.model, &model.base_url, &paths, &config, store, session, PromptPolicy::Ask).await;
+            let (engine, resolved) = match started {
+                Ok(started) => started,
+                Err(e) => {
+                    drop(screen);
+                    return Err(e);
+                }
+            };
             let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
-            let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner };
-            let exit = talaria::tui::run(options, engine).await?;
+            let exit = screen.run(engine, banner).await?;
             if let Some(spend) = exit.spend {
                 println!("This run: {spend}");
             }

@@ -119,6 +119,11 @@ pub enum Op {
     /// The front end has drawn its first frame: background start-up work (MCP servers)
     /// may begin now without competing with it.
     FrontEndReady,
+    /// The transcript was scrolled to the top of what it has: send the page of history
+    /// before seq `before` (the `earlier` of `SessionReady` or of the last `EarlierHistory`).
+    LoadEarlier {
+        before: i64,
+    },
     Shutdown,
 }
 
@@ -414,9 +419,19 @@ pub enum Event {
         demo: bool,
         cwd: String,
         busy_mode: BusyMode,
+        /// The end of the session (a long one is not sent whole).
         history: Vec<HistoryItem>,
         /// Messages typed earlier in this working directory, oldest first (↑ recalls them).
         input_history: Vec<String>,
+        /// Older history exists: `Op::LoadEarlier { before: this }` asks for it.
+        #[serde(default)]
+        earlier: Option<i64>,
+    },
+    /// A page of history before what the transcript has (answers `Op::LoadEarlier`).
+    EarlierHistory {
+        items: Vec<HistoryItem>,
+        /// Still older history exists: `Op::LoadEarlier { before: this }`.
+        earlier: Option<i64>,
     },
     TurnStarted {
         trigger: TurnTrigger,

@@ -405,3 +405,68 @@ async fn a_job_the_user_killed_is_noted_at_the_next_turn_without_a_turn_of_its_o
     assert_eq!(own_turns, 0);
     engine.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_long_session_shows_its_end_first_loads_earlier_pages_on_request_and_the_model_gets_all_of_it() {
+    use talaria::engine::llm::Role;
+    use talaria::engine::store::StoredMessage;
+    use talaria::protocol::HistoryItem;
+
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("still here")]).await.unwrap();
+    let store = inproc::store(home.path());
+    let (_, work) = inproc::paths(home.path());
+    let sid = store.create_session("scripted-model", &work.display().to_string(), None).await.unwrap();
+    let rows: Vec<StoredMessage> = (0..1000)
+        .map(|i| StoredMessage {
+            role: if i % 2 == 0 { Role::User } else { Role::Assistant },
+            content: Some(format!("m{i}")),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            display_kind: None,
+        })
+        .collect();
+    store.append_messages(&sid, rows).await.unwrap();
+
+    let text = |item: &HistoryItem| match item {
+        HistoryItem::User { text, .. } | HistoryItem::Assistant { text, .. } => text.clone(),
+        other => format!("{other:?}"),
+    };
+    let expected = |range: std::ops::Range<usize>| range.map(|i| format!("m{i}")).collect::<Vec<_>>();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::Resume(sid.clone())).await;
+    let Some(Event::SessionReady { history, earlier, .. }) =
+        engine.seen.iter().find(|e| matches!(e, Event::SessionReady { .. })).cloned()
+    else {
+        panic!("no SessionReady: {:#?}", engine.seen)
+    };
+    let page = talaria::engine::session::HISTORY_PAGE;
+    assert_eq!(history.iter().map(text).collect::<Vec<_>>(), expected(1000 - page..1000));
+    let before = earlier.expect("older history is announced");
+
+    engine.send(Op::LoadEarlier { before });
+    let Event::EarlierHistory { items, earlier } =
+        engine.wait_for("EarlierHistory", |e| matches!(e, Event::EarlierHistory { .. })).await
+    else {
+        unreachable!()
+    };
+    assert_eq!(items.iter().map(text).collect::<Vec<_>>(), expected(1000 - 2 * page..1000 - page));
+    engine.send(Op::LoadEarlier { before: earlier.expect("still older history") });
+    let Event::EarlierHistory { items, earlier } =
+        engine.wait_for("EarlierHistory", |e| matches!(e, Event::EarlierHistory { .. })).await
+    else {
+        unreachable!()
+    };
+    assert_eq!(items.iter().map(text).collect::<Vec<_>>(), expected(0..1000 - 2 * page));
+    assert_eq!(earlier, None);
+
+    // The model's context is the whole session, not the pages the transcript loaded.
+    engine.send(Op::Submit { text: "and now?".into(), mode: None });
+    engine.turn_finished().await;
+    let requests = server.chat_requests();
+    let messages = sent(&requests[0]);
+    let contents: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
+    assert_eq!(contents[1..1001], expected(0..1000).iter().map(String::as_str).collect::<Vec<_>>()[..]);
+    assert_eq!(contents.last(), Some(&"and now?"));
+    engine.shutdown().await;
+}

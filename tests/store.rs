@@ -613,3 +613,36 @@ async fn several_messages_appended_together_are_stored_all_or_none() {
     let check: String = conn.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap();
     assert_eq!(check, "ok");
 }
+
+#[tokio::test]
+async fn a_session_loads_page_by_page_from_its_end_and_hidden_rows_are_not_in_any_page() {
+    let home = temp_home();
+    let store = open(&home);
+    let sid = store.create_session("m", "/w", None).await.unwrap();
+    let all: Vec<StoredMessage> = (0..1000).map(|i| user(&format!("m{i}"))).collect();
+    store.append_messages(&sid, all).await.unwrap();
+    // /undo of the last exchange hides "m999".
+    store.deactivate_last_exchanges(&sid, 1).await.unwrap();
+
+    let tail = store.load_page(&sid, None, 400).await.unwrap();
+    let texts = |page: &talaria::engine::store::MessagePage| contents(&page.messages);
+    let expected = |range: std::ops::Range<usize>| range.map(|i| Some(format!("m{i}"))).collect::<Vec<_>>();
+    assert_eq!(texts(&tail), expected(599..999));
+    // Message i has seq i + 1: the page before starts below the first one shown.
+    assert_eq!(tail.earlier, Some(600));
+    let middle = store.load_page(&sid, tail.earlier, 400).await.unwrap();
+    assert_eq!(texts(&middle), expected(199..599));
+    assert_eq!(middle.earlier, Some(200));
+    let first = store.load_page(&sid, middle.earlier, 400).await.unwrap();
+    assert_eq!(texts(&first), expected(0..199));
+    assert_eq!(first.earlier, None);
+
+    // A short session fits in one page; an empty one has none.
+    let short = store.create_session("m", "/w", None).await.unwrap();
+    store.append_message(&short, user("only")).await.unwrap();
+    let page = store.load_page(&short, None, 400).await.unwrap();
+    assert_eq!((contents(&page.messages), page.earlier), (some(&["only"]), None));
+    let empty = store.create_session("m", "/w", None).await.unwrap();
+    let page = store.load_page(&empty, None, 400).await.unwrap();
+    assert_eq!((page.messages.len(), page.earlier), (0, None));
+}

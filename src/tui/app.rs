@@ -22,7 +22,7 @@ pub(crate) use log::{highlight, hit_style};
 
 use super::keymap::Keymap;
 use super::theme::Theme;
-use super::transcript::{Slice, Transcript};
+use super::transcript::{Scroll, Slice, Transcript};
 use crate::config::{Config, NotifyMode, OnQuit};
 use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome};
 
@@ -40,6 +40,8 @@ const JOB_ROWS_MAX: usize = 64;
 const HISTORY_MAX: usize = 500;
 /// Rows the mouse wheel scrolls.
 const WHEEL_ROWS: usize = 3;
+/// Scrolled within this many cells of the oldest loaded one, the page before it is asked for.
+const EARLIER_PREFETCH_CELLS: usize = 50;
 
 /// Everything the TUI reacts to.
 #[derive(Debug, Clone, PartialEq)]
@@ -238,6 +240,10 @@ pub struct App {
     completion_dismissed: Option<String>,
     /// Large pastes standing behind placeholders in the input.
     pub pastes: Vec<Paste>,
+    /// Older history the engine has not sent (the seq to ask for it with).
+    pub earlier: Option<i64>,
+    /// `Op::LoadEarlier` is on its way; its answer clears this.
+    earlier_requested: bool,
 }
 
 impl App {
@@ -292,6 +298,8 @@ impl App {
             completion_sel: 0,
             completion_dismissed: None,
             pastes: Vec::new(),
+            earlier: None,
+            earlier_requested: false,
         };
         app.reset_input(String::new());
         app
@@ -309,7 +317,18 @@ impl App {
         }
         self.normalise_focus();
         self.sync_input_style();
+        self.load_earlier_near_the_top(&mut ops);
         ops
+    }
+
+    /// Scrolled up to within a few cells of the oldest one the transcript has: ask for the
+    /// page before it (once; the answer goes above without moving the view).
+    fn load_earlier_near_the_top(&mut self, ops: &mut Vec<Op>) {
+        let Some(before) = self.earlier.filter(|_| !self.earlier_requested) else { return };
+        if matches!(self.transcript.scroll, Scroll::Anchor { cell, .. } if cell < EARLIER_PREFETCH_CELLS) {
+            self.earlier_requested = true;
+            ops.push(Op::LoadEarlier { before });
+        }
     }
 
     /// Lay out the transcript for a frame of `area` (caches wrapped lines).

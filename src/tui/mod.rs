@@ -91,26 +91,63 @@ static MOUSE_CAPTURED: AtomicBool = AtomicBool::new(false);
 
 /// Run the TUI until the user quits. Fails at once when stdin or stdout is not a terminal.
 pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<TuiExit> {
-    require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
-    let keymap = Keymap::load(&options.paths.keymap_file)?;
-    let theme = Theme::builtin(&options.config.ui.theme)?;
-    let mut app = App::new(&options.config, keymap, theme, options.banner);
-    app.in_tmux = std::env::var_os("TMUX").is_some_and(|v| !v.is_empty());
-    install_panic_hook();
-    let mut terminal = match setup(options.config.ui.mouse) {
-        Ok(t) => t,
-        Err(e) => {
+    Screen::open(options)?.run(engine, None).await
+}
+
+/// The terminal, taken and with its first frame drawn before the engine has started (the
+/// first frame does not wait for the store, the session or the provider; the status line
+/// fills in when the session is ready). Dropping it gives the terminal back.
+pub struct Screen {
+    terminal: Term,
+    app: App,
+}
+
+impl Screen {
+    /// Take the terminal and draw the first frame. Fails at once when stdin or stdout is
+    /// not a terminal.
+    pub fn open(options: TuiOptions) -> anyhow::Result<Screen> {
+        require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
+        let keymap = Keymap::load(&options.paths.keymap_file)?;
+        let theme = Theme::builtin(&options.config.ui.theme)?;
+        let mut app = App::new(&options.config, keymap, theme, options.banner);
+        app.in_tmux = std::env::var_os("TMUX").is_some_and(|v| !v.is_empty());
+        install_panic_hook();
+        let mut terminal = match setup(options.config.ui.mouse) {
+            Ok(t) => t,
+            Err(e) => {
+                restore();
+                return Err(e);
+            }
+        };
+        // Keys typed from now on wait in the terminal until the event loop reads them.
+        if let Err(e) = draw(&mut terminal, &mut app) {
             restore();
             return Err(e);
         }
-    };
-    let result = event_loop(&mut terminal, &mut app, engine).await;
-    restore();
-    result?;
-    let spend = (!app.spend.usage.is_empty()).then(|| app.spend.describe());
-    // Only a session something was said in is kept, so only that one can be resumed.
-    let said = app.transcript.cells().iter().any(|c| matches!(c.body, transcript::CellBody::User { .. }));
-    Ok(TuiExit { session_id: app.session.session_id.clone().filter(|_| said), spend })
+        Ok(Screen { terminal, app })
+    }
+
+    /// Run until the user quits; `banner` (the demo model's explanation) tops an empty
+    /// transcript.
+    pub async fn run(mut self, engine: EngineHandle, banner: Option<String>) -> anyhow::Result<TuiExit> {
+        if banner.is_some() {
+            self.app.banner = banner;
+        }
+        let result = event_loop(&mut self.terminal, &mut self.app, engine).await;
+        restore();
+        result?;
+        let app = &self.app;
+        let spend = (!app.spend.usage.is_empty()).then(|| app.spend.describe());
+        // Only a session something was said in is kept, so only that one can be resumed.
+        let said = app.transcript.cells().iter().any(|c| matches!(c.body, transcript::CellBody::User { .. }));
+        Ok(TuiExit { session_id: app.session.session_id.clone().filter(|_| said), spend })
+    }
+}
+
+impl Drop for Screen {
+    fn drop(&mut self) {
+        restore();
+    }
 }
 
 /// The full-screen UI needs a terminal on both ends.
@@ -299,7 +336,17 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             event = engine.events.recv() => {
                 let Some(event) = event else {
                     if matches!(app.exit, ExitState::Running) {
-                        anyhow::bail!("the engine stopped unexpectedly; see the log for why");
+                        // An engine that could not go on says why in an error notice.
+                        let why = app.transcript.cells().iter().rev().take(3).find_map(|c| match &c.body {
+                            transcript::CellBody::Notice { level: crate::protocol::NoticeLevel::Error, text } => {
+                                Some(text.clone())
+                            }
+                            _ => None,
+                        });
+                        match why {
+                            Some(why) => anyhow::bail!("{why}"),
+                            None => anyhow::bail!("the engine stopped unexpectedly; see the log for why"),
+                        }
                     }
                     break;
                 };

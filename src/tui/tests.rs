@@ -35,6 +35,7 @@ fn app() -> App {
             busy_mode: BusyMode::Redirect,
             history: Vec::new(),
             input_history: Vec::new(),
+            earlier: None,
         },
     );
     app
@@ -356,6 +357,7 @@ fn a_resumed_session_restores_its_transcript_and_history() {
             cwd: "/work".into(),
             busy_mode: BusyMode::Steer,
             input_history: vec!["an earlier line".into()],
+            earlier: None,
             history: vec![
                 HistoryItem::User { text: "list the files".into(), origin: MessageOrigin::TurnInput },
                 HistoryItem::User {
@@ -634,6 +636,7 @@ fn a_resumed_heartbeat_is_labelled_as_one() {
             cwd: "/work".into(),
             busy_mode: BusyMode::Redirect,
             input_history: Vec::new(),
+            earlier: None,
             history: vec![HistoryItem::User {
                 text: "[Heartbeat — recurring instruction, fires every 1h]\nwater the plants\n\nIf there is nothing meaningful to do".into(),
                 origin: MessageOrigin::TurnInput,
@@ -885,6 +888,7 @@ fn resumed_and_live_job_cells_never_show_an_ended_job_as_running() {
                 tool("c4", "old thing", started("job_4", ToolStatus::Background), Some(JobFate::Gone)),
             ],
             input_history: Vec::new(),
+            earlier: None,
         },
     );
     // A live yielded job that then ends.

@@ -158,6 +158,26 @@ impl Transcript {
         self.changed_below();
     }
 
+    /// Put `bodies` (older history) above every cell; what the view shows stays in place.
+    pub fn prepend(&mut self, bodies: Vec<CellBody>) {
+        let n = bodies.len();
+        if n == 0 {
+            return;
+        }
+        let mut cells: Vec<Cell> = bodies.into_iter().map(|body| Cell { body, layout: None }).collect();
+        cells.append(&mut self.cells);
+        self.cells = cells;
+        for index in self.tools.values_mut() {
+            *index += n;
+        }
+        if let Some(i) = &mut self.open_assistant {
+            *i += n;
+        }
+        if let Scroll::Anchor { cell, .. } = &mut self.scroll {
+            *cell += n;
+        }
+    }
+
     fn invalidate(&mut self, index: usize) {
         if let Some(cell) = self.cells.get_mut(index) {
             if let Some(CellLayout { lines: Some(lines), .. }) = &cell.layout {
@@ -582,6 +602,42 @@ mod tests {
         t.scroll_top();
         let slices = t.prepare(40, 5, &theme());
         assert_eq!(slices[0], Slice { cell: 0, skip: 0, take: 1 });
+    }
+
+    #[test]
+    fn prepending_older_cells_keeps_the_view_the_open_message_and_live_tools() {
+        let mut t = Transcript::default();
+        user(&mut t, 10);
+        t.tool_started("c1", "terminal", "sleep 5", Instant::now());
+        t.append_assistant("streaming");
+        t.prepare(40, 5, &theme());
+        t.scroll_up(6, 40, 5, &theme());
+        let before = t.scroll;
+        let Scroll::Anchor { cell, line } = before else { panic!("scrolled: {before:?}") };
+        let rows_before: Vec<String> = t
+            .prepare(40, 5, &theme())
+            .into_iter()
+            .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
+            .map(|l| l.to_string())
+            .collect();
+        t.prepend((0..4).map(|i| CellBody::User { text: format!("old {i}"), origin: UserOrigin::Typed }).collect());
+        assert_eq!(t.scroll, Scroll::Anchor { cell: cell + 4, line });
+        let rows_after: Vec<String> = t
+            .prepare(40, 5, &theme())
+            .into_iter()
+            .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
+            .map(|l| l.to_string())
+            .collect();
+        assert_eq!(rows_after, rows_before);
+        // Live updates still reach their cells.
+        t.append_assistant(" more");
+        t.tool_finished(
+            "c1",
+            ToolOutcome { ok: true, exit_code: Some(0), status: None, duration_ms: 5, result: String::new() },
+        );
+        assert!(!t.has_running_tool());
+        assert!(matches!(&t.cells[15].body, CellBody::Assistant { text, .. } if text == "streaming more"));
+        assert!(matches!(&t.cells[0].body, CellBody::User { text, .. } if text == "old 0"));
     }
 
     #[test]

@@ -39,6 +39,10 @@ use crate::protocol::{
 
 pub const SYSTEM_PROMPT: &str = include_str!("../../../assets/system_prompt.md");
 
+/// Stored messages a transcript page holds: what a resumed session shows first, and what
+/// each `Op::LoadEarlier` adds above it.
+pub const HISTORY_PAGE: usize = 400;
+
 /// Which session to open.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SessionChoice {
@@ -222,8 +226,17 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         backend_changed: jobs_backends_rx,
         instruction_files,
     };
-    engine.load_session().await?;
-    let join = tokio::spawn(async move { engine.run().await });
+    // The end of the session goes to the front end now; reading the whole of a long session
+    // for the model happens on the engine task, before it takes the first op.
+    engine.show_session().await?;
+    let join = tokio::spawn(async move {
+        if let Err(e) = engine.load_context().await {
+            tracing::error!(error = %format!("{e:#}"), "cannot load the session");
+            engine.notice(NoticeLevel::Error, format!("cannot load session {}: {e:#}", engine.env.session_id));
+            return;
+        }
+        engine.run().await
+    });
     Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
 }
 
@@ -377,25 +390,25 @@ impl Engine {
         self.events().send(Event::ShutdownComplete);
     }
 
+    /// Show the session, then load what the model needs of it (both at once, for commands
+    /// that switch sessions; at start-up `start` sends the first part before the rest).
     async fn load_session(&mut self) -> anyhow::Result<()> {
-        let rows = self.env.store.load_messages(&self.env.session_id).await?;
-        let history: Vec<ChatMessage> = compaction::context_rows(&rows).iter().filter_map(history::to_chat).collect();
-        let (history, fillers) = history::repair(history);
-        for filler in &fillers {
-            crate::engine::turn::persist(&self.env, filler, None).await;
-        }
-        self.history = history;
-        let mut rows = rows;
-        if !fillers.is_empty() {
-            rows = self.env.store.load_messages(&self.env.session_id).await?;
-        }
-        let fates = self.env.jobs.fates(&self.env.session_id).await;
-        let items = history::to_items(&rows, &self.env.registry, &fates);
-        let mut all = crate::engine::turn::fixed_context(&self.env);
-        all.extend_from_slice(&self.history);
-        self.meter.reset(&all);
+        self.show_session().await?;
+        self.load_context().await
+    }
+
+    /// The end of the session for the front end: one page of history, the rest on request
+    /// (`Op::LoadEarlier`), so a long session is on screen before it is read whole.
+    async fn show_session(&mut self) -> anyhow::Result<()> {
         let cwd_text = self.env.cwd().display().to_string();
         let input_history = self.env.store.history_list(&cwd_text, 500).await.unwrap_or_default();
+        self.send_session_ready(input_history).await
+    }
+
+    async fn send_session_ready(&mut self, input_history: Vec<String>) -> anyhow::Result<()> {
+        let page = self.env.store.load_page(&self.env.session_id, None, HISTORY_PAGE).await?;
+        let fates = self.env.jobs.fates(&self.env.session_id).await;
+        let items = history::to_items(&page.messages, &self.env.registry, &fates);
         self.events().send(Event::SessionReady {
             session_id: self.env.session_id.clone(),
             title: self.title.clone(),
@@ -406,7 +419,41 @@ impl Engine {
             busy_mode: self.busy_mode,
             history: items,
             input_history,
+            earlier: page.earlier,
         });
+        Ok(())
+    }
+
+    /// `Op::LoadEarlier`: the page of history before seq `before`.
+    async fn send_earlier(&mut self, before: i64) {
+        match self.env.store.load_page(&self.env.session_id, Some(before), HISTORY_PAGE).await {
+            Ok(page) => {
+                let fates = self.env.jobs.fates(&self.env.session_id).await;
+                let items = history::to_items(&page.messages, &self.env.registry, &fates);
+                self.events().send(Event::EarlierHistory { items, earlier: page.earlier });
+            }
+            Err(e) => self.notice(NoticeLevel::Error, format!("cannot load earlier messages: {e}")),
+        }
+    }
+
+    /// The whole conversation for the model (repaired where a crash left a tool call
+    /// without its result), the pending input, instructions, goal and heartbeat.
+    async fn load_context(&mut self) -> anyhow::Result<()> {
+        let rows = self.env.store.load_messages(&self.env.session_id).await?;
+        let history: Vec<ChatMessage> = compaction::context_rows(&rows).iter().filter_map(history::to_chat).collect();
+        drop(rows);
+        let (history, fillers) = history::repair(history);
+        for filler in &fillers {
+            crate::engine::turn::persist(&self.env, filler, None).await;
+        }
+        self.history = history;
+        if !fillers.is_empty() {
+            // The transcript was sent before the repair: send it again with the fillers.
+            self.send_session_ready(Vec::new()).await?;
+        }
+        let mut all = crate::engine::turn::fixed_context(&self.env);
+        all.extend_from_slice(&self.history);
+        self.meter.reset(&all);
         // Messages typed but not delivered before talaria last stopped.
         if let Ok(Some(saved)) = self.env.store.meta_get(&self.pending_key()).await {
             if let Ok(messages) = serde_json::from_str::<Vec<String>>(&saved) {
@@ -491,6 +538,7 @@ impl Engine {
                     mcp.begin();
                 }
             }
+            Op::LoadEarlier { before } => self.send_earlier(before).await,
             Op::Shutdown => {}
         }
     }

@@ -52,6 +52,15 @@ pub struct StoredMessage {
     pub display_kind: Option<String>,
 }
 
+/// A window of a session's active messages (`Store::load_page`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessagePage {
+    /// Oldest first.
+    pub messages: Vec<StoredMessage>,
+    /// Older messages exist: the seq to ask for the page before this one with.
+    pub earlier: Option<i64>,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
     pub id: String,
@@ -229,6 +238,18 @@ impl Store {
     ) -> impl Future<Output = Result<Vec<StoredMessage>, StoreError>> + Send + 'static {
         let sid = session_id.to_string();
         self.call(move |c| ops::load_messages(c, &sid))
+    }
+
+    /// The last `limit` active messages before seq `before` (`None`: the end), in order,
+    /// and whether there are older ones: a long session's transcript loads page by page.
+    pub fn load_page(
+        &self,
+        session_id: &str,
+        before: Option<i64>,
+        limit: usize,
+    ) -> impl Future<Output = Result<MessagePage, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::load_page(c, &sid, before, limit))
     }
 
     pub fn session(

@@ -3,7 +3,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::ids::{derive_title, first_line, now_ms, random_suffix, session_id_at};
-use super::{SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD};
+use super::{MessagePage, SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD};
 use crate::engine::llm::{Role, ToolCall};
 
 /// How long `first_line` in a summary may be.
@@ -123,26 +123,71 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
 
 pub fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
          FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq",
     )?;
-    let rows = stmt.query_map([session_id], |r| {
-        Ok((r.get::<_, String>(0)?, r.get(1)?, r.get::<_, Option<String>>(2)?, r.get(3)?, r.get(4)?, r.get(5)?))
-    })?;
+    let rows = stmt.query_map([session_id], raw_message)?;
     let mut out = Vec::new();
     for row in rows {
-        let (role, content, tool_calls, tool_call_id, tool_name, display_kind) = row?;
-        // A row of a role this version does not know is not part of the conversation.
-        let Some(role) = Role::parse(&role) else { continue };
-        let tool_calls: Vec<ToolCall> = match tool_calls {
-            Some(json) => serde_json::from_str(&json).map_err(|e| {
-                StoreError(format!("session {session_id}: a stored message has unreadable tool calls ({e})"))
-            })?,
-            None => Vec::new(),
-        };
-        out.push(StoredMessage { role, content, tool_calls, tool_call_id, tool_name, display_kind });
+        if let Some((msg, _)) = decode_message(session_id, row?)? {
+            out.push(msg);
+        }
     }
     Ok(out)
+}
+
+/// The last `limit` active messages before `before` (a seq; `None`: the end), in order, and
+/// whether older ones exist. What a resumed transcript shows first, then page by page.
+pub fn load_page(
+    conn: &Connection,
+    session_id: &str,
+    before: Option<i64>,
+    limit: usize,
+) -> Result<MessagePage, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+         FROM messages WHERE session_id = ?1 AND active = 1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
+    )?;
+    let rows = stmt
+        .query_map(params![session_id, before.unwrap_or(i64::MAX), limit.min(i64::MAX as usize) as i64], raw_message)?;
+    let mut messages = Vec::new();
+    let mut first_seq = before;
+    for row in rows {
+        let row = row?;
+        first_seq = Some(row.6);
+        if let Some((msg, _)) = decode_message(session_id, row)? {
+            messages.push(msg);
+        }
+    }
+    messages.reverse();
+    let earlier = match first_seq {
+        Some(seq) => conn
+            .prepare_cached("SELECT seq FROM messages WHERE session_id = ?1 AND active = 1 AND seq < ?2 LIMIT 1")?
+            .query_row(params![session_id, seq], |_| Ok(()))
+            .optional()?
+            .map(|()| seq),
+        None => None,
+    };
+    Ok(MessagePage { messages, earlier })
+}
+
+type RawMessage = (String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>, i64);
+
+fn raw_message(r: &Row<'_>) -> rusqlite::Result<RawMessage> {
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+}
+
+fn decode_message(session_id: &str, raw: RawMessage) -> Result<Option<(StoredMessage, i64)>, StoreError> {
+    let (role, content, tool_calls, tool_call_id, tool_name, display_kind, seq) = raw;
+    // A row of a role this version does not know is not part of the conversation.
+    let Some(role) = Role::parse(&role) else { return Ok(None) };
+    let tool_calls: Vec<ToolCall> = match tool_calls {
+        Some(json) => serde_json::from_str(&json).map_err(|e| {
+            StoreError(format!("session {session_id}: a stored message has unreadable tool calls ({e})"))
+        })?,
+        None => Vec::new(),
+    };
+    Ok(Some((StoredMessage { role, content, tool_calls, tool_call_id, tool_name, display_kind }, seq)))
 }
 
 const SUMMARY_SELECT: &str = "

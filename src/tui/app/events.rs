@@ -57,8 +57,11 @@ impl App {
                 busy_mode,
                 history,
                 input_history,
+                earlier,
             } => {
                 let switched = self.session.session_id.as_deref() != Some(session_id.as_str());
+                self.earlier = earlier;
+                self.earlier_requested = false;
                 for text in &input_history {
                     self.push_history(text.trim());
                 }
@@ -80,6 +83,12 @@ impl App {
                 self.session.busy_mode = busy_mode;
                 self.busy = false;
                 self.last_outcome = None;
+            }
+            Event::EarlierHistory { items, earlier } => {
+                let bodies: Vec<CellBody> = items.into_iter().map(|item| self.history_body(item)).collect();
+                self.transcript.prepend(bodies);
+                self.earlier = earlier;
+                self.earlier_requested = false;
             }
             Event::TurnStarted { trigger: _ } => {
                 self.busy = true;
@@ -302,6 +311,12 @@ impl App {
     }
 
     fn restore_item(&mut self, item: HistoryItem) {
+        let body = self.history_body(item);
+        self.transcript.push(body);
+    }
+
+    /// The cell of a stored message (a tool's is finished: it gets no live events).
+    fn history_body(&self, item: HistoryItem) -> CellBody {
         match item {
             HistoryItem::User { text, origin } => {
                 let origin = match origin {
@@ -310,23 +325,20 @@ impl App {
                 };
                 // ↑ recalls only what the user typed (the engine's per-directory input
                 // history); stored user rows also hold goal, heartbeat and summary texts.
-                self.transcript.push(CellBody::User { text, origin });
+                CellBody::User { text, origin }
             }
             HistoryItem::Assistant { text, reasoning } => {
-                self.transcript.push(CellBody::Assistant {
-                    text,
-                    reasoning: reasoning.unwrap_or_default(),
-                    streaming: false,
-                });
+                CellBody::Assistant { text, reasoning: reasoning.unwrap_or_default(), streaming: false }
             }
-            HistoryItem::Tool { call_id, name, summary, outcome, job } => {
-                self.transcript.tool_started(&call_id, &name, &summary, self.now);
-                self.transcript.tool_finished(&call_id, outcome);
-                if let Some(fate) = job {
-                    self.transcript.set_tool_job(&call_id, fate);
-                }
-            }
-            HistoryItem::Notice { level, text } => self.transcript.push(CellBody::Notice { level, text }),
+            HistoryItem::Tool { call_id, name, summary, outcome, job } => CellBody::Tool {
+                call_id,
+                name: display_text(&name),
+                summary: display_text(&summary).replace('\n', " "),
+                started: self.now,
+                outcome: Some(outcome),
+                job,
+            },
+            HistoryItem::Notice { level, text } => CellBody::Notice { level, text },
         }
     }
 

@@ -618,3 +618,68 @@ fn tab_completes_an_at_path_from_the_listing_the_event_loop_gives() {
     app.paths_listed(&prefix, Vec::new());
     assert_eq!(app.input_hint.as_deref(), Some("no file here starts with zz"));
 }
+
+fn ready_with(history: Vec<crate::protocol::HistoryItem>, earlier: Option<i64>) -> Event {
+    Event::SessionReady {
+        session_id: "s1".into(),
+        title: None,
+        model: "m".into(),
+        provider: "openai".into(),
+        demo: false,
+        cwd: "/w".into(),
+        busy_mode: BusyMode::Redirect,
+        history,
+        input_history: Vec::new(),
+        earlier,
+    }
+}
+
+fn user_items(prefix: &str, n: usize) -> Vec<crate::protocol::HistoryItem> {
+    (0..n)
+        .map(|i| crate::protocol::HistoryItem::User { text: format!("{prefix} {i}"), origin: MessageOrigin::TurnInput })
+        .collect()
+}
+
+fn cell_text(app: &App, i: usize) -> String {
+    match &app.transcript.cells()[i].body {
+        CellBody::User { text, .. } => text.clone(),
+        other => format!("{other:?}"),
+    }
+}
+
+#[test]
+fn scrolling_to_the_top_of_a_resumed_session_loads_the_page_before_it_once_and_keeps_the_view() {
+    let mut app = app();
+    app.update(AppEvent::Engine(ready_with(user_items("recent", 100), Some(7))));
+    app.prepare(ratatui::layout::Rect::new(0, 0, 80, 20));
+    // Following the end: nothing more is asked for.
+    assert_eq!(key(&mut app, KeyCode::Char('x'), KeyModifiers::NONE), Vec::<Op>::new());
+    key(&mut app, KeyCode::Backspace, KeyModifiers::NONE);
+    // Home on an empty input goes to the oldest cell loaded: the page before it is asked for.
+    assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), vec![Op::LoadEarlier { before: 7 }]);
+    assert_eq!(app.transcript.scroll, crate::tui::transcript::Scroll::Anchor { cell: 0, line: 0 });
+    // Asked once, not again while the answer is on its way.
+    assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), Vec::<Op>::new());
+
+    let older = user_items("older", 3);
+    app.update(AppEvent::Engine(Event::EarlierHistory { items: older, earlier: None }));
+    assert_eq!(app.transcript.cells().len(), 103);
+    assert_eq!(cell_text(&app, 0), "older 0");
+    assert_eq!(cell_text(&app, 3), "recent 0");
+    // The view stays on what it showed ("recent 0" at the top).
+    assert_eq!(app.transcript.scroll, crate::tui::transcript::Scroll::Anchor { cell: 3, line: 0 });
+    // Nothing older exists: the top is the top.
+    assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), Vec::<Op>::new());
+    assert_eq!(app.transcript.scroll, crate::tui::transcript::Scroll::Anchor { cell: 0, line: 0 });
+    assert_eq!(app.earlier, None);
+}
+
+#[test]
+fn a_session_switch_forgets_the_earlier_page_of_the_previous_session() {
+    let mut app = app();
+    app.update(AppEvent::Engine(ready_with(user_items("a", 10), Some(3))));
+    app.update(AppEvent::Engine(ready_with(user_items("b", 10), None)));
+    app.prepare(ratatui::layout::Rect::new(0, 0, 80, 5));
+    assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), Vec::<Op>::new());
+    assert_eq!(cell_text(&app, 0), "b 0");
+}
