@@ -70,6 +70,21 @@ fn vm_rss_mib(pid: u32) -> f64 {
     kib / 1024.0
 }
 
+/// VmRSS once it has not changed for a second (the engine reads the whole session for the
+/// model after the transcript is on screen); at most 30 s.
+fn settled_rss_mib(pid: u32) -> f64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let (mut last, mut since) = (vm_rss_mib(pid), Instant::now());
+    while Instant::now() < deadline && since.elapsed() < Duration::from_secs(1) {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = vm_rss_mib(pid);
+        if now != last {
+            (last, since) = (now, Instant::now());
+        }
+    }
+    last
+}
+
 fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, messages: usize) -> String {
     let paths = Paths::under(home);
     paths.ensure_dirs().expect("dirs");
@@ -125,7 +140,7 @@ fn main() {
     println!("(created a {messages}-message session in {:.1} s)", made.elapsed().as_secs_f64());
     let mut args = base.to_vec();
     args.extend_from_slice(&["--resume", id.as_str()]);
-    let (mut frame, mut last, mut rss) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut frame, mut last, mut rss, mut settled) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let start = Instant::now();
         let p = Pty::spawn(home.path(), &cwd, &args, 120, 36);
@@ -133,6 +148,7 @@ fn main() {
         last.push(time_until(&p, LAST_TEXT, start));
         if let Some(pid) = p.child.process_id() {
             rss.push(vm_rss_mib(pid));
+            settled.push(settled_rss_mib(pid));
         }
         quit(p);
     }
@@ -141,12 +157,15 @@ fn main() {
     summary("new session: spawn -> input box", fresh);
     summary(&format!("--resume {messages} messages: spawn -> input box"), frame);
     summary(&format!("--resume {messages} messages: spawn -> last message shown"), last);
-    rss.sort_by(f64::total_cmp);
-    if let (Some(lo), Some(hi)) = (rss.first(), rss.last()) {
-        println!(
-            "--resume {messages} messages: talaria VmRSS when the last message is shown: min {lo:.1} MiB   median {:.1} MiB   max {hi:.1} MiB",
-            rss[rss.len() / 2]
-        );
+    for (what, mut values) in [("when the last message is shown", rss), ("once settled (whole session read)", settled)]
+    {
+        values.sort_by(f64::total_cmp);
+        if let (Some(lo), Some(hi)) = (values.first(), values.last()) {
+            println!(
+                "--resume {messages} messages: talaria VmRSS {what}: min {lo:.1} MiB   median {:.1} MiB   max {hi:.1} MiB",
+                values[values.len() / 2]
+            );
+        }
     }
     println!("load average at the end: {}", loadavg());
 }

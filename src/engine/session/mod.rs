@@ -240,6 +240,16 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
 }
 
+/// Give the pages freed after reading a long session back to the system: the rows and
+/// their copies were tens of MiB that glibc would otherwise keep for the process.
+fn release_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free heap memory to the kernel; it takes no pointers.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 fn system_prompt(config: &Config, cwd: &std::path::Path, files: &[instructions::InstructionFile]) -> String {
     let mut prompt = SYSTEM_PROMPT.trim_end().to_string();
     prompt.push_str(&format!("\n\nWorking directory: {}\n", cwd.display()));
@@ -454,6 +464,8 @@ impl Engine {
         let mut all = crate::engine::turn::fixed_context(&self.env);
         all.extend_from_slice(&self.history);
         self.meter.reset(&all);
+        drop(all);
+        release_freed_memory();
         // Messages typed but not delivered before talaria last stopped.
         if let Ok(Some(saved)) = self.env.store.meta_get(&self.pending_key()).await {
             if let Ok(messages) = serde_json::from_str::<Vec<String>>(&saved) {
