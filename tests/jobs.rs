@@ -205,6 +205,23 @@ async fn killing_a_job_kills_its_grandchildren() {
 }
 
 #[tokio::test]
+async fn process_arguments_that_do_not_fit_get_errors_that_say_why() {
+    let env = setup(|_| {});
+    let error = |v: Value| v["error"].as_str().unwrap_or_default().to_string();
+    assert!(error(env.process(json!({"action": "fly"})).await).starts_with("unknown action \"fly\"; use one of list,"));
+    let e = error(env.process(json!({"action": "poll"})).await);
+    assert!(e.starts_with("process poll needs a session_id"), "{e}");
+    let e = error(env.process(json!({"action": 5})).await);
+    assert!(e.starts_with("process: invalid arguments: invalid type: integer `5`, expected a string"), "{e}");
+    let e = error(env.process(json!({"action": "log", "session_id": "job_1", "limit": "lots"})).await);
+    assert!(e.starts_with("process: invalid arguments: expected a non-negative integer"), "{e}");
+    // Case and spaces in the action do not matter; numbers may come as strings.
+    let v = env.process(json!({"action": " POLL ", "session_id": "job_999", "timeout": "3"})).await;
+    assert_eq!(v["status"], json!("not_found"), "{v}");
+    assert_eq!(env.process(json!({"action": "list"})).await, json!({"jobs": []}));
+}
+
+#[tokio::test]
 async fn long_output_is_capped_with_the_truncation_marker() {
     let env = setup(|c| c.tool_output.max_chars = 1000);
     let r = env.terminal(json!({"command": "seq 1 100000"})).await;

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
@@ -11,7 +12,7 @@ use tokio::sync::watch;
 use super::log::read_lines;
 use super::watches::WatchOwner;
 use super::{lock, Job, JobsHandle};
-use crate::engine::args::{arg_str, arg_u64};
+use crate::engine::args::lenient;
 use crate::engine::signals::ToolSignals;
 use crate::protocol::{Event, JobAction, JobId, JobStatus, NoticeLevel};
 
@@ -24,6 +25,81 @@ const POLL_TAIL: usize = 1000;
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 const ACTIONS: &str = "list, poll, log, wait, kill, write, close, watch, unwatch";
+
+/// The `process` tool's arguments (DESIGN §4a). Which of them an action needs is checked
+/// by [`JobsHandle::process_action`], with an error that says what is missing.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+pub struct ProcessArgs {
+    #[serde(default)]
+    pub action: String,
+    #[serde(default)]
+    pub session_id: Option<String>,
+    /// For write: text sent to the job's stdin as is.
+    #[serde(default)]
+    pub data: Option<String>,
+    /// For wait: seconds.
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    pub timeout: Option<u64>,
+    /// For log: the absolute line number to start at, and how many lines.
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    pub offset: Option<u64>,
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    pub limit: Option<u64>,
+    /// For watch / unwatch: the pattern.
+    #[serde(default)]
+    pub pattern: Option<String>,
+}
+
+/// What `process` is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProcessAction {
+    List,
+    Poll,
+    Log,
+    Wait,
+    Kill,
+    Write,
+    Close,
+    Watch,
+    Unwatch,
+}
+
+impl ProcessAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProcessAction::List => "list",
+            ProcessAction::Poll => "poll",
+            ProcessAction::Log => "log",
+            ProcessAction::Wait => "wait",
+            ProcessAction::Kill => "kill",
+            ProcessAction::Write => "write",
+            ProcessAction::Close => "close",
+            ProcessAction::Watch => "watch",
+            ProcessAction::Unwatch => "unwatch",
+        }
+    }
+}
+
+impl ProcessArgs {
+    /// The action (case and surrounding spaces ignored), or the error the model sees.
+    pub fn action(&self) -> Result<ProcessAction, String> {
+        let action = self.action.trim().to_ascii_lowercase();
+        [
+            ProcessAction::List,
+            ProcessAction::Poll,
+            ProcessAction::Log,
+            ProcessAction::Wait,
+            ProcessAction::Kill,
+            ProcessAction::Write,
+            ProcessAction::Close,
+            ProcessAction::Watch,
+            ProcessAction::Unwatch,
+        ]
+        .into_iter()
+        .find(|a| a.as_str() == action)
+        .ok_or_else(|| format!("unknown action {action:?}; use one of {ACTIONS}"))
+    }
+}
 
 /// A window of a job's log for the UI's log view (ANSI kept).
 #[derive(Debug, Clone, PartialEq)]
@@ -117,49 +193,48 @@ fn error(message: impl Into<String>) -> Value {
 impl JobsHandle {
     /// The `process` tool's actions; returns the JSON shapes of DESIGN §4a. `wait` returns
     /// early on an interrupt, a yield or a release (a user message).
-    pub async fn process_action(&self, args: &Value, signals: &ToolSignals, timeout_cap: Duration) -> Value {
-        let action = arg_str(args, "action").unwrap_or("").trim().to_ascii_lowercase();
-        if action == "list" {
-            return self.list_value();
-        }
-        if !["poll", "log", "wait", "kill", "write", "close", "watch", "unwatch"].contains(&action.as_str()) {
-            return error(format!("unknown action {action:?}; use one of {ACTIONS}"));
-        }
-        let Some(id) = arg_str(args, "session_id").map(str::trim).filter(|s| !s.is_empty()) else {
+    pub async fn process_action(&self, args: &ProcessArgs, signals: &ToolSignals, timeout_cap: Duration) -> Value {
+        let action = match args.action() {
+            Ok(ProcessAction::List) => return self.list_value(),
+            Ok(action) => action,
+            Err(e) => return error(e),
+        };
+        let Some(id) = args.session_id.as_deref().map(str::trim).filter(|s| !s.is_empty()) else {
             return error(format!(
-                "process {action} needs a session_id (a job id such as job_3; process(action='list') lists them)"
+                "process {} needs a session_id (a job id such as job_3; process(action='list') lists them)",
+                action.as_str()
             ));
         };
         let Some(job) = self.inner.get(id) else { return not_found(id) };
-        if job.is_running() && action != "kill" {
+        if job.is_running() && action != ProcessAction::Kill {
             // The model wants something of this job: killing it at exit loses that.
             job.awaited.store(true, std::sync::atomic::Ordering::SeqCst);
         }
-        match action.as_str() {
-            "poll" => self.poll_value(&job),
-            "log" => self.log_value(&job, arg_u64(args, "offset"), arg_u64(args, "limit")),
-            "wait" => {
-                let asked = arg_u64(args, "timeout").map(Duration::from_secs).unwrap_or(Duration::from_secs(30));
+        match action {
+            ProcessAction::List => self.list_value(),
+            ProcessAction::Poll => self.poll_value(&job),
+            ProcessAction::Log => self.log_value(&job, args.offset, args.limit),
+            ProcessAction::Wait => {
+                let asked = args.timeout.map(Duration::from_secs).unwrap_or(Duration::from_secs(30));
                 self.wait_value(&job, asked.min(timeout_cap).max(Duration::from_secs(1)), signals).await
             }
-            "kill" => self.kill_value(&job).await,
-            "write" => match arg_str(args, "data") {
+            ProcessAction::Kill => self.kill_value(&job).await,
+            ProcessAction::Write => match &args.data {
                 Some(data) => match self.write_job(&job, data).await {
                     Ok(()) => json!({ "status": "ok" }),
                     Err(e) => error(e),
                 },
                 None => error("process write needs data (the text to send to the job's stdin)"),
             },
-            "close" => match self.close_job(&job).await {
+            ProcessAction::Close => match self.close_job(&job).await {
                 Ok(()) => json!({ "status": "ok" }),
                 Err(e) => error(e),
             },
-            "watch" => match arg_str(args, "pattern").filter(|p| !p.is_empty()) {
+            ProcessAction::Watch => match args.pattern.as_deref().filter(|p| !p.is_empty()) {
                 Some(pattern) => self.watch_value(&job, pattern),
                 None => self.watches_value(&job),
             },
-            "unwatch" => self.unwatch_value(&job, arg_str(args, "pattern").filter(|p| !p.is_empty())),
-            _ => error(format!("unknown action {action:?}; use one of {ACTIONS}")),
+            ProcessAction::Unwatch => self.unwatch_value(&job, args.pattern.as_deref().filter(|p| !p.is_empty())),
         }
     }
 

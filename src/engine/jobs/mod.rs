@@ -38,7 +38,7 @@ use self::jobdir::{JobDir, Owner};
 use self::log::LogIndex;
 use self::output::OutputBuf;
 
-pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog};
+pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog, ProcessAction, ProcessArgs};
 pub use self::follow::LogReader;
 pub use self::run::sh_quote;
 

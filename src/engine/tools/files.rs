@@ -6,11 +6,13 @@ use std::io::ErrorKind;
 use std::path::{Path, PathBuf};
 
 use async_trait::async_trait;
+use serde::Deserialize;
 use serde_json::{json, Value};
 use tokio_util::sync::CancellationToken;
 
 use super::{arg_bool, arg_str, arg_u64, Concurrency, Tool, ToolCtx, ToolResult};
 use crate::engine::approval::{Approver, Verdict};
+use crate::engine::args::{lenient, parse};
 use crate::protocol::ToolStatus;
 
 /// Lines shown when the model gives no `limit`.
@@ -487,8 +489,31 @@ fn snippet(content: &str, first_line: usize, changed_lines: usize) -> String {
 // ---------------------------------------------------------------------------------------------
 // The tools.
 
-fn missing(tool: &str, arg: &str) -> ToolResult {
-    ToolResult::error(format!("{tool} needs a `{arg}` argument (a string)"))
+/// `read_file`'s arguments.
+#[derive(Debug, Deserialize)]
+struct ReadArgs {
+    path: String,
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    offset: Option<u64>,
+    #[serde(default, deserialize_with = "lenient::opt_u64")]
+    limit: Option<u64>,
+}
+
+/// `write_file`'s arguments.
+#[derive(Debug, Deserialize)]
+struct WriteArgs {
+    path: String,
+    content: String,
+}
+
+/// `edit_file`'s arguments.
+#[derive(Debug, Deserialize)]
+struct EditArgs {
+    path: String,
+    old_string: String,
+    new_string: String,
+    #[serde(default, deserialize_with = "lenient::opt_bool")]
+    replace_all: Option<bool>,
 }
 
 pub struct ReadFile;
@@ -530,9 +555,11 @@ impl Tool for ReadFile {
         }
     }
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
-        let Some(path) = arg_str(&args, "path") else { return missing("read_file", "path") };
-        let path = ctx.resolve(path);
-        let (offset, limit) = (arg_u64(&args, "offset"), arg_u64(&args, "limit"));
+        let ReadArgs { path, offset, limit } = match parse("read_file", &args) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::error(e),
+        };
+        let path = ctx.resolve(&path);
         let max_chars = ctx.config.tool_output.max_chars.max(1_000);
         tokio::task::spawn_blocking(move || read_file_at(&path, offset, limit, max_chars))
             .await
@@ -573,9 +600,11 @@ impl Tool for WriteFile {
         }
     }
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
-        let Some(path) = arg_str(&args, "path") else { return missing("write_file", "path") };
-        let Some(content) = arg_str(&args, "content") else { return missing("write_file", "content") };
-        write_file_at(&ctx.resolve(path), content, &ctx.approvals, &ctx.signals.interrupt).await
+        let WriteArgs { path, content } = match parse("write_file", &args) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::error(e),
+        };
+        write_file_at(&ctx.resolve(&path), &content, &ctx.approvals, &ctx.signals.interrupt).await
     }
 }
 
@@ -617,15 +646,16 @@ impl Tool for EditFile {
         }
     }
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
-        let Some(path) = arg_str(&args, "path") else { return missing("edit_file", "path") };
-        let Some(old_string) = arg_str(&args, "old_string") else { return missing("edit_file", "old_string") };
-        let Some(new_string) = arg_str(&args, "new_string") else { return missing("edit_file", "new_string") };
-        let edit = Edit {
-            old_string: old_string.to_string(),
-            new_string: new_string.to_string(),
-            replace_all: arg_bool(&args, "replace_all").unwrap_or(false),
+        let args: EditArgs = match parse("edit_file", &args) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::error(e),
         };
-        edit_file_at(&ctx.resolve(path), &edit, &ctx.approvals, &ctx.signals.interrupt).await
+        let edit = Edit {
+            old_string: args.old_string,
+            new_string: args.new_string,
+            replace_all: args.replace_all.unwrap_or(false),
+        };
+        edit_file_at(&ctx.resolve(&args.path), &edit, &ctx.approvals, &ctx.signals.interrupt).await
     }
 }
 
@@ -636,6 +666,26 @@ mod tests {
 
     fn edit(old: &str, new: &str, all: bool) -> Edit {
         Edit { old_string: old.into(), new_string: new.into(), replace_all: all }
+    }
+
+    #[test]
+    fn bad_arguments_get_readable_errors() {
+        let e = parse::<ReadArgs>("read_file", &json!({"offset": 3})).unwrap_err();
+        assert_eq!(e, "read_file: invalid arguments: missing field `path`");
+        let e = parse::<ReadArgs>("read_file", &json!({"path": "a", "limit": "lots"})).unwrap_err();
+        assert!(e.starts_with("read_file: invalid arguments: expected a non-negative integer"), "{e}");
+        let a: ReadArgs = parse("read_file", &json!({"path": "a", "offset": "5", "limit": 2})).unwrap();
+        assert_eq!((a.path.as_str(), a.offset, a.limit), ("a", Some(5), Some(2)));
+        let e = parse::<WriteArgs>("write_file", &json!({"path": "a", "content": 5})).unwrap_err();
+        assert!(e.contains("invalid type: integer `5`, expected a string"), "{e}");
+        let e = parse::<WriteArgs>("write_file", &json!({"path": "a"})).unwrap_err();
+        assert_eq!(e, "write_file: invalid arguments: missing field `content`");
+        let e = parse::<EditArgs>("edit_file", &json!({"path": "a", "old_string": "x"})).unwrap_err();
+        assert_eq!(e, "edit_file: invalid arguments: missing field `new_string`");
+        let a: EditArgs =
+            parse("edit_file", &json!({"path": "a", "old_string": "x", "new_string": "", "replace_all": "true"}))
+                .unwrap();
+        assert_eq!(a.replace_all, Some(true));
     }
 
     #[test]

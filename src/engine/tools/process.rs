@@ -8,6 +8,7 @@ use serde_json::{json, Value};
 
 use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult, ToolStatus};
 use crate::engine::approval::Verdict;
+use crate::engine::jobs::{ProcessAction, ProcessArgs};
 
 pub struct ProcessTool;
 
@@ -73,12 +74,16 @@ impl Tool for ProcessTool {
     }
 
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult {
+        let args: ProcessArgs = match crate::engine::args::parse("process", &args) {
+            Ok(a) => a,
+            Err(e) => return ToolResult::error(e),
+        };
         let cap = Duration::from_secs(ctx.config.terminal.timeout_s.max(1));
-        if arg_str(&args, "action") == Some("write") {
+        if args.action() == Ok(ProcessAction::Write) {
             // A job outside the sandbox gets each line approved like a command (DESIGN §6).
-            let id = arg_str(&args, "session_id").unwrap_or("");
+            let id = args.session_id.as_deref().unwrap_or("").trim();
             let sandboxed = ctx.jobs.is_sandboxed(id).unwrap_or(true) && ctx.jobs.sandbox_policy().active();
-            let data = arg_str(&args, "data").unwrap_or("");
+            let data = args.data.as_deref().unwrap_or("");
             for line in data.lines().filter(|l| !l.trim().is_empty()) {
                 if let Verdict::Denied { reason } =
                     ctx.approvals.check_job_input(line, sandboxed, &ctx.signals.interrupt).await
