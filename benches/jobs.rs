@@ -126,7 +126,7 @@ async fn flood(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Flood> {
         let sampler = RssSampler::start();
         let cpu_before = cpu_time()?;
         let started = Instant::now();
-        let spawned = jobs.spawn(spec(&command)).await.map_err(anyhow::Error::msg)?;
+        let spawned = jobs.spawn(spec(&command)).await?;
         let exit = tokio::time::timeout(STEP_TIMEOUT, spawned.exit)
             .await
             .context("the flood job did not finish within 60 s")?
@@ -205,7 +205,7 @@ async fn kills(tmp: &Path, config: Arc<Config>) -> anyhow::Result<(KillTimes, Ki
 }
 
 async fn kill_once(jobs: &JobsHandle, command: &str) -> anyhow::Result<(Duration, Duration)> {
-    let spawned = jobs.spawn(spec(command)).await.map_err(anyhow::Error::msg)?;
+    let spawned = jobs.spawn(spec(command)).await?;
     let pgid = spawned.pid as i32;
     // Kill the real `sleep`, not a shell that has not started it yet.
     let members = wait_for_comm_in_group(pgid, "sleep").await?;
@@ -298,7 +298,7 @@ async fn supervised(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Supervise
     // Supervisor memory: ten idle jobs.
     let mut ids = Vec::new();
     for _ in 0..SUPERVISORS {
-        ids.push(jobs.spawn(spec("sleep 300")).await.map_err(anyhow::Error::msg)?.id);
+        ids.push(jobs.spawn(spec("sleep 300")).await?.id);
     }
     tokio::time::sleep(Duration::from_millis(300)).await;
     for id in &ids {
@@ -330,7 +330,7 @@ async fn supervised(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Supervise
         fg.background = false;
         fg.call_id = Some(format!("c{run}"));
         let started = Instant::now();
-        let spawned = jobs.spawn(fg).await.map_err(anyhow::Error::msg)?;
+        let spawned = jobs.spawn(fg).await?;
         loop {
             let event = tokio::time::timeout(STEP_TIMEOUT, event_rx.recv()).await?.context("events closed")?;
             if matches!(&event, Event::ToolOutput { chunk, .. } if chunk.contains("first")) {
@@ -346,7 +346,7 @@ async fn supervised(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Supervise
     let mut fg = spec("for i in $(seq 1 200); do date +%s%N; sleep 0.02; done");
     fg.background = false;
     fg.call_id = Some("latency".into());
-    let spawned = jobs.spawn(fg).await.map_err(anyhow::Error::msg)?;
+    let spawned = jobs.spawn(fg).await?;
     let mut exit = spawned.exit;
     loop {
         tokio::select! {
@@ -373,7 +373,7 @@ async fn supervised(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Supervise
         opts.sweep = true;
         let (first, _f) = JobsHandle::start_with(&paths, config.clone(), events, opts.clone());
         for _ in 0..REATTACH_JOBS {
-            first.spawn(spec("sleep 300")).await.map_err(anyhow::Error::msg)?;
+            first.spawn(spec("sleep 300")).await?;
         }
         first.leave_running(false);
         first.shutdown().await;

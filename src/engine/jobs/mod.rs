@@ -40,7 +40,7 @@ use self::output::OutputBuf;
 
 pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog, ProcessAction, ProcessArgs};
 pub use self::follow::LogReader;
-pub use self::run::sh_quote;
+pub use self::run::{sh_quote, SpawnError};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -403,14 +403,14 @@ impl JobsHandle {
     }
 
     /// Start a command under its own supervisor, in its own session and process group.
-    pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, String> {
+    pub async fn spawn(&self, spec: SpawnSpec) -> Result<Spawned, SpawnError> {
         run::spawn(&self.inner, spec, None).await
     }
 
     /// Start a command on a remote backend: the local job is its transport (DESIGN §4b).
     /// `spec.cwd` is the local directory the transport runs in; the command runs in
     /// `target.cwd` over there.
-    pub async fn spawn_remote(&self, spec: SpawnSpec, target: RemoteTarget) -> Result<Spawned, String> {
+    pub async fn spawn_remote(&self, spec: SpawnSpec, target: RemoteTarget) -> Result<Spawned, SpawnError> {
         run::spawn(&self.inner, spec, Some(target)).await
     }
 
@@ -667,7 +667,7 @@ impl Registry {
 
     /// Make room for one more job: prune finished jobs, those the model already heard
     /// about first, oldest first.
-    fn make_room(&self) -> Result<(), String> {
+    fn make_room(&self) -> Result<(), SpawnError> {
         let max = self.config.jobs.max_jobs.max(1);
         let unseen: Vec<JobId> =
             lock(&self.notices).iter().filter(|n| n.kind == NoticeKind::Exit).map(|n| n.id.clone()).collect();
@@ -685,9 +685,7 @@ impl Registry {
             self.remove(*num);
         }
         if lock(&self.jobs).len() >= max {
-            return Err(format!(
-                "too many jobs: {max} are running (jobs.max_jobs); kill one with process(action='kill', session_id=...) first"
-            ));
+            return Err(SpawnError::TooManyJobs { max });
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 
 use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt as _;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -19,6 +19,7 @@ use super::output::OutputBuf;
 use super::{lock, now_ms, Job, JobState, Registry, RemoteTarget, SpawnSpec, Spawned};
 use crate::engine::backend::{remote, RemoteJob};
 use crate::engine::store::jobs::{JobPids, NewJob};
+use crate::engine::store::StoreError;
 use crate::protocol::JobStatus;
 
 /// Variables that hold API keys talaria knows about; never passed to commands.
@@ -31,15 +32,47 @@ pub(super) const TRANSPORT_ERR: &str = "transport.err";
 /// In a remote job's local directory: where it runs (`RemoteJob`).
 pub(super) const REMOTE_JSON: &str = "remote.json";
 
+/// Why a command could not be started. The text is what the model (or the user) reads.
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("talaria is shutting down; no new commands are started")]
+    ShuttingDown,
+    #[error("cannot start commands: the talaria binary that supervises them was not found")]
+    NoSupervisor,
+    #[error(
+        "too many jobs: {max} are running (jobs.max_jobs); kill one with process(action='kill', session_id=...) first"
+    )]
+    TooManyJobs { max: usize },
+    #[error("cannot record the job: {0}")]
+    Record(#[source] StoreError),
+    #[error("cannot create {}: {source}", path.display())]
+    CreateDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot write the job directory {}: {source}", path.display())]
+    WriteDir { path: PathBuf, source: std::io::Error },
+    #[error("cannot start the job supervisor {}: {source}", exe.display())]
+    StartSupervisor { exe: PathBuf, source: std::io::Error },
+    #[error("the job supervisor has no stdout")]
+    NoHandshakePipe,
+    #[error("cannot hear from the job supervisor: {0}")]
+    Handshake(#[source] std::io::Error),
+    #[error("the job supervisor did not start the command within {}s", HANDSHAKE_WAIT.as_secs())]
+    HandshakeTimeout,
+    /// The supervisor could not start the command; its own words.
+    #[error("{0}")]
+    CommandFailed(String),
+    #[error("the job supervisor exited before starting the command")]
+    SupervisorExited,
+}
+
 pub(super) async fn spawn(
     reg: &Arc<Registry>,
     spec: SpawnSpec,
     target: Option<RemoteTarget>,
-) -> Result<Spawned, String> {
+) -> Result<Spawned, SpawnError> {
     if reg.shutting_down.load(Ordering::SeqCst) {
-        return Err("talaria is shutting down; no new commands are started".into());
+        return Err(SpawnError::ShuttingDown);
     }
-    let exe = reg.exe.clone().ok_or("cannot start commands: the talaria binary that supervises them was not found")?;
+    let exe = reg.exe.clone().ok_or(SpawnError::NoSupervisor)?;
     reg.make_room()?;
     let started_at_ms = now_ms();
     let num = match &reg.store {
@@ -53,7 +86,7 @@ pub(super) async fn spawn(
                 boot_id: reg.boot_id.clone(),
                 started_at: started_at_ms as i64,
             };
-            let num = store.job_insert(new).await.map_err(|e| format!("cannot record the job: {e}"))? as u64;
+            let num = store.job_insert(new).await.map_err(SpawnError::Record)? as u64;
             reg.next_num.fetch_max(num + 1, Ordering::SeqCst);
             num
         }
@@ -163,15 +196,15 @@ async fn start_supervisor(
     jd: &JobDir,
     exe: &Path,
     transport: Option<&Transport>,
-) -> Result<(Started, tokio::process::Child), String> {
+) -> Result<(Started, tokio::process::Child), SpawnError> {
     std::fs::DirBuilder::new()
         .recursive(true)
         .mode(0o700)
         .create(&jd.path)
-        .map_err(|e| format!("cannot create {}: {e}", jd.path.display()))?;
+        .map_err(|source| SpawnError::CreateDir { path: jd.path.clone(), source })?;
     let terminal = &reg.config.terminal;
     let cwd_file = spec.track_cwd.then(|| jd.cwd_file());
-    let write = |e: std::io::Error| format!("cannot write the job directory {}: {e}", jd.path.display());
+    let write = |source: std::io::Error| SpawnError::WriteDir { path: jd.path.clone(), source };
     let script = match transport {
         Some(t) => {
             jobdir::write_json(&jd.path.join(REMOTE_JSON), &t.remote).map_err(write)?;
@@ -213,24 +246,24 @@ async fn start_supervisor(
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| format!("cannot start the job supervisor {}: {e}", exe.display()))?;
-    let stdout = child.stdout.take().ok_or("the job supervisor has no stdout")?;
+    let mut child = cmd.spawn().map_err(|source| SpawnError::StartSupervisor { exe: exe.to_path_buf(), source })?;
+    let stdout = child.stdout.take().ok_or(SpawnError::NoHandshakePipe)?;
     let mut line = String::new();
     let mut reader = tokio::io::BufReader::new(stdout);
     match tokio::time::timeout(HANDSHAKE_WAIT, reader.read_line(&mut line)).await {
         Ok(Ok(_)) => {}
-        Ok(Err(e)) => return Err(format!("cannot hear from the job supervisor: {e}")),
+        Ok(Err(e)) => return Err(SpawnError::Handshake(e)),
         Err(_) => {
             let _ = child.start_kill();
-            return Err("the job supervisor did not start the command within 30s".into());
+            return Err(SpawnError::HandshakeTimeout);
         }
     }
     match serde_json::from_str::<Handshake>(line.trim()) {
-        Ok(Handshake::Failed { error }) => Err(error),
+        Ok(Handshake::Failed { error }) => Err(SpawnError::CommandFailed(error)),
         Ok(Handshake::Started { supervisor_pid, supervisor_start, pgid, leader_start }) => {
             Ok((Started { supervisor_pid, supervisor_start, pgid, leader_start }, child))
         }
-        Err(_) => Err("the job supervisor exited before starting the command".into()),
+        Err(_) => Err(SpawnError::SupervisorExited),
     }
 }
 

@@ -143,7 +143,7 @@ impl Tool for TerminalTool {
         };
         let spawned = match ctx.jobs.spawn(spec).await {
             Ok(s) => s,
-            Err(e) => return ToolResult::error(e),
+            Err(e) => return ToolResult::error(e.to_string()),
         };
         if background {
             let mut value = json!({
@@ -331,7 +331,7 @@ async fn remote_call(
     let target = crate::engine::jobs::RemoteTarget { backend: backend.clone(), cwd: cwd.clone() };
     let spawned = match ctx.jobs.spawn_remote(spec, target).await {
         Ok(s) => s,
-        Err(e) => return ToolResult::error(e),
+        Err(e) => return ToolResult::error(e.to_string()),
     };
     if background {
         let mut value = json!({
