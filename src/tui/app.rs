@@ -53,6 +53,23 @@ pub enum AppEvent {
     Engine(Event),
 }
 
+/// What takes the keys and what is drawn over what. [`App::layers`] lists the layers
+/// present, topmost first: keys go to the first, and the view draws them in reverse so the
+/// one with the keys is always on top. This is the one place the order is written down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layer {
+    /// An approval question (the oldest waiting one).
+    Approval,
+    /// Help, a confirmation, or a one-line prompt (`Modal`).
+    Modal,
+    /// A job's log (or the transcript's) over the main area.
+    LogView,
+    /// The jobs or tools pane has the focus.
+    Pane,
+    /// The input box has the focus.
+    Input,
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Focus {
     Input,
@@ -342,6 +359,27 @@ impl App {
         self.visible = self.transcript.prepare(t.width, usize::from(t.height), &self.theme);
     }
 
+    /// The layers present, topmost first; the last is always the pane or the input.
+    pub fn layers(&self) -> Vec<Layer> {
+        let mut layers = Vec::with_capacity(4);
+        if !self.approvals.is_empty() {
+            layers.push(Layer::Approval);
+        }
+        if self.modal.is_some() {
+            layers.push(Layer::Modal);
+        }
+        if self.log_view.is_some() {
+            layers.push(Layer::LogView);
+        }
+        layers.push(if self.focus == Focus::Input { Layer::Input } else { Layer::Pane });
+        layers
+    }
+
+    /// The layer that gets the keys.
+    pub fn top_layer(&self) -> Layer {
+        self.layers().first().copied().unwrap_or(Layer::Input)
+    }
+
     /// What the frame layout depends on.
     pub fn layout_facts(&self) -> super::layout::LayoutFacts<'_> {
         super::layout::LayoutFacts {
@@ -415,8 +453,7 @@ impl App {
     }
 
     fn sync_input_style(&mut self) {
-        let typing =
-            self.focus == Focus::Input && self.modal.is_none() && self.approvals.is_empty() && self.log_view.is_none();
+        let typing = self.top_layer() == Layer::Input;
         let style =
             if typing { Style::default().add_modifier(ratatui::style::Modifier::REVERSED) } else { Style::default() };
         if self.input.cursor_style() != style {

@@ -14,8 +14,8 @@ use super::render;
 use super::theme::Theme;
 use crate::config::Config;
 use crate::protocol::{
-    BusyMode, Event, GoalInfo, GoalState, HeartbeatInfo, JobInfo, JobStatus, MessageOrigin, NoticeLevel, StatusInfo,
-    ToolOutcome, TurnOutcome, TurnTrigger,
+    Approval, BusyMode, Event, GoalInfo, GoalState, HeartbeatInfo, JobInfo, JobStatus, MessageOrigin, NoticeLevel, Op,
+    StatusInfo, ToolOutcome, TurnOutcome, TurnTrigger,
 };
 
 const BANNER: &str = "Demo mode: no model is configured, so a scripted demo model answers.\nSet OPENAI_API_KEY or model.base_url in config.toml to use a real one.";
@@ -257,6 +257,35 @@ fn jobs_pane_with_a_job_and_its_log() {
         },
     );
     insta::assert_snapshot!("job_log", screen(&mut app, 100, 20));
+}
+
+/// Keys and the view use one layer order: with the log view, a modal and an approval open,
+/// the approval is drawn on top and gets the keys; answering it uncovers the modal, closing
+/// that uncovers the log view.
+#[test]
+fn layers_stack_the_same_way_for_keys_and_drawing() {
+    use super::app::Layer;
+    let mut app = app();
+    let running = job(&app, "job_1", "cargo build --release", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: running });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    assert_eq!(app.layers(), vec![Layer::Pane]);
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    assert_eq!(app.layers(), vec![Layer::LogView, Layer::Pane]);
+    key(&mut app, KeyCode::F(1), KeyModifiers::NONE);
+    assert_eq!(app.top_layer(), Layer::Modal, "{:?}", app.layers());
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    feed(&mut app, Event::ApprovalNeeded { id: 7, command: "rm -rf build/".into(), reason: "recursive delete".into() });
+    assert_eq!(app.layers(), vec![Layer::Approval, Layer::Modal, Layer::LogView, Layer::Pane]);
+    let out = screen(&mut app, 100, 30);
+    assert!(out.contains("rm -rf build/"), "the approval is drawn over the help:\n{out}");
+    // `d` answers the approval (it has the keys), not the help behind it.
+    app.now += Duration::from_secs(5);
+    let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Char('d'), KeyModifiers::NONE)));
+    assert!(ops.iter().any(|op| matches!(op, Op::Approve { id: 7, decision: Approval::Deny })), "{ops:?}");
+    assert_eq!(app.layers(), vec![Layer::Modal, Layer::LogView, Layer::Pane]);
+    key(&mut app, KeyCode::Esc, KeyModifiers::NONE);
+    assert_eq!(app.top_layer(), Layer::LogView);
 }
 
 #[test]

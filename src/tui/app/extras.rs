@@ -7,7 +7,7 @@ use crate::protocol::NoticeLevel;
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::CellBody;
 
-use super::{App, Focus};
+use super::{App, Layer};
 
 /// A paste with more lines than this shows as a placeholder.
 pub const PASTE_MAX_LINES: usize = 20;
@@ -79,11 +79,7 @@ impl App {
     /// The slash commands matching what is typed: the input is one line starting with `/`
     /// and no space yet, and the input has the focus.
     pub fn completions(&self) -> Vec<&'static CommandHelp> {
-        let typing = self.focus == Focus::Input
-            && self.modal.is_none()
-            && self.approvals.is_empty()
-            && self.log_view.is_none()
-            && self.input.lines().len() == 1;
+        let typing = self.top_layer() == Layer::Input && self.input.lines().len() == 1;
         if !typing {
             return Vec::new();
         }

@@ -4,7 +4,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui_textarea::CursorMove;
 
-use super::{App, ExitState, Focus, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
+use super::{App, ExitState, Focus, Layer, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
 use crate::config::OnQuit;
 use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
@@ -19,16 +19,12 @@ impl App {
         if !matches!(self.exit, ExitState::Running) {
             return;
         }
-        if !self.approvals.is_empty() {
-            self.approval_key(&key, ops);
-        } else if self.modal.is_some() {
-            self.modal_key(&key, ops);
-        } else if self.log_view.is_some() {
-            self.log_key(&key, ops);
-        } else if self.focus != Focus::Input {
-            self.pane_key(&key, ops);
-        } else {
-            self.input_key(key, ops);
+        match self.top_layer() {
+            Layer::Approval => self.approval_key(&key, ops),
+            Layer::Modal => self.modal_key(&key, ops),
+            Layer::LogView => self.log_key(&key, ops),
+            Layer::Pane => self.pane_key(&key, ops),
+            Layer::Input => self.input_key(key, ops),
         }
     }
 

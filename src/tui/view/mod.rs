@@ -13,7 +13,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
-use super::app::{App, Focus};
+use super::app::{App, Layer};
 use super::wrap::truncate_spans;
 
 use super::layout::PENDING_MAX_LINES;
@@ -27,9 +27,10 @@ pub fn draw(frame: &mut Frame<'_>, app: &App) {
         draw_too_small(frame, area, app);
         return;
     }
-    if let Some(view) = &app.log_view {
-        overlay::draw_log(frame, areas.main, app, view);
-    } else {
+    // Bottom-up: the layout, then each layer over it, so the one with the keys is on top.
+    let layers = app.layers();
+    let log_open = layers.contains(&Layer::LogView);
+    if !log_open {
         transcript::draw(frame, areas.transcript, app);
         if let Some(tools) = areas.tools {
             side::draw_tools(frame, tools, app);
@@ -41,10 +42,21 @@ pub fn draw(frame: &mut Frame<'_>, app: &App) {
     draw_pending(frame, areas.pending, app);
     draw_input(frame, areas.input, app);
     status::draw(frame, areas.status, app);
-    if app.log_view.is_none() {
+    if !log_open {
         draw_completions(frame, areas.main, areas.input, app);
     }
-    overlay::draw_modals(frame, area, app);
+    for layer in layers.iter().rev() {
+        match layer {
+            Layer::LogView => {
+                if let Some(view) = &app.log_view {
+                    overlay::draw_log(frame, areas.main, app, view);
+                }
+            }
+            Layer::Modal => overlay::draw_modal(frame, area, app),
+            Layer::Approval => overlay::draw_approval(frame, area, app),
+            Layer::Pane | Layer::Input => {}
+        }
+    }
 }
 
 fn draw_too_small(frame: &mut Frame<'_>, area: Rect, app: &App) {
@@ -126,7 +138,7 @@ fn draw_completions(frame: &mut Frame<'_>, main: Rect, input: Rect, app: &App) {
 }
 
 fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {
-    let typing = app.focus == Focus::Input && app.log_view.is_none() && app.modal.is_none();
+    let typing = app.top_layer() == Layer::Input;
     let border = if typing { app.theme.border_focus } else { app.theme.border };
     let title = if app.busy {
         let enter = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Submit);

@@ -30,7 +30,8 @@ fn keys_of(app: &App, context: Context, action: Action) -> String {
     app.keymap.keys(context, action).iter().map(|k| k.to_string()).collect::<Vec<_>>().join("/")
 }
 
-pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
+/// The modal (help, a confirmation, a prompt), if one is open.
+pub fn draw_modal(frame: &mut Frame<'_>, area: Rect, app: &App) {
     match &app.modal {
         Some(Modal::Help { scroll }) => draw_help(frame, area, app, *scroll),
         Some(Modal::QuitConfirm) => {
@@ -102,8 +103,12 @@ pub fn draw_modals(frame: &mut Frame<'_>, area: Rect, app: &App) {
         }
         None => {}
     }
+}
+
+/// The oldest approval question, if one waits.
+pub fn draw_approval(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(approval) = app.approvals.front() {
-        draw_approval(frame, area, app, approval, app.approvals.len());
+        draw_approval_box(frame, area, app, approval, app.approvals.len());
     }
 }
 
@@ -194,7 +199,7 @@ fn draw_question(frame: &mut Frame<'_>, area: Rect, app: &App, title: String, li
     );
 }
 
-fn draw_approval(
+fn draw_approval_box(
     frame: &mut Frame<'_>,
     area: Rect,
     app: &App,

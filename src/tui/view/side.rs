@@ -7,7 +7,7 @@ use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use crate::protocol::JobStatus;
-use crate::tui::app::{App, Focus};
+use crate::tui::app::{App, Focus, Layer};
 use crate::tui::transcript::{format_duration_ms, SPINNER};
 use crate::tui::wrap::truncate_spans;
 
@@ -36,7 +36,7 @@ fn selected_style(app: &App, on: bool) -> Style {
 }
 
 pub fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
-    let focused = app.focus == Focus::Tools && app.modal.is_none();
+    let focused = app.focus == Focus::Tools && app.top_layer() == Layer::Pane;
     let block = pane_block(app, format!(" Running tools ({}) ", app.tools.len()), focused);
     let inner = block.inner(area);
     frame.render_widget(block, area);
@@ -77,7 +77,7 @@ fn status_mark(app: &App, status: &JobStatus) -> (String, Color) {
 }
 
 pub fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
-    let focused = app.focus == Focus::Jobs && app.modal.is_none();
+    let focused = app.focus == Focus::Jobs && app.top_layer() == Layer::Pane;
     let running = app.running_jobs();
     let title = if running > 0 {
         format!(" Background jobs ({running} running) ")
