@@ -21,6 +21,11 @@ pub struct Pty {
 impl Pty {
     /// Start talaria with `args` in a `cols`×`rows` terminal, TALARIA_HOME = `home`.
     pub fn spawn(home: &Path, cwd: &Path, args: &[&str], cols: u16, rows: u16) -> Pty {
+        Pty::spawn_with_env(home, cwd, args, cols, rows, &[])
+    }
+
+    /// Like [`Pty::spawn`], with these environment variables set too.
+    pub fn spawn_with_env(home: &Path, cwd: &Path, args: &[&str], cols: u16, rows: u16, env: &[(&str, &str)]) -> Pty {
         let system = native_pty_system();
         let pair = system.openpty(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 }).expect("openpty");
         let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_talaria"));
@@ -33,6 +38,9 @@ impl Pty {
         cmd.env_remove("OPENROUTER_API_KEY");
         cmd.env_remove("ANTHROPIC_API_KEY");
         cmd.env_remove("TMUX");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
         let child = pair.slave.spawn_command(cmd).expect("spawn talaria");
         drop(pair.slave);
         let mut reader = pair.master.try_clone_reader().expect("reader");
