@@ -4,6 +4,11 @@
 //! talaria process's VmRSS then). Prints min / median / p99 / max over 10 runs; asserts
 //! nothing about speed. `TALARIA_BENCH_MESSAGES=100000` resumes a longer session,
 //! `TALARIA_BENCH_RUNS` changes the number of runs.
+//!
+//! `TALARIA_BENCH_KEYS=N` then measures keystroke-to-screen latency in that resumed session
+//! while the model streams an answer and `TALARIA_BENCH_JOBS` (default 32) background jobs
+//! print a line every 50 ms each: N keystrokes of a character that appears nowhere else
+//! (each removed again with Backspace), latency = write to the first output chunk carrying it.
 
 mod common;
 
@@ -83,6 +88,74 @@ fn settled_rss_mib(pid: u32) -> f64 {
         }
     }
     last
+}
+
+/// Keystroke-to-screen latency in the resumed session with a model streaming and `jobs`
+/// background jobs printing.
+fn keystrokes(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, id: &str, messages: usize, keys: usize, jobs: usize) {
+    use talaria::testkit::scripted::{text_chunks, DONE};
+    let mut responses: Vec<ScriptedResponse> = (0..jobs)
+        .map(|j| {
+            let command = format!("while :; do echo bench-job-{j} line; sleep 0.05; done");
+            let args = serde_json::json!({ "command": command, "background": true }).to_string();
+            ScriptedResponse::tool_call(&format!("call_{j}"), "terminal", &args)
+        })
+        .collect();
+    let mut payloads = text_chunks(&"streaming words ".repeat(2000), 6);
+    payloads.push(DONE.to_string());
+    responses.push(ScriptedResponse::sse(payloads).delay(Duration::from_millis(20)));
+    let server = rt.block_on(ScriptedServer::start(responses)).expect("scripted server");
+    let url = server.base_url();
+    let args = ["--base-url", url.as_str(), "--model", "m", "--resume", id];
+    let mut p = Pty::spawn(home, cwd, &args, 120, 36);
+    time_until(&p, LAST_TEXT, Instant::now());
+    p.type_text("start the jobs and tell me a long story");
+    p.send(b"\r");
+    let start = Instant::now();
+    // Every job was started (one request per tool result) and the answer is streaming. Each
+    // request carries the whole session: with 100,000 messages that takes minutes in a dev build.
+    while server.request_count() < jobs + 1 {
+        assert!(start.elapsed() < 10 * DEADLINE, "only {} requests at the server", server.request_count());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    time_until(&p, "streaming words", Instant::now());
+    const KEY: char = 'ʬ';
+    let mut key_bytes = [0u8; 4];
+    let key_bytes = KEY.encode_utf8(&mut key_bytes).as_bytes().to_vec();
+    let mut times = Vec::with_capacity(keys);
+    for _ in 0..keys {
+        let offset = p.raw.lock().expect("raw").len();
+        let sent = Instant::now();
+        p.send(&key_bytes);
+        loop {
+            let seen = p.raw.lock().expect("raw")[offset..].windows(key_bytes.len()).any(|w| w == key_bytes.as_slice());
+            if seen {
+                times.push(sent.elapsed());
+                break;
+            }
+            assert!(sent.elapsed() < DEADLINE, "the keystroke never reached the screen:\n{}", p.contents());
+            std::thread::sleep(Duration::from_micros(100));
+        }
+        p.send(b"\x7f");
+        // The Backspace must be drawn before the next key, or the two cancel out in one frame.
+        let erased = Instant::now();
+        while p.contents().contains(KEY) {
+            assert!(erased.elapsed() < DEADLINE, "the Backspace never reached the screen");
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        // Pace the typing like a fast typist (~25 keys/s), so each key meets a busy screen.
+        std::thread::sleep(Duration::from_millis(40));
+    }
+    let pid = p.child.process_id();
+    let rss = pid.map(vm_rss_mib).unwrap_or(0.0);
+    p.send(b"\x04");
+    time_until(&p, "Kill the jobs", Instant::now());
+    p.send(b"y");
+    if p.wait_exit(Duration::from_secs(20)).is_none() {
+        eprintln!("talaria did not exit; killing it");
+    }
+    summary(&format!("keystroke -> screen, {messages} messages, streaming, {jobs} jobs printing"), times);
+    println!("  (the answer streams for ~107 s, longer than the typing; talaria VmRSS then {rss:.1} MiB)");
 }
 
 fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, messages: usize) -> String {
@@ -166,6 +239,10 @@ fn main() {
                 values[values.len() / 2]
             );
         }
+    }
+    let keys = env_usize("TALARIA_BENCH_KEYS", 0);
+    if keys > 0 {
+        keystrokes(&rt, home.path(), &cwd, &id, messages, keys, env_usize("TALARIA_BENCH_JOBS", 32));
     }
     println!("load average at the end: {}", loadavg());
 }
