@@ -92,7 +92,15 @@ fn settled_rss_mib(pid: u32) -> f64 {
 
 /// Keystroke-to-screen latency in the resumed session with a model streaming and `jobs`
 /// background jobs printing.
-fn keystrokes(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, id: &str, messages: usize, keys: usize, jobs: usize) {
+fn keystrokes(
+    rt: &tokio::runtime::Runtime,
+    home: &Path,
+    cwd: &Path,
+    id: &str,
+    messages: usize,
+    keys: usize,
+    jobs: usize,
+) {
     use talaria::testkit::scripted::{text_chunks, DONE};
     let mut responses: Vec<ScriptedResponse> = (0..jobs)
         .map(|j| {
