@@ -1,6 +1,7 @@
 //! What the sandbox costs per command: spawn to exit of `true`, without and with it
 //! (prepare in the parent + apply between fork and exec), as BENCHMARKS.md reports.
-//! `cargo run --example sandbox_cost [runs]`.
+//! `cargo run --example sandbox_cost [runs]` (from a git repository, the git guard's mount
+//! namespace is part of the sandboxed runs).
 
 use std::os::unix::process::CommandExt;
 use std::time::{Duration, Instant};
@@ -50,6 +51,9 @@ fn main() {
     describe("true, no sandbox", &run(runs, None));
     describe("true, sandbox (workspace-write)", &run(runs, Some(&policy)));
     describe("true, sandbox + network off", &run(runs, Some(&offline)));
+    // Run from a git repository to see the mount namespace that guards .git/hooks.
+    let unguarded = Policy { git_guard: None, ..policy.clone() };
+    describe("true, sandbox without the git guard", &run(runs, Some(&unguarded)));
     let start = Instant::now();
     for _ in 0..runs {
         drop(sandbox::prepare(&policy).expect("prepare"));

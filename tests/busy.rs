@@ -961,3 +961,67 @@ async fn a_yield_raised_while_the_approval_modal_is_open_does_not_move_the_appro
     assert_eq!(h.turn_finished().await, TurnOutcome::Interrupted);
     h.shutdown().await;
 }
+
+// ---------------------------------------------------------------------------------------
+// `process write` to a job outside the sandbox: each line is approved like a command
+// ---------------------------------------------------------------------------------------
+
+/// The next approval prompt: answer it and return the command it showed.
+async fn answer_approval(h: &mut Harness, decision: Approval) -> String {
+    let event = h.until("ApprovalNeeded", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+    let Event::ApprovalNeeded { id, command, .. } = event else { unreachable!() };
+    h.op(Op::Approve { id, decision });
+    command
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn each_line_written_to_an_unsandboxed_job_is_approved_like_a_command() {
+    let mark = format!("3004{:05}", std::process::id() % 100_000);
+    let write = |id: &str, data: &str| {
+        calls(&[(id, "process", json!({ "action": "write", "session_id": "job_1", "data": data }))])
+    };
+    let mut h = Harness::start_with(
+        vec![
+            calls(&[(
+                "c_shell",
+                "terminal",
+                json!({ "command": format!("bash # {mark}"), "background": true, "sandbox": false }),
+            )]),
+            write("c_w1", "echo one > one.txt\n"),
+            write("c_w2", "echo two > two.txt\nrm -rf victim\n"),
+            write("c_w3", "ls\n"),
+            calls(&[("c_close", "process", json!({ "action": "close", "session_id": "job_1" }))]),
+            calls(&[("c_wait", "process", json!({ "action": "wait", "session_id": "job_1", "timeout": 20 }))]),
+            ScriptedResponse::text("done"),
+        ],
+        PromptPolicy::Ask,
+    )
+    .await;
+    std::fs::create_dir_all(h.work.join("victim")).unwrap();
+    h.submit("use a shell", None);
+    // Starting a shell outside the sandbox asks.
+    assert_eq!(answer_approval(&mut h, Approval::Once).await, format!("bash # {mark}"));
+    assert_eq!(h.tool_finished("c_shell").await["session_id"], "job_1");
+    // One line, approved: it reaches the shell.
+    assert_eq!(answer_approval(&mut h, Approval::Once).await, "echo one > one.txt");
+    assert_eq!(h.tool_finished("c_w1").await["status"], "ok");
+    // Two lines: the first approved, the second denied: neither is sent.
+    assert_eq!(answer_approval(&mut h, Approval::Once).await, "echo two > two.txt");
+    assert_eq!(answer_approval(&mut h, Approval::Deny).await, "rm -rf victim");
+    let denied = h.tool_finished("c_w2").await;
+    assert_eq!(denied["status"], "denied", "{denied}");
+    // A known-safe line needs no approval.
+    let since = h.seen.len();
+    assert_eq!(h.tool_finished("c_w3").await["status"], "ok");
+    assert!(!h.seen[since..].iter().any(|e| matches!(e, Event::ApprovalNeeded { .. })), "ls asked");
+    h.tool_finished("c_close").await;
+    let waited = h.tool_finished("c_wait").await;
+    assert_eq!(waited["exit_code"], 0, "{waited}");
+    let tail = waited["output_tail"].as_str().unwrap_or_default();
+    assert!(tail.contains("one.txt") && tail.contains("victim") && !tail.contains("two.txt"), "{waited}");
+    assert_eq!(h.turn_finished().await, TurnOutcome::Completed);
+    assert_eq!(std::fs::read_to_string(h.work.join("one.txt")).unwrap(), "one\n");
+    assert!(!h.work.join("two.txt").exists(), "a denied write sends none of its lines");
+    assert!(h.work.join("victim").is_dir());
+    h.shutdown().await;
+}

@@ -386,3 +386,119 @@ async fn without_a_kernel_sandbox_auto_acts_like_prompt() {
     assert!(!home.work().join("made-here").exists());
     assert_eq!(result(2)["exit_code"], 0, "known safe runs: {}", result(2));
 }
+
+/// A git repository in the working directory with one commit, for the hook tests.
+fn git_repo(home: &Home) -> PathBuf {
+    let work = home.work();
+    let git = |args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(&work)
+            .env("GIT_AUTHOR_NAME", "t")
+            .env("GIT_AUTHOR_EMAIL", "t@t")
+            .env("GIT_COMMITTER_NAME", "t")
+            .env("GIT_COMMITTER_EMAIL", "t@t")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    git(&["init", "-q"]);
+    std::fs::write(work.join("a.txt"), "a\n").unwrap();
+    git(&["add", "a.txt"]);
+    git(&["commit", "-qm", "first"]);
+    work
+}
+
+/// Run `command` as the model's one `terminal` call through `talaria exec` (no --yes);
+/// returns the tool result the model got.
+async fn run_in_repo(home: &Home, fake: &FakeHome, command: &str, env: &[(&str, &str)]) -> Value {
+    let args = serde_json::json!({ "command": command, "timeout": 30 }).to_string();
+    let server =
+        ScriptedServer::start([ScriptedResponse::tool_call("c1", "terminal", &args), ScriptedResponse::text("done")])
+            .await
+            .unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).args(["exec", "--base-url", &server.base_url(), "go"]);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
+    let messages = server.chat_requests()[1].body["messages"].as_array().unwrap().clone();
+    serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+}
+
+/// DESIGN §6: `.git/hooks` (and `.git/config`, which can point core.hooksPath or
+/// core.fsmonitor anywhere) inside the workspace are read-only for commands, however the
+/// write is disguised, while git itself still commits in the sandbox.
+#[tokio::test(flavor = "multi_thread")]
+async fn git_hooks_and_config_in_the_workspace_are_read_only_and_git_still_works() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    let work = git_repo(&home);
+    let config_before = std::fs::read_to_string(work.join(".git/config")).unwrap();
+    for attack in [
+        "sh -c 'p=.git/ho; echo x > ${p}oks/pre-commit'",
+        "git config core.hooksPath /tmp/x",
+        "git config core.fsmonitor 'touch pwned'",
+        "cp /bin/true .git/hooks/post-checkout",
+        "python3 -c \"open('.git/hooks/pre-push','w').write('#!/bin/sh')\"",
+        "printf '[core]\\n\\thooksPath = /tmp\\n' >> .git/config",
+        "mv .git/hooks .git/h2 && mkdir .git/hooks",
+        "cp -a .git .git2 && echo x > .git2/hooks/pre-commit && mv .git .git.old && mv .git2 .git",
+        "ln -s /tmp .git/hooks/pre-commit",
+        "umount .git/hooks",
+    ] {
+        let result = run_in_repo(&home, &fake, attack, &[]).await;
+        assert_ne!(result["exit_code"], 0, "{attack} succeeded: {result}");
+        let hooks: Vec<_> =
+            std::fs::read_dir(work.join(".git/hooks")).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(hooks.iter().all(|h| h.to_string_lossy().ends_with(".sample")), "{attack}: hooks now {hooks:?}");
+        assert_eq!(std::fs::read_to_string(work.join(".git/config")).unwrap(), config_before, "{attack}");
+        assert!(!work.join(".git.old").exists() && !work.join(".git/h2").exists(), "{attack}");
+    }
+    fake.survived().unwrap();
+    // Git itself works in the sandbox: index.lock, objects and refs are writable.
+    let commit = "export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t; \
+                  echo b > b.txt && git add b.txt && git commit -qm second && git log --oneline | wc -l";
+    let result = run_in_repo(&home, &fake, commit, &[]).await;
+    assert_eq!(result["exit_code"], 0, "{result}");
+    assert_eq!(result["output"].as_str().unwrap_or_default().trim(), "2", "{result}");
+}
+
+/// Where no mount namespace can be made, the hooks are not protected from commands (and
+/// talaria says so in /permissions); the file tools still ask before writing there.
+#[tokio::test(flavor = "multi_thread")]
+async fn without_a_mount_namespace_the_file_tools_still_ask_for_hooks() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    let work = git_repo(&home);
+    let no_ns = [(talaria::engine::sandbox::mounts::NO_MOUNT_NS_ENV, "1")];
+    let result = run_in_repo(&home, &fake, "echo x > .git/hooks/pre-commit", &no_ns).await;
+    assert_eq!(result["exit_code"], 0, "unprotected, as /permissions says: {result}");
+    std::fs::remove_file(work.join(".git/hooks/pre-commit")).unwrap();
+    for (tool, args) in [
+        ("write_file", serde_json::json!({ "path": ".git/hooks/pre-commit", "content": "#!/bin/sh\n" })),
+        ("write_file", serde_json::json!({ "path": ".git/config", "content": "[core]\n" })),
+    ] {
+        let server = ScriptedServer::start([
+            ScriptedResponse::tool_call("c1", tool, &args.to_string()),
+            ScriptedResponse::text("done"),
+        ])
+        .await
+        .unwrap();
+        let mut cmd = home.command();
+        cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).env(no_ns[0].0, "1").args([
+            "exec",
+            "--base-url",
+            &server.base_url(),
+            "go",
+        ]);
+        let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let messages = server.chat_requests()[1].body["messages"].as_array().unwrap().clone();
+        let result: Value = serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap();
+        assert!(result["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{tool} {args}: {result}");
+    }
+    assert!(!work.join(".git/hooks/pre-commit").exists());
+}

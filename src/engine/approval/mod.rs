@@ -151,13 +151,15 @@ impl Approver {
             Classification::Dangerous { reason, .. } => Some(reason),
             Classification::Safe => None,
         };
-        // `.git/hooks` run on the user's next git command: file tools always ask there (the
-        // kernel sandbox cannot protect it inside a writable workspace, see README).
+        // `.git/hooks` run on the user's next git command, and `.git/config` can point
+        // core.hooksPath or core.fsmonitor anywhere: file tools (which run outside the job
+        // sandbox and its read-only mounts) always ask there.
         let hooks = path
             .components()
             .collect::<Vec<_>>()
             .windows(2)
-            .any(|w| w[0].as_os_str() == ".git" && w[1].as_os_str() == "hooks");
+            .any(|w| w[0].as_os_str() == ".git" && w[1].as_os_str() == "hooks")
+            || path.ends_with(".git/config");
         let protected = hooks || policy.deny_write.iter().any(|d| path.starts_with(d));
         let inside = policy.writable_roots.iter().any(|r| path.starts_with(r));
         if self.inner.mode == ApprovalMode::Off || (inside && !protected && looks_like.is_none()) {

@@ -9,6 +9,7 @@
 //! makes `socket(AF_INET | AF_INET6 | AF_PACKET)` fail. Landlock's own network rules only
 //! cover TCP bind/connect, which would leave UDP (DNS tunnels) and raw sockets open.
 
+pub mod mounts;
 mod seccomp;
 
 use std::path::{Path, PathBuf};
@@ -41,6 +42,10 @@ pub struct Policy {
     pub deny_write: Vec<PathBuf>,
     /// Readable and writable even under a denied path: talaria's job directory.
     pub job_dirs: Vec<PathBuf>,
+    /// How jobs get the mount namespace that makes each root's `.git/hooks` and
+    /// `.git/config` read-only; None where none can be created (they are then unprotected).
+    #[serde(default)]
+    pub git_guard: Option<mounts::Namespace>,
 }
 
 /// Credential stores under the home directory: never readable by a job.
@@ -76,7 +81,10 @@ impl Policy {
         let mut deny_write = deny_read.clone();
         deny_write.extend([paths.keymap_file.clone(), paths.user_instructions.clone(), paths.estop.clone()]);
         if let Some(home) = home {
-            deny_write.extend([".ssh", ".gnupg", ".aws", ".config/talaria"].iter().map(|s| home.join(s)));
+            // The git configs can point core.hooksPath anywhere: as dangerous as the hooks.
+            deny_write.extend(
+                [".ssh", ".gnupg", ".aws", ".config/talaria", ".gitconfig", ".config/git"].iter().map(|s| home.join(s)),
+            );
         }
         let mut writable_roots = Vec::new();
         if config.mode == SandboxMode::WorkspaceWrite {
@@ -91,6 +99,29 @@ impl Policy {
             deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
             deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
             job_dirs: vec![canonical(&paths.jobs_dir)],
+            git_guard: match (config.mode, mounts::support()) {
+                (SandboxMode::WorkspaceWrite, mounts::GuardSupport::Available(ns)) => Some(*ns),
+                _ => None,
+            },
+        }
+    }
+
+    /// One line for `/permissions`: are git hooks safe from commands?
+    pub fn describe_git_guard(&self) -> String {
+        self.describe_git_guard_with(mounts::support())
+    }
+
+    fn describe_git_guard_with(&self, support: &mounts::GuardSupport) -> String {
+        match (self.mode, self.git_guard, support) {
+            (SandboxMode::Off, ..) => "git hooks: NOT protected (sandbox off)".into(),
+            (SandboxMode::ReadOnly, ..) => "git hooks: read-only like everything else (sandbox read-only)".into(),
+            (_, Some(_), _) if self.active() => {
+                "git hooks: .git/hooks and .git/config of the writable roots are read-only for commands".into()
+            }
+            (_, _, mounts::GuardSupport::Unavailable { reason }) => format!(
+                "git hooks: NOT protected from commands ({reason}); write_file/edit_file still ask before writing there"
+            ),
+            _ => "git hooks: NOT protected from commands (no kernel sandbox); write_file/edit_file still ask".into(),
         }
     }
 
@@ -205,17 +236,18 @@ pub enum SandboxError {
 pub struct Prepared {
     ruleset: Option<RulesetCreated>,
     network_filter: Option<seccomp::Filter>,
+    git_guard: Option<mounts::Plan>,
 }
 
 /// Build the ruleset in the parent: open every path, add every rule. Costs a directory
 /// listing per ancestor of a denied path (see BENCHMARKS.md for the time per command).
 pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
     if policy.mode == SandboxMode::Off {
-        return Ok(Prepared { ruleset: None, network_filter: None });
+        return Ok(Prepared { ruleset: None, network_filter: None, git_guard: None });
     }
     let network_filter = (!policy.network).then(seccomp::Filter::deny_ip_sockets);
     if !matches!(support(), Support::Available { .. }) {
-        return Ok(Prepared { ruleset: None, network_filter });
+        return Ok(Prepared { ruleset: None, network_filter, git_guard: None });
     }
     let all = AccessFs::from_all(TARGET_ABI);
     let read = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
@@ -243,7 +275,11 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
         .add_rules(path_beneath_rules(&readable, read))?
         .add_rules(path_beneath_rules(&writable, all))?
         .add_rules(path_beneath_rules(devices, all))?;
-    Ok(Prepared { ruleset: Some(ruleset), network_filter })
+    let git_guard = match policy.git_guard {
+        Some(ns) => mounts::Plan::for_roots(ns, &policy.writable_roots)?,
+        None => None,
+    };
+    Ok(Prepared { ruleset: Some(ruleset), network_filter, git_guard })
 }
 
 /// What may be granted whole under `root` without granting anything under `holes`: `root`
@@ -275,6 +311,10 @@ fn grantable(root: &Path, holes: &[PathBuf], out: &mut Vec<PathBuf>, budget: &mu
 /// it makes only async-signal-safe syscalls (`prctl`, `landlock_restrict_self`, `close`).
 /// A failure must abort the spawn: the command then never runs outside its sandbox.
 pub fn apply_in_child(prepared: &mut Prepared) -> std::io::Result<()> {
+    // Mounts first: once Landlock applies, no mount can be made or undone.
+    if let Some(plan) = &prepared.git_guard {
+        plan.apply()?;
+    }
     if let Some(ruleset) = prepared.ruleset.take() {
         ruleset.restrict_self().map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM))?;
     }
@@ -376,6 +416,7 @@ mod tests {
             deny_read: vec![home.join(".ssh")],
             deny_write: vec![home.join(".ssh")],
             job_dirs: vec![],
+            git_guard: None,
         };
         let h = home.display();
         let (code, out) =
@@ -404,5 +445,118 @@ mod tests {
         let (code, out) = run_sandboxed(&policy, &format!("python3 {}/net.py", work.display()));
         assert_eq!(code, 0, "{out}");
         assert!(!out.contains("OPEN") && out.contains("denied 13") && out.contains("unix ok"), "{out}");
+    }
+
+    #[test]
+    fn git_hooks_and_config_are_read_only_for_jobs_and_git_still_commits() {
+        let namespaces = match mounts::support() {
+            // Where a plain mount namespace works (root), the user-namespace way works too.
+            mounts::GuardSupport::Available(mounts::Namespace::Mount) => {
+                vec![mounts::Namespace::Mount, mounts::Namespace::User]
+            }
+            mounts::GuardSupport::Available(ns) => vec![*ns],
+            other => panic!("this test needs a mount namespace; here: {other:?}"),
+        };
+        for ns in namespaces {
+            git_guard_holds(ns);
+        }
+        // Without the guard the same disguised write goes through: the test bites.
+        let dir = tempfile::tempdir().unwrap();
+        let work = canonical(dir.path());
+        std::fs::create_dir_all(work.join(".git/hooks")).unwrap();
+        let policy = Policy {
+            mode: SandboxMode::WorkspaceWrite,
+            network: true,
+            writable_roots: vec![work.clone()],
+            deny_read: vec![],
+            deny_write: vec![],
+            job_dirs: vec![],
+            git_guard: None,
+        };
+        let (code, out) =
+            run_sandboxed(&policy, &format!("cd {} && p=.git/ho; echo x > ${{p}}oks/pre-commit", work.display()));
+        assert_eq!(code, 0, "{out}");
+        assert!(work.join(".git/hooks/pre-commit").exists());
+    }
+
+    #[test]
+    fn permissions_say_whether_git_hooks_are_protected() {
+        let mut policy = Policy {
+            mode: SandboxMode::WorkspaceWrite,
+            network: true,
+            writable_roots: vec![],
+            deny_read: vec![],
+            deny_write: vec![],
+            job_dirs: vec![],
+            git_guard: Some(mounts::Namespace::User),
+        };
+        let ok = mounts::GuardSupport::Available(mounts::Namespace::User);
+        assert_eq!(
+            policy.describe_git_guard_with(&ok),
+            "git hooks: .git/hooks and .git/config of the writable roots are read-only for commands"
+        );
+        policy.git_guard = None;
+        let missing = mounts::GuardSupport::Unavailable { reason: "cannot create a mount namespace (EPERM)".into() };
+        assert_eq!(
+            policy.describe_git_guard_with(&missing),
+            "git hooks: NOT protected from commands (cannot create a mount namespace (EPERM)); \
+             write_file/edit_file still ask before writing there"
+        );
+    }
+
+    fn git_guard_holds(ns: mounts::Namespace) {
+        let dir = tempfile::tempdir().unwrap();
+        let work = canonical(dir.path()).join("work");
+        std::fs::create_dir_all(&work).unwrap();
+        let git = |args: &[&str]| {
+            let out = std::process::Command::new("git").args(args).current_dir(&work).output().unwrap();
+            assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        };
+        git(&["init", "-q"]);
+        std::fs::remove_dir_all(work.join(".git/hooks")).unwrap();
+        let policy = Policy {
+            mode: SandboxMode::WorkspaceWrite,
+            network: true,
+            writable_roots: vec![work.clone()],
+            deny_read: vec![],
+            deny_write: vec![],
+            job_dirs: vec![],
+            git_guard: Some(ns),
+        };
+        let w = work.display();
+        let env = "export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t";
+        // Git itself works: index.lock, objects and refs are writable.
+        let (code, out) = run_sandboxed(
+            &policy,
+            &format!("{env}; cd {w} && echo hi > a.txt && git add a.txt && git commit -qm first && git log --oneline"),
+        );
+        assert_eq!(code, 0, "{out}");
+        assert!(out.contains("first"), "{out}");
+        // The hooks directory was missing: it was created (read-only) rather than left for a job.
+        assert!(work.join(".git/hooks").is_dir());
+        for attack in [
+            "sh -c 'p=.git/ho; echo x > ${p}oks/pre-commit'".to_string(),
+            "git config core.hooksPath /tmp/x".to_string(),
+            "git config core.fsmonitor 'touch /tmp/pwned'".to_string(),
+            "echo '[core] hooksPath = /tmp' >> .git/config".to_string(),
+            "cp /bin/true .git/hooks/post-checkout".to_string(),
+            "python3 -c \"open('.git/hooks/pre-push','w').write('x')\"".to_string(),
+            "mv .git/hooks .git/hooks.old".to_string(),
+            "mv .git .git.old".to_string(),
+            "umount .git/hooks".to_string(),
+            "umount -l .git".to_string(),
+            "mount -o remount,rw .git/hooks".to_string(),
+        ] {
+            let (code, out) = run_sandboxed(&policy, &format!("cd {w} && {attack}"));
+            assert_ne!(code, 0, "{ns:?}: {attack} must fail: {out}");
+        }
+        let hooks: Vec<_> = std::fs::read_dir(work.join(".git/hooks")).unwrap().flatten().collect();
+        assert!(hooks.is_empty(), "{hooks:?}");
+        let config = std::fs::read_to_string(work.join(".git/config")).unwrap();
+        assert!(!config.contains("hooksPath") && !config.contains("fsmonitor"), "{config}");
+        assert!(work.join(".git/HEAD").exists() && !work.join(".git.old").exists());
+        // Nothing leaked into talaria's own mount table.
+        let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+        assert!(!mounts.contains(&format!("{w}/.git")), "{mounts}");
     }
 }

@@ -124,7 +124,12 @@ impl Plan {
     fn new(ns: Namespace, binds: Vec<Bind>) -> std::io::Result<Plan> {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-        Ok(Plan { ns, binds, uid_map: format!("{uid} {uid} 1").into_bytes(), gid_map: format!("{gid} {gid} 1").into_bytes() })
+        Ok(Plan {
+            ns,
+            binds,
+            uid_map: format!("{uid} {uid} 1").into_bytes(),
+            gid_map: format!("{gid} {gid} 1").into_bytes(),
+        })
     }
 
     /// The binds that protect the git directories of `roots` (each root's own `.git`).

@@ -182,7 +182,11 @@ impl Engine {
         };
         self.notice(
             NoticeLevel::Info,
-            format!("{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml", policy.describe()),
+            format!(
+                "{}\n{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml",
+                policy.describe(),
+                policy.describe_git_guard()
+            ),
         );
     }
 
