@@ -373,6 +373,38 @@ impl JobFate {
     }
 }
 
+/// Why an approval is asked (DESIGN §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AskGround {
+    /// It would run outside the kernel sandbox, with the user's full permissions.
+    OutsideSandbox,
+    /// It is not on the known-safe allow-list of plain read-only commands.
+    NotKnownSafe,
+    /// The classifier recognises something destructive in it (`reason` says what).
+    LooksDangerous,
+    /// A file write outside the writable roots.
+    OutsideRoots,
+    /// A file write to a protected path (credential store, git hooks or config, talaria's files).
+    ProtectedPath,
+    /// An MCP server's tool that is not trusted in the config.
+    UntrustedTool,
+}
+
+impl AskGround {
+    /// One line for the approval modal.
+    pub fn explain(self) -> &'static str {
+        match self {
+            AskGround::OutsideSandbox => "it would run outside the sandbox, with your full permissions",
+            AskGround::NotKnownSafe => "it is not a known-safe read-only command (those run without asking)",
+            AskGround::LooksDangerous => "it looks destructive",
+            AskGround::OutsideRoots => "it writes outside the writable roots",
+            AskGround::ProtectedPath => "it writes to a protected path",
+            AskGround::UntrustedTool => "the MCP server is not marked trust = true",
+        }
+    }
+}
+
 /// A job killed because Talaria stopped (exec's end, quit).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KilledJob {
@@ -473,8 +505,13 @@ pub enum Event {
     },
     ApprovalNeeded {
         id: u64,
+        /// Exactly what would run (raw: the front end reveals hidden characters).
         command: String,
+        /// What it looks like or where it writes, in words.
         reason: String,
+        /// Why it asks rather than runs (the modal lists each).
+        #[serde(default)]
+        grounds: Vec<AskGround>,
     },
     JobStarted {
         job: JobInfo,

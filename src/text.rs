@@ -99,6 +99,38 @@ pub fn neutralise_controls(text: &str) -> String {
     out
 }
 
+/// Text a person must read exactly (a command waiting for approval): every control
+/// character but newline shown as an escape (`\x1b`, `\t`, `\r`, `\x9b`), bidirectional
+/// and zero-width characters as `<U+202E>`, so no disguise hides in it. The flag says
+/// whether anything was revealed.
+pub fn reveal_hidden(text: &str) -> (String, bool) {
+    let mut out = String::with_capacity(text.len());
+    let mut revealed = false;
+    for c in text.chars() {
+        let shown = match c {
+            '\n' => None,
+            '\t' => Some("\\t".to_string()),
+            '\r' => Some("\\r".to_string()),
+            '\u{0}'..='\u{1f}' | '\u{7f}'..='\u{9f}' => Some(format!("\\x{:02x}", c as u32)),
+            '\u{202a}'..='\u{202e}'
+            | '\u{2066}'..='\u{2069}'
+            | '\u{200b}'..='\u{200f}'
+            | '\u{2060}'
+            | '\u{feff}'
+            | '\u{061c}' => Some(format!("<U+{:04X}>", c as u32)),
+            _ => None,
+        };
+        match shown {
+            Some(s) => {
+                revealed = true;
+                out.push_str(&s);
+            }
+            None => out.push(c),
+        }
+    }
+    (out, revealed)
+}
+
 /// Status text for a terminal we do not draw (`talaria exec`'s stderr): every escape
 /// sequence and control character but newline removed, C1 and bidi controls neutralised.
 pub fn for_terminal(text: &str) -> String {
@@ -341,5 +373,14 @@ mod tests {
         assert_eq!(sgr_only("\x1b[1ma\tb"), "\x1b[1ma       b");
         let bar: String = (0..1000).map(|i| format!("\x1b[32m{i}%\x1b[0m\r")).collect();
         assert_eq!(sgr_only(&format!("{bar}done")), "done");
+    }
+
+    #[test]
+    fn hidden_characters_in_a_command_are_revealed() {
+        assert_eq!(reveal_hidden("ls -la"), ("ls -la".to_string(), false));
+        assert_eq!(reveal_hidden("a\nb"), ("a\nb".to_string(), false));
+        let (shown, revealed) = reveal_hidden("echo ok\x1b[2K\r\trm -rf ~ #\u{202e}txt.exe\u{200b}\u{9b}");
+        assert!(revealed);
+        assert_eq!(shown, "echo ok\\x1b[2K\\r\\trm -rf ~ #<U+202E>txt.exe<U+200B>\\x9b");
     }
 }

@@ -190,7 +190,7 @@ async fn answer_next(rx: &mut UnboundedReceiver<Event>, approvals: &Approver, an
             .await
             .expect("an approval prompt within 20 s")
             .expect("event channel open");
-        if let Event::ApprovalNeeded { id, command, reason } = event {
+        if let Event::ApprovalNeeded { id, command, reason, .. } = event {
             approvals.answer(id, answer);
             return (command, reason);
         }

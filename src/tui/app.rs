@@ -166,8 +166,12 @@ pub enum Modal {
 #[derive(Debug, Clone, PartialEq)]
 pub struct PendingApproval {
     pub id: u64,
+    /// The command with every hidden character revealed (`\x1b`, `<U+202E>`).
     pub command: String,
+    /// Something was revealed: the modal warns about it.
+    pub hidden: bool,
     pub reason: String,
+    pub grounds: Vec<crate::protocol::AskGround>,
     pub shown_at: Instant,
 }
 

@@ -556,7 +556,7 @@ async fn approvals_ask_once_per_server_and_tool() {
     wait_state(&mut run, "t", "ready").await;
     run.send(Op::Submit { text: "echo twice then add".into(), mode: None });
     let first = run.wait_for("approval for echo", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
-    let Event::ApprovalNeeded { id, command, reason } = first else { unreachable!() };
+    let Event::ApprovalNeeded { id, command, reason, .. } = first else { unreachable!() };
     assert_eq!(command, "t › echo  text=one");
     assert!(reason.contains("MCP tool 'echo' of server 't'"), "{reason}");
     run.send(Op::Approve { id, decision: Approval::Session });

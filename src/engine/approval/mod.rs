@@ -18,7 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ApprovalMode, Config};
 use crate::engine::sandbox::Policy;
 use crate::engine::EventSink;
-use crate::protocol::{Approval, Event};
+use crate::protocol::{Approval, AskGround, Event};
 
 pub use classify::{classify_command, classify_write, normalise_command, Classification};
 pub use known_safe::is_known_safe;
@@ -128,6 +128,14 @@ impl Approver {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
         let program = command.split_whitespace().next().unwrap_or("command");
+        let mut grounds = Vec::new();
+        if !sandboxed {
+            grounds.push(AskGround::OutsideSandbox);
+        }
+        grounds.push(AskGround::NotKnownSafe);
+        if looks_like.is_some() {
+            grounds.push(AskGround::LooksDangerous);
+        }
         let (category, reason) = match (sandboxed, looks_like) {
             (false, Some(r)) => (format!("{program} outside the sandbox"), format!("runs outside the sandbox: {r}")),
             (false, None) => (
@@ -137,7 +145,7 @@ impl Approver {
             (true, Some(r)) => (program.to_string(), r),
             (true, None) => (program.to_string(), "not a known-safe read-only command".to_string()),
         };
-        self.ask(&category, reason, command, interrupt).await
+        self.ask(&category, reason, command, grounds, interrupt).await
     }
 
     /// May a file tool write to `path` (already resolved through every symlink)? Inside
@@ -165,13 +173,24 @@ impl Approver {
         if self.inner.mode == ApprovalMode::Off || (inside && !protected && looks_like.is_none()) {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
+        let looks_dangerous = looks_like.is_some();
         let reason = match (protected, looks_like) {
             (_, Some(r)) => r,
             (true, None) => "a protected path (credential store, git hooks or talaria's own files)".to_string(),
             (false, None) => "outside the writable roots".to_string(),
         };
         let what = format!("write {}", path.display());
-        self.ask("file write outside the writable roots", reason, &what, interrupt).await
+        let mut grounds = Vec::new();
+        if !inside {
+            grounds.push(AskGround::OutsideRoots);
+        }
+        if protected {
+            grounds.push(AskGround::ProtectedPath);
+        }
+        if looks_dangerous {
+            grounds.push(AskGround::LooksDangerous);
+        }
+        self.ask("file write outside the writable roots", reason, &what, grounds, interrupt).await
     }
 
     /// `process write` to a job that runs outside the sandbox: each line is approved like
@@ -189,11 +208,18 @@ impl Approver {
         }
         let key = format!("mcp:{server}/{tool}");
         let reason = format!("MCP tool '{tool}' of server '{server}' (not marked trust = true)");
-        self.ask_keyed(&key, reason, shown, &key, interrupt).await
+        self.ask_keyed(&key, reason, shown, &key, vec![AskGround::UntrustedTool], interrupt).await
     }
 
-    async fn ask(&self, category: &str, reason: String, command: &str, interrupt: &CancellationToken) -> Verdict {
-        self.ask_keyed(category, reason, command, &normalise_command(command), interrupt).await
+    async fn ask(
+        &self,
+        category: &str,
+        reason: String,
+        command: &str,
+        grounds: Vec<AskGround>,
+        interrupt: &CancellationToken,
+    ) -> Verdict {
+        self.ask_keyed(category, reason, command, &normalise_command(command), grounds, interrupt).await
     }
 
     /// Ask about `command`; `normalised` is its allowlist entry.
@@ -203,6 +229,7 @@ impl Approver {
         reason: String,
         command: &str,
         normalised: &str,
+        grounds: Vec<AskGround>,
         interrupt: &CancellationToken,
     ) -> Verdict {
         let normalised = normalised.to_string();
@@ -229,7 +256,12 @@ impl Approver {
         let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         lock(&self.inner.pending).insert(id, tx);
-        self.inner.events.send(Event::ApprovalNeeded { id, command: command.to_string(), reason: reason.clone() });
+        self.inner.events.send(Event::ApprovalNeeded {
+            id,
+            command: command.to_string(),
+            reason: reason.clone(),
+            grounds,
+        });
         let answer = tokio::select! {
             answer = rx => answer.unwrap_or(Approval::Deny),
             _ = tokio::time::sleep(self.inner.timeout) => {

@@ -163,12 +163,18 @@ impl App {
                 self.transcript.tool_finished(&call_id, outcome);
                 self.tools.retain(|t| t.call_id != call_id);
             }
-            Event::ApprovalNeeded { id, command, reason } => {
-                self.notify(&format!("approval needed: {command}"));
+            Event::ApprovalNeeded { id, command, reason, grounds } => {
+                // Exactly what would run: a disguise (escape sequence, bidi override,
+                // zero-width space) is shown, not obeyed or dropped.
+                let (command, hidden) = crate::text::reveal_hidden(&command);
+                let first = command.lines().next().unwrap_or_default().chars().take(80).collect::<String>();
+                self.notify(&format!("approval needed: {first}"));
                 self.approvals.push_back(PendingApproval {
                     id,
-                    command: display_text(&command),
+                    command,
+                    hidden,
                     reason: display_text(&reason),
+                    grounds,
                     shown_at: self.now,
                 });
             }

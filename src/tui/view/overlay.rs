@@ -206,32 +206,85 @@ fn draw_approval_box(
     approval: &crate::tui::app::PendingApproval,
     queued: usize,
 ) {
-    let width = area.width.saturating_sub(4).min(90);
+    use crate::protocol::AskGround;
+    let width = area.width.saturating_sub(4).min(100);
     let inner_w = width.saturating_sub(4);
-    let command_style = Style::default().fg(app.theme.notice_warn).add_modifier(Modifier::BOLD);
-    let mut lines: Vec<Line<'static>> = vec![Line::raw("The agent wants to run:")];
-    for l in approval.command.lines() {
-        lines.extend(wrap_line(&RLine::plain(format!("  {l}"), command_style).with_hang(2), inner_w));
-    }
-    lines.push(Line::default());
-    lines.extend(wrap_line(&RLine::plain(format!("Why it asks: {}", approval.reason), Style::default()), inner_w));
-    lines.push(Line::default());
-    let choice = |action: Action, label: &str| -> Vec<Span<'static>> {
-        vec![
-            Span::styled(
-                format!("[{}]", keys_of(app, Context::Approval, action)),
-                Style::default().add_modifier(Modifier::BOLD),
-            ),
-            Span::raw(format!(" {label}  ")),
-        ]
+    let warn = Style::default().fg(app.theme.notice_warn);
+    let command_style = warn.add_modifier(Modifier::BOLD);
+    let dim = Style::default().fg(app.theme.dim);
+    let has = |g: AskGround| approval.grounds.contains(&g);
+    let heading = if has(AskGround::UntrustedTool) {
+        "The agent wants to call:"
+    } else if has(AskGround::OutsideRoots) || has(AskGround::ProtectedPath) {
+        "The agent wants to:"
+    } else {
+        "The agent wants to run:"
     };
-    let mut spans = Vec::new();
-    spans.extend(choice(Action::Once, "once"));
-    spans.extend(choice(Action::Session, "session"));
-    spans.extend(choice(Action::Always, "always"));
-    spans.extend(choice(Action::Deny, "deny"));
-    spans.extend(choice(Action::DenyAndStop, "deny & stop"));
-    lines.extend(wrap_line(&RLine::new(spans), inner_w));
+    // What will run, whole and wrapped; a disguise shows as \x1b or <U+202E>.
+    let mut command: Vec<Line<'static>> = Vec::new();
+    for (i, l) in approval.command.lines().enumerate() {
+        // A new line of the command is marked; a wrapped one is only indented.
+        let lead = if i == 0 { "  $ " } else { "  ↵ " };
+        command.extend(wrap_line(&RLine::plain(format!("{lead}{l}"), command_style).with_hang(4), inner_w));
+    }
+    let mut why: Vec<Line<'static>> = vec![Line::raw("Why it asks:")];
+    let bullet =
+        |text: String, style: Style| wrap_line(&RLine::plain(format!("  • {text}"), style).with_hang(4), inner_w);
+    for g in &approval.grounds {
+        let text = match g {
+            AskGround::LooksDangerous | AskGround::ProtectedPath | AskGround::UntrustedTool => {
+                format!("{}: {}", g.explain(), approval.reason)
+            }
+            _ => g.explain().to_string(),
+        };
+        why.extend(bullet(text, Style::default()));
+    }
+    if approval.grounds.is_empty() {
+        why.extend(bullet(approval.reason.clone(), Style::default()));
+    }
+    if approval.hidden {
+        why.extend(bullet(
+            "it contains hidden characters (control, bidi or zero-width), shown above as \\x.. or <U+..>".into(),
+            warn,
+        ));
+    }
+    let choices = [
+        (Action::Once, "once", "run it this time only"),
+        (Action::Session, "session", "allow this kind of command until Talaria quits"),
+        (Action::Always, "always", "always allow this exact command (saved to approvals.allowlist)"),
+        (Action::Deny, "deny", "do not run it; the model is told"),
+        (Action::DenyAndStop, "deny & stop", "deny it and stop the turn"),
+    ];
+    let labels: Vec<String> =
+        choices.iter().map(|(a, name, _)| format!("[{}] {name}", keys_of(app, Context::Approval, *a))).collect();
+    let col = labels.iter().map(|l| str_width(l)).max().unwrap_or(10);
+    let mut keys: Vec<Line<'static>> = Vec::new();
+    for (label, (_, _, what)) in labels.iter().zip(choices) {
+        let pad = " ".repeat(col - str_width(label) + 2);
+        let line = RLine::new(vec![
+            Span::styled(format!("  {label}"), Style::default().add_modifier(Modifier::BOLD)),
+            Span::styled(format!("{pad}{what}"), dim),
+        ])
+        .with_hang(u16::try_from(col + 4).unwrap_or(4));
+        keys.extend(wrap_line(&line, inner_w));
+    }
+    // The command gets what room is left; past that, say how much is not shown.
+    let fixed = 1 + 1 + why.len() + 1 + keys.len();
+    let room = usize::from(area.height.saturating_sub(2 + 2)).saturating_sub(fixed).max(2);
+    if command.len() > room {
+        let hidden_lines = command.len() - (room - 1);
+        command.truncate(room - 1);
+        command.push(Line::styled(
+            format!("    … {hidden_lines} more lines not shown: deny unless you know the rest"),
+            warn,
+        ));
+    }
+    let mut lines = vec![Line::raw(heading)];
+    lines.extend(command);
+    lines.push(Line::default());
+    lines.extend(why);
+    lines.push(Line::default());
+    lines.extend(keys);
     let title = if queued > 1 { format!(" Approval needed (1 of {queued}) ") } else { " Approval needed ".to_string() };
     let rect = centered(area, width, u16::try_from(lines.len()).unwrap_or(10) + 2);
     frame.render_widget(Clear, rect);
