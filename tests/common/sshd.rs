@@ -41,6 +41,12 @@ pub fn free_port() -> u16 {
 
 impl Sshd {
     pub fn start() -> Sshd {
+        Sshd::start_with("")
+    }
+
+    /// With extra `sshd_config` lines (e.g. `SetEnv SHLVL=1`, so the remote bash skips the
+    /// user's ~/.bashrc that Debian's bash sources for ssh commands).
+    pub fn start_with(extra_config: &str) -> Sshd {
         let bin = sshd_binary();
         let dir = tempfile::tempdir().expect("tempdir");
         let d = dir.path();
@@ -59,7 +65,7 @@ impl Sshd {
                 "Port {port}\nListenAddress 127.0.0.1\nHostKey {d}/host_key\nPidFile {d}/sshd.pid\n\
                  AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nPasswordAuthentication no\n\
                  KbdInteractiveAuthentication no\nPubkeyAuthentication yes\nUsePAM no\nPermitRootLogin yes\n\
-                 LogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n",
+                 LogLevel ERROR\nMaxStartups 100\nMaxSessions 100\n{extra_config}\n",
                 d = d.display()
             ),
         )

@@ -66,7 +66,7 @@ pub fn job_dir_expr(remote_dir: &str, tag: &str) -> String {
 /// group), runs the command in the working directory with the chosen shell, records the
 /// exit status. Arguments: job dir, shell, cwd.
 const WRAPPER: &str = r#"d=$1; S=$2; C=$3
-echo $$ > "$d/pid.tmp" && mv "$d/pid.tmp" "$d/pid"
+echo $$ > "$d/pid"
 (
   case $C in "~") C=$HOME ;; "~/"*) C=$HOME/${C#"~/"} ;; esac
   if [ -n "$C" ]; then cd "$C" || exit 1; fi
@@ -105,35 +105,44 @@ exec 0</dev/null
 
 /// Wait for the pid, stream the log until the job ends, then report. Expects `d`, `BG` and
 /// (for BG=1) `CATPID`.
-const FOLLOW: &str = r#"i=0
-while [ ! -s "$d/pid" ]; do
+const FOLLOW: &str = r#"i=0; pid=
+while [ -z "$pid" ]; do
+  read -r pid < "$d/pid" 2>/dev/null
+  [ -n "$pid" ] && break
   i=$((i+1))
-  if [ $i -gt 3000 ]; then echo "talaria: the remote job did not start" >&2; exit 1; fi
-  sleep 0.01
+  if [ $i -gt 5000 ]; then echo "talaria: the remote job did not start" >&2; exit 1; fi
+  sleep 0.002
 done
-pid=$(cat "$d/pid")
 echo "__talaria_started $pid" >&2
-if tail --version 2>/dev/null | grep -q GNU; then
-  tail -c +1 -f --pid="$pid" -s 0.05 "$d/log" 2>/dev/null
-else
+# The job is not our child and a container's init may be slow to reap it: its end is the
+# exit record (or a kill), not its pid. A watcher child (which we reap) ends when it appears.
+( n=0; t=0.005
+  while [ ! -f "$d/exit" ] && [ ! -f "$d/killed" ] && kill -0 "$pid" 2>/dev/null; do
+    sleep $t; n=$((n+1)); [ $n -gt 100 ] && t=0.05
+  done ) &
+W=$!
+# GNU tail follows until the watcher ends; elsewhere (busybox) a polling loop.
+if ! tail -c +1 -f --pid="$W" -s 0.01 "$d/log" 2>/dev/null; then
   off=0
   while :; do
-    alive=0; kill -0 "$pid" 2>/dev/null && alive=1
+    alive=0; kill -0 "$W" 2>/dev/null && alive=1
     size=$(wc -c < "$d/log" | tr -d ' ')
     if [ "$size" -gt "$off" ]; then tail -c +$((off+1)) "$d/log" | head -c $((size-off)); off=$size; fi
     [ $alive = 0 ] && break
     sleep 0.1
   done
 fi
-if [ ! -f "$d/exit" ] && kill -0 "$pid" 2>/dev/null; then
+wait "$W" 2>/dev/null
+if [ ! -f "$d/exit" ] && [ ! -f "$d/killed" ] && kill -0 "$pid" 2>/dev/null; then
   echo "talaria: lost the output stream of the remote job" >&2
   exit 255
 fi
-if [ -f "$d/exit" ]; then code=$(cat "$d/exit"); else code=137; fi
-cwd=$(cat "$d/cwd" 2>/dev/null)
+code=137; cwd=
+[ -f "$d/exit" ] && read -r code < "$d/exit"
+[ -f "$d/cwd" ] && read -r cwd < "$d/cwd"
 echo "__talaria_end $code $cwd" >&2
 if [ "$BG" = 1 ]; then kill "$CATPID" 2>/dev/null; fi
-rm -rf "$d"
+rm -rf "$d" &
 exit "$code"
 "#;
 
@@ -145,14 +154,28 @@ pub fn kill_script(dir_expr: &str, grace_s: f64) -> String {
         r#"d={dir_expr}
 [ -s "$d/pid" ] || exit 0
 [ -f "$d/exit" ] && exit 0
-pid=$(cat "$d/pid")
+read -r pid < "$d/pid"
 : > "$d/killed"
+# A live (non-zombie) member of the group: /proc where there is one (an unreaped zombie
+# leader must not count), else kill -0.
+alive() {{
+  if [ -r /proc/self/stat ]; then
+    for s in /proc/[0-9]*/stat; do
+      read -r l < "$s" 2>/dev/null || continue
+      r=${{l##*) }}
+      set -- $r
+      [ "$1" != Z ] && [ "$3" = "$pid" ] && return 0
+    done
+    return 1
+  fi
+  kill -0 -"$pid" 2>/dev/null
+}}
 kill -TERM -"$pid" 2>/dev/null || exit 0
 i=0
-while kill -0 -"$pid" 2>/dev/null && [ $i -lt {ticks} ]; do sleep 0.05; i=$((i+1)); done
+while alive && [ $i -lt {ticks} ]; do sleep 0.05; i=$((i+1)); done
 kill -KILL -"$pid" 2>/dev/null
 i=0
-while kill -0 -"$pid" 2>/dev/null && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
+while alive && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done
 exit 0
 "#
     )
