@@ -301,3 +301,49 @@ async fn a_wrong_port_or_a_silent_host_gives_degraded_within_the_connect_timeout
         running.shutdown().await;
     }
 }
+
+fn tool(id: &str, name: &str, args: Value) -> ScriptedResponse {
+    ScriptedResponse::tool_call(id, name, &args.to_string())
+}
+
+#[tokio::test]
+async fn the_file_tools_act_on_the_remote_host_in_its_working_directory() {
+    let sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(6);
+    let there = sshd.dir.path().join(format!("files-{mark}"));
+    std::fs::create_dir_all(&there).unwrap();
+    let name = format!("f-{mark}.txt");
+    let server = ScriptedServer::start([
+        call("c1", &format!("cd {}", there.display())),
+        tool("c2", "write_file", json!({ "path": name, "content": "alpha\nbeta\n" })),
+        tool("c3", "edit_file", json!({ "path": name, "old_string": "beta", "new_string": "gamma" })),
+        tool("c4", "read_file", json!({ "path": name })),
+        tool("c5", "search_files", json!({ "pattern": "gam+a" })),
+        tool("c6", "read_file", json!({ "path": format!("missing-{mark}") })),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    let mut running = start(home.path(), &server, &sshd.talaria_config(10), SessionChoice::New).await;
+    running.send(Op::Submit { text: "files over there".into(), mode: None });
+    let (cd, _) = tool_result(&mut running, "c1").await;
+    assert_eq!(cd["exit_code"], json!(0), "{cd}");
+    let (write, _) = tool_result(&mut running, "c2").await;
+    assert_eq!(write["status"], json!("ok"), "{write}");
+    assert_eq!(write["created"], json!(true), "{write}");
+    let (edit, _) = tool_result(&mut running, "c3").await;
+    assert_eq!(edit["replacements"], json!(1), "{edit}");
+    let (read, _) = tool_result(&mut running, "c4").await;
+    assert!(read["content"].as_str().unwrap().contains("│gamma"), "{read}");
+    assert_eq!(read["total_lines"], json!(2), "{read}");
+    let (search, _) = tool_result(&mut running, "c5").await;
+    assert!(search["matches"].as_str().unwrap().contains(&format!("{name}:2:gamma")), "{search}");
+    let (missing, _) = tool_result(&mut running, "c6").await;
+    assert!(missing["error"].as_str().unwrap().contains("does not exist"), "{missing}");
+    running.turn_finished().await;
+    // The file is in the remote working directory, not in talaria's own.
+    assert_eq!(std::fs::read_to_string(there.join(&name)).unwrap(), "alpha\ngamma\n");
+    assert!(!home.work().join(&name).exists());
+    running.shutdown().await;
+}

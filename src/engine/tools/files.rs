@@ -32,10 +32,20 @@ pub fn read_file_at(path: &Path, offset: Option<u64>, limit: Option<u64>, max_ch
         Ok(bytes) => bytes,
         Err(message) => return ToolResult::error(message),
     };
-    let text = String::from_utf8_lossy(&bytes);
+    render_read(&bytes, &path.display().to_string(), offset, limit, max_chars)
+}
+
+/// The `read_file` result for a text file's bytes (also for a file read on a remote backend).
+pub fn render_read(
+    bytes: &[u8],
+    shown_path: &str,
+    offset: Option<u64>,
+    limit: Option<u64>,
+    max_chars: usize,
+) -> ToolResult {
+    let text = String::from_utf8_lossy(bytes);
     let lines = split_lines(&text);
     let total = lines.len();
-    let shown_path = path.display().to_string();
     if total == 0 {
         return ToolResult::ok(json!({
             "path": shown_path,
@@ -99,6 +109,11 @@ fn numbered_line(n: usize, width: usize, line: &str) -> String {
     } else {
         format!("{n:>width$}│{line}\n")
     }
+}
+
+/// How many lines `text` has, as read_file counts them.
+pub fn line_count(text: &str) -> usize {
+    split_lines(text).len()
 }
 
 /// Lines without their terminators; a final newline does not start another line.
@@ -472,6 +487,10 @@ pub async fn edit_file_at(path: &Path, edit: &Edit, approvals: &Approver, interr
 }
 
 /// The changed lines with two lines of context, numbered as read_file numbers them.
+pub fn edit_snippet(content: &str, first_line: usize, changed_lines: usize) -> String {
+    snippet(content, first_line, changed_lines)
+}
+
 fn snippet(content: &str, first_line: usize, changed_lines: usize) -> String {
     let lines = split_lines(content);
     let start = first_line.saturating_sub(2).max(1);
@@ -559,6 +578,10 @@ impl Tool for ReadFile {
             Ok(a) => a,
             Err(e) => return ToolResult::error(e),
         };
+        let backend = ctx.jobs.backends().current();
+        if backend.is_remote() {
+            return super::remote_files::read_file(&ctx, &backend, &path, offset, limit).await;
+        }
         let path = ctx.resolve(&path);
         let max_chars = ctx.config.tool_output.max_chars.max(1_000);
         tokio::task::spawn_blocking(move || read_file_at(&path, offset, limit, max_chars))
@@ -604,6 +627,10 @@ impl Tool for WriteFile {
             Ok(a) => a,
             Err(e) => return ToolResult::error(e),
         };
+        let backend = ctx.jobs.backends().current();
+        if backend.is_remote() {
+            return super::remote_files::write_file(&ctx, &backend, &path, &content).await;
+        }
         write_file_at(&ctx.resolve(&path), &content, &ctx.approvals, &ctx.signals.interrupt).await
     }
 }
@@ -655,6 +682,10 @@ impl Tool for EditFile {
             new_string: args.new_string,
             replace_all: args.replace_all.unwrap_or(false),
         };
+        let backend = ctx.jobs.backends().current();
+        if backend.is_remote() {
+            return super::remote_files::edit_file(&ctx, &backend, &args.path, &edit).await;
+        }
         edit_file_at(&ctx.resolve(&args.path), &edit, &ctx.approvals, &ctx.signals.interrupt).await
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod files;
 pub mod process;
+mod remote_files;
 pub mod search;
 pub mod terminal;
 

@@ -201,6 +201,17 @@ impl Tool for SearchFiles {
             Err(e) => return ToolResult::error(format!("{e} (`pattern` is a regular expression)")),
         };
         let pattern = args.pattern;
+        let backend = ctx.jobs.backends().current();
+        if backend.is_remote() {
+            return super::remote_files::search_files(
+                &ctx,
+                &backend,
+                &pattern,
+                args.path.as_deref(),
+                args.glob.as_deref(),
+            )
+            .await;
+        }
         let root = match args.path.as_deref().filter(|p| !p.trim().is_empty()) {
             Some(p) => ctx.resolve(p),
             None => ctx.cwd(),
