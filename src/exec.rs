@@ -90,6 +90,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     | Event::JobWatches { .. }
                     | Event::Notice { .. }
                     | Event::JobList { .. }
+                    | Event::McpStatus { .. }
                     | Event::SessionList { .. }
                     | Event::HeartbeatStatus { .. }
                     | Event::GoalStatus { .. }
@@ -202,6 +203,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::TurnFinished { .. }
         | Event::Notice { .. }
         | Event::JobList { .. }
+        | Event::McpStatus { .. }
         | Event::SessionList { .. }
         | Event::HeartbeatStatus { .. }
         | Event::GoalStatus { .. }
@@ -288,6 +290,9 @@ impl Printer {
             }
             Event::Notice { level, text } => self.notice(*level, text),
             Event::JobList { jobs } => self.notice(NoticeLevel::Info, &present::job_list(jobs)),
+            Event::McpStatus { servers, tools } => {
+                self.notice(NoticeLevel::Info, &present::mcp_status(servers, *tools))
+            }
             Event::SessionList { sessions, matching } => {
                 let level =
                     if sessions.is_empty() && matching.is_some() { NoticeLevel::Error } else { NoticeLevel::Info };

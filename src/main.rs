@@ -359,7 +359,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             let mcp = talaria::engine::mcp::McpHandle::new(config.clone(), &paths.logs_dir, cwd, events, true);
             mcp.begin();
             mcp.wait_for_startup(&tokio_util::sync::CancellationToken::new()).await;
-            println!("{}", talaria::text::for_terminal(&talaria::engine::mcp::describe(&mcp.status(), tools)));
+            println!("{}", talaria::text::for_terminal(&talaria::present::mcp_status(&mcp.status(), tools)));
             mcp.shutdown().await;
             Ok(0)
         }

@@ -4,7 +4,7 @@
 //! `talaria exec` prints them); the engine never formats these.
 
 use crate::protocol::commands::format_interval;
-use crate::protocol::{GoalInfo, GoalState, HeartbeatInfo, JobInfo, SessionInfo};
+use crate::protocol::{GoalInfo, GoalState, HeartbeatInfo, JobInfo, McpServerInfo, SessionInfo};
 use crate::util::clock_hhmm;
 
 /// Characters of goal text in the status-line row.
@@ -19,6 +19,28 @@ pub fn job_list(jobs: &[JobInfo]) -> String {
     let lines: Vec<String> =
         jobs.iter().map(|j| format!("{}  {:<10} {}  {}", j.id, j.status.label(), j.command, j.last_line)).collect();
     lines.join("\n")
+}
+
+/// `/mcp` and `talaria mcp list`: one line per server (state, tool count, transport, last
+/// error), and with `tools` each of its tools as the model sees it.
+pub fn mcp_status(servers: &[McpServerInfo], tools: bool) -> String {
+    if servers.is_empty() {
+        return "no MCP servers configured; add [mcp.servers.<name>] to config.toml (see the README)".into();
+    }
+    let mut out = Vec::new();
+    for s in servers {
+        let mut line = format!("{} · {} · {} tools · {}", s.name, s.state.label(), s.tools.len(), s.transport);
+        if let Some(e) = &s.last_error {
+            line.push_str(&format!(" · last error: {e}"));
+        }
+        out.push(line);
+        if tools {
+            for t in &s.tools {
+                out.push(format!("  {}  {}", t.exposed, t.description.lines().next().unwrap_or("")));
+            }
+        }
+    }
+    out.join("\n")
 }
 
 /// `/sessions` (`matching`: None), or the sessions several `/resume <words>` matched.

@@ -13,7 +13,9 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub use commands::{Command, SlashCommand, UiCommand};
-pub use info::{GateInfo, GateRun, GoalInfo, GoalState, HeartbeatInfo, SessionInfo};
+pub use info::{
+    GateInfo, GateRun, GoalInfo, GoalState, HeartbeatInfo, McpServerInfo, McpState, McpToolInfo, SessionInfo,
+};
 
 /// A front end's end of the engine: send `Op`s, receive `Event`s.
 pub struct EngineHandle {
@@ -558,6 +560,11 @@ pub enum Event {
     Notice {
         level: NoticeLevel,
         text: String,
+    },
+    /// `/mcp` (`tools`: `/mcp tools`, each server's tools listed too).
+    McpStatus {
+        servers: Vec<McpServerInfo>,
+        tools: bool,
     },
     /// `/jobs`: the session's background jobs.
     JobList {

@@ -75,3 +75,48 @@ pub struct GateRun {
     pub timed_out: bool,
     pub exit_code: i32,
 }
+
+/// Where an MCP server is (DESIGN §12).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum McpState {
+    /// `enabled = false`.
+    Disabled,
+    /// Configured; waits for the front end's first frame.
+    Waiting,
+    Starting,
+    Ready,
+    /// Did not start, exited, or its connection closed; `last_error` says why.
+    Failed,
+}
+
+impl McpState {
+    pub fn label(self) -> &'static str {
+        match self {
+            McpState::Disabled => "disabled",
+            McpState::Waiting => "waiting",
+            McpState::Starting => "starting",
+            McpState::Ready => "ready",
+            McpState::Failed => "failed",
+        }
+    }
+}
+
+/// One MCP tool as the model sees it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpToolInfo {
+    /// `<server>__<tool>`, the name offered to the model.
+    pub exposed: String,
+    pub description: String,
+}
+
+/// One configured MCP server (`/mcp`, `talaria mcp list`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct McpServerInfo {
+    pub name: String,
+    /// `stdio: <command line>` or `http: <url>`.
+    pub transport: String,
+    pub state: McpState,
+    pub tools: Vec<McpToolInfo>,
+    pub last_error: Option<String>,
+}

@@ -258,10 +258,22 @@ fn tool_result(requests: &[RecordedRequest], call_id: &str) -> Value {
     panic!("no tool result for {call_id} in {} requests", requests.len());
 }
 
-/// Send `/mcp …` and return the notice it answers with.
+/// Send `/mcp …` and return its answer as the front ends show it (`needle`: what a notice
+/// answer contains; `/mcp` and `/mcp tools` answer with data instead).
 async fn mcp_command(run: &mut inproc::Running, cmd: McpCmd, needle: &str) -> String {
+    let data = !matches!(cmd, McpCmd::Restart(_));
     run.send(Op::Command(SlashCommand::Mcp(cmd)));
-    run.notice(needle).await
+    if !data {
+        return run.notice(needle).await;
+    }
+    match run.wait_for("McpStatus", |e| matches!(e, Event::McpStatus { .. })).await {
+        Event::McpStatus { servers, tools } => {
+            let text = talaria::present::mcp_status(&servers, tools);
+            assert!(text.contains(needle), "{text}");
+            text
+        }
+        _ => unreachable!(),
+    }
 }
 
 /// Poll `/mcp` until its line for `server` says `state`.
@@ -540,13 +552,15 @@ async fn list_changed_updates_the_tools(transport: Transport) {
 }
 
 /// Without `trust`, a call asks once per server and tool: "session" covers the next call
-/// of the same tool, another tool asks again, "deny" becomes an error result.
+/// of the same tool, another tool asks again, "always" is saved to the config file, "deny"
+/// becomes an error result.
 async fn approvals_ask_once_per_server_and_tool() {
     let server = TestServer::start(Transport::Stdio, 0).await;
     let model = ScriptedServer::start(vec![
         tool_call("c1", "t__echo", json!({"text": "one"})),
         tool_call("c2", "t__echo", json!({"text": "two"})),
         tool_call("c3", "t__add", json!({"a": 1, "b": 1})),
+        tool_call("c4", "t__fail", json!({})),
         ScriptedResponse::text("done"),
     ])
     .await
@@ -554,21 +568,24 @@ async fn approvals_ask_once_per_server_and_tool() {
     let home = tempfile::tempdir().expect("home");
     let mut run = engine(home.path(), &model, &server.config("t", 0, ""), PromptPolicy::Ask).await;
     wait_state(&mut run, "t", "ready").await;
-    run.send(Op::Submit { text: "echo twice then add".into(), mode: None });
-    let first = run.wait_for("approval for echo", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
-    let Event::ApprovalNeeded { id, command, reason, .. } = first else { unreachable!() };
-    assert_eq!(command, "t › echo  text=one");
-    assert!(reason.contains("MCP tool 'echo' of server 't'"), "{reason}");
-    run.send(Op::Approve { id, decision: Approval::Session });
-    let second = run.wait_for("approval for add", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
-    let Event::ApprovalNeeded { id, command, .. } = second else { unreachable!() };
-    assert_eq!(command, "t › add  a=1, b=1", "the second echo did not ask again");
-    run.send(Op::Approve { id, decision: Approval::Deny });
+    run.send(Op::Submit { text: "echo twice, add, fail".into(), mode: None });
+    let mut asked = Vec::new();
+    for decision in [Approval::Session, Approval::Always, Approval::Deny] {
+        let event = run.wait_for("an approval", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+        let Event::ApprovalNeeded { id, command, reason, .. } = event else { unreachable!() };
+        assert!(reason.contains("of server 't'") && reason.contains("trust = true"), "{reason}");
+        asked.push(command);
+        run.send(Op::Approve { id, decision });
+    }
     run.turn_finished().await;
+    assert_eq!(asked, ["t › echo  text=one", "t › add  a=1, b=1", "t › fail"], "the second echo did not ask again");
     let requests = model.chat_requests();
     assert_eq!(tool_result(&requests, "c1")["output"], "echo: one");
     assert_eq!(tool_result(&requests, "c2")["output"], "echo: two");
-    assert!(tool_result(&requests, "c3")["error"].as_str().unwrap().starts_with("not run: the user denied"));
+    assert_eq!(tool_result(&requests, "c3")["output"], "sum=2");
+    assert!(tool_result(&requests, "c4")["error"].as_str().unwrap().starts_with("not run: the user denied"));
+    let saved = std::fs::read_to_string(home.path().join("config.toml")).expect("config written");
+    assert!(saved.contains("mcp:t/add"), "\"always\" is saved to approvals.allowlist:\n{saved}");
     run.shutdown().await;
 }
 

@@ -26,33 +26,10 @@ use crate::config::{Config, McpServerConfig};
 use crate::engine::approval::Verdict;
 use crate::engine::tools::{Concurrency, Tool, ToolCtx, ToolResult};
 use crate::engine::EventSink;
-use crate::protocol::{Event, NoticeLevel, ToolStatus};
+use crate::protocol::{Event, McpServerInfo, McpToolInfo, NoticeLevel, ToolStatus};
 use crate::util::lock;
 
-/// Where a server is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ServerState {
-    /// `enabled = false`.
-    Disabled,
-    /// Configured; waits for the front end's first frame.
-    Waiting,
-    Starting,
-    Ready,
-    /// Did not start, exited, or stopped answering; `last_error` says which.
-    Failed,
-}
-
-impl ServerState {
-    pub fn label(self) -> &'static str {
-        match self {
-            ServerState::Disabled => "disabled",
-            ServerState::Waiting => "waiting",
-            ServerState::Starting => "starting",
-            ServerState::Ready => "ready",
-            ServerState::Failed => "failed",
-        }
-    }
-}
+pub use crate::protocol::McpState as ServerState;
 
 /// One tool as a server described it.
 #[derive(Debug, Clone, PartialEq)]
@@ -75,17 +52,6 @@ impl ToolDef {
         let read_only = v.pointer("/annotations/readOnlyHint").and_then(Value::as_bool).unwrap_or(false);
         Some(ToolDef { name, description, schema, read_only })
     }
-}
-
-/// What `/mcp` and `talaria mcp list` show of one server.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ServerStatus {
-    pub name: String,
-    pub transport: String,
-    pub state: ServerState,
-    /// `(exposed name, tool)` pairs.
-    pub tools: Vec<(String, ToolDef)>,
-    pub last_error: Option<String>,
 }
 
 struct Slot {
@@ -277,18 +243,18 @@ impl McpHandle {
     }
 
     /// Every server, in name order.
-    pub fn status(&self) -> Vec<ServerStatus> {
+    pub fn status(&self) -> Vec<McpServerInfo> {
         let table = self.table();
         lock(&self.inner.servers)
             .iter()
-            .map(|(name, slot)| ServerStatus {
+            .map(|(name, slot)| McpServerInfo {
                 name: name.clone(),
                 transport: transport_label(&slot.cfg),
                 state: slot.state,
                 tools: table
                     .iter()
                     .filter(|(_, e)| &e.server == name)
-                    .map(|(n, e)| (n.clone(), e.tool.clone()))
+                    .map(|(n, e)| McpToolInfo { exposed: n.clone(), description: e.tool.description.clone() })
                     .collect(),
                 last_error: slot.last_error.clone(),
             })
@@ -509,28 +475,6 @@ fn transport_label(cfg: &McpServerConfig) -> String {
     } else {
         format!("http: {}", cfg.url)
     }
-}
-
-/// Text of `/mcp` and `talaria mcp list`: one line per server, its tools when asked.
-pub fn describe(status: &[ServerStatus], with_tools: bool) -> String {
-    if status.is_empty() {
-        return "no MCP servers configured; add [mcp.servers.<name>] to config.toml (see the README)".into();
-    }
-    let mut out = Vec::new();
-    for s in status {
-        let mut line = format!("{} · {} · {} tools · {}", s.name, s.state.label(), s.tools.len(), s.transport);
-        if let Some(e) = &s.last_error {
-            line.push_str(&format!(" · last error: {e}"));
-        }
-        out.push(line);
-        if with_tools {
-            for (exposed, tool) in &s.tools {
-                let desc = tool.description.lines().next().unwrap_or("");
-                out.push(format!("  {exposed}  {desc}"));
-            }
-        }
-    }
-    out.join("\n")
 }
 
 /// An MCP tool as the turn loop sees it.

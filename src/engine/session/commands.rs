@@ -225,19 +225,19 @@ impl Engine {
         self.notice(NoticeLevel::Info, text);
     }
 
-    /// `/mcp`: the servers' state; `restart` starts one again (in the background).
+    /// `/mcp`: the servers' state as data; `restart` starts one again (in the background).
     fn mcp_command(&self, cmd: McpCmd) {
         let Some(mcp) = self.env.registry.mcp() else { return };
-        let status = mcp.status();
+        let servers = mcp.status();
         match cmd {
-            McpCmd::List => self.notice(NoticeLevel::Info, crate::engine::mcp::describe(&status, false)),
-            McpCmd::Tools(None) => self.notice(NoticeLevel::Info, crate::engine::mcp::describe(&status, true)),
+            McpCmd::List => self.events().send(Event::McpStatus { servers, tools: false }),
+            McpCmd::Tools(None) => self.events().send(Event::McpStatus { servers, tools: true }),
             McpCmd::Tools(Some(name)) => {
-                let one: Vec<_> = status.into_iter().filter(|s| s.name == name).collect();
+                let one: Vec<_> = servers.into_iter().filter(|s| s.name == name).collect();
                 if one.is_empty() {
                     self.notice(NoticeLevel::Error, format!("no MCP server named '{name}'; /mcp lists them"));
                 } else {
-                    self.notice(NoticeLevel::Info, crate::engine::mcp::describe(&one, true));
+                    self.events().send(Event::McpStatus { servers: one, tools: true });
                 }
             }
             McpCmd::Restart(name) => match mcp.restart(&name) {

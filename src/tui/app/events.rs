@@ -260,6 +260,9 @@ impl App {
             // The log view covers the transcript: what is said meanwhile shows in it too.
             Event::Notice { level, text } => self.log_say(level, text),
             Event::JobList { jobs } => self.log_say(NoticeLevel::Info, present::job_list(&jobs)),
+            Event::McpStatus { servers, tools } => {
+                self.log_say(NoticeLevel::Info, present::mcp_status(&servers, tools))
+            }
             Event::SessionList { sessions, matching } => {
                 let level =
                     if sessions.is_empty() && matching.is_some() { NoticeLevel::Error } else { NoticeLevel::Info };
