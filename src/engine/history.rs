@@ -176,8 +176,19 @@ pub fn to_items(rows: &[StoredMessage], registry: &Registry, fates: &HashMap<Str
                 }
                 for call in &row.tool_calls {
                     let args: Value = serde_json::from_str(&call.function.arguments).unwrap_or(Value::Null);
-                    let summary = registry.get(&call.function.name).map(|t| t.summary(&args)).unwrap_or_default();
-                    calls.insert(call.id.clone(), (call.function.name.clone(), summary));
+                    let name = &call.function.name;
+                    let shown = match registry.get(name) {
+                        Some(t) => (t.label(), t.summary(&args)),
+                        // An MCP tool whose server is not up (yet): `server__tool` still reads
+                        // as `server › tool`.
+                        None => match name.split_once("__") {
+                            Some((server, tool)) => {
+                                (format!("{server} › {tool}"), crate::engine::mcp::summarise_args(&args))
+                            }
+                            None => (name.clone(), String::new()),
+                        },
+                    };
+                    calls.insert(call.id.clone(), shown);
                 }
             }
             Role::Tool => {
@@ -224,6 +235,20 @@ mod tests {
         assert_eq!(fixed[3], ChatMessage::tool("b", LOST_RESULT));
         assert_eq!(fixed[4], ChatMessage::user("next"));
         assert!(missing_results(&fixed).is_empty());
+    }
+
+    #[test]
+    fn a_resumed_mcp_call_reads_server_and_tool_without_its_server() {
+        let rows = vec![
+            to_stored(
+                &ChatMessage::assistant("", vec![ToolCall::new("m", "files__search", r#"{"query":"todo"}"#)]),
+                None,
+            ),
+            to_stored(&ChatMessage::tool("m", r#"{"output":"x"}"#), None),
+        ];
+        let items = to_items(&rows, &Registry::standard(), &HashMap::new());
+        let HistoryItem::Tool { name, summary, .. } = &items[0] else { panic!("{items:?}") };
+        assert_eq!((name.as_str(), summary.as_str()), ("files › search", "query=todo"));
     }
 
     #[test]

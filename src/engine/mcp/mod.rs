@@ -485,7 +485,7 @@ struct McpTool {
 }
 
 /// Arguments in one short line: `key=value, …`, long values cut.
-pub(crate) fn summarise_args(args: &Value) -> String {
+pub fn summarise_args(args: &Value) -> String {
     let Some(map) = args.as_object() else { return String::new() };
     let parts: Vec<String> = map
         .iter()
