@@ -285,6 +285,53 @@ fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
     wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
 }
 
+#[test]
+fn w_in_a_job_log_watches_its_output_and_tells_the_user_not_the_model() {
+    let home = Home::new();
+    let secs = unique_secs(302);
+    let command = format!(
+        "echo booting; until [ -e go_pty_watch ]; do sleep 0.02; done; \
+         printf 'server \\033[32mREADY\\033[0m on :8080\\n'; sleep {secs}"
+    );
+    let call = serde_json::json!({"command": command, "background": true}).to_string();
+    let model = Model::start(vec![
+        ScriptedResponse::tool_call("c1", "terminal", &call),
+        ScriptedResponse::text("Started the server."),
+    ]);
+    let mut p = spawn(&home, &model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("start the server");
+    p.send(b"\r");
+    p.wait_for("Started the server.", WAIT);
+    p.wait_for("job_1", WAIT);
+    // Tab on the empty input focuses the jobs pane; Enter opens the job's log.
+    p.send(b"\t");
+    p.send(b"\r");
+    p.wait_for("booting", WAIT);
+    p.send(b"w");
+    p.wait_for(" Watch job_1 ", WAIT);
+    p.type_text("READY on");
+    p.send(b"\r");
+    p.wait_for("watching /READY on/", WAIT);
+    let bells = p.raw_text().matches('\x07').count();
+    std::fs::write(home.work().join("go_pty_watch"), "").expect("go file");
+    p.wait_for("job_1 matched your watch /READY on/: server READY on :8080", WAIT);
+    wait_until("the bell (ui.notify = bell)", || p.raw_text().matches('\x07').count() > bells);
+    // The user was told; the model was not: no request after the first turn's two.
+    assert_eq!(model.server.chat_requests().len(), 2);
+    // q closes the log view (a lone Esc followed at once by Ctrl+D would read as Alt+Ctrl+D).
+    p.send(b"q");
+    wait_until("the log view to close", || !p.contents().contains("job_1 · running · "));
+    // Esc takes the focus from the jobs pane back to the input, where Ctrl+D quits.
+    p.send(b"\x1b");
+    wait_until("the focus back in the input", || !p.contents().contains("▶ job_1"));
+    p.send(b"\x04");
+    p.wait_for("Kill the jobs and quit?", WAIT);
+    p.send(b"y");
+    assert_eq!(p.wait_exit(WAIT), Some(0));
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+}
+
 /// `talaria <args>` with this home, run to completion; its stdout.
 fn run_talaria(home: &Home, args: &[&str]) -> String {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
