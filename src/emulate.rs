@@ -130,6 +130,8 @@ impl Emulator {
 /// window). Memory is one row, whatever the stream.
 pub struct LineFeed {
     parser: vt100::Parser<LineCollector>,
+    /// Nothing of the current line has been fed yet (its row is blank).
+    at_line_start: bool,
 }
 
 #[derive(Default)]
@@ -161,7 +163,10 @@ impl Default for LineFeed {
 
 impl LineFeed {
     pub fn new() -> LineFeed {
-        LineFeed { parser: vt100::Parser::new_with_callbacks(nonzero(1), nonzero(COLS), 0, LineCollector::default()) }
+        LineFeed {
+            parser: vt100::Parser::new_with_callbacks(nonzero(1), nonzero(COLS), 0, LineCollector::default()),
+            at_line_start: true,
+        }
     }
 
     /// Feed output; returns the lines it finished, in order.
@@ -175,14 +180,24 @@ impl LineFeed {
         };
         for piece in text.split_inclusive('\n') {
             match piece.strip_suffix('\n') {
+                // A whole line of plain text shows as itself: no terminal needed (most
+                // lines of a flood), which keeps a watched job's output cheap to follow.
+                Some(line) if self.at_line_start && is_plain(line.strip_suffix('\r').unwrap_or(line)) => {
+                    let line = line.strip_suffix('\r').unwrap_or(line);
+                    self.parser.callbacks_mut().done.push(uncarry(line.trim_end()));
+                }
                 Some(line) => {
                     self.parser.process(line.as_bytes());
                     // A pipe has no `onlcr`: the line feed returns the carriage too.
                     self.parser.callbacks_mut().line_feed = true;
                     self.parser.process(b"\r\n");
                     self.parser.callbacks_mut().line_feed = false;
+                    self.at_line_start = true;
                 }
-                None => self.parser.process(piece.as_bytes()),
+                None => {
+                    self.parser.process(piece.as_bytes());
+                    self.at_line_start = false;
+                }
             }
         }
         std::mem::take(&mut self.parser.callbacks_mut().done)
@@ -195,6 +210,11 @@ impl LineFeed {
         line.push_str(&row);
         uncarry(line.trim_end())
     }
+}
+
+/// No control character (C0, DEL, C1) in `line`: a terminal shows it as it is.
+fn is_plain(line: &str) -> bool {
+    line.bytes().all(|b| b >= 0x20 && b != 0x7f) && !line.chars().any(|c| ('\u{80}'..='\u{9f}').contains(&c))
 }
 
 fn uncarry(text: &str) -> String {
@@ -347,6 +367,8 @@ mod tests {
         // A cursor-up redraw gives each redrawn line in turn.
         let lines = feed.feed("a: 1\nb: 1\n\x1b[2A\x1b[2Ka: 2\n\x1b[2Kb: 2\n");
         assert_eq!(lines, vec!["a: 1", "b: 1", "a: 2", "b: 2"]);
+        // Plain lines (with or without \r before the line feed) skip the terminal.
+        assert_eq!(feed.feed("plain \u{FFFD} one  \r\nplain two\n"), vec!["plain \u{FFFD} one", "plain two"]);
         // A long line wraps on the screen and comes back whole; U+FFFD stays.
         let long = format!("{}\u{FFFD}end", "y".repeat(3 * COLS as usize));
         assert_eq!(feed.feed(&format!("{long}\n")), vec![long.clone()]);
