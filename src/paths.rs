@@ -7,6 +7,18 @@ use std::path::{Path, PathBuf};
 /// Set by the test helpers: a binary that sees it refuses to use the real home directory.
 pub const TEST_GUARD_ENV: &str = "TALARIA_TEST_GUARD";
 
+/// Fault injection for the tests' crash paths: with [`TEST_GUARD_ENV`] set, naming a point in
+/// `TALARIA_TEST_PANIC` makes talaria panic there (e.g. `shutdown`: the engine panics when
+/// asked to shut down). Without the guard the variable is ignored.
+pub const TEST_PANIC_ENV: &str = "TALARIA_TEST_PANIC";
+
+/// Panic at `point` if a test asked for it (see [`TEST_PANIC_ENV`]).
+pub fn test_panic_point(point: &str) {
+    if std::env::var_os(TEST_GUARD_ENV).is_some() && std::env::var(TEST_PANIC_ENV).is_ok_and(|p| p == point) {
+        panic!("{TEST_PANIC_ENV}={point}: a panic a test asked for");
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     pub config_file: PathBuf,

@@ -489,4 +489,141 @@ async fn exec_exits_non_zero_when_it_killed_a_job_the_answer_waited_for() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("at exit: sleep"), "{err}");
     assert!(!err.contains("depended"), "{err}");
+
+fn integrity(home: &Home) -> String {
+    let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
+    db.query_row("PRAGMA integrity_check", [], |r| r.get(0)).unwrap()
+}
+
+#[tokio::test]
+async fn a_panic_in_talaria_leaves_no_orphan_and_the_database_intact() {
+    let home = Home::new();
+    home.write_config("[jobs]\norphan_grace_s = 1\n");
+    let mark = marker(20);
+    let server = ScriptedServer::start([
+        background_call(&format!("echo started-{mark}; exec sleep {mark}")),
+        ScriptedResponse::text("It runs in the background."),
+    ])
+    .await
+    .unwrap();
+    // The engine panics when exec asks it to shut down, with the job still running: the
+    // clean kill at quit never happens.
+    let out = tokio::time::timeout(
+        Duration::from_secs(60),
+        home.command()
+            .env("TALARIA_TEST_PANIC", "shutdown")
+            .args(["exec", "--yes", "--base-url", &server.base_url(), "start the job"])
+            .stdin(std::process::Stdio::null())
+            .output(),
+    )
+    .await
+    .expect("talaria ends")
+    .unwrap();
+    let err = common::stderr(&out);
+    assert_eq!(out.status.code(), Some(101), "{err}");
+    assert!(err.contains("the engine crashed"), "{err}");
+
+    // The database is intact and holds the whole exchange.
+    assert_eq!(integrity(&home), "ok");
+    let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
+    let roles: Vec<String> = db
+        .prepare("SELECT role FROM messages ORDER BY id")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(roles, ["user", "assistant", "tool", "assistant"]);
+
+    // The job was left to its supervisor (recorded, so not an orphan), which kills it once
+    // the grace runs out: nothing of it is left, and its record says why.
+    let rows = jobs_list(&home).await;
+    let id = format!("job_{}", rows[0]["num"]);
+    wait_until("the grace to run out", || pids_with(&format!("sleep {mark}")).is_empty()).await;
+    let exit = home.path().join("jobs").join(&id).join("exit.json");
+    wait_until("the exit record", || exit.exists()).await;
+    let rows = jobs_list(&home).await;
+    assert_eq!(row(&rows, &id)["status"], json!("killed"), "{rows:?}");
+    assert_eq!(row(&rows, &id)["reason"], json!("owner gone"));
+    assert!(pids_with(&home.path().display().to_string()).is_empty(), "no supervisor of this home is left");
+    assert_eq!(integrity(&home), "ok");
+}
+
+#[tokio::test]
+async fn resume_inside_a_running_talaria_reattaches_the_other_sessions_jobs() {
+    let home = Home::new();
+    let mark = marker(21);
+    let command = format!("echo from-the-other-session-{mark}; exec sleep {mark}");
+    let server = ScriptedServer::start([background_call(&command), slow_stream()]).await.unwrap();
+    let (mut exec, id) = exec_with_job(&home, &server, &[]).await;
+    wait_until("the job's sleep", || !pids_with(&format!("sleep {mark}")).is_empty()).await;
+    sigkill(&exec);
+    let _ = exec.wait().await;
+    let rows = jobs_list(&home).await;
+    let other = row(&rows, &id)["session_id"].as_str().expect("session id").to_string();
+
+    // A talaria running on a new session; `/resume <the other>` takes the job over.
+    let server2 = ScriptedServer::start([ScriptedResponse::text("ok")]).await.unwrap();
+    let mut running = inproc::start(home.path(), &server2.base_url(), SessionChoice::New).await;
+    assert_ne!(running.session_id(), other);
+    let before = running.collect_for(Duration::from_millis(500)).await;
+    assert!(!before.iter().any(|e| matches!(e, Event::JobStarted { .. })), "not attached before /resume");
+    running.send(Op::Command(talaria::protocol::SlashCommand::Resume(Some(other.clone()))));
+    running
+        .wait_for(
+            "the job re-attached",
+            |e| matches!(e, Event::JobStarted { job } if job.id == id && job.status == JobStatus::Running),
+        )
+        .await;
+    let owner: Value =
+        serde_json::from_slice(&std::fs::read(home.path().join("jobs").join(&id).join("owner.json")).unwrap()).unwrap();
+    assert_eq!(owner["Process"]["pid"], json!(std::process::id()), "this talaria holds the lease now: {owner}");
+    running.send(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: None } });
+    let log = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await;
+    assert!(matches!(&log, Event::JobLog { text, .. } if text.contains(&format!("from-the-other-session-{mark}"))));
+    running.send(Op::Job { id: id.clone(), action: JobAction::Kill });
+    running
+        .wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if *i == id))
+        .await;
+    assert!(pids_with(&format!("sleep {mark}")).is_empty(), "the job's processes are gone");
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn keep_running_at_quit_kills_a_running_goal_gate_but_keeps_the_jobs() {
+    use talaria::protocol::commands::{GateCmd, GoalCmd};
+    use talaria::protocol::SlashCommand;
+    let home = Home::new();
+    let mark = marker(22);
+    let server = ScriptedServer::start([
+        background_call(&format!("sleep {mark}")),
+        ScriptedResponse::text("Started; done."),
+        ScriptedResponse::text(r#"{"verdict":"done","reason":"ok"}"#),
+    ])
+    .await
+    .unwrap();
+    let running = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    let gate = format!("while :; do sleep 0.05; done # gate-{mark}");
+    running.send(Op::Command(SlashCommand::Goal(GoalCmd::Set("start the job".into()))));
+    running.send(Op::Command(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Add(gate)))));
+    wait_until("the gate running", || !pids_with(&format!("gate-{mark}")).is_empty()).await;
+    assert!(!pids_with(&format!("sleep {mark}")).is_empty(), "the model's job runs too");
+
+    // "keep running" at quit: LeaveJobs { detach } then Shutdown, as the quit dialog sends.
+    running.send(Op::LeaveJobs { detach: true });
+    running.shutdown().await;
+    assert!(pids_with(&format!("gate-{mark}")).is_empty(), "the gate went with its owner");
+    let kept = pids_with(&format!("sleep {mark}"));
+    assert!(!kept.is_empty(), "the job is kept");
+    let rows = jobs_list(&home).await;
+    assert!(rows.iter().any(|r| r["status"] == json!("running") && r["command"] == json!(format!("sleep {mark}"))));
+    assert!(
+        !rows.iter().any(|r| r["status"] == json!("running") && r["command"].as_str().unwrap_or("").contains("gate-")),
+        "no gate record left running: {rows:?}"
+    );
+    for row in rows.iter().filter(|r| r["status"] == json!("running")) {
+        let out = home.run(&["jobs", "kill", &format!("job_{}", row["num"])]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    }
+    wait_until("the kept job killed", || pids_with(&format!("sleep {mark}")).is_empty()).await;
 }

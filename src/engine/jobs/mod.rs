@@ -221,6 +221,9 @@ struct Job {
     /// Runs on a remote backend: its transport is the local job, its remote group is
     /// killed over that backend.
     remote: Option<crate::engine::backend::RemoteJob>,
+    /// No orphan grace (a goal gate): nobody can take it over, so when talaria leaves its
+    /// jobs running ("keep running" at quit, `exec --keep-jobs`) this one is killed instead.
+    dies_with_owner: bool,
     num: u64,
     id: JobId,
     command: String,
@@ -571,12 +574,22 @@ impl JobsHandle {
         Some(infos)
     }
 
+    /// Take over the jobs of `session_id` (a `/resume` inside a running talaria), as
+    /// `talaria --resume` does at start: its live jobs appear in the pane with their whole
+    /// log, and those that ended while nobody watched are noticed once. Jobs followed here
+    /// already, and jobs another live talaria owns, are left alone.
+    pub fn attach_session(&self, session_id: &str) {
+        let reg = self.inner.clone();
+        let session = session_id.to_string();
+        tokio::spawn(async move { reg.sweep_and_attach(false, Some(session)).await });
+    }
+
     /// Leave running jobs running when talaria shuts down: `detach` = kept on purpose
     /// (no deadline); otherwise each waits `jobs.orphan_grace_s` for a new owner.
     pub fn leave_running(&self, detach: bool) {
         self.inner.leave.store(true, Ordering::SeqCst);
         if detach {
-            for job in self.inner.all().iter().filter(|j| j.is_running()) {
+            for job in self.inner.all().iter().filter(|j| j.is_running() && !j.dies_with_owner) {
                 if let Err(e) = job.dir.write_owner(&Owner::Detached) {
                     tracing::warn!(error = %e, id = %job.id, "cannot detach the job");
                 }
@@ -590,10 +603,12 @@ impl JobsHandle {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let leave = self.inner.leave.load(Ordering::SeqCst);
         let running: Vec<Arc<Job>> = self.inner.all().into_iter().filter(|j| j.is_running()).collect();
-        if !leave {
-            let kills = running.iter().map(|job| self.inner.kill_job_because(job, records::QUIT_REASON));
-            futures_util::future::join_all(kills).await;
-        }
+        // Leaving jobs running still kills those nobody could take over (goal gates).
+        let kills = running
+            .iter()
+            .filter(|job| !leave || job.dies_with_owner)
+            .map(|job| self.inner.kill_job_because(job, records::QUIT_REASON));
+        futures_util::future::join_all(kills).await;
         let pending: Vec<JobId> =
             lock(&self.inner.notices).iter().filter(|n| n.kind == NoticeKind::Exit).map(|n| n.id.clone()).collect();
         for job in self.inner.all() {

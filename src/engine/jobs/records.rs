@@ -221,12 +221,14 @@ impl Registry {
         let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
         let (done, _) = watch::channel(None);
         let has_stdin = running && row.has_stdin && jd.stdin().exists() && !jd.stdin_eof().exists();
+        let spec = super::jobdir::read_json::<super::jobdir::Spec>(&jd.spec());
         let job = Arc::new(Job {
             remote: super::jobdir::read_json::<crate::engine::backend::RemoteJob>(
                 &jd.path.join(super::run::REMOTE_JSON),
             ),
             // Re-attached: sandboxed only if its spec says so (else its input asks).
-            sandboxed: super::jobdir::read_json::<super::jobdir::Spec>(&jd.spec()).is_some_and(|s| s.sandbox.is_some()),
+            sandboxed: spec.as_ref().is_some_and(|s| s.sandbox.is_some()),
+            dies_with_owner: spec.as_ref().is_some_and(|s| s.orphan_grace_s <= 0.0),
             num,
             id: row.id(),
             command: row.command.clone(),

@@ -139,6 +139,7 @@ pub(super) async fn spawn(
     let job = Arc::new(Job {
         sandboxed: spec.sandboxed && remote_job.is_none(),
         remote: remote_job,
+        dies_with_owner: spec.orphan_grace_s.is_some_and(|g| g <= 0.0),
         num,
         id: id.clone(),
         command: spec.command.clone(),

@@ -83,6 +83,9 @@ impl Engine {
         self.title = s.title.clone();
         match self.load_session().await {
             Ok(()) => {
+                if old != s.id {
+                    self.env.jobs.attach_session(&s.id);
+                }
                 let title = s.title.as_deref().map(|t| format!("\"{t}\" ")).unwrap_or_default();
                 let text = format!("resumed {title}({} · {} messages)", s.id, s.message_count);
                 self.notice(NoticeLevel::Info, text);

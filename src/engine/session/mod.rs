@@ -341,6 +341,7 @@ impl Engine {
                 op = self.ops.recv() => {
                     let Some(op) = op else { break };
                     if let Op::Shutdown = op {
+                        crate::paths::test_panic_point("shutdown");
                         break;
                     }
                     self.handle_op(op).await;
