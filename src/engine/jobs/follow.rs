@@ -1,15 +1,21 @@
 //! Talaria follows a job instead of owning its pipes: it tails the log segments the
-//! supervisor writes (polling every few milliseconds, so output reaches the screen well
-//! under 50 ms after the job wrote it), and finishes the job when `exit.json` appears —
-//! or marks it `lost` when its supervisor is gone without one.
+//! supervisor writes, and finishes the job when `exit.json` appears — or marks it `lost`
+//! when its supervisor is gone without one. An inotify watch on the job directory wakes the
+//! follower when anything there changes (output, rotation, exit record), so a quiet job
+//! costs nothing but a supervisor check twice a second; where inotify is unavailable it
+//! polls every few milliseconds instead. Either way output reaches the screen well under
+//! 50 ms after the job wrote it.
 
 use std::fs::File;
 use std::io::Read;
-use std::path::PathBuf;
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
 use super::jobdir::{self, IndexFile, JobDir, LeaderExit};
@@ -24,14 +30,129 @@ const POLL_MIN: Duration = Duration::from_millis(2);
 const POLL_MAX: Duration = Duration::from_millis(20);
 /// At most one UI update per job per this interval (~20/s).
 const EMIT_EVERY: Duration = Duration::from_millis(50);
-/// How often the supervisor is checked for life.
+/// How often the supervisor is checked for life (when no pidfd tells us it exited).
 const SUPERVISOR_POLL: Duration = Duration::from_millis(500);
+/// With a pidfd the check is a safety net only.
+const SUPERVISOR_SAFETY_NET: Duration = Duration::from_secs(5);
 /// Characters of tail an `Event::JobUpdated` carries.
 const UPDATE_TAIL: usize = 2000;
 /// Characters a coalesced `Event::ToolOutput` chunk carries at most.
 const CHUNK_MAX: usize = 4000;
 /// Bytes read per turn at most.
 const READ_MAX: usize = 1 << 20;
+
+/// An inotify instance watching one job directory.
+struct Watched(Inotify);
+
+impl AsRawFd for Watched {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_fd().as_raw_fd()
+    }
+}
+
+/// A pidfd: readable once its process has exited.
+struct PidFd(OwnedFd);
+
+impl AsRawFd for PidFd {
+    fn as_raw_fd(&self) -> RawFd {
+        self.0.as_raw_fd()
+    }
+}
+
+/// What woke the follower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Woke {
+    /// Something in the job directory changed (or the wait timed out).
+    Directory,
+    /// The supervisor exited: check it now.
+    Supervisor,
+}
+
+/// Wakes the follower when the job directory changes (inotify: a log segment grows or
+/// appears, `leader.json` / `exit.json` is written) or the supervisor exits (pidfd), so a
+/// quiet job costs no polling.
+pub(super) struct DirWatch {
+    dir: AsyncFd<Watched>,
+    supervisor: Option<AsyncFd<PidFd>>,
+}
+
+impl DirWatch {
+    /// None where inotify cannot be used (no instances left, no such directory): the
+    /// follower then polls. Without a pidfd for the supervisor (old kernel, already gone)
+    /// its life is checked every [`SUPERVISOR_POLL`].
+    pub(super) fn new(dir: &Path, supervisor: (i32, u64)) -> Option<DirWatch> {
+        let inotify = Inotify::init(InitFlags::IN_NONBLOCK | InitFlags::IN_CLOEXEC).ok()?;
+        let mask = AddWatchFlags::IN_MODIFY
+            | AddWatchFlags::IN_CREATE
+            | AddWatchFlags::IN_MOVED_TO
+            | AddWatchFlags::IN_CLOSE_WRITE
+            | AddWatchFlags::IN_DELETE_SELF;
+        inotify.add_watch(dir, mask).ok()?;
+        // SAFETY: `Watched` owns the inotify descriptor; nothing else closes or replaces it
+        // while the `AsyncFd` holds it.
+        let dir = unsafe { AsyncFd::register(Watched(inotify)) }.ok()?;
+        Some(DirWatch { dir, supervisor: pidfd(supervisor.0, supervisor.1) })
+    }
+
+    /// How long the follower may sleep before it checks the supervisor itself.
+    fn supervisor_poll(&self) -> Duration {
+        if self.supervisor.is_some() {
+            SUPERVISOR_SAFETY_NET
+        } else {
+            SUPERVISOR_POLL
+        }
+    }
+
+    /// Until something in the directory changed since the last wait, the supervisor
+    /// exited, or `timeout`.
+    async fn wait(&self, timeout: Duration) -> Woke {
+        let changed = async {
+            loop {
+                let Ok(mut guard) = self.dir.readable().await else { return };
+                // Drain what is queued; readiness is cleared only once a read would block,
+                // so a change that lands meanwhile still wakes the next wait.
+                match guard.try_io(|fd| fd.get_ref().0.read_events().map_err(std::io::Error::from)) {
+                    Ok(_) => return,
+                    Err(_would_block) => continue,
+                }
+            }
+        };
+        let exited = async {
+            match &self.supervisor {
+                Some(fd) => {
+                    let _ = fd.readable().await;
+                }
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            _ = changed => Woke::Directory,
+            _ = exited => Woke::Supervisor,
+            _ = tokio::time::sleep(timeout) => Woke::Directory,
+        }
+    }
+}
+
+/// A pidfd for `pid`, if it is still the process that started at `start` (clock ticks).
+fn pidfd(pid: i32, start: u64) -> Option<AsyncFd<PidFd>> {
+    if pid <= 0 {
+        return None;
+    }
+    // SAFETY: a raw syscall with integer arguments; on success it returns a new descriptor
+    // that we own from here on.
+    let raw = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if raw < 0 {
+        return None;
+    }
+    // SAFETY: `raw` is a descriptor pidfd_open just gave us and nobody else holds.
+    let fd = PidFd(unsafe { OwnedFd::from_raw_fd(raw as RawFd) });
+    // The pid might have been reused before it was opened: it must still be the supervisor.
+    if !group::process_alive(pid, Some(start)) {
+        return None;
+    }
+    // SAFETY: `PidFd` owns the descriptor; nothing else closes or replaces it.
+    unsafe { AsyncFd::register(fd) }.ok()
+}
 
 /// Reads the segments in order as they grow, and keeps the index of what it has read.
 /// Public for the performance guard's ingest workload (`examples/perf_guard.rs`).
@@ -164,6 +285,9 @@ pub(super) async fn follow(
     let mut interval = POLL_MIN;
     let mut last_supervisor_check = Instant::now();
     let mut leftover = false;
+    let watch = DirWatch::new(&jd.path, job.supervisor);
+    let supervisor_poll = watch.as_ref().map_or(SUPERVISOR_POLL, DirWatch::supervisor_poll);
+    let mut check_supervisor = false;
     let exit = loop {
         if job.forgotten.is_cancelled() {
             return;
@@ -234,7 +358,8 @@ pub(super) async fn follow(
                 }
             }
         }
-        if last_supervisor_check.elapsed() >= SUPERVISOR_POLL {
+        if check_supervisor || last_supervisor_check.elapsed() >= supervisor_poll {
+            check_supervisor = false;
             last_supervisor_check = Instant::now();
             if !group::process_alive(job.supervisor.0, Some(job.supervisor.1)) && jd.read_exit().is_none() {
                 // SIGKILLed supervisor: its leader died with it; the rest of the group
@@ -251,8 +376,17 @@ pub(super) async fn follow(
             last_emit = Instant::now();
             dirty = false;
         }
-        tokio::time::sleep(interval).await;
-        interval = (interval * 2).min(POLL_MAX);
+        match &watch {
+            // Until the directory changes; the supervisor check still runs on time.
+            Some(watch) => {
+                let woke = watch.wait(supervisor_poll.saturating_sub(last_supervisor_check.elapsed())).await;
+                check_supervisor = woke == Woke::Supervisor;
+            }
+            None => {
+                tokio::time::sleep(interval).await;
+                interval = (interval * 2).min(POLL_MAX);
+            }
+        }
     };
     if dirty || !chunk.is_empty() {
         emit(&job, &events, &mut chunk);
