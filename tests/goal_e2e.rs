@@ -282,8 +282,10 @@ async fn a_pause_kills_a_running_gate_and_holds_it_back_until_unpause() {
     let gate = format!("echo run >> gate-runs; while [ ! -f {go} ]; do sleep 0.05; done");
     let runs = engine.work.join("gate-runs");
     let count_runs = |p: &Path| std::fs::read_to_string(p).map(|t| t.lines().count()).unwrap_or(0);
-    engine.send(goal(GoalCmd::Set("say done".into())));
+    // The gate first (it waits for the goal), so the goal turn cannot end before it exists.
     engine.send(goal(GoalCmd::Gate(GateCmd::Add(gate))));
+    engine.notice("gate 1 added").await;
+    engine.send(goal(GoalCmd::Set("say done".into())));
     engine.wait_for("the goal turn", turn_started(TurnTrigger::Goal)).await;
     engine.turn_finished().await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);

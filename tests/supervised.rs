@@ -489,6 +489,7 @@ async fn exec_exits_non_zero_when_it_killed_a_job_the_answer_waited_for() {
     assert_eq!(out.status.code(), Some(0), "{err}");
     assert!(err.contains("at exit: sleep"), "{err}");
     assert!(!err.contains("depended"), "{err}");
+}
 
 fn integrity(home: &Home) -> String {
     let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
@@ -602,10 +603,14 @@ async fn keep_running_at_quit_kills_a_running_goal_gate_but_keeps_the_jobs() {
     ])
     .await
     .unwrap();
-    let running = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    let mut running = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
     let gate = format!("while :; do sleep 0.05; done # gate-{mark}");
-    running.send(Op::Command(SlashCommand::Goal(GoalCmd::Set("start the job".into()))));
+    // The gate first (it waits for the goal), so the goal turn cannot end before it exists.
     running.send(Op::Command(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Add(gate)))));
+    running
+        .wait_for("the gate added", |e| matches!(e, Event::Notice { text, .. } if text.contains("gate 1 added")))
+        .await;
+    running.send(Op::Command(SlashCommand::Goal(GoalCmd::Set("start the job".into()))));
     wait_until("the gate running", || !pids_with(&format!("gate-{mark}")).is_empty()).await;
     assert!(!pids_with(&format!("sleep {mark}")).is_empty(), "the model's job runs too");
 
