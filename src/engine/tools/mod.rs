@@ -112,6 +112,17 @@ pub trait Tool: Send + Sync {
     async fn call(&self, args: Value, ctx: ToolCtx) -> ToolResult;
 }
 
+/// Decode `args` as the tools do before running (the serde structs of `terminal` and
+/// `search_files`, the one-line summary of every tool). For the fuzz target (`fuzz/`): any
+/// JSON must give a value or a one-line error, never a panic.
+#[doc(hidden)]
+pub fn decode_arguments_for_fuzzing(args: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Registry::standard().tools.values().map(|t| t.summary(args)).collect();
+    out.extend(terminal::decode(args).err());
+    out.extend(search::decode(args).err());
+    out
+}
+
 /// All tools by name: the built-in ones, and the MCP servers' tools as they are now.
 #[derive(Clone, Default)]
 pub struct Registry {

@@ -148,6 +148,11 @@ fn match_line(path: &str, line_number: u64, line: &str) -> String {
 
 pub struct SearchFiles;
 
+/// Decode `search_files`'s arguments (for the fuzz target).
+pub(crate) fn decode(args: &Value) -> Result<(), String> {
+    crate::engine::args::parse::<SearchArgs>("search_files", args).map(drop)
+}
+
 /// `search_files`'s arguments (DESIGN §4a).
 #[derive(Debug, serde::Deserialize)]
 struct SearchArgs {

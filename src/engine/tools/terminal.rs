@@ -16,6 +16,11 @@ pub const YIELD_NOTE: &str = "The user sent a message while this command was run
 
 pub struct TerminalTool;
 
+/// Decode `terminal`'s arguments (for the fuzz target).
+pub(crate) fn decode(args: &Value) -> Result<(), String> {
+    crate::engine::args::parse::<TerminalArgs>("terminal", args).map(drop)
+}
+
 /// `terminal`'s arguments (DESIGN §4a).
 #[derive(Debug, serde::Deserialize)]
 struct TerminalArgs {
