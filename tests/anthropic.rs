@@ -5,6 +5,8 @@
 
 #[path = "common/anthropic.rs"]
 mod anthropic_wire;
+#[path = "common/chat.rs"]
+mod chat_kit;
 mod common;
 #[path = "common/inproc.rs"]
 mod inproc;
@@ -14,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anthropic_wire::*;
+use chat_kit::{chat, content_of};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::config::Config;
@@ -42,28 +45,7 @@ fn client(server: &ScriptedServer) -> AnthropicClient {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest {
-        model: MODEL.into(),
-        messages: vec![ChatMessage::system("be brief"), ChatMessage::user("hi")],
-        tools: Vec::new(),
-        temperature: None,
-    }
-}
-
-async fn chat(client: &AnthropicClient, request: &ChatRequest) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
-    let mut deltas = Vec::new();
-    let result = client.stream_chat(request, &mut |d| deltas.push(d)).await;
-    (deltas, result)
-}
-
-fn content_of(deltas: &[StreamDelta]) -> String {
-    deltas
-        .iter()
-        .filter_map(|d| match d {
-            StreamDelta::Content(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
+    chat_kit::request(MODEL)
 }
 
 /// thinking + text + two tool_use blocks in one response, usage with cache numbers.

@@ -1,7 +1,11 @@
 //! The OpenAI-compatible client end to end against the scripted loopback server.
 
+#[path = "common/chat.rs"]
+mod chat_kit;
+
 use std::time::Duration;
 
+use chat_kit::{chat, content_of};
 use pretty_assertions::assert_eq;
 use serde_json::json;
 use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
@@ -24,28 +28,7 @@ fn client(server: &ScriptedServer) -> OpenAiClient {
 }
 
 fn request() -> ChatRequest {
-    ChatRequest {
-        model: "test-model".into(),
-        messages: vec![ChatMessage::system("be brief"), ChatMessage::user("hi")],
-        tools: Vec::new(),
-        temperature: None,
-    }
-}
-
-async fn chat(client: &OpenAiClient, request: &ChatRequest) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
-    let mut deltas = Vec::new();
-    let result = client.stream_chat(request, &mut |d| deltas.push(d)).await;
-    (deltas, result)
-}
-
-fn content_of(deltas: &[StreamDelta]) -> String {
-    deltas
-        .iter()
-        .filter_map(|d| match d {
-            StreamDelta::Content(t) => Some(t.as_str()),
-            _ => None,
-        })
-        .collect()
+    chat_kit::request("test-model")
 }
 
 #[tokio::test]

@@ -15,13 +15,12 @@
 //! and the caller keeps the partial answer it already showed.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 
-use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings};
+use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings, Retries};
 use super::sse::{clip, SseParser, MAX_ANSWER_BYTES};
 use super::{ChatMessage, ChatRequest, Completion, LlmError, Provider, Role, StreamDelta, ToolCall, Usage};
 
@@ -108,17 +107,6 @@ impl AnthropicClient {
         }
     }
 
-    /// How long to wait before retry number `attempt + 1`.
-    fn backoff(&self, attempt: u32, error: &LlmError) -> Duration {
-        let max = self.settings.backoff_max;
-        if let LlmError::Http { retry_after_s: Some(s), .. } = error {
-            if s.is_finite() && *s >= 0.0 {
-                return Duration::from_secs_f64(*s).min(max);
-            }
-        }
-        self.settings.backoff_initial.saturating_mul(2u32.saturating_pow(attempt)).min(max)
-    }
-
     /// One attempt. `delivered` turns true as soon as anything reaches `on_delta`.
     async fn attempt(
         &self,
@@ -182,21 +170,16 @@ impl Provider for AnthropicClient {
     ) -> Result<Completion, LlmError> {
         let url = self.url("messages");
         let body = request_body(request, self.options);
-        let mut attempt = 0;
+        let mut retries = Retries::new(&self.settings, "Anthropic");
         loop {
             let mut delivered = false;
             let error = match self.attempt(&url, &body, on_delta, &mut delivered).await {
                 Ok(completion) => return Ok(completion),
                 Err(error) => self.redact(error),
             };
-            if delivered || !error.is_retryable() || attempt >= self.settings.max_retries {
+            if !retries.wait(&error, delivered).await {
                 return Err(error);
             }
-            let wait = self.backoff(attempt, &error);
-            attempt += 1;
-            tracing::warn!(%error, attempt, max = self.settings.max_retries, wait_ms = wait.as_millis() as u64,
-                "Anthropic request failed before any output; retrying");
-            tokio::time::sleep(wait).await;
         }
     }
 

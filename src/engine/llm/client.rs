@@ -146,17 +146,6 @@ impl OpenAiClient {
         }
     }
 
-    /// How long to wait before retry number `attempt + 1`.
-    fn backoff(&self, attempt: u32, error: &LlmError) -> Duration {
-        let max = self.settings.backoff_max;
-        if let LlmError::Http { retry_after_s: Some(s), .. } = error {
-            if s.is_finite() && *s >= 0.0 {
-                return Duration::from_secs_f64(*s).min(max);
-            }
-        }
-        self.settings.backoff_initial.saturating_mul(2u32.saturating_pow(attempt)).min(max)
-    }
-
     /// One attempt. `delivered` turns true as soon as anything reaches `on_delta`.
     async fn attempt(
         &self,
@@ -238,27 +227,64 @@ impl Provider for OpenAiClient {
     ) -> Result<Completion, LlmError> {
         let url = self.url("chat/completions");
         let body = request_body(request);
-        let mut attempt = 0;
+        let mut retries = Retries::new(&self.settings, "model");
         loop {
             let mut delivered = false;
             let error = match self.attempt(&url, &body, on_delta, &mut delivered).await {
                 Ok(completion) => return Ok(completion),
                 Err(error) => error,
             };
-            if delivered || !error.is_retryable() || attempt >= self.settings.max_retries {
+            if !retries.wait(&error, delivered).await {
                 return Err(error);
             }
-            let wait = self.backoff(attempt, &error);
-            attempt += 1;
-            tracing::warn!(%error, attempt, max = self.settings.max_retries, wait_ms = wait.as_millis() as u64,
-                "model request failed before any output; retrying");
-            tokio::time::sleep(wait).await;
         }
     }
 
     async fn list_models(&self) -> Result<Vec<String>, LlmError> {
         fetch_models(&self.http, &self.settings.base_url, self.settings.api_key.as_deref(), self.settings.idle_timeout)
             .await
+    }
+}
+
+/// The retry rule both clients follow: a request that failed before any output reached
+/// the caller is tried again, up to `max_retries` times, for errors that may pass
+/// (`LlmError::is_retryable`), after a backoff.
+pub(crate) struct Retries<'a> {
+    settings: &'a ClientSettings,
+    /// Names the request in the log line ("model", "Anthropic").
+    what: &'static str,
+    done: u32,
+}
+
+impl<'a> Retries<'a> {
+    pub(crate) fn new(settings: &'a ClientSettings, what: &'static str) -> Retries<'a> {
+        Retries { settings, what, done: 0 }
+    }
+
+    /// After a failed attempt: false to give up with `error`; true once the backoff has
+    /// been waited and the next attempt may start.
+    pub(crate) async fn wait(&mut self, error: &LlmError, delivered: bool) -> bool {
+        if delivered || !error.is_retryable() || self.done >= self.settings.max_retries {
+            return false;
+        }
+        let wait = self.backoff(error);
+        self.done += 1;
+        tracing::warn!(%error, attempt = self.done, max = self.settings.max_retries,
+            wait_ms = wait.as_millis() as u64, "{} request failed before any output; retrying", self.what);
+        tokio::time::sleep(wait).await;
+        true
+    }
+
+    /// How long to wait before the next retry: the server's `Retry-After` when it gave
+    /// one, else doubling from `backoff_initial`; never more than `backoff_max`.
+    fn backoff(&self, error: &LlmError) -> Duration {
+        let max = self.settings.backoff_max;
+        if let LlmError::Http { retry_after_s: Some(s), .. } = error {
+            if s.is_finite() && *s >= 0.0 {
+                return Duration::from_secs_f64(*s).min(max);
+            }
+        }
+        self.settings.backoff_initial.saturating_mul(2u32.saturating_pow(self.done)).min(max)
     }
 }
 
@@ -471,17 +497,16 @@ mod tests {
 
     #[test]
     fn backoff_doubles_and_honours_retry_after_within_the_cap() {
-        let client = OpenAiClient::new(
-            ClientSettings::new("http://127.0.0.1:1/v1").backoff(Duration::from_secs(1), Duration::from_secs(30)),
-        )
-        .unwrap();
+        let settings =
+            ClientSettings::new("http://127.0.0.1:1/v1").backoff(Duration::from_secs(1), Duration::from_secs(30));
+        let after = |done: u32, error: &LlmError| Retries { settings: &settings, what: "test", done }.backoff(error);
         let stream = LlmError::Stream("x".into());
-        assert_eq!(client.backoff(0, &stream), Duration::from_secs(1));
-        assert_eq!(client.backoff(2, &stream), Duration::from_secs(4));
-        assert_eq!(client.backoff(10, &stream), Duration::from_secs(30));
+        assert_eq!(after(0, &stream), Duration::from_secs(1));
+        assert_eq!(after(2, &stream), Duration::from_secs(4));
+        assert_eq!(after(10, &stream), Duration::from_secs(30));
         let limited = |s| LlmError::Http { status: 429, body: String::new(), retry_after_s: Some(s) };
-        assert_eq!(client.backoff(0, &limited(7.0)), Duration::from_secs(7));
-        assert_eq!(client.backoff(0, &limited(3600.0)), Duration::from_secs(30));
+        assert_eq!(after(0, &limited(7.0)), Duration::from_secs(7));
+        assert_eq!(after(0, &limited(3600.0)), Duration::from_secs(30));
     }
 
     #[test]
