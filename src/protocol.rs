@@ -176,6 +176,8 @@ pub enum ToolStatus {
     /// Not run: a message arrived before the call started.
     Skipped,
     Failed,
+    /// A remote backend could not be reached (DESIGN §4b): the command did not run there.
+    Degraded,
     /// `process`: the job was killed, had exited already, is still running, …
     Killed,
     AlreadyExited,
@@ -195,6 +197,7 @@ impl ToolStatus {
             ToolStatus::Denied => "denied",
             ToolStatus::Skipped => "skipped",
             ToolStatus::Failed => "failed",
+            ToolStatus::Degraded => "degraded",
             ToolStatus::Killed => "killed",
             ToolStatus::AlreadyExited => "already_exited",
             ToolStatus::Running => "running",
@@ -214,6 +217,7 @@ impl ToolStatus {
             ToolStatus::Denied,
             ToolStatus::Skipped,
             ToolStatus::Failed,
+            ToolStatus::Degraded,
             ToolStatus::Killed,
             ToolStatus::AlreadyExited,
             ToolStatus::Running,

@@ -693,6 +693,42 @@ fn a_bang_command_shows_its_output_and_a_yielded_command_shows_its_job() {
 }
 
 #[test]
+fn a_remote_call_names_its_host_and_a_degraded_one_says_why_instead_of_exit_minus_one() {
+    let mut app = app();
+    feed(&mut app, Event::ToolStarted { call_id: "r1".into(), name: "terminal".into(), summary: "make test".into() });
+    let ran = serde_json::json!({ "output": "ok", "exit_code": 0, "error": null, "backend": "ssh:build" });
+    feed(
+        &mut app,
+        Event::ToolFinished {
+            call_id: "r1".into(),
+            outcome: ToolOutcome { result: ran.to_string(), ..outcome(true, 0, 40) },
+        },
+    );
+    feed(&mut app, Event::ToolStarted { call_id: "r2".into(), name: "terminal".into(), summary: "make test".into() });
+    let degraded = serde_json::json!({
+        "status": "degraded", "backend": "ssh:build", "reason": "connection refused",
+        "retry_hint": "the next call reconnects", "exit_code": -1, "output": "", "error": null,
+    });
+    feed(
+        &mut app,
+        Event::ToolFinished {
+            call_id: "r2".into(),
+            outcome: ToolOutcome {
+                ok: false,
+                exit_code: Some(-1),
+                status: Some(crate::protocol::ToolStatus::Degraded),
+                duration_ms: 12,
+                result: degraded.to_string(),
+            },
+        },
+    );
+    let out = screen(&mut app, 120, 20);
+    assert!(out.contains("✓ terminal make test · 40ms · on ssh:build · exit 0"), "{out}");
+    assert!(out.contains("✗ terminal make test · 12ms · on ssh:build · degraded: connection refused"), "{out}");
+    assert!(!out.contains("exit -1"), "a command that never ran has no exit code:\n{out}");
+}
+
+#[test]
 fn attachments_pastes_heartbeats_and_icons_read_as_one_line_each() {
     use crate::protocol::MessageOrigin;
     let mut app = app();

@@ -111,6 +111,15 @@ pub struct Degraded {
 impl Degraded {
     /// The tool result (`terminal.degraded_mode = "warn"`): `{"status":"degraded",…}`; with
     /// `fail` an ordinary error result.
+    /// The tool cell's status: `degraded`, or a plain failure under `degraded_mode = "fail"`.
+    pub fn tool_status(&self, config: &Config) -> crate::protocol::ToolStatus {
+        if config.terminal.degraded_mode == "fail" {
+            crate::protocol::ToolStatus::Failed
+        } else {
+            crate::protocol::ToolStatus::Degraded
+        }
+    }
+
     pub fn to_value(&self, config: &Config, backend: &Backend) -> Value {
         if config.terminal.degraded_mode == "fail" {
             return json!({

@@ -35,7 +35,7 @@ fn degraded(ctx: &ToolCtx, backend: &Backend, d: crate::engine::backend::Degrade
         value: d.to_value(&ctx.config, backend),
         ok: false,
         exit_code: Some(-1),
-        status: Some(ToolStatus::Failed),
+        status: Some(d.tool_status(&ctx.config)),
     }
 }
 

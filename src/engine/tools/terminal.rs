@@ -295,7 +295,8 @@ async fn remote_call(
     };
     let degraded = |d: crate::engine::backend::Degraded| {
         let value = d.to_value(&ctx.config, &backend);
-        ToolResult { value, ok: false, exit_code: Some(-1), status: Some(ToolStatus::Failed) }
+        let status = d.tool_status(&ctx.config);
+        ToolResult { value, ok: false, exit_code: Some(-1), status: Some(status) }
     };
     // Remote commands run with the remote user's rights, outside our sandbox: approvals
     // treat them as unsandboxed (DESIGN §4b).

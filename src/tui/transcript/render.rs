@@ -66,11 +66,21 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
             spans.push(Span::raw(format!(" {summary}")));
             let mut tail = format!(" · {}", format_duration_ms(o.duration_ms));
-            if let Some(code) = o.exit_code {
-                tail.push_str(&format!(" · exit {code}"));
+            // A remote call names where it ran (DESIGN §4b).
+            if let Some(backend) = result_field(&o.result, "backend") {
+                tail.push_str(&format!(" · on {backend}"));
             }
-            if let Some(status) = o.status {
-                tail.push_str(&format!(" · {}", status.as_str()));
+            if o.status == Some(ToolStatus::Degraded) {
+                // The command never ran there: say why instead of a meaningless exit -1.
+                let reason = result_field(&o.result, "reason").unwrap_or_else(|| "unreachable".into());
+                tail.push_str(&format!(" · degraded: {reason}"));
+            } else {
+                if let Some(code) = o.exit_code {
+                    tail.push_str(&format!(" · exit {code}"));
+                }
+                if let Some(status) = o.status {
+                    tail.push_str(&format!(" · {}", status.as_str()));
+                }
             }
             spans.push(Span::styled(tail, if o.ok { dim } else { Style::default().fg(theme.tool_failed) }));
         }
