@@ -166,30 +166,7 @@ impl Tool for TerminalTool {
 
         let mut guard =
             ForegroundGuard { jobs: ctx.jobs.clone(), id: spawned.id.clone(), pgid: spawned.pid as i32, armed: true };
-        // A yield asked for since the call started applies (the command yields at once),
-        // except one raised while the approval modal was open: the user then said "run it".
-        let mut yield_rx = ctx.signals.yield_gen.clone();
-        if by == Provenance::User {
-            yield_rx.borrow_and_update();
-        }
-        let mut exit_rx = spawned.exit;
-
-        let ending = tokio::select! {
-            // An exit that races an interrupt wins: a command that exits 130 by itself is
-            // not labelled interrupted.
-            biased;
-            exit = &mut exit_rx => exit.map(Ending::Exited).unwrap_or(Ending::Lost),
-            _ = ctx.signals.interrupt.cancelled() => Ending::Interrupted,
-            _ = bumped(&mut yield_rx) => Ending::Yielded,
-            _ = tokio::time::sleep(Duration::from_secs(timeout_s)) => Ending::TimedOut,
-        };
-        let ending = match ending {
-            Ending::Yielded if !ctx.jobs.adopt(&spawned.id).await => {
-                // It finished just as the yield came: report the exit.
-                exit_rx.await.map(Ending::Exited).unwrap_or(Ending::Lost)
-            }
-            other => other,
-        };
+        let ending = wait_foreground(&ctx, by, &spawned.id, spawned.exit, timeout_s).await;
 
         let base = |output: String, exit_code: Option<i32>, cwd: &std::path::Path| {
             let mut v =
@@ -355,24 +332,7 @@ async fn remote_call(
     }
     let mut guard =
         ForegroundGuard { jobs: ctx.jobs.clone(), id: spawned.id.clone(), pgid: spawned.pid as i32, armed: true };
-    let mut yield_rx = ctx.signals.yield_gen.clone();
-    if by == Provenance::User {
-        yield_rx.borrow_and_update();
-    }
-    let mut exit_rx = spawned.exit;
-    let ending = tokio::select! {
-        biased;
-        exit = &mut exit_rx => exit.map(Ending::Exited).unwrap_or(Ending::Lost),
-        _ = ctx.signals.interrupt.cancelled() => Ending::Interrupted,
-        _ = bumped(&mut yield_rx) => Ending::Yielded,
-        _ = tokio::time::sleep(Duration::from_secs(timeout_s)) => Ending::TimedOut,
-    };
-    let ending = match ending {
-        Ending::Yielded if !ctx.jobs.adopt(&spawned.id).await => {
-            exit_rx.await.map(Ending::Exited).unwrap_or(Ending::Lost)
-        }
-        other => other,
-    };
+    let ending = wait_foreground(&ctx, by, &spawned.id, spawned.exit, timeout_s).await;
     let id = spawned.id.clone();
     let shown_cwd = if cwd.is_empty() { "~".to_string() } else { cwd.clone() };
     let base = |output: String, exit_code: Option<i32>, cwd: &str| {
@@ -461,6 +421,39 @@ enum Ending {
     Interrupted,
     TimedOut,
     Yielded,
+}
+
+/// Waits for a foreground command, local or remote: its exit, an interrupt, a yield (it
+/// goes on as a job) or the timeout — whichever comes first.
+async fn wait_foreground(
+    ctx: &ToolCtx,
+    by: Provenance,
+    id: &str,
+    mut exit_rx: tokio::sync::oneshot::Receiver<ExitInfo>,
+    timeout_s: u64,
+) -> Ending {
+    // A yield asked for since the call started applies (the command yields at once),
+    // except one raised while the approval modal was open: the user then said "run it".
+    let mut yield_rx = ctx.signals.yield_gen.clone();
+    if by == Provenance::User {
+        yield_rx.borrow_and_update();
+    }
+    let ending = tokio::select! {
+        // An exit that races an interrupt wins: a command that exits 130 by itself is
+        // not labelled interrupted.
+        biased;
+        exit = &mut exit_rx => exit.map(Ending::Exited).unwrap_or(Ending::Lost),
+        _ = ctx.signals.interrupt.cancelled() => Ending::Interrupted,
+        _ = bumped(&mut yield_rx) => Ending::Yielded,
+        _ = tokio::time::sleep(Duration::from_secs(timeout_s)) => Ending::TimedOut,
+    };
+    match ending {
+        Ending::Yielded if !ctx.jobs.adopt(id).await => {
+            // It finished just as the yield came: report the exit.
+            exit_rx.await.map(Ending::Exited).unwrap_or(Ending::Lost)
+        }
+        other => other,
+    }
 }
 
 /// Told to the model when a sandboxed command failed on a permission error.
