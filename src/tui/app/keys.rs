@@ -114,9 +114,10 @@ impl App {
         if self.busy {
             ops.push(Op::Interrupt);
         }
-        for job in self.jobs.iter().filter(|j| j.info.status.is_running()) {
-            ops.push(Op::Job { id: job.info.id.clone(), action: JobAction::Kill });
-        }
+        // No per-job kill first: shutdown kills every running job itself and records why
+        // ("talaria quit"). A user kill sent just before raced it, and whichever wrote the
+        // job's kill file last decided whether a resumed transcript said "killed when
+        // Talaria quit" or showed a kill by the user.
         ops.push(Op::Shutdown);
         self.modal = None;
         self.exit = ExitState::Quitting { since: self.now };

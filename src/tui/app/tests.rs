@@ -113,10 +113,8 @@ fn quitting_with_running_jobs_asks_and_enter_is_the_safe_answer() {
     assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![], "Enter cancels");
     assert_eq!(app.modal, None);
     key(&mut app, KeyCode::Char('d'), KeyModifiers::CONTROL);
-    assert_eq!(
-        key(&mut app, KeyCode::Char('y'), KeyModifiers::NONE),
-        vec![Op::Job { id: "job_1".into(), action: JobAction::Kill }, Op::Shutdown]
-    );
+    // Shutdown kills the running jobs itself, recording "talaria quit" as the reason.
+    assert_eq!(key(&mut app, KeyCode::Char('y'), KeyModifiers::NONE), vec![Op::Shutdown]);
 }
 
 #[test]
