@@ -131,6 +131,6 @@ async fn cancel_interrupts_the_gate() {
         tokio::time::timeout(Duration::from_secs(30), runner.run("echo hi; sleep 300", dir.path(), LONG, &cancel))
             .await
             .unwrap();
-    assert_eq!(out.exit_code, INTERRUPTED_EXIT_CODE);
+    assert_eq!(out.exit_code, INTERRUPTED_EXIT_CODE, "{}", out.output_tail);
     assert!(out.output_tail.ends_with("[gate interrupted]"), "{}", out.output_tail);
 }
