@@ -9,6 +9,9 @@
 //! while the model streams an answer and `TALARIA_BENCH_JOBS` (default 32) background jobs
 //! print a line every 50 ms each: N keystrokes of a character that appears nowhere else
 //! (each removed again with Backspace), latency = write to the first output chunk carrying it.
+//!
+//! `TALARIA_PTY_BIN=target/release/talaria` drives that binary instead of the one cargo
+//! built with the bench (a dev-built bench can time a release build).
 
 mod common;
 
@@ -102,13 +105,14 @@ fn keystrokes(
     jobs: usize,
 ) {
     use talaria::testkit::scripted::{text_chunks, DONE};
-    let mut responses: Vec<ScriptedResponse> = (0..jobs)
-        .map(|j| {
-            let command = format!("while :; do echo bench-job-{j} line; sleep 0.05; done");
-            let args = serde_json::json!({ "command": command, "background": true }).to_string();
-            ScriptedResponse::tool_call(&format!("call_{j}"), "terminal", &args)
-        })
-        .collect();
+    // The session is longer than the model's window (10,000 messages are ~850k tokens): the
+    // first request of the turn asks for the summary that compacts it.
+    let mut responses = vec![ScriptedResponse::text("Summary: a long benchmark session of ordinary words.")];
+    responses.extend((0..jobs).map(|j| {
+        let command = format!("while :; do echo bench-job-{j} line; sleep 0.05; done");
+        let args = serde_json::json!({ "command": command, "background": true }).to_string();
+        ScriptedResponse::tool_call(&format!("call_{j}"), "terminal", &args)
+    }));
     let mut payloads = text_chunks(&"streaming words ".repeat(2000), 6);
     payloads.push(DONE.to_string());
     responses.push(ScriptedResponse::sse(payloads).delay(Duration::from_millis(20)));
@@ -120,9 +124,9 @@ fn keystrokes(
     p.type_text("start the jobs and tell me a long story");
     p.send(b"\r");
     let start = Instant::now();
-    // Every job was started (one request per tool result) and the answer is streaming. Each
-    // request carries the whole session: with 100,000 messages that takes minutes in a dev build.
-    while server.request_count() < jobs + 1 {
+    // The summary, then every job was started (one request per tool result) and the answer
+    // is streaming.
+    while server.request_count() < jobs + 2 {
         assert!(start.elapsed() < 10 * DEADLINE, "only {} requests at the server", server.request_count());
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -208,11 +212,15 @@ fn main() {
     std::fs::create_dir_all(&cwd).expect("work dir");
     let base = ["--base-url", url.as_str(), "--model", "m"];
 
-    let mut fresh = Vec::new();
+    let (mut fresh, mut fresh_rss, mut fresh_settled) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let start = Instant::now();
         let p = Pty::spawn(home.path(), &cwd, &base, 120, 36);
         fresh.push(time_until(&p, " message ", start));
+        if let Some(pid) = p.child.process_id() {
+            fresh_rss.push(vm_rss_mib(pid));
+            fresh_settled.push(settled_rss_mib(pid));
+        }
         quit(p);
     }
 
@@ -238,12 +246,17 @@ fn main() {
     summary("new session: spawn -> input box", fresh);
     summary(&format!("--resume {messages} messages: spawn -> input box"), frame);
     summary(&format!("--resume {messages} messages: spawn -> last message shown"), last);
-    for (what, mut values) in [("when the last message is shown", rss), ("once settled (whole session read)", settled)]
-    {
+    let resumed = format!("--resume {messages} messages");
+    for (case, what, mut values) in [
+        ("new session", "at the first frame", fresh_rss),
+        ("new session", "once settled", fresh_settled),
+        (resumed.as_str(), "when the last message is shown", rss),
+        (resumed.as_str(), "once settled (the model's part read)", settled),
+    ] {
         values.sort_by(f64::total_cmp);
         if let (Some(lo), Some(hi)) = (values.first(), values.last()) {
             println!(
-                "--resume {messages} messages: talaria VmRSS {what}: min {lo:.1} MiB   median {:.1} MiB   max {hi:.1} MiB",
+                "{case}: talaria VmRSS {what}: min {lo:.1} MiB   median {:.1} MiB   max {hi:.1} MiB",
                 values[values.len() / 2]
             );
         }

@@ -44,7 +44,7 @@ fn client(server: &ScriptedServer) -> AnthropicClient {
     AnthropicClient::new(settings(server), MessagesOptions::default()).expect("client builds")
 }
 
-fn request() -> ChatRequest {
+fn request() -> ChatRequest<'static> {
     chat_kit::request(MODEL)
 }
 
@@ -225,18 +225,18 @@ async fn the_exact_request_body_with_thinking_tool_results_and_breakpoints() {
         ],
     );
     answer.thinking = expected_rich().thinking;
+    let messages = vec![
+        ChatMessage::system("You are Talaria."),
+        ChatMessage::user("look at a.rs and main"),
+        answer,
+        ChatMessage::tool("toolu_a", r#"{"output":"fn a() {}"}"#),
+        ChatMessage::tool("toolu_b", r#"{"output":"src/main.rs:1"}"#),
+        ChatMessage::user("[OUT-OF-BAND USER MESSAGE]\nalso b.rs\n[/OUT-OF-BAND USER MESSAGE]"),
+    ];
     let request = ChatRequest {
-        model: MODEL.into(),
-        messages: vec![
-            ChatMessage::system("You are Talaria."),
-            ChatMessage::user("look at a.rs and main"),
-            answer,
-            ChatMessage::tool("toolu_a", r#"{"output":"fn a() {}"}"#),
-            ChatMessage::tool("toolu_b", r#"{"output":"src/main.rs:1"}"#),
-            ChatMessage::user("[OUT-OF-BAND USER MESSAGE]\nalso b.rs\n[/OUT-OF-BAND USER MESSAGE]"),
-        ],
         tools: vec![tool("read_file"), tool("search_files")],
         temperature: Some(0.2),
+        ..ChatRequest::owned(MODEL, messages)
     };
     let (_, result) = chat(&client, &request).await;
     assert_eq!(result.unwrap().content, "ok");

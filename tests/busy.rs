@@ -896,7 +896,7 @@ async fn a_panic_inside_a_tool_becomes_its_error_result_and_the_turn_goes_on() {
     };
     let control = TurnControl::new(Arc::new(Mutex::new(Vec::new())));
     let input = TurnInput { text: "go".into(), display_kind: None };
-    let turn = run_turn(env, control, Vec::new(), vec![input], TurnTrigger::User, ContextMeter::new(0));
+    let turn = run_turn(env, control, Vec::new(), None, vec![input], TurnTrigger::User, ContextMeter::new(0));
     let result = tokio::time::timeout(WAIT, turn).await.expect("the turn ends");
     assert_eq!(result.outcome, TurnOutcome::Completed);
 

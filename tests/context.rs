@@ -25,10 +25,15 @@ fn answer(text: &str, prompt_tokens: u64) -> ScriptedResponse {
     ScriptedResponse::sse(payloads)
 }
 
-fn chat(model: &str, system: &str, history: &[ChatMessage]) -> ChatRequest {
+fn chat(model: &str, system: &str, history: &[ChatMessage]) -> ChatRequest<'static> {
     let mut messages = vec![ChatMessage::system(system)];
     messages.extend_from_slice(history);
-    ChatRequest { model: model.into(), messages, tools: Vec::new(), temperature: None }
+    ChatRequest::owned(model, messages)
+}
+
+/// The request's messages, for the context meter.
+fn messages_of(request: &ChatRequest<'_>) -> Vec<ChatMessage> {
+    request.messages.iter().map(|m| m.as_ref().clone()).collect()
 }
 
 #[tokio::test]
@@ -69,7 +74,7 @@ async fn a_full_context_is_compacted_and_the_next_request_carries_the_summary() 
 
     let mut meter = ContextMeter::new(1_000);
     let first = chat("m", &system, &history);
-    meter.reset(&first.messages);
+    meter.reset(&messages_of(&first));
     let done = client.stream_chat(&first, &mut |_| {}).await.unwrap();
     meter.observe_usage(done.usage.unwrap().prompt_tokens);
     let reply = ChatMessage::assistant(done.content, vec![]);
@@ -84,7 +89,7 @@ async fn a_full_context_is_compacted_and_the_next_request_carries_the_summary() 
     let request = compact::summary_request("m", &history[..plan.cut], None);
     let summary = compact::summarise(&client, &request).await.unwrap();
     let history = compact::apply(history, plan.cut, &summary);
-    meter.reset(&chat("m", &system, &history).messages);
+    meter.reset(&messages_of(&chat("m", &system, &history)));
     assert!(!meter.should_compact(0.85), "{}", meter.label());
 
     history.iter().for_each(|m| assert_ne!(m.role, Role::Tool));

@@ -27,7 +27,7 @@ fn client(server: &ScriptedServer) -> OpenAiClient {
     OpenAiClient::new(settings(server)).expect("client builds")
 }
 
-fn request() -> ChatRequest {
+fn request() -> ChatRequest<'static> {
     chat_kit::request("test-model")
 }
 
@@ -306,7 +306,8 @@ async fn the_exact_request_body() {
         ChatMessage::assistant("", vec![ToolCall::new("c1", "terminal", r#"{"command":"ls"}"#)]),
         ChatMessage::tool("c1", "a.txt"),
     ];
-    let with_tools = ChatRequest { messages: history, tools: vec![tool.clone()], temperature: Some(0.0), ..request() };
+    let with_tools =
+        ChatRequest { tools: vec![tool.clone()], temperature: Some(0.0), ..ChatRequest::owned("test-model", history) };
     chat(&client, &with_tools).await.1.unwrap();
     chat(&client, &request()).await.1.unwrap();
     let requests = server.wait_for_chat_requests(2, WAIT).await;

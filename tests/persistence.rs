@@ -470,3 +470,78 @@ async fn a_long_session_shows_its_end_first_loads_earlier_pages_on_request_and_t
     assert_eq!(contents.last(), Some(&"and now?"));
     engine.shutdown().await;
 }
+
+/// A session far longer than the model's window: the engine reads only its end (what a
+/// request can carry), leaves the rest in the database, and the first turn compacts it
+/// all — the start read back from the database, the middle left out, the held end.
+#[tokio::test]
+async fn a_session_longer_than_the_window_is_read_from_its_end_and_compacted_whole() {
+    use talaria::engine::llm::Role;
+    use talaria::engine::store::StoredMessage;
+
+    let home = Home::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("SUMMARY of the long session"),
+        ScriptedResponse::text("carrying on"),
+    ])
+    .await
+    .unwrap();
+    let store = inproc::store(home.path());
+    let (_, work) = inproc::paths(home.path());
+    let sid = store.create_session("scripted-model", &work.display().to_string(), None).await.unwrap();
+    // 3,000 messages of ~60 tokens: ~180k tokens against a 40k window.
+    let rows: Vec<StoredMessage> = (0..3000)
+        .map(|i| StoredMessage {
+            role: if i % 2 == 0 { Role::User } else { Role::Assistant },
+            content: Some(format!("m{i}: {}", "words of a long session ".repeat(9))),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            display_kind: None,
+        })
+        .collect();
+    store.append_messages(&sid, rows).await.unwrap();
+
+    let mut config = talaria::config::Config::default();
+    config.model.context_window = 40_000;
+    let mut engine =
+        inproc::start_with(home.path(), &server.base_url(), SessionChoice::Resume(sid.clone()), config).await;
+    engine.send(Op::Submit { text: "and now?".into(), mode: None });
+    engine.turn_finished().await;
+    let compacted = engine.seen.iter().find_map(|e| match e {
+        Event::Notice { text, .. } if text.starts_with("context compacted") => Some(text.clone()),
+        _ => None,
+    });
+    // All but the last user turn before "and now?" (m2998, m2999) were summarised.
+    assert!(compacted.as_deref().is_some_and(|t| t.contains(": 2998 earlier messages summarised")), "{compacted:?}");
+
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2);
+    // The summary request: the start of the session from the database, a gap, and the end.
+    let ask = sent(&requests[0])[1]["content"].as_str().unwrap().to_string();
+    assert!(ask.contains("[user]\nm0: "), "the start is summarised");
+    assert!(ask.contains("messages omitted here to keep this request small"));
+    assert!(ask.contains("[assistant]\nm2997: "), "the end before the kept turn is summarised");
+    assert!(!ask.contains("m1500: "), "the middle is left out");
+    assert!(!ask.contains("m2998: "), "the kept turn is not summarised");
+    // The request after it: the summary, the kept turn and the new message, nothing older.
+    let contents: Vec<String> =
+        sent(&requests[1]).iter().filter_map(|m| m["content"].as_str().map(str::to_string)).collect();
+    assert_eq!(contents.len(), 5, "{contents:#?}");
+    assert!(contents[1].contains("SUMMARY of the long session"));
+    assert!(contents[2].starts_with("m2998: ") && contents[3].starts_with("m2999: "));
+    assert_eq!(contents[4], "and now?");
+    engine.shutdown().await;
+
+    // Resumed again, the model's part starts at the stored summary.
+    let server = ScriptedServer::start([ScriptedResponse::text("ok")]).await.unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::Resume(sid)).await;
+    engine.send(Op::Submit { text: "still there?".into(), mode: None });
+    engine.turn_finished().await;
+    let contents: Vec<String> =
+        sent(&server.chat_requests()[0]).iter().filter_map(|m| m["content"].as_str().map(str::to_string)).collect();
+    assert!(contents[1].contains("SUMMARY of the long session"), "{contents:#?}");
+    // The system prompt, the summary, m2998, m2999, "and now?", "carrying on", "still there?".
+    assert_eq!(contents.len(), 7, "{contents:#?}");
+    engine.shutdown().await;
+}

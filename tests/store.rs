@@ -646,3 +646,52 @@ async fn a_session_loads_page_by_page_from_its_end_and_hidden_rows_are_not_in_an
     let page = store.load_page(&empty, None, 400).await.unwrap();
     assert_eq!((page.messages.len(), page.earlier), (0, None));
 }
+
+#[tokio::test]
+async fn the_models_part_is_read_from_the_last_compaction_and_of_a_long_stretch_only_its_end() {
+    use talaria::engine::store::OmittedRows;
+    let home = temp_home();
+    let store = open(&home);
+    let sid = store.create_session("m", "/w", None).await.unwrap();
+    // Each message is 36 characters: 9 tokens + 4 of overhead = 13.
+    let text = |i: usize| format!("message {i:04} {}", "x".repeat(23));
+    let turn = |i: usize| vec![user(&text(i)), msg("assistant", Some(&text(i + 1)))];
+    let before: Vec<StoredMessage> = (0..10).step_by(2).flat_map(turn).collect();
+    store.append_messages(&sid, before).await.unwrap();
+    let mut summary = user("the summary");
+    summary.display_kind = Some("compaction".into());
+    let summary_seq = store.append_messages(&sid, vec![summary]).await.unwrap()[0];
+    let after: Vec<StoredMessage> = (100..140).step_by(2).flat_map(turn).collect();
+    store.append_messages(&sid, after).await.unwrap();
+
+    // No budget: everything from the compaction row on, nothing before it.
+    let all = store.load_context(&sid, None).await.unwrap();
+    assert_eq!(all.messages.len(), 41);
+    assert_eq!(all.messages[0].content.as_deref(), Some("the summary"));
+    assert_eq!(all.omitted, None);
+    // A budget the whole context fits in changes nothing.
+    assert_eq!(store.load_context(&sid, Some(10_000)).await.unwrap(), all);
+
+    // 100 tokens: seven messages fit (91), the held part starts at the last user message
+    // among them (six messages, three turns); the summary and 34 messages stay behind.
+    let part = store.load_context(&sid, Some(100)).await.unwrap();
+    let expected: Vec<Option<String>> = (134..140).map(|i| Some(text(i))).collect();
+    assert_eq!(contents(&part.messages), expected);
+    let omitted = part.omitted.expect("older messages are left in the database");
+    let OmittedRows { from, before, count, tokens } = omitted;
+    assert_eq!((from, count), (summary_seq, 35));
+    assert_eq!(before, summary_seq + 35);
+    // "the summary" is 11 characters, the 34 others 36 each: (11 + 34 * 36) / 4 + 35 * 4.
+    assert_eq!(tokens, (11u64 + 34 * 36).div_ceil(4) + 35 * 4);
+
+    // A budget smaller than the last turn still reads that turn whole.
+    let last = store.load_context(&sid, Some(1)).await.unwrap();
+    assert_eq!(contents(&last.messages), some(&[&text(138), &text(139)]));
+    assert_eq!(last.omitted.map(|o| o.count), Some(39));
+
+    // The start of what was left behind, read for a compaction, up to a size.
+    let size: fn(&StoredMessage) -> usize = |m| m.content.as_deref().map_or(0, str::len);
+    let start = store.load_omitted_start(&sid, omitted, 50, size).await.unwrap();
+    // The row that reaches the size is the last one read.
+    assert_eq!(contents(&start), some(&["the summary", &text(100), &text(101)]));
+}

@@ -3,7 +3,8 @@
 
 use std::fmt;
 
-use crate::engine::llm::ChatMessage;
+use crate::engine::llm::{ChatMessage, ToolCall};
+use crate::engine::store::StoredMessage;
 
 /// Tokens each message costs beyond its text (role, separators in the chat template).
 pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
@@ -22,15 +23,24 @@ pub fn estimate_text_tokens(text: &str) -> u64 {
 }
 
 fn estimate_message(message: &ChatMessage) -> u64 {
-    let mut chars = message.text().chars().count() as u64;
+    estimate_parts(message.text(), &message.tool_calls, message.tool_call_id.as_deref())
+}
+
+/// The same estimate for a stored row (the part of a long session left in the database).
+pub(crate) fn estimate_stored(row: &StoredMessage) -> u64 {
+    estimate_parts(row.content.as_deref().unwrap_or(""), &row.tool_calls, row.tool_call_id.as_deref())
+}
+
+fn estimate_parts(text: &str, tool_calls: &[ToolCall], tool_call_id: Option<&str>) -> u64 {
+    let mut chars = text.chars().count() as u64;
     let mut overhead = MESSAGE_OVERHEAD_TOKENS;
-    for call in &message.tool_calls {
+    for call in tool_calls {
         chars += (call.id.chars().count()
             + call.function.name.chars().count()
             + call.function.arguments.chars().count()) as u64;
         overhead += TOOL_CALL_OVERHEAD_TOKENS;
     }
-    if let Some(id) = &message.tool_call_id {
+    if let Some(id) = tool_call_id {
         chars += id.chars().count() as u64;
     }
     chars.div_ceil(4) + overhead
@@ -73,6 +83,13 @@ impl ContextMeter {
     pub fn reset(&mut self, messages: &[ChatMessage]) {
         self.last_prompt_tokens = None;
         self.estimated_since = estimate_tokens(messages);
+    }
+
+    /// The conversation was replaced and `tokens` more of it stay in the database (the
+    /// older part of a long, uncompacted session): they count until it is compacted.
+    pub fn reset_with(&mut self, messages: &[ChatMessage], tokens: u64) {
+        self.reset(messages);
+        self.estimated_since = self.estimated_since.saturating_add(tokens);
     }
 
     /// Best guess of the tokens the next request's prompt takes.
@@ -128,7 +145,6 @@ fn short_count(n: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::llm::ToolCall;
     use pretty_assertions::assert_eq;
 
     #[test]

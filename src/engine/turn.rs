@@ -2,6 +2,7 @@
 //! tool calls, the iteration budget is spent, or the turn is interrupted. Messages typed
 //! while it runs are delivered at the boundaries this loop defines.
 
+use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -17,7 +18,7 @@ use crate::engine::context::ContextMeter;
 use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
 use crate::engine::jobs::{JobsHandle, NoticeKind};
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
-use crate::engine::store::Store;
+use crate::engine::store::{OmittedRows, Store};
 use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
 use crate::engine::EventSink;
 use crate::protocol::ToolStatus;
@@ -91,6 +92,8 @@ pub struct TurnInput {
 
 pub struct TurnResult {
     pub history: Vec<ChatMessage>,
+    /// The older part of the context still only in the database (`None` once compacted).
+    pub omitted: Option<OmittedRows>,
     pub outcome: TurnOutcome,
     pub usage: crate::engine::llm::Usage,
     pub meter: ContextMeter,
@@ -104,12 +107,14 @@ impl TurnEnv {
 
 pub use crate::util::lock;
 
-/// Run one turn. Owns the history while it runs and hands it back. The caller reports
-/// the end (`Event::TurnFinished`).
+/// Run one turn. Owns the history while it runs and hands it back. `omitted`: older
+/// messages of the context left in the database (a compaction summarises them too). The
+/// caller reports the end (`Event::TurnFinished`).
 pub async fn run_turn(
     env: TurnEnv,
     control: TurnControl,
     mut history: Vec<ChatMessage>,
+    mut omitted: Option<OmittedRows>,
     inputs: Vec<TurnInput>,
     trigger: TurnTrigger,
     mut meter: ContextMeter,
@@ -167,7 +172,7 @@ pub async fn run_turn(
         meter.add_estimate(&history[counted..]);
         counted = history.len();
         if meter.should_compact(env.config.agent.compact_at) {
-            history = auto_compact(&env, &control, history, &mut meter).await;
+            (history, omitted) = auto_compact(&env, &control, history, omitted, &mut meter).await;
             counted = history.len();
         }
         let request_len = history.len();
@@ -246,7 +251,7 @@ pub async fn run_turn(
     send_context(&env, &meter);
     // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
     // running, so a message or command sent on seeing it is not treated as busy input.
-    TurnResult { history, outcome, usage, meter }
+    TurnResult { history, omitted, outcome, usage, meter }
 }
 
 /// Run the user's own `!command` as a foreground job shown like a tool call. It is not sent
@@ -255,6 +260,7 @@ pub async fn run_bang(
     env: TurnEnv,
     control: TurnControl,
     mut history: Vec<ChatMessage>,
+    omitted: Option<OmittedRows>,
     command: String,
     mut meter: ContextMeter,
 ) -> TurnResult {
@@ -299,7 +305,7 @@ pub async fn run_bang(
     meter.add_estimate(std::slice::from_ref(&message));
     history.push(message);
     let outcome = if control.interrupt.is_cancelled() { TurnOutcome::Interrupted } else { TurnOutcome::Completed };
-    TurnResult { history, outcome, usage: crate::engine::llm::Usage::default(), meter }
+    TurnResult { history, omitted, outcome, usage: crate::engine::llm::Usage::default(), meter }
 }
 
 /// One call's tokens, and its dollars when the model is priced.
@@ -330,10 +336,11 @@ async fn auto_compact(
     env: &TurnEnv,
     control: &TurnControl,
     history: Vec<ChatMessage>,
+    omitted: Option<OmittedRows>,
     meter: &mut ContextMeter,
-) -> Vec<ChatMessage> {
+) -> (Vec<ChatMessage>, Option<OmittedRows>) {
     env.events.send(Event::notice(NoticeLevel::Info, format!("{} — compacting older turns…", meter.label())));
-    match compaction::compact_history(&compactor(env), history, None, &control.interrupt).await {
+    match compaction::compact_history(&compactor(env), history, omitted, None, &control.interrupt).await {
         Ok(done) => {
             let mut all = fixed_context(env);
             all.extend_from_slice(&done.history);
@@ -342,11 +349,20 @@ async fn auto_compact(
                 NoticeLevel::Info,
                 format!("context compacted: {} earlier messages summarised ({})", done.summarised, meter.label()),
             ));
-            done.history
+            (done.history, None)
         }
         Err((history, why)) => {
-            env.events.send(Event::notice(NoticeLevel::Warn, format!("compaction failed: {why}")));
-            history
+            let text = match omitted {
+                // The request goes with the part of the conversation that fits the window.
+                Some(o) => format!(
+                    "compaction failed: {why}; the model gets the last {} messages, not the {} before them",
+                    history.len(),
+                    o.count
+                ),
+                None => format!("compaction failed: {why}"),
+            };
+            env.events.send(Event::notice(NoticeLevel::Warn, text));
+            (history, omitted)
         }
     }
 }
@@ -521,9 +537,11 @@ async fn stream_once(
     history: &[ChatMessage],
     redirect: &mut watch::Receiver<u64>,
 ) -> StreamEnd {
+    // The history is borrowed, not copied: a long session costs one pointer per message.
+    let system = ChatMessage::system(env.system_prompt.clone());
     let mut messages = Vec::with_capacity(history.len() + 1);
-    messages.push(ChatMessage::system(env.system_prompt.clone()));
-    messages.extend_from_slice(history);
+    messages.push(Cow::Borrowed(&system));
+    messages.extend(history.iter().map(Cow::Borrowed));
     let request =
         ChatRequest { model: env.model.clone(), messages, tools: env.registry.definitions(), temperature: None };
     let mut partial = Partial::default();

@@ -5,17 +5,15 @@
 use talaria::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta};
 
 /// A system prompt and one user message, no tools.
-pub fn request(model: &str) -> ChatRequest {
-    ChatRequest {
-        model: model.into(),
-        messages: vec![ChatMessage::system("be brief"), ChatMessage::user("hi")],
-        tools: Vec::new(),
-        temperature: None,
-    }
+pub fn request(model: &str) -> ChatRequest<'static> {
+    ChatRequest::owned(model, vec![ChatMessage::system("be brief"), ChatMessage::user("hi")])
 }
 
 /// Every delta the client streamed, and how the call ended.
-pub async fn chat(client: &dyn Provider, request: &ChatRequest) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
+pub async fn chat(
+    client: &dyn Provider,
+    request: &ChatRequest<'_>,
+) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
     let mut deltas = Vec::new();
     let result = client.stream_chat(request, &mut |d| deltas.push(d)).await;
     (deltas, result)

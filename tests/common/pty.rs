@@ -28,7 +28,9 @@ impl Pty {
     pub fn spawn_with_env(home: &Path, cwd: &Path, args: &[&str], cols: u16, rows: u16, env: &[(&str, &str)]) -> Pty {
         let system = native_pty_system();
         let pair = system.openpty(PtySize { rows, cols, pixel_width: 0, pixel_height: 0 }).expect("openpty");
-        let mut cmd = CommandBuilder::new(env!("CARGO_BIN_EXE_talaria"));
+        // Benches may drive another build of talaria (a release binary from a dev-built bench).
+        let exe = std::env::var_os("TALARIA_PTY_BIN").unwrap_or_else(|| env!("CARGO_BIN_EXE_talaria").into());
+        let mut cmd = CommandBuilder::new(exe);
         cmd.args(args);
         cmd.cwd(cwd);
         cmd.env("TALARIA_HOME", home);

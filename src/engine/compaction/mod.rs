@@ -4,8 +4,9 @@
 //!
 //! In the database a compaction is a `display_kind = "compaction"` user row holding the
 //! summary, followed by copies of the kept recent messages (`display_kind = "copy:…"`).
-//! The model's context is everything from the last compaction row on; the transcript
-//! shows every original row, so nothing is lost.
+//! The model's context is everything from the last compaction row on (`Store::load_context`;
+//! of a long stretch without one only its end is read, the rest summarised by the next
+//! compaction); the transcript shows every original row, so nothing is lost.
 
 pub mod plan;
 
@@ -13,22 +14,14 @@ use std::sync::Arc;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::engine::history::to_stored;
+use crate::engine::history::{to_chat, to_stored};
 use crate::engine::llm::{ChatMessage, Provider};
-use crate::engine::store::{Store, StoredMessage};
+use crate::engine::store::{OmittedRows, Store, StoredMessage};
 
 pub use plan::SUMMARY_HEADER;
 
 pub const COMPACTION_KIND: &str = "compaction";
 pub const COPY_PREFIX: &str = "copy:";
-
-/// Rows that make up the model's context: from the last compaction on.
-pub fn context_rows(rows: &[StoredMessage]) -> &[StoredMessage] {
-    match rows.iter().rposition(|r| r.display_kind.as_deref() == Some(COMPACTION_KIND)) {
-        Some(i) => &rows[i..],
-        None => rows,
-    }
-}
 
 /// A row re-stored as part of a compaction's kept tail (not shown twice).
 pub fn is_copy(row: &StoredMessage) -> bool {
@@ -58,19 +51,44 @@ pub struct Compactor {
     pub context_window: u64,
 }
 
-/// Summarise all but the most recent turns of `history`. Errors leave the history as it was.
+/// Summarise all but the most recent turns of `history`, and the older messages of the
+/// context that were left in the database (`omitted`) before them. Errors leave the
+/// history as it was.
 pub async fn compact_history(
     with: &Compactor,
     history: Vec<ChatMessage>,
+    omitted: Option<OmittedRows>,
     focus: Option<&str>,
     cancel: &CancellationToken,
 ) -> Result<Compacted, (Vec<ChatMessage>, String)> {
     let planned = plan::plan(&history, plan::DEFAULT_KEEP_USER_TURNS).or_else(|| plan::plan(&history, 0));
-    let Some(planned) = planned else {
-        return Err((history, "nothing to compact yet".into()));
+    // With older messages in the database there is something to summarise even when every
+    // held message is kept (the held part starts at a user message: a safe cut).
+    let cut = match (planned, omitted) {
+        (Some(planned), _) => planned.cut,
+        (None, Some(_)) => 0,
+        (None, None) => return Err((history, "nothing to compact yet".into())),
     };
+    let planned = plan::CompactionPlan { cut };
     let window_chars = usize::try_from(with.context_window).unwrap_or(usize::MAX).saturating_mul(2).max(20_000);
-    let request = plan::summary_request_within(&with.model, &history[..planned.cut], focus, window_chars);
+    let request = match omitted {
+        None => plan::summary_request_within(&with.model, &history[..cut], focus, window_chars),
+        Some(omitted) => {
+            // Only the start of what was left in the database can be in the request (its
+            // middle is left out like the middle of any long transcript): read just that.
+            let start = with
+                .store
+                .load_omitted_start(&with.session_id, omitted, plan::head_chars(window_chars), plan::stored_size)
+                .await;
+            let start: Vec<ChatMessage> = match start {
+                Ok(rows) => rows.iter().filter_map(to_chat).collect(),
+                Err(e) => return Err((history, format!("could not read the older messages: {e}"))),
+            };
+            let gap = usize::try_from(omitted.count).unwrap_or(usize::MAX).saturating_sub(start.len());
+            let parts = plan::TranscriptParts { start: &start, gap, rest: &history[..cut] };
+            plan::summary_request_of(&with.model, parts, focus, window_chars)
+        }
+    };
     // Only the summary request waits on the network, so only it can be interrupted; the
     // rows below are written all or (on a store error) not at all before the next turn.
     let summary = tokio::select! {
@@ -93,7 +111,8 @@ pub async fn compact_history(
     if let Err(e) = with.store.append_messages(&with.session_id, rows).await {
         return Err((history, format!("could not save the compaction: {e}")));
     }
-    Ok(Compacted { history: new_history, summarised: kept_from })
+    let left_in_store = omitted.map_or(0, |o| usize::try_from(o.count).unwrap_or(usize::MAX));
+    Ok(Compacted { history: new_history, summarised: kept_from.saturating_add(left_in_store) })
 }
 
 #[cfg(test)]
@@ -112,19 +131,11 @@ mod tests {
     }
 
     #[test]
-    fn context_starts_at_the_last_compaction() {
-        let rows = vec![
-            row(None),
-            row(Some("compaction")),
-            row(Some("copy:kept")),
-            row(None),
-            row(Some("compaction")),
-            row(None),
-        ];
-        assert_eq!(context_rows(&rows).len(), 2);
-        assert_eq!(context_rows(&rows[..4]).len(), 3);
-        assert_eq!(context_rows(&rows[..1]).len(), 1);
-        assert!(is_copy(&rows[2]));
+    fn a_copy_keeps_its_original_kind() {
+        let copy = row(Some("copy:kept"));
+        assert!(is_copy(&copy));
+        assert!(!is_copy(&row(Some("compaction"))) && !is_copy(&row(None)));
         assert_eq!(original_kind(Some("copy:kept")), Some("kept"));
+        assert_eq!(original_kind(Some("oob")), Some("oob"));
     }
 }

@@ -7,6 +7,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::engine::llm::{ChatMessage, ChatRequest, LlmError, Provider, Role, StreamDelta};
+use crate::engine::store::StoredMessage;
 use crate::text::truncate_for_model;
 
 /// The first line of the message that replaces the compacted part.
@@ -97,7 +98,7 @@ pub fn plan(history: &[ChatMessage], keep_recent_user_turns: usize) -> Option<Co
 
 /// The request asking the model for the summary of `older` (`history[..cut]`): no tools,
 /// temperature 0, the conversation as a plain transcript with long outputs shortened.
-pub fn summary_request(model: &str, older: &[ChatMessage], focus: Option<&str>) -> ChatRequest {
+pub fn summary_request(model: &str, older: &[ChatMessage], focus: Option<&str>) -> ChatRequest<'static> {
     summary_request_within(model, older, focus, DEFAULT_TRANSCRIPT_CHARS)
 }
 
@@ -108,8 +109,27 @@ pub fn summary_request_within(
     older: &[ChatMessage],
     focus: Option<&str>,
     max_transcript_chars: usize,
-) -> ChatRequest {
-    let transcript = transcript(older, max_transcript_chars);
+) -> ChatRequest<'static> {
+    summary_request_of(model, TranscriptParts { start: &[], gap: 0, rest: older }, focus, max_transcript_chars)
+}
+
+/// What a summary request covers: `start`, then `gap` messages not at hand (left in the
+/// database), then `rest`. Without a gap, `start` and `rest` are one run of messages.
+#[derive(Debug, Clone, Copy)]
+pub struct TranscriptParts<'a> {
+    pub start: &'a [ChatMessage],
+    pub gap: usize,
+    pub rest: &'a [ChatMessage],
+}
+
+/// [`summary_request_within`] of messages in parts.
+pub fn summary_request_of(
+    model: &str,
+    parts: TranscriptParts<'_>,
+    focus: Option<&str>,
+    max_transcript_chars: usize,
+) -> ChatRequest<'static> {
+    let transcript = transcript(parts, max_transcript_chars);
     let mut ask = format!("Here is the transcript to summarise:\n\n<transcript>\n{transcript}\n</transcript>\n\n");
     match focus.map(str::trim).filter(|f| !f.is_empty()) {
         Some(focus) => ask.push_str(&format!(
@@ -120,40 +140,61 @@ pub fn summary_request_within(
         None => ask.push_str("Write the working summary now."),
     }
     ChatRequest {
-        model: model.to_string(),
-        messages: vec![ChatMessage::system(SUMMARY_SYSTEM_PROMPT), ChatMessage::user(ask)],
-        tools: Vec::new(),
         temperature: Some(0.0),
+        ..ChatRequest::owned(model, vec![ChatMessage::system(SUMMARY_SYSTEM_PROMPT), ChatMessage::user(ask)])
     }
+}
+
+/// How much of a transcript of `max_chars` its start may take (the rest is its end).
+pub fn head_chars(max_chars: usize) -> usize {
+    max_chars / 4
+}
+
+/// About the characters a stored message takes in a transcript (each part capped as
+/// [`render`] caps it), to know how many of the oldest to read for its start.
+pub fn stored_size(row: &StoredMessage) -> usize {
+    let text = row.content.as_deref().unwrap_or("");
+    let cap = if text.starts_with(SUMMARY_HEADER) { MAX_EARLIER_SUMMARY_CHARS } else { MAX_TEXT_CHARS };
+    let text = text.len().min(cap);
+    let calls: usize = row.tool_calls.iter().map(|c| c.function.arguments.len().min(MAX_ARGUMENTS_CHARS) + 20).sum();
+    text + calls + 20
 }
 
 /// The messages as a readable transcript, each shortened, the whole kept under `max_chars`
 /// by dropping messages from the middle (the start holds the goal and any earlier summary,
-/// the end the current state).
-fn transcript(messages: &[ChatMessage], max_chars: usize) -> String {
+/// the end the current state). A gap in the parts is always in the dropped middle.
+fn transcript(parts: TranscriptParts<'_>, max_chars: usize) -> String {
+    let TranscriptParts { start, gap, rest } = parts;
     let mut names: HashMap<&str, &str> = HashMap::new();
-    for call in messages.iter().flat_map(|m| &m.tool_calls) {
+    for call in start.iter().chain(rest).flat_map(|m| &m.tool_calls) {
         names.insert(&call.id, &call.function.name);
     }
-    let entries: Vec<String> = messages.iter().filter(|m| m.role != Role::System).map(|m| render(m, &names)).collect();
+    let shown = |ms: &[ChatMessage]| -> Vec<String> {
+        ms.iter().filter(|m| m.role != Role::System).map(|m| render(m, &names)).collect()
+    };
+    let mut entries = shown(start);
+    // Where the gap is: the start may not reach past it, nor the end before it.
+    let boundary = if gap > 0 { entries.len() } else { usize::MAX };
+    entries.extend(shown(rest));
     let size = |e: &String| e.chars().count() + 2;
     let total: usize = entries.iter().map(size).sum();
-    if total <= max_chars {
+    if gap == 0 && total <= max_chars {
         return entries.join("\n\n");
     }
     let mut head_len = 0;
     let mut head = 0;
-    while head < entries.len() && head_len + size(&entries[head]) <= max_chars / 4 {
+    while head < entries.len().min(boundary) && head_len + size(&entries[head]) <= head_chars(max_chars) {
         head_len += size(&entries[head]);
         head += 1;
     }
     let mut tail_len = 0;
     let mut tail = entries.len();
-    while tail > head && head_len + tail_len + size(&entries[tail - 1]) <= max_chars {
+    let floor = if gap > 0 { boundary } else { head };
+    while tail > floor && head_len + tail_len + size(&entries[tail - 1]) <= max_chars {
         tail_len += size(&entries[tail - 1]);
         tail -= 1;
     }
-    let omitted = tail - head;
+    let omitted = tail - head + gap;
     let mut parts: Vec<String> = entries[..head].to_vec();
     parts.push(format!("[… {omitted} messages omitted here to keep this request small …]"));
     parts.extend_from_slice(&entries[tail..]);
@@ -207,7 +248,7 @@ pub fn apply(mut history: Vec<ChatMessage>, cut: usize, summary: &str) -> Vec<Ch
 
 /// Ask the model for the summary. Errors when the answer has no text (nothing should be
 /// compacted away then).
-pub async fn summarise(provider: &dyn Provider, request: &ChatRequest) -> Result<String, LlmError> {
+pub async fn summarise(provider: &dyn Provider, request: &ChatRequest<'_>) -> Result<String, LlmError> {
     let completion = provider.stream_chat(request, &mut |_: StreamDelta| {}).await?;
     let summary = strip_thinking(&completion.content).trim().to_string();
     if summary.is_empty() {
@@ -366,7 +407,7 @@ mod tests {
         assert_eq!(request.tools, Vec::<serde_json::Value>::new());
         assert_eq!(request.temperature, Some(0.0));
         assert_eq!(request.messages.len(), 2);
-        assert_eq!(request.messages[0], ChatMessage::system(SUMMARY_SYSTEM_PROMPT));
+        assert_eq!(*request.messages[0], ChatMessage::system(SUMMARY_SYSTEM_PROMPT));
         let ask = request.messages[1].text();
         assert!(ask.len() < 5_000, "the 50k output is shortened: {} bytes", ask.len());
         assert!(ask.contains("START") && ask.contains("END") && ask.contains("OUTPUT TRUNCATED"));
@@ -398,6 +439,43 @@ mod tests {
     }
 
     #[test]
+    fn messages_left_in_the_database_are_a_gap_in_the_middle_even_when_all_else_fits() {
+        let start = conversation(2);
+        let rest = conversation(3);
+        let parts = |gap| TranscriptParts { start: &start, gap, rest: &rest };
+        // No gap and room for all: one run of messages, no marker.
+        let whole = transcript(parts(0), 100_000);
+        assert!(!whole.contains("omitted"));
+        // A gap is said even with room for everything at hand.
+        let gapped = transcript(parts(40), 100_000);
+        assert!(gapped.contains("[… 40 messages omitted here to keep this request small …]"), "{gapped}");
+        let (before, after) = gapped.split_once("omitted here").unwrap();
+        assert!(before.contains("done 1") && after.contains("task 2"));
+        // Tight: the start keeps a quarter, the end fills the rest, never across the gap.
+        let tight = transcript(parts(40), 160);
+        assert!(tight.starts_with("[user]\ntask 0\n"), "{tight}");
+        assert!(tight.contains("done 2") && !tight.contains("task 1\n"), "{tight}");
+        let omitted: usize = tight.split("[… ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
+        assert_eq!(omitted, 40 + 8 + 12 - tight.matches("\n\n[").count());
+    }
+
+    #[test]
+    fn stored_sizes_follow_the_caps_of_the_transcript() {
+        let row = |text: String| StoredMessage {
+            role: Role::User,
+            content: Some(text),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            tool_name: None,
+            display_kind: None,
+        };
+        assert_eq!(stored_size(&row("abc".into())), 23);
+        assert_eq!(stored_size(&row("x".repeat(50_000))), MAX_TEXT_CHARS + 20);
+        let summary = format!("{SUMMARY_HEADER}\n{}", "y".repeat(50_000));
+        assert_eq!(stored_size(&row(summary)), MAX_EARLIER_SUMMARY_CHARS + 20);
+    }
+
+    #[test]
     fn thinking_is_not_part_of_the_summary() {
         assert_eq!(strip_thinking("<think>hmm</think>\nGoals"), "\nGoals");
         assert_eq!(strip_thinking("Goals <think>"), "Goals <think>");
@@ -417,7 +495,7 @@ mod tests {
         assert_eq!(sent.len(), 1);
         assert_eq!(sent[0].tool_names(), Vec::<String>::new());
         assert_eq!(sent[0].temperature(), Some(0.0));
-        assert_eq!(sent[0].messages(), request.messages);
+        assert_eq!(sent[0].messages(), request.messages.iter().map(|m| m.as_ref().clone()).collect::<Vec<_>>());
         let asked = sent[0].messages()[1].text().to_string();
         assert!(asked.contains("task 0") && asked.contains("task 1") && !asked.contains("task 2"));
 

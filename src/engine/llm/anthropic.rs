@@ -14,11 +14,13 @@
 //! has reached `on_delta`; a mid-stream `error` after output ends the request with an error
 //! and the caller keeps the partial answer it already showed.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
+use tokio_util::bytes::Bytes;
 
 use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings, Retries};
 use super::sse::{clip, SseParser, MAX_ANSWER_BYTES};
@@ -111,12 +113,18 @@ impl AnthropicClient {
     async fn attempt(
         &self,
         url: &str,
-        body: &Value,
+        body: &Bytes,
         on_delta: &mut (dyn FnMut(StreamDelta) + Send),
         delivered: &mut bool,
     ) -> Result<Completion, LlmError> {
         let idle = self.settings.idle_timeout;
-        let request = self.headers(self.http.post(url).header(reqwest::header::ACCEPT, "text/event-stream").json(body));
+        let request = self.headers(
+            self.http
+                .post(url)
+                .header(reqwest::header::ACCEPT, "text/event-stream")
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone()),
+        );
         let response = match tokio::time::timeout(idle, request.send()).await {
             Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
             Ok(Err(e)) => return Err(send_error(url, &e)),
@@ -165,11 +173,13 @@ impl AnthropicClient {
 impl Provider for AnthropicClient {
     async fn stream_chat(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         on_delta: &mut (dyn FnMut(StreamDelta) + Send),
     ) -> Result<Completion, LlmError> {
         let url = self.url("messages");
-        let body = request_body(request, self.options);
+        // Serialised once and the JSON tree dropped: only the bytes live while the answer
+        // streams, shared (not copied) by a retry.
+        let body = Bytes::from(serde_json::to_vec(&request_body(request, self.options)).unwrap_or_default());
         let mut retries = Retries::new(&self.settings, "Anthropic");
         loop {
             let mut delivered = false;
@@ -234,7 +244,7 @@ fn ephemeral() -> Value {
 }
 
 /// The Messages API body for `request`.
-pub fn request_body(request: &ChatRequest, options: MessagesOptions) -> Value {
+pub fn request_body(request: &ChatRequest<'_>, options: MessagesOptions) -> Value {
     let (system, messages) = convert_messages(&request.messages);
     let mut tools: Vec<Value> = request.tools.iter().filter_map(convert_tool).collect();
     let mut system_blocks: Vec<Value> =
@@ -291,8 +301,8 @@ pub fn request_body(request: &ChatRequest, options: MessagesOptions) -> Value {
 /// to start with its thinking blocks while thinking is on, and an answer restored from the
 /// session database (or written by another model) has none. Such a request goes without
 /// thinking rather than being refused.
-fn thinking_possible(history: &[ChatMessage]) -> bool {
-    match history.iter().rev().find(|m| m.role == Role::Assistant) {
+fn thinking_possible<M: Borrow<ChatMessage>>(history: &[M]) -> bool {
+    match history.iter().map(Borrow::borrow).rev().find(|m: &&ChatMessage| m.role == Role::Assistant) {
         Some(last) => last.tool_calls.is_empty() || !last.thinking.is_empty(),
         None => true,
     }
@@ -315,11 +325,11 @@ fn convert_tool(tool: &Value) -> Option<Value> {
 
 /// The leading system texts, and the rest as alternating user / assistant messages of
 /// content blocks (consecutive messages of one role merged, tool results first).
-fn convert_messages(history: &[ChatMessage]) -> (Vec<String>, Vec<Value>) {
+fn convert_messages<M: Borrow<ChatMessage>>(history: &[M]) -> (Vec<String>, Vec<Value>) {
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     let mut leading = true;
-    for message in history {
+    for message in history.iter().map(Borrow::borrow) {
         let (role, blocks) = match message.role {
             Role::System if leading => {
                 system.push(message.text().to_string());
@@ -616,6 +626,7 @@ impl MessageAccumulator {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+    use std::borrow::Cow;
 
     fn run(events: &[Value]) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
         let mut acc = MessageAccumulator::new();
@@ -765,12 +776,7 @@ mod tests {
 
     #[test]
     fn temperature_is_left_out_when_thinking() {
-        let request = ChatRequest {
-            model: "m".into(),
-            messages: vec![ChatMessage::user("hi")],
-            tools: Vec::new(),
-            temperature: Some(0.2),
-        };
+        let request = ChatRequest { temperature: Some(0.2), ..ChatRequest::owned("m", vec![ChatMessage::user("hi")]) };
         let plain = request_body(&request, MessagesOptions::default());
         assert_eq!(plain["temperature"], json!(0.2));
         assert!(plain.get("thinking").is_none());
@@ -781,15 +787,15 @@ mod tests {
         // A tool-calling answer without its thinking blocks (restored from the database):
         // this request goes without thinking.
         let options = MessagesOptions { max_tokens: 8000, thinking_budget: 4000 };
-        let mut messages = vec![
+        let mut messages = [
             ChatMessage::user("hi"),
             ChatMessage::assistant("", vec![ToolCall::new("t1", "terminal", "{}")]),
             ChatMessage::tool("t1", "{}"),
         ];
-        let restored = ChatRequest { messages: messages.clone(), ..request.clone() };
+        let restored = ChatRequest { messages: messages.iter().map(Cow::Borrowed).collect(), ..request.clone() };
         assert!(request_body(&restored, options).get("thinking").is_none());
         messages[1].thinking = vec![json!({"type": "thinking", "thinking": "t", "signature": "s"})];
-        let live = ChatRequest { messages, ..request };
+        let live = ChatRequest { messages: messages.iter().map(Cow::Borrowed).collect(), ..request };
         assert_eq!(request_body(&live, options)["thinking"], json!({"type":"enabled","budget_tokens":4000}));
     }
 }

@@ -4,15 +4,18 @@
 //! broken or silent stream) only while nothing has been handed to `on_delta`; after the
 //! first delta a failure is returned, and the caller keeps what it already showed.
 
+use std::borrow::Cow;
 use std::error::Error as StdError;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use futures_util::StreamExt;
-use serde_json::{json, Value};
+use serde::Serialize;
+use serde_json::Value;
+use tokio_util::bytes::Bytes;
 
 use super::sse::{clip, error_message, ChunkAccumulator, SseParser};
-use super::{ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
+use super::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
 use crate::config::AgentConfig;
 
 /// A single SSE line longer than this is refused rather than buffered without end.
@@ -150,13 +153,18 @@ impl OpenAiClient {
     async fn attempt(
         &self,
         url: &str,
-        body: &Value,
+        body: &Bytes,
         on_delta: &mut (dyn FnMut(StreamDelta) + Send),
         delivered: &mut bool,
     ) -> Result<Completion, LlmError> {
         let idle = self.settings.idle_timeout;
-        let request =
-            self.authorise(self.http.post(url).header(reqwest::header::ACCEPT, "text/event-stream").json(body));
+        let request = self.authorise(
+            self.http
+                .post(url)
+                .header(reqwest::header::ACCEPT, "text/event-stream")
+                .header(reqwest::header::CONTENT_TYPE, "application/json")
+                .body(body.clone()),
+        );
         let response = match tokio::time::timeout(idle, request.send()).await {
             Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
             Ok(Err(e)) => return Err(send_error(url, &e)),
@@ -222,7 +230,7 @@ impl OpenAiClient {
 impl Provider for OpenAiClient {
     async fn stream_chat(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         on_delta: &mut (dyn FnMut(StreamDelta) + Send),
     ) -> Result<Completion, LlmError> {
         let url = self.url("chat/completions");
@@ -323,22 +331,35 @@ pub async fn fetch_models(
     }
 }
 
-/// The JSON body sent for `request`.
-pub fn request_body(request: &ChatRequest) -> Value {
-    let mut body = json!({
-        "model": request.model,
-        "messages": request.messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !request.tools.is_empty() {
-        body["tools"] = Value::Array(request.tools.clone());
+/// The JSON body sent for `request`, serialised straight from the (borrowed) messages: no
+/// JSON tree or copy of the conversation is built on the way, only the bytes sent.
+pub fn request_body(request: &ChatRequest<'_>) -> Bytes {
+    #[derive(Serialize)]
+    struct StreamOptions {
+        include_usage: bool,
     }
-    if let Some(t) = request.temperature {
+    #[derive(Serialize)]
+    struct Body<'r, 'a> {
+        model: &'r str,
+        messages: &'r [Cow<'a, ChatMessage>],
+        stream: bool,
+        stream_options: StreamOptions,
+        #[serde(skip_serializing_if = "<[Value]>::is_empty")]
+        tools: &'r [Value],
+        #[serde(skip_serializing_if = "Option::is_none")]
+        temperature: Option<f64>,
+    }
+    let body = Body {
+        model: &request.model,
+        messages: &request.messages,
+        stream: true,
+        stream_options: StreamOptions { include_usage: true },
+        tools: &request.tools,
         // Through text, so 0.2f32 is sent as 0.2 rather than 0.20000000298023224.
-        body["temperature"] = t.to_string().parse::<f64>().map(Value::from).unwrap_or(Value::Null);
-    }
-    body
+        temperature: request.temperature.and_then(|t| t.to_string().parse::<f64>().ok()),
+    };
+    // Serialising plain structs and strings cannot fail.
+    Bytes::from(serde_json::to_vec(&body).unwrap_or_default())
 }
 
 /// A server that ignored `stream: true` and sent one JSON object.
@@ -473,24 +494,20 @@ pub(crate) fn whole_seconds(d: Duration) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::llm::ChatMessage;
     use pretty_assertions::assert_eq;
+    use serde_json::json;
 
     #[test]
     fn body_omits_empty_tools_and_missing_temperature() {
-        let request = ChatRequest {
-            model: "m".into(),
-            messages: vec![ChatMessage::user("hi")],
-            tools: Vec::new(),
-            temperature: None,
-        };
+        let request = ChatRequest::owned("m", vec![ChatMessage::user("hi")]);
+        let json = |body: Bytes| serde_json::from_slice::<Value>(&body).expect("JSON");
         assert_eq!(
-            request_body(&request),
+            json(request_body(&request)),
             json!({"model":"m","messages":[{"role":"user","content":"hi"}],"stream":true,
                    "stream_options":{"include_usage":true}})
         );
         let request = ChatRequest { tools: vec![json!({"type":"function"})], temperature: Some(0.2), ..request };
-        let body = request_body(&request);
+        let body = json(request_body(&request));
         assert_eq!(body["tools"], json!([{"type":"function"}]));
         assert_eq!(body["temperature"], json!(0.2));
     }

@@ -422,12 +422,8 @@ mod tests {
         let client = OpenAiClient::new(ClientSettings::new(server.base_url())).unwrap();
         assert_eq!(client.list_models().await.unwrap(), vec![DEMO_MODEL.to_string()]);
         let tool = json!({"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}});
-        let request = ChatRequest {
-            model: DEMO_MODEL.into(),
-            messages: vec![ChatMessage::user("hello")],
-            tools: vec![tool],
-            temperature: None,
-        };
+        let request =
+            ChatRequest { tools: vec![tool], ..ChatRequest::owned(DEMO_MODEL, vec![ChatMessage::user("hello")]) };
         let mut deltas = Vec::new();
         let done = client.stream_chat(&request, &mut |d| deltas.push(d)).await.unwrap();
         assert!(done.content.contains("built-in demo model"));

@@ -8,6 +8,8 @@ pub mod provider;
 pub mod spend;
 pub mod sse;
 
+use std::borrow::Cow;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
@@ -130,14 +132,27 @@ impl ChatMessage {
     }
 }
 
-/// What the engine asks a provider for.
+/// What the engine asks a provider for. The messages are borrowed where the caller keeps
+/// them anyway (the engine's history), so a request copies no message text.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct ChatRequest {
+pub struct ChatRequest<'a> {
     pub model: String,
-    pub messages: Vec<ChatMessage>,
+    pub messages: Vec<Cow<'a, ChatMessage>>,
     /// OpenAI function-tool definitions; empty means no `tools` key is sent.
     pub tools: Vec<serde_json::Value>,
     pub temperature: Option<f32>,
+}
+
+impl ChatRequest<'static> {
+    /// A request that owns its messages (no tools, the server's temperature).
+    pub fn owned(model: impl Into<String>, messages: Vec<ChatMessage>) -> ChatRequest<'static> {
+        ChatRequest {
+            model: model.into(),
+            messages: messages.into_iter().map(Cow::Owned).collect(),
+            tools: Vec::new(),
+            temperature: None,
+        }
+    }
 }
 
 /// A piece of a streaming response, for live display.
@@ -213,7 +228,7 @@ impl LlmError {
 pub trait Provider: Send + Sync {
     async fn stream_chat(
         &self,
-        request: &ChatRequest,
+        request: &ChatRequest<'_>,
         on_delta: &mut (dyn FnMut(StreamDelta) + Send),
     ) -> Result<Completion, LlmError>;
 

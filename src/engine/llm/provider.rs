@@ -581,12 +581,7 @@ mod tests {
             resolve_with(&config("", "", ""), None, None, &AgentConfig::default(), &env_of(&[]), &probe).await.unwrap();
         assert!(resolved.demo && resolved.demo_server.is_some());
         assert_eq!((resolved.label.as_str(), resolved.model.as_str()), ("demo", DEMO_MODEL));
-        let request = ChatRequest {
-            model: resolved.model.clone(),
-            messages: vec![ChatMessage::user("tell me about goals")],
-            tools: Vec::new(),
-            temperature: None,
-        };
+        let request = ChatRequest::owned(resolved.model.clone(), vec![ChatMessage::user("tell me about goals")]);
         let done = resolved.provider.stream_chat(&request, &mut |_| {}).await.unwrap();
         assert!(done.content.contains("/goal gate add"), "{}", done.content);
     }

@@ -269,11 +269,14 @@ impl Engine {
     fn compact(&mut self, focus: Option<String>) {
         self.notice(NoticeLevel::Info, "compacting older turns…");
         let history = std::mem::take(&mut self.history);
+        let omitted = self.omitted;
         let with = compactor(&self.env);
         let cancel = CancellationToken::new();
         let stop = cancel.clone();
         let join =
-            tokio::spawn(async move { compaction::compact_history(&with, history, focus.as_deref(), &stop).await });
+            tokio::spawn(
+                async move { compaction::compact_history(&with, history, omitted, focus.as_deref(), &stop).await },
+            );
         self.compaction = Some(RunningCompaction { cancel, join });
     }
 

@@ -27,11 +27,11 @@ use crate::engine::jobs::{JobsHandle, JobsOptions, NoticeKind, SupervisorExe};
 use crate::engine::llm::spend::{cost_of, Spend};
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::scheduler::{self, Effect, Input, Phase, Start, State};
-use crate::engine::store::Store;
+use crate::engine::store::{OmittedRows, Store};
 use crate::engine::tools::Registry;
 use crate::engine::turn::{lock, notice_kind, run_turn, TurnControl, TurnEnv, TurnInput, TurnResult};
 use crate::engine::EventSink;
-use crate::engine::{compaction, history, instructions};
+use crate::engine::{history, instructions};
 use crate::paths::Paths;
 use crate::protocol::{
     BusyMode, EngineHandle, Event, GoalState, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
@@ -90,7 +90,11 @@ struct Engine {
     demo: bool,
     ops: mpsc::UnboundedReceiver<Op>,
     job_done: mpsc::UnboundedReceiver<JobId>,
+    /// What the model gets of the conversation (from the last compaction on, and of a long
+    /// stretch without one only the end that fits the window)...
     history: Vec<ChatMessage>,
+    /// ...and the older messages of it left in the database until a compaction.
+    omitted: Option<OmittedRows>,
     turn: Option<RunningTurn>,
     compaction: Option<RunningCompaction>,
     pending: Arc<Mutex<Vec<String>>>,
@@ -206,6 +210,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         ops: op_rx,
         job_done,
         history: Vec::new(),
+        omitted: None,
         turn: None,
         compaction: None,
         pending: Arc::new(Mutex::new(Vec::new())),
@@ -447,24 +452,22 @@ impl Engine {
         }
     }
 
-    /// The whole conversation for the model (repaired where a crash left a tool call
-    /// without its result), the pending input, instructions, goal and heartbeat.
+    /// The conversation for the model (repaired where a crash left a tool call without its
+    /// result), the pending input, instructions, goal and heartbeat.
     async fn load_context(&mut self) -> anyhow::Result<()> {
-        let rows = self.env.store.load_messages(&self.env.session_id).await?;
-        let history: Vec<ChatMessage> = compaction::context_rows(&rows).iter().filter_map(history::to_chat).collect();
-        drop(rows);
-        let (history, fillers) = history::repair(history);
+        let (history, omitted, fillers) = self.read_context().await?;
         for filler in &fillers {
             crate::engine::turn::persist(&self.env, filler, None).await;
         }
         self.history = history;
+        self.omitted = omitted;
         if !fillers.is_empty() {
             // The transcript was sent before the repair: send it again with the fillers.
             self.send_session_ready(Vec::new()).await?;
         }
         let mut all = crate::engine::turn::fixed_context(&self.env);
         all.extend_from_slice(&self.history);
-        self.meter.reset(&all);
+        self.meter.reset_with(&all, self.omitted.map_or(0, |o| o.tokens));
         drop(all);
         release_freed_memory();
         // Messages typed but not delivered before talaria last stopped.
@@ -484,6 +487,24 @@ impl Engine {
         crate::engine::turn::send_context(&self.env, &self.meter);
         self.send_status();
         Ok(())
+    }
+
+    /// What the model gets of this session, read from the database: the messages from the
+    /// last compaction on, repaired (with the fillers to store), and, when they are more
+    /// than fit the window, only their end: the rest stays there (`omitted`) for the next
+    /// compaction to summarise. An unknown window (0) reads them all.
+    async fn read_context(&self) -> anyhow::Result<(Vec<ChatMessage>, Option<OmittedRows>, Vec<ChatMessage>)> {
+        let window = self.env.config.model.context_window;
+        let budget = (window > 0).then(|| {
+            let fixed = crate::engine::context::estimate_tokens(&crate::engine::turn::fixed_context(&self.env));
+            // What may be sent before a compaction is due; at least the last turn is read.
+            let threshold = (window as f64 * self.env.config.agent.compact_at.clamp(0.0, 1.0)) as u64;
+            threshold.saturating_sub(fixed).max(1)
+        });
+        let rows = self.env.store.load_context(&self.env.session_id, budget).await?;
+        let history: Vec<ChatMessage> = rows.messages.iter().filter_map(history::to_chat).collect();
+        let (history, fillers) = history::repair(history);
+        Ok((history, rows.omitted, fillers))
     }
 
     fn pending_key(&self) -> String {
@@ -716,11 +737,12 @@ impl Engine {
         }
         let control = TurnControl::new(self.pending.clone());
         let history = std::mem::take(&mut self.history);
+        let omitted = self.omitted;
         let env = self.env.clone();
         let ctl = control.clone();
         let meter = self.meter;
         self.spawn_watchdog(&control);
-        let join = tokio::spawn(async move { run_turn(env, ctl, history, inputs, trigger, meter).await });
+        let join = tokio::spawn(async move { run_turn(env, ctl, history, omitted, inputs, trigger, meter).await });
         self.turn = Some(RunningTurn { control, join, bang: false });
     }
 
@@ -729,10 +751,14 @@ impl Engine {
     fn begin_bang(&mut self, command: String) {
         let control = TurnControl::new(self.pending.clone());
         let history = std::mem::take(&mut self.history);
+        let omitted = self.omitted;
         let env = self.env.clone();
         let ctl = control.clone();
         let meter = self.meter;
-        let join = tokio::spawn(async move { crate::engine::turn::run_bang(env, ctl, history, command, meter).await });
+        let join =
+            tokio::spawn(
+                async move { crate::engine::turn::run_bang(env, ctl, history, omitted, command, meter).await },
+            );
         self.turn = Some(RunningTurn { control, join, bang: true });
     }
 
@@ -750,14 +776,16 @@ impl Engine {
                     NoticeLevel::Error,
                     format!("the turn crashed: {e}; reloading the session from the database"),
                 );
-                let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
-                let context = compaction::context_rows(&rows);
-                self.history = history::repair(context.iter().filter_map(history::to_chat).collect()).0;
+                (self.history, self.omitted) = match self.read_context().await {
+                    Ok((history, omitted, _)) => (history, omitted),
+                    Err(_) => (Vec::new(), None),
+                };
                 self.events().send(Event::TurnFinished { outcome: TurnOutcome::Failed });
                 return;
             }
         };
         self.history = result.history;
+        self.omitted = result.omitted;
         self.meter = result.meter;
         self.events().send(Event::TurnFinished { outcome: result.outcome });
         if !result.usage.is_empty() {

@@ -250,10 +250,8 @@ impl Engine {
     fn spawn_judge(&self, system: String, prompt: String) {
         let provider = self.env.provider.clone();
         let request = ChatRequest {
-            model: self.env.model.clone(),
-            messages: vec![ChatMessage::system(system), ChatMessage::user(prompt)],
-            tools: Vec::new(),
             temperature: Some(0.0),
+            ..ChatRequest::owned(self.env.model.clone(), vec![ChatMessage::system(system), ChatMessage::user(prompt)])
         };
         let tx = self.boundary.tx.clone();
         let cancel = self.boundary.cancel.clone();
@@ -310,6 +308,7 @@ impl Engine {
         match result {
             Ok(Ok(done)) => {
                 self.history = done.history;
+                self.omitted = None;
                 let mut all = crate::engine::turn::fixed_context(&self.env);
                 all.extend_from_slice(&self.history);
                 self.meter.reset(&all);
@@ -331,10 +330,10 @@ impl Engine {
                 // The task panicked with the history: rebuild it from the database.
                 tracing::error!(error = %e, "compaction task failed");
                 self.notice(NoticeLevel::Error, format!("compaction crashed: {e}; reloading the session"));
-                let rows = self.env.store.load_messages(&self.env.session_id).await.unwrap_or_default();
-                let context = crate::engine::compaction::context_rows(&rows);
-                let chat = context.iter().filter_map(crate::engine::history::to_chat).collect();
-                self.history = crate::engine::history::repair(chat).0;
+                (self.history, self.omitted) = match self.read_context().await {
+                    Ok((history, omitted, _)) => (history, omitted),
+                    Err(_) => (Vec::new(), None),
+                };
             }
         }
         let effects = self.decide(Input::CompactionFinished).await;

@@ -61,6 +61,29 @@ pub struct MessagePage {
     pub earlier: Option<i64>,
 }
 
+/// The part of a session the model gets (`Store::load_context`): the messages from the
+/// last compaction on; of a longer stretch only its end, the older ones left here.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ContextRows {
+    /// Oldest first; starts at a user message (a whole turn) when older ones are left out.
+    pub messages: Vec<StoredMessage>,
+    pub omitted: Option<OmittedRows>,
+}
+
+/// The older messages of a context that were not read (`ContextRows::omitted`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OmittedRows {
+    /// Seq of the first of them: the last compaction row, or the session's first message.
+    pub from: i64,
+    /// Seq of the first message read: they all come before it.
+    pub before: i64,
+    /// How many there are.
+    pub count: u64,
+    /// Their tokens, estimated from their length in the database (a quarter of the
+    /// characters of text, tool calls and ids, plus the per-message overhead).
+    pub tokens: u64,
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SessionSummary {
     pub id: String,
@@ -238,6 +261,31 @@ impl Store {
     ) -> impl Future<Output = Result<Vec<StoredMessage>, StoreError>> + Send + 'static {
         let sid = session_id.to_string();
         self.call(move |c| ops::load_messages(c, &sid))
+    }
+
+    /// The model's part of the session: the active messages from the last compaction on,
+    /// read from the end; once they reach `budget` estimated tokens, the ones before the
+    /// last user message that still fits stay in the database (`omitted`). `None`: all.
+    pub fn load_context(
+        &self,
+        session_id: &str,
+        budget: Option<u64>,
+    ) -> impl Future<Output = Result<ContextRows, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::load_context(c, &sid, budget))
+    }
+
+    /// The first active messages of `omitted`, in order, until `size` of them adds up to
+    /// `max` (at least one): the start of what a compaction summarises.
+    pub fn load_omitted_start(
+        &self,
+        session_id: &str,
+        omitted: OmittedRows,
+        max: usize,
+        size: fn(&StoredMessage) -> usize,
+    ) -> impl Future<Output = Result<Vec<StoredMessage>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::load_omitted_start(c, &sid, omitted, max, size))
     }
 
     /// The last `limit` active messages before seq `before` (`None`: the end), in order,

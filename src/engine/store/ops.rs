@@ -3,7 +3,11 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::ids::{derive_title, first_line, now_ms, random_suffix, session_id_at};
-use super::{MessagePage, SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD};
+use super::{
+    ContextRows, MessagePage, OmittedRows, SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD,
+};
+use crate::engine::compaction::COMPACTION_KIND;
+use crate::engine::context::{estimate_stored, MESSAGE_OVERHEAD_TOKENS};
 use crate::engine::llm::{Role, ToolCall};
 
 /// How long `first_line` in a summary may be.
@@ -169,6 +173,101 @@ pub fn load_page(
         None => None,
     };
     Ok(MessagePage { messages, earlier })
+}
+
+/// `Store::load_context`: walk back from the end to the last compaction row, keeping rows
+/// while their estimated tokens fit `budget`; stop at the last user message that fits (a
+/// turn is never split) and describe what is left before it.
+pub fn load_context(conn: &Connection, session_id: &str, budget: Option<u64>) -> Result<ContextRows, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+         FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq DESC",
+    )?;
+    let rows = stmt.query_map([session_id], raw_message)?;
+    // Newest first while reading.
+    let mut held: Vec<(StoredMessage, i64)> = Vec::new();
+    let mut tokens = 0u64;
+    // How many of `held` make the context start at a user message within the budget.
+    let mut start_at: Option<usize> = None;
+    let mut over = false;
+    for row in rows {
+        let Some((message, seq)) = decode_message(session_id, row?)? else { continue };
+        tokens = tokens.saturating_add(estimate_stored(&message));
+        if budget.is_some_and(|b| tokens > b) && start_at.is_some() {
+            over = true;
+            break;
+        }
+        let compaction = message.display_kind.as_deref() == Some(COMPACTION_KIND);
+        let user = message.role == Role::User;
+        held.push((message, seq));
+        // Past the budget with no user message yet: the last turn is read whole anyway.
+        if user && (start_at.is_none() || budget.is_none_or(|b| tokens <= b)) {
+            start_at = Some(held.len());
+        }
+        if compaction {
+            break;
+        }
+    }
+    drop(stmt);
+    let omitted = match (over, start_at) {
+        (true, Some(keep)) => {
+            held.truncate(keep);
+            let before = held.last().map_or(i64::MAX, |(_, seq)| *seq);
+            Some(omitted_before(conn, session_id, before)?)
+        }
+        _ => None,
+    };
+    let messages = held.into_iter().rev().map(|(m, _)| m).collect();
+    Ok(ContextRows { messages, omitted })
+}
+
+/// The active rows of the context before seq `before`: from the last compaction row
+/// before it (or the first row), with their count and estimated tokens.
+fn omitted_before(conn: &Connection, session_id: &str, before: i64) -> Result<OmittedRows, StoreError> {
+    let from: i64 = conn
+        .prepare_cached(
+            "SELECT COALESCE(
+                (SELECT MAX(seq) FROM messages
+                  WHERE session_id = ?1 AND active = 1 AND seq < ?2 AND display_kind = ?3),
+                (SELECT MIN(seq) FROM messages WHERE session_id = ?1 AND active = 1), 0)",
+        )?
+        .query_row(params![session_id, before, COMPACTION_KIND], |r| r.get(0))?;
+    let (count, chars): (i64, i64) = conn
+        .prepare_cached(
+            "SELECT COUNT(*), COALESCE(SUM(LENGTH(COALESCE(content, '')) + LENGTH(COALESCE(tool_calls, ''))
+                                           + LENGTH(COALESCE(tool_call_id, ''))), 0)
+             FROM messages WHERE session_id = ?1 AND active = 1 AND seq >= ?2 AND seq < ?3",
+        )?
+        .query_row(params![session_id, from, before], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let count = count.max(0) as u64;
+    let tokens = (chars.max(0) as u64).div_ceil(4).saturating_add(count.saturating_mul(MESSAGE_OVERHEAD_TOKENS));
+    Ok(OmittedRows { from, before, count, tokens })
+}
+
+/// `Store::load_omitted_start`.
+pub fn load_omitted_start(
+    conn: &Connection,
+    session_id: &str,
+    omitted: OmittedRows,
+    max: usize,
+    size: fn(&StoredMessage) -> usize,
+) -> Result<Vec<StoredMessage>, StoreError> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+         FROM messages WHERE session_id = ?1 AND active = 1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
+    )?;
+    let rows = stmt.query_map(params![session_id, omitted.from, omitted.before], raw_message)?;
+    let mut out = Vec::new();
+    let mut total = 0usize;
+    for row in rows {
+        let Some((message, _)) = decode_message(session_id, row?)? else { continue };
+        total = total.saturating_add(size(&message));
+        out.push(message);
+        if total >= max {
+            break;
+        }
+    }
+    Ok(out)
 }
 
 type RawMessage = (String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>, i64);
