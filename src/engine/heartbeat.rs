@@ -255,6 +255,30 @@ mod tests {
     }
 
     #[test]
+    fn an_interval_of_exactly_the_floor_is_accepted() {
+        let r = apply(None, &set(HEARTBEAT_FLOOR_S, "x"), T0, 0);
+        assert!(!r.error, "{}", r.message);
+        assert_eq!(r.state.map(|hb| hb.interval_s), Some(HEARTBEAT_FLOOR_S));
+        let stored = format!(r#"{{"prompt":"x","interval_s":{HEARTBEAT_FLOOR_S},"status":"active","anchor_ms":0}}"#);
+        assert_eq!(Heartbeat::from_json(&stored).map(|hb| hb.interval_s), Ok(HEARTBEAT_FLOOR_S));
+    }
+
+    #[test]
+    fn pausing_a_paused_or_resuming_an_active_heartbeat_changes_nothing() {
+        let hb = active(600);
+        let r = apply(Some(&hb), &HeartbeatCmd::Resume, T0 + 5 * MIN, 0);
+        assert_eq!((r.state.as_ref(), r.changed, r.error), (Some(&hb), false, false));
+        assert_eq!(r.message, "♥ heartbeat is already active");
+        let paused = apply(Some(&hb), &HeartbeatCmd::Pause, T0 + MIN, 0).state.unwrap();
+        let r = apply(Some(&paused), &HeartbeatCmd::Pause, T0 + 5 * MIN, 0);
+        assert_eq!((r.state.as_ref(), r.changed, r.error), (Some(&paused), false, false));
+        assert_eq!(r.message, "♥ heartbeat is already paused");
+        assert!(apply(None, &HeartbeatCmd::Resume, T0, 0).error);
+        let none = apply(None, &HeartbeatCmd::Clear, T0, 0);
+        assert_eq!((none.state, none.changed, none.error), (None, false, false));
+    }
+
+    #[test]
     fn first_fire_is_at_set_time_plus_interval() {
         let hb = active(600);
         assert_eq!(hb.next_due_at(), Some(T0 + 10 * MIN));

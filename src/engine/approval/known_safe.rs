@@ -275,4 +275,111 @@ mod tests {
             assert!(!is_known_safe(c), "{c:?}");
         }
     }
+
+    #[test]
+    fn separators_join_known_safe_commands_but_backgrounding_does_not() {
+        for c in ["ls || pwd", "ls && pwd", "ls | wc -l", "ls; pwd"] {
+            assert!(is_known_safe(c), "{c}");
+        }
+        for c in ["ls & pwd", "ls |& cat", "ls && rm x", "rm x || ls"] {
+            assert!(!is_known_safe(c), "{c}");
+        }
+    }
+
+    #[test]
+    fn non_ascii_words_are_plain_but_control_and_bidi_characters_never_are() {
+        for c in ["cat naïve.txt", "ls 文件", "echo 'ünïcode'", "grep \"é\" f"] {
+            assert!(is_known_safe(c), "{c}");
+        }
+        for c in [
+            "ls a\u{202e}b",
+            "echo 'a\u{202e}b'",
+            "echo \"a\u{2066}b\"",
+            "echo 'a\u{7}b'",
+            "echo \"a\u{1b}[2Jb\"",
+            "ls \u{200f}x",
+        ] {
+            assert!(!is_known_safe(c), "{c:?}");
+        }
+    }
+
+    #[test]
+    fn a_tilde_is_plain_only_inside_a_word() {
+        assert!(is_known_safe("git log HEAD~2..HEAD"));
+        for c in ["ls x:~/y", "ls ~/y", "cat a=~/b"] {
+            assert!(!is_known_safe(c), "{c}");
+        }
+    }
+
+    /// Each command with an argument-dependent rule: what stays read-only and what does not.
+    #[test]
+    fn per_command_rules_allow_the_read_only_forms_and_refuse_the_writing_ones() {
+        let cases: &[(&str, bool)] = &[
+            ("sort -r -n data.txt", true),
+            ("sort --ignore-case out.txt", true),
+            ("sort -o out in", false),
+            ("sort --output=out in", false),
+            ("sort --compress-program=sh in", false),
+            ("sort -ro out in", false),
+            ("uniq -c in", true),
+            ("uniq in", true),
+            ("uniq -c in out", false),
+            ("tree -L 2 src", true),
+            ("tree --output=f", false),
+            ("file Cargo.toml", true),
+            ("file -C -m magic", false),
+            ("file --compile", false),
+            ("date", true),
+            ("date -u +%F", true),
+            ("date --set=2020-01-01", false),
+            ("date -f dates.txt", false),
+            ("hostname", true),
+            ("hostname -f", true),
+            ("hostname newname", false),
+            ("hostname -F /etc/hostname", false),
+            ("hostname -b x", false),
+            ("printf %s x", true),
+            ("printf -v var %s x", false),
+            ("rg -n foo src", true),
+            ("rg -z foo", false),
+            ("rg --search-zip foo", false),
+            ("rg --pre=sh foo", false),
+            ("find . -type f -print", true),
+            ("find . -ok rm", false),
+            ("find . -fprint out", false),
+            ("cat .config/talaria/x", false),
+            ("ls .aws", false),
+        ];
+        for (c, safe) in cases {
+            assert_eq!(is_known_safe(c), *safe, "{c}");
+        }
+    }
+
+    #[test]
+    fn git_is_known_safe_only_for_reading_subcommands() {
+        let cases: &[(&str, bool)] = &[
+            ("git", false),
+            ("git status --short", true),
+            ("git show HEAD", true),
+            ("git blame src/lib.rs", true),
+            ("git branch", true),
+            ("git branch -a", true),
+            ("git branch -vv --list", true),
+            ("git tag", true),
+            ("git tag -l", true),
+            ("git remote", true),
+            ("git remote -v", true),
+            ("git branch newbranch", false),
+            ("git branch -d", false),
+            ("git tag v1.0", false),
+            ("git remote add origin x", false),
+            ("git log -o x", false),
+            ("git diff --ext-diff", false),
+            ("git stash", false),
+            ("git commit -m x", false),
+        ];
+        for (c, safe) in cases {
+            assert_eq!(is_known_safe(c), *safe, "{c}");
+        }
+    }
 }
