@@ -237,6 +237,87 @@ mod tests {
     }
 
     #[test]
+    fn a_row_holds_exactly_its_width() {
+        let line = RLine::plain("abc def", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 7)), vec!["abc def"]);
+        assert_eq!(texts(&wrap_line(&line, 6)), vec!["abc", "def"]);
+        assert_eq!(texts(&wrap_line(&RLine::plain("abcdef", Style::default()), 6)), vec!["abcdef"]);
+        // Width 0 is treated as 1.
+        assert_eq!(texts(&wrap_line(&RLine::plain("ab", Style::default()), 0)), vec!["a", "b"]);
+    }
+
+    #[test]
+    fn a_word_longer_than_a_row_fills_the_row_it_starts_on() {
+        let line = RLine::plain("ab cdefghij", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 6)), vec!["ab cde", "fghij"]);
+        // A word that fits a fresh row moves there whole instead.
+        let line = RLine::plain("ab cdef", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 6)), vec!["ab", "cdef"]);
+    }
+
+    #[test]
+    fn a_word_that_fits_under_the_hang_moves_whole_and_a_longer_one_is_split() {
+        // Width 10, hang 2: 8 columns are left on a continuation row.
+        let fits = RLine::plain("• abcdefgh", Style::default()).with_hang(2);
+        assert_eq!(texts(&wrap_line(&fits, 10)), vec!["• abcdefgh"]);
+        let fits = RLine::plain("• x abcdefgh", Style::default()).with_hang(2);
+        assert_eq!(texts(&wrap_line(&fits, 10)), vec!["• x", "  abcdefgh"]);
+        let long = RLine::plain("• x abcdefghi", Style::default()).with_hang(2);
+        assert_eq!(texts(&wrap_line(&long, 10)), vec!["• x abcdef", "  ghi"]);
+    }
+
+    #[test]
+    fn the_hang_is_capped_at_half_the_row() {
+        let line = RLine::plain("aaaa bbbb cccc", Style::default()).with_hang(8);
+        assert_eq!(texts(&wrap_line(&line, 6)), vec!["aaaa", "  bbbb", "  cccc"]);
+    }
+
+    #[test]
+    fn wide_characters_never_straddle_a_row_end() {
+        let line = RLine::plain("a日本", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 4)), vec!["a日", "本"]);
+        assert_eq!(str_width("a日本"), 5);
+        assert_eq!(str_width("e\u{301}"), 1, "a combining mark takes no column");
+    }
+
+    #[test]
+    fn rows_keep_styles_apart_and_the_indent_as_its_own_span() {
+        let bold = Style::default().add_modifier(ratatui::style::Modifier::BOLD);
+        let line = RLine::new(vec![Span::raw("• one "), Span::raw("two "), Span::styled("three", bold)]).with_hang(2);
+        let rows = wrap_line(&line, 9);
+        assert_eq!(rows.len(), 2, "{rows:?}");
+        assert_eq!(rows[0].spans, vec![Span::raw("• one two")]);
+        assert_eq!(rows[1].spans, vec![Span::raw("  "), Span::styled("three", bold)]);
+        let line = RLine::new(vec![Span::raw("• one two "), Span::raw("three")]).with_hang(2);
+        assert_eq!(wrap_line(&line, 9)[1].spans, vec![Span::raw("  "), Span::raw("three")]);
+    }
+
+    #[test]
+    fn wrapping_many_lines_keeps_their_order_and_blank_lines() {
+        let lines =
+            [RLine::plain("one two", Style::default()), RLine::blank(), RLine::plain("three", Style::default())];
+        assert_eq!(texts(&wrap_lines(&lines, 4)), vec!["one", "two", "", "thre", "e"]);
+        assert!(wrap_lines(&[], 4).is_empty());
+    }
+
+    #[test]
+    fn truncation_counts_columns_across_spans_and_wide_characters() {
+        let bold = Style::default().add_modifier(ratatui::style::Modifier::BOLD);
+        let line = truncate_spans(vec![Span::raw("abc"), Span::styled("def", bold)], 5);
+        assert_eq!(line.spans, vec![Span::raw("abc"), Span::styled("d", bold), Span::raw("…")]);
+        let line = truncate_spans(vec![Span::raw("abcd"), Span::raw("ef")], 5);
+        assert_eq!(texts(&[line]), vec!["abcd…"]);
+        let line = truncate_spans(vec![Span::raw("日本語")], 5);
+        assert_eq!(texts(&[line]), vec!["日本…"]);
+        let line = truncate_spans(vec![Span::raw("abcdef")], 6);
+        assert_eq!(texts(&[line]), vec!["abcdef"]);
+        let line = truncate_spans(vec![Span::raw("abc")], 0);
+        assert_eq!(texts(&[line]), vec![""]);
+        let line = truncate_spans(vec![Span::raw("abc")], 1);
+        assert_eq!(texts(&[line]), vec!["…"]);
+    }
+
+    #[test]
     fn truncation_adds_an_ellipsis() {
         let line = truncate_spans(vec![Span::raw("hello "), Span::raw("world")], 8);
         assert_eq!(texts(&[line]), vec!["hello w…"]);
