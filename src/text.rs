@@ -366,8 +366,10 @@ mod tests {
         let got = sgr_only("\x1b]52;c;aGk=\x07\x1b[31mred\x1b[0m\x1b[2J \x1b]0;t\x07\x1b[38;5;208mx\x1b[38:2:1:2:3my");
         assert_eq!(got, "\x1b[31mred\x1b[0m \x1b[38;5;208mx\x1b[38:2:1:2:3my");
         assert!(!got.contains("]52;"));
-        // Private modes are not SGR.
+        // Private modes are not SGR, even those that end in `m` (xterm's modifyOtherKeys
+        // `CSI > 4 ; 1 m` would otherwise come out as underline + bold).
         assert_eq!(sgr_only("\x1b[?25lx\x1b[?1049h"), "x");
+        assert_eq!(sgr_only("\x1b[>4;1mx\x1b[?1m"), "x");
         // A rewritten progress line keeps the colour that was set before the `\r`.
         assert_eq!(sgr_only("\x1b[32m10%\r100%\x1b[0m\n"), "\x1b[32m100%\x1b[0m\n");
         assert_eq!(sgr_only("\x1b[1ma\tb"), "\x1b[1ma       b");
