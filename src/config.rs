@@ -9,7 +9,8 @@ use serde::{Deserialize, Serialize};
 use crate::protocol::BusyMode;
 
 /// The documented defaults, shipped inside the binary.
-pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+#[cfg(test)]
+pub(crate) const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -20,11 +21,11 @@ pub struct Config {
     pub tool_output: ToolOutputConfig,
     pub jobs: JobsConfig,
     pub approvals: ApprovalsConfig,
-    pub sandbox: SandboxConfig,
-    pub goals: GoalsConfig,
-    pub ui: UiConfig,
-    pub prices: Prices,
-    pub mcp: McpConfig,
+    pub(crate) sandbox: SandboxConfig,
+    pub(crate) goals: GoalsConfig,
+    pub(crate) ui: UiConfig,
+    pub(crate) prices: Prices,
+    pub(crate) mcp: McpConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,14 +33,14 @@ pub struct Config {
 pub struct ModelConfig {
     /// `auto`, `openai` (any OpenAI-compatible server) or `anthropic` (Messages API).
     pub provider: String,
-    pub base_url: String,
-    pub name: String,
+    pub(crate) base_url: String,
+    pub(crate) name: String,
     pub api_key_env: String,
     pub context_window: u64,
     /// Anthropic: `max_tokens` of every request.
-    pub max_tokens: u64,
+    pub(crate) max_tokens: u64,
     /// Anthropic: extended thinking budget in tokens; 0 leaves thinking off.
-    pub thinking_budget: u64,
+    pub(crate) thinking_budget: u64,
 }
 
 impl Default for ModelConfig {
@@ -59,11 +60,11 @@ impl Default for ModelConfig {
 /// US dollars per million tokens of one model.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct Price {
-    pub input: f64,
-    pub output: f64,
-    pub cache_read: f64,
-    pub cache_write: f64,
+pub(crate) struct Price {
+    pub(crate) input: f64,
+    pub(crate) output: f64,
+    pub(crate) cache_read: f64,
+    pub(crate) cache_write: f64,
 }
 
 impl Price {
@@ -73,7 +74,7 @@ impl Price {
 
     /// Dollars for `usage`: uncached input, cache reads, cache writes and output, each at
     /// its own price.
-    pub fn cost(&self, usage: &crate::engine::llm::Usage) -> f64 {
+    pub(crate) fn cost(&self, usage: &crate::engine::llm::Usage) -> f64 {
         let per_token = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
         per_token(usage.uncached_prompt_tokens(), self.input)
             + per_token(usage.cache_read_tokens, self.cache_read)
@@ -85,12 +86,12 @@ impl Price {
 /// `[prices.<provider>]`: model name (or name prefix) → price. A user's entries are added to
 /// the built-in ones (replacing one of the same name), never replace the whole table.
 #[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Prices(pub std::collections::BTreeMap<String, std::collections::BTreeMap<String, Price>>);
+pub(crate) struct Prices(pub(crate) std::collections::BTreeMap<String, std::collections::BTreeMap<String, Price>>);
 
 impl Prices {
     /// The price of `model` at `provider`: the entry with the longest name that `model`
     /// starts with (`claude-sonnet-4-5` prices `claude-sonnet-4-5-20250929`).
-    pub fn find(&self, provider: &str, model: &str) -> Option<&Price> {
+    pub(crate) fn find(&self, provider: &str, model: &str) -> Option<&Price> {
         let table = self.0.get(provider)?;
         table
             .iter()
@@ -137,14 +138,14 @@ impl<'de> Deserialize<'de> for Prices {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentConfig {
-    pub busy_input_mode: BusyMode,
-    pub max_iterations: u32,
-    pub api_max_retries: u32,
-    pub connect_timeout_s: u64,
-    pub idle_read_timeout_s: u64,
-    pub compact_at: f64,
-    pub system_prompt_extra: String,
-    pub turn_liveness: TurnLivenessConfig,
+    pub(crate) busy_input_mode: BusyMode,
+    pub(crate) max_iterations: u32,
+    pub(crate) api_max_retries: u32,
+    pub(crate) connect_timeout_s: u64,
+    pub(crate) idle_read_timeout_s: u64,
+    pub(crate) compact_at: f64,
+    pub(crate) system_prompt_extra: String,
+    pub(crate) turn_liveness: TurnLivenessConfig,
 }
 
 impl Default for AgentConfig {
@@ -164,9 +165,9 @@ impl Default for AgentConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct TurnLivenessConfig {
-    pub timeout_s: f64,
-    pub poll_s: f64,
+pub(crate) struct TurnLivenessConfig {
+    pub(crate) timeout_s: f64,
+    pub(crate) poll_s: f64,
 }
 
 impl Default for TurnLivenessConfig {
@@ -178,17 +179,17 @@ impl Default for TurnLivenessConfig {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TerminalConfig {
-    pub shell: String,
-    pub login_shell: bool,
-    pub timeout_s: u64,
-    pub max_foreground_timeout_s: u64,
+    pub(crate) shell: String,
+    pub(crate) login_shell: bool,
+    pub(crate) timeout_s: u64,
+    pub(crate) max_foreground_timeout_s: u64,
     pub kill_grace_s: f64,
     /// Where commands run: `local`, `ssh:<host>` or `docker:<container>` (DESIGN §4b).
     pub backend: String,
     /// `warn`: an unreachable remote backend gives a `degraded` result; `fail`: an error.
-    pub degraded_mode: String,
-    pub ssh: SshConfig,
-    pub docker: DockerConfig,
+    pub(crate) degraded_mode: String,
+    pub(crate) ssh: SshConfig,
+    pub(crate) docker: DockerConfig,
     /// `--backend` was given: it wins over the backend a resumed session had.
     #[serde(skip)]
     pub backend_from_flag: bool,
@@ -214,17 +215,17 @@ impl Default for TerminalConfig {
 /// `[terminal.ssh]`: how the system `ssh` client is run.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct SshConfig {
+pub(crate) struct SshConfig {
     /// Passed as `ssh -F`; empty = the user's own `~/.ssh/config`.
-    pub config_file: String,
+    pub(crate) config_file: String,
     /// Extra `-o` options, e.g. `["Port=2222"]`.
-    pub options: Vec<String>,
+    pub(crate) options: Vec<String>,
     /// The remote job directory (`~/` is the remote home).
-    pub remote_dir: String,
+    pub(crate) remote_dir: String,
     /// Seconds a connection attempt may take before the backend counts as degraded.
-    pub connect_timeout_s: u64,
+    pub(crate) connect_timeout_s: u64,
     /// Seconds the shared master connection stays open after its last use.
-    pub control_persist_s: u64,
+    pub(crate) control_persist_s: u64,
 }
 
 impl Default for SshConfig {
@@ -242,9 +243,9 @@ impl Default for SshConfig {
 /// `[terminal.docker]`: the container engine's client.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct DockerConfig {
+pub(crate) struct DockerConfig {
     /// `docker` or `podman` (a name on PATH or a path).
-    pub command: String,
+    pub(crate) command: String,
 }
 
 impl Default for DockerConfig {
@@ -270,12 +271,12 @@ impl Default for ToolOutputConfig {
 pub struct JobsConfig {
     pub log_max_bytes: u64,
     pub max_jobs: usize,
-    pub notify_starts_turn: bool,
+    pub(crate) notify_starts_turn: bool,
     /// What a clean quit does with running jobs.
-    pub on_quit: OnQuit,
+    pub(crate) on_quit: OnQuit,
     /// Seconds a job whose owner vanished (kill -9, closed terminal) waits for a new one
     /// before its supervisor kills it; 0 = at once.
-    pub orphan_grace_s: f64,
+    pub(crate) orphan_grace_s: f64,
     /// Seconds between two notices of one watch pattern; matches in between are counted
     /// and reported with the next notice ("+12 more").
     pub watch_cooldown_s: f64,
@@ -283,7 +284,7 @@ pub struct JobsConfig {
     pub watch_max_notices: u32,
     /// Job notices (exits, watch matches) that arrive within this many seconds of the
     /// first one, while the agent is idle, start one turn together.
-    pub notice_window_s: f64,
+    pub(crate) notice_window_s: f64,
 }
 
 impl Default for JobsConfig {
@@ -304,7 +305,7 @@ impl Default for JobsConfig {
 /// `jobs.on_quit`: kill running jobs, keep them running (detached), or ask each time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum OnQuit {
+pub(crate) enum OnQuit {
     #[default]
     Ask,
     Kill,
@@ -360,8 +361,8 @@ impl Default for SandboxConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct ApprovalsConfig {
     pub mode: ApprovalMode,
-    pub timeout_s: u64,
-    pub allowlist: Vec<String>,
+    pub(crate) timeout_s: u64,
+    pub(crate) allowlist: Vec<String>,
 }
 
 impl Default for ApprovalsConfig {
@@ -372,10 +373,10 @@ impl Default for ApprovalsConfig {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct GoalsConfig {
-    pub max_turns: u32,
-    pub gate_timeout_s: u64,
-    pub gate_max_retries: u32,
+pub(crate) struct GoalsConfig {
+    pub(crate) max_turns: u32,
+    pub(crate) gate_timeout_s: u64,
+    pub(crate) gate_max_retries: u32,
 }
 
 impl Default for GoalsConfig {
@@ -386,7 +387,7 @@ impl Default for GoalsConfig {
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
-pub enum NotifyMode {
+pub(crate) enum NotifyMode {
     #[default]
     Bell,
     Osc9,
@@ -395,11 +396,11 @@ pub enum NotifyMode {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct UiConfig {
-    pub theme: String,
-    pub notify: NotifyMode,
-    pub notify_after_s: u64,
-    pub mouse: bool,
+pub(crate) struct UiConfig {
+    pub(crate) theme: String,
+    pub(crate) notify: NotifyMode,
+    pub(crate) notify_after_s: u64,
+    pub(crate) mouse: bool,
 }
 
 impl Default for UiConfig {
@@ -411,32 +412,32 @@ impl Default for UiConfig {
 /// `[mcp]`: Model Context Protocol servers whose tools the model may use (DESIGN §12).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
-pub struct McpConfig {
-    pub servers: std::collections::BTreeMap<String, McpServerConfig>,
+pub(crate) struct McpConfig {
+    pub(crate) servers: std::collections::BTreeMap<String, McpServerConfig>,
 }
 
 /// `[mcp.servers.<name>]`: a stdio server (`command`) or a streamable-HTTP one (`url`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
-pub struct McpServerConfig {
+pub(crate) struct McpServerConfig {
     /// stdio: the program to start (looked up in PATH).
-    pub command: String,
-    pub args: Vec<String>,
+    pub(crate) command: String,
+    pub(crate) args: Vec<String>,
     /// Extra environment variables for the server process.
-    pub env: std::collections::BTreeMap<String, String>,
+    pub(crate) env: std::collections::BTreeMap<String, String>,
     /// Working directory of the server process; empty = the session's directory.
-    pub cwd: String,
+    pub(crate) cwd: String,
     /// Streamable HTTP: the endpoint, e.g. `http://127.0.0.1:8000/mcp`.
-    pub url: String,
+    pub(crate) url: String,
     /// Name of the environment variable holding a bearer token for `url`.
-    pub bearer_token_env: String,
+    pub(crate) bearer_token_env: String,
     /// Extra HTTP headers sent with every request.
-    pub headers: std::collections::BTreeMap<String, String>,
-    pub enabled: bool,
-    pub startup_timeout_s: f64,
-    pub tool_timeout_s: f64,
+    pub(crate) headers: std::collections::BTreeMap<String, String>,
+    pub(crate) enabled: bool,
+    pub(crate) startup_timeout_s: f64,
+    pub(crate) tool_timeout_s: f64,
     /// Calls to this server's tools never ask for approval.
-    pub trust: bool,
+    pub(crate) trust: bool,
 }
 
 impl Default for McpServerConfig {

@@ -6,7 +6,7 @@ use std::path::Path;
 use toml_edit::DocumentMut;
 
 /// Load `path` (or an empty document), apply `change`, write it back atomically.
-pub fn edit(path: &Path, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result<()>) -> anyhow::Result<()> {
+pub(crate) fn edit(path: &Path, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result<()>) -> anyhow::Result<()> {
     let text = match std::fs::read_to_string(path) {
         Ok(t) => t,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
@@ -24,7 +24,7 @@ pub fn edit(path: &Path, change: impl FnOnce(&mut DocumentMut) -> anyhow::Result
 }
 
 /// Set `[section] key = value` (a string), keeping everything else.
-pub fn set_string(path: &Path, section: &str, key: &str, value: &str) -> anyhow::Result<()> {
+pub(crate) fn set_string(path: &Path, section: &str, key: &str, value: &str) -> anyhow::Result<()> {
     edit(path, |doc| {
         let table = doc.entry(section).or_insert(toml_edit::table());
         let table = table.as_table_mut().ok_or_else(|| anyhow::anyhow!("[{section}] is not a table"))?;

@@ -128,7 +128,7 @@ impl Emulator {
 /// erase-line and colours apply within a line; cursor-up redraws of several lines give
 /// each redrawn line in turn (what [`plain`] collapses is the final state of a whole
 /// window). Memory is one row, whatever the stream.
-pub struct LineFeed {
+pub(crate) struct LineFeed {
     parser: vt100::Parser<LineCollector>,
     /// Nothing of the current line has been fed yet (its row is blank).
     at_line_start: bool,
@@ -162,7 +162,7 @@ impl Default for LineFeed {
 }
 
 impl LineFeed {
-    pub fn new() -> LineFeed {
+    pub(crate) fn new() -> LineFeed {
         LineFeed {
             parser: vt100::Parser::new_with_callbacks(nonzero(1), nonzero(COLS), 0, LineCollector::default()),
             at_line_start: true,
@@ -170,7 +170,7 @@ impl LineFeed {
     }
 
     /// Feed output; returns the lines it finished, in order.
-    pub fn feed(&mut self, text: &str) -> Vec<String> {
+    pub(crate) fn feed(&mut self, text: &str) -> Vec<String> {
         let carried;
         let text = if text.contains(REPLACEMENT) {
             carried = text.replace(REPLACEMENT, CARRIED);
@@ -204,7 +204,7 @@ impl LineFeed {
     }
 
     /// The line being written (no line feed yet), as it shows now; "" when there is none.
-    pub fn pending(&self) -> String {
+    pub(crate) fn pending(&self) -> String {
         let row = self.parser.screen().contents();
         let mut line = self.parser.callbacks().current.clone();
         line.push_str(&row);

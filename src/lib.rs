@@ -19,12 +19,12 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod config;
-pub mod config_edit;
+pub(crate) mod config_edit;
 pub mod emulate;
 pub mod engine;
 pub mod exec;
 pub mod logging;
-pub mod loopback;
+pub(crate) mod loopback;
 pub mod paths;
 pub mod present;
 pub mod protocol;
@@ -33,4 +33,4 @@ pub mod secrets;
 pub mod testkit;
 pub mod text;
 pub mod tui;
-pub mod util;
+pub(crate) mod util;

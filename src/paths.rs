@@ -5,15 +5,15 @@ use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// Set by the test helpers: a binary that sees it refuses to use the real home directory.
-pub const TEST_GUARD_ENV: &str = "TALARIA_TEST_GUARD";
+pub(crate) const TEST_GUARD_ENV: &str = "TALARIA_TEST_GUARD";
 
 /// Fault injection for the tests' crash paths: with [`TEST_GUARD_ENV`] set, naming a point in
 /// `TALARIA_TEST_PANIC` makes talaria panic there (e.g. `shutdown`: the engine panics when
 /// asked to shut down). Without the guard the variable is ignored.
-pub const TEST_PANIC_ENV: &str = "TALARIA_TEST_PANIC";
+pub(crate) const TEST_PANIC_ENV: &str = "TALARIA_TEST_PANIC";
 
 /// Panic at `point` if a test asked for it (see [`TEST_PANIC_ENV`]).
-pub fn test_panic_point(point: &str) {
+pub(crate) fn test_panic_point(point: &str) {
     if std::env::var_os(TEST_GUARD_ENV).is_some() && std::env::var(TEST_PANIC_ENV).is_ok_and(|p| p == point) {
         panic!("{TEST_PANIC_ENV}={point}: a panic a test asked for");
     }
@@ -27,9 +27,9 @@ pub struct Paths {
     pub jobs_dir: PathBuf,
     pub estop: PathBuf,
     /// User-level keymap override.
-    pub keymap_file: PathBuf,
+    pub(crate) keymap_file: PathBuf,
     /// User-level instructions added to every session's system prompt.
-    pub user_instructions: PathBuf,
+    pub(crate) user_instructions: PathBuf,
 }
 
 impl Paths {

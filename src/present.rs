@@ -12,7 +12,7 @@ const GOAL_ROW_CHARS: usize = 40;
 const NO_GOAL: &str = "no goal; set one with /goal <text>";
 
 /// `/jobs`: one line per job.
-pub fn job_list(jobs: &[JobInfo]) -> String {
+pub(crate) fn job_list(jobs: &[JobInfo]) -> String {
     if jobs.is_empty() {
         return "no background jobs".to_string();
     }
@@ -44,7 +44,7 @@ pub fn mcp_status(servers: &[McpServerInfo], tools: bool) -> String {
 }
 
 /// `/sessions` (`matching`: None), or the sessions several `/resume <words>` matched.
-pub fn session_list(sessions: &[SessionInfo], matching: Option<&str>) -> String {
+pub(crate) fn session_list(sessions: &[SessionInfo], matching: Option<&str>) -> String {
     let lines: Vec<String> = sessions.iter().map(session_line).collect();
     match matching {
         _ if sessions.is_empty() && matching.is_none() => "no sessions yet".to_string(),
@@ -79,7 +79,7 @@ pub fn heartbeat_row(hb: &HeartbeatInfo) -> String {
 }
 
 /// `/heartbeat status`; times are wall-clock `HH:MM` at `utc_offset_s`.
-pub fn heartbeat_status(hb: Option<&HeartbeatInfo>, utc_offset_s: i64) -> String {
+pub(crate) fn heartbeat_status(hb: Option<&HeartbeatInfo>, utc_offset_s: i64) -> String {
     let Some(hb) = hb else { return "no heartbeat; set one with /heartbeat every <interval> <prompt>".to_string() };
     let fired = match hb.last_fired_at_ms {
         Some(at) => format!(", fired {}× (last at {})", hb.fire_count, clock_hhmm(at, utc_offset_s)),
@@ -142,7 +142,7 @@ fn gates_summary(g: &GoalInfo) -> Option<String> {
 }
 
 /// `/goal status`: the goal, its turns, why it paused, the judge's last word, its gates.
-pub fn goal_status(goal: Option<&GoalInfo>) -> String {
+pub(crate) fn goal_status(goal: Option<&GoalInfo>) -> String {
     let Some(g) = goal.filter(|g| g.state != GoalState::Unset) else { return NO_GOAL.to_string() };
     let mut lines = vec![format!("◎ goal ({}): {}", goal_state_word(g.state), g.text)];
     lines.push(format!("  turns {}/{}", g.turns_used, g.max_turns));
@@ -157,7 +157,7 @@ pub fn goal_status(goal: Option<&GoalInfo>) -> String {
 }
 
 /// `/goal gate list`: the gates and how each last ran (or that they wait for a goal).
-pub fn gate_list(goal: Option<&GoalInfo>) -> String {
+pub(crate) fn gate_list(goal: Option<&GoalInfo>) -> String {
     let Some(g) = goal.filter(|g| !g.gates.is_empty() || g.state != GoalState::Unset) else {
         return "no goal and no gates; /goal gate add <cmd> adds one before the goal is set".to_string();
     };
@@ -183,7 +183,7 @@ pub fn gate_list(goal: Option<&GoalInfo>) -> String {
     lines.join("\n")
 }
 
-pub fn goal_state_word(s: GoalState) -> &'static str {
+pub(crate) fn goal_state_word(s: GoalState) -> &'static str {
     match s {
         GoalState::Active => "active",
         GoalState::Paused => "paused",

@@ -6,14 +6,14 @@
 //! `{"type":"<Variant>","data":{...}}`.
 
 pub mod commands;
-pub mod info;
-pub mod usage;
+pub(crate) mod info;
+pub(crate) mod usage;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
 pub use commands::{Command, SlashCommand, UiCommand};
-pub use info::{
+pub(crate) use info::{
     GateInfo, GateRun, GoalInfo, GoalState, HeartbeatInfo, McpServerInfo, McpState, McpToolInfo, SessionInfo,
 };
 
@@ -40,7 +40,7 @@ pub enum BusyMode {
 }
 
 impl BusyMode {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             BusyMode::Redirect => "redirect",
             BusyMode::Steer => "steer",
@@ -48,7 +48,7 @@ impl BusyMode {
         }
     }
 
-    pub fn parse(s: &str) -> Option<BusyMode> {
+    pub(crate) fn parse(s: &str) -> Option<BusyMode> {
         match s.trim().to_ascii_lowercase().as_str() {
             "redirect" => Some(BusyMode::Redirect),
             "steer" => Some(BusyMode::Steer),
@@ -152,7 +152,7 @@ pub enum TurnOutcome {
 }
 
 impl TurnOutcome {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             TurnOutcome::Completed => "completed",
             TurnOutcome::Interrupted => "interrupted",
@@ -208,7 +208,7 @@ impl ToolStatus {
     }
 
     /// The status word of a tool's JSON result (`"status"`), when it is one of these.
-    pub fn parse(s: &str) -> Option<ToolStatus> {
+    pub(crate) fn parse(s: &str) -> Option<ToolStatus> {
         [
             ToolStatus::Background,
             ToolStatus::Yielded,
@@ -260,11 +260,11 @@ pub enum JobStatus {
 }
 
 impl JobStatus {
-    pub fn is_running(&self) -> bool {
+    pub(crate) fn is_running(&self) -> bool {
         matches!(self, JobStatus::Running)
     }
 
-    pub fn label(&self) -> String {
+    pub(crate) fn label(&self) -> String {
         match self {
             JobStatus::Running => "running".into(),
             JobStatus::Exited(code) => format!("exited {code}"),
@@ -278,11 +278,11 @@ impl JobStatus {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobInfo {
     pub id: JobId,
-    pub command: String,
-    pub pid: u32,
-    pub cwd: String,
+    pub(crate) command: String,
+    pub(crate) pid: u32,
+    pub(crate) cwd: String,
     /// Unix time in milliseconds.
-    pub started_at_ms: u64,
+    pub(crate) started_at_ms: u64,
     pub status: JobStatus,
     /// False while a foreground tool call is still awaiting it.
     pub background: bool,
@@ -369,7 +369,7 @@ impl JobFate {
     }
 
     /// The fate of a job that ended while this Talaria watched it.
-    pub fn of_status(status: &JobStatus) -> JobFate {
+    pub(crate) fn of_status(status: &JobStatus) -> JobFate {
         match status {
             JobStatus::Running => JobFate::Running,
             JobStatus::Exited(code) => JobFate::Finished { code: *code, while_away: false },
@@ -399,7 +399,7 @@ pub enum AskGround {
 
 impl AskGround {
     /// One line for the approval modal.
-    pub fn explain(self) -> &'static str {
+    pub(crate) fn explain(self) -> &'static str {
         match self {
             AskGround::OutsideSandbox => "it would run outside the sandbox, with your full permissions",
             AskGround::NotKnownSafe => "it is not a known-safe read-only command (those run without asking)",
@@ -414,8 +414,8 @@ impl AskGround {
 /// A job killed because Talaria stopped (exec's end, quit).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct KilledJob {
-    pub id: JobId,
-    pub command: String,
+    pub(crate) id: JobId,
+    pub(crate) command: String,
     /// The model wanted its result (waited for, polled, read or wrote to it, or it was a
     /// foreground command moved to the background): the answer depended on it.
     pub awaited: bool,
@@ -424,22 +424,22 @@ pub struct KilledJob {
 /// Slow-changing facts for the status line.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct StatusInfo {
-    pub model: String,
-    pub session_id: String,
-    pub busy_mode: Option<BusyMode>,
+    pub(crate) model: String,
+    pub(crate) session_id: String,
+    pub(crate) busy_mode: Option<BusyMode>,
     pub paused: bool,
     /// The session's heartbeat (shown e.g. as "♥ every 10m · next in 4m").
-    pub heartbeat: Option<HeartbeatInfo>,
+    pub(crate) heartbeat: Option<HeartbeatInfo>,
     /// The session's goal (shown e.g. as "goal 3/20 · gate ✓"); None without one.
     pub goal: Option<Box<GoalInfo>>,
     /// Context window use in percent, when known.
-    pub context_pct: Option<u8>,
+    pub(crate) context_pct: Option<u8>,
     /// The session's title, once it has one.
     #[serde(default)]
-    pub title: Option<String>,
+    pub(crate) title: Option<String>,
     /// The sandbox in a few characters (`sandbox`, `sandbox:ro`, `NO SANDBOX`), DESIGN §6.
     #[serde(default)]
-    pub sandbox: Option<String>,
+    pub(crate) sandbox: Option<String>,
     /// A remote backend and its state (`ssh:box connected`); None when local (DESIGN §4b).
     #[serde(default)]
     pub backend: Option<String>,
@@ -621,7 +621,7 @@ pub enum Event {
 }
 
 impl Event {
-    pub fn notice(level: NoticeLevel, text: impl Into<String>) -> Event {
+    pub(crate) fn notice(level: NoticeLevel, text: impl Into<String>) -> Event {
         Event::Notice { level, text: text.into() }
     }
 }

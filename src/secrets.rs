@@ -11,7 +11,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use std::sync::OnceLock;
 
 /// Names the inherited pipe's descriptor in the re-executed process.
-pub const KEY_FD_ENV: &str = "TALARIA_KEY_FD";
+pub(crate) const KEY_FD_ENV: &str = "TALARIA_KEY_FD";
 /// Keys larger than this together are not handed over (the pipe must not fill before exec).
 const MAX_PAYLOAD: usize = 32 * 1024;
 
@@ -121,7 +121,7 @@ fn read_handover(fd: i32) -> HashMap<String, String> {
 /// `text` with secrets replaced by `[redacted]`: the provider keys talaria holds, the
 /// `user:password@` part of any URL, `Bearer` tokens and `sk-…` key-shaped words. Applied to
 /// provider error bodies and URLs before they are shown or logged (a 401 may echo the key).
-pub fn redact(text: &str) -> String {
+pub(crate) fn redact(text: &str) -> String {
     let mut out = text.to_string();
     if let Some(keys) = KEYS.get() {
         for value in keys.values().filter(|v| v.len() >= 8) {

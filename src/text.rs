@@ -103,7 +103,7 @@ pub fn neutralise_controls(text: &str) -> String {
 /// character but newline shown as an escape (`\x1b`, `\t`, `\r`, `\x9b`), bidirectional
 /// and zero-width characters as `<U+202E>`, so no disguise hides in it. The flag says
 /// whether anything was revealed.
-pub fn reveal_hidden(text: &str) -> (String, bool) {
+pub(crate) fn reveal_hidden(text: &str) -> (String, bool) {
     let mut out = String::with_capacity(text.len());
     let mut revealed = false;
     for c in text.chars() {

@@ -5,7 +5,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Lock `m`; a panic elsewhere while it was held does not poison it for everyone else.
-pub fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
@@ -16,7 +16,7 @@ pub fn now_ms() -> u64 {
 
 /// `250ms`, `3.2s`, `2m05s`, `2h05m`: how the transcript, the job pane and job notices
 /// show a duration.
-pub fn format_duration_ms(ms: u64) -> String {
+pub(crate) fn format_duration_ms(ms: u64) -> String {
     if ms < 1000 {
         format!("{ms}ms")
     } else if ms < 60_000 {

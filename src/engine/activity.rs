@@ -25,23 +25,23 @@ struct Clock {
 
 /// A turn's activity clock. Cheap to clone; all clones share one clock.
 #[derive(Debug, Clone)]
-pub struct Activity {
+pub(crate) struct Activity {
     clock: Arc<Mutex<Clock>>,
     abort: CancellationToken,
 }
 
 /// A stall the watchdog observed: no activity for `idle`, at clock generation `generation`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Stall {
+pub(crate) struct Stall {
     generation: u64,
-    pub idle: Duration,
+    pub(crate) idle: Duration,
 }
 
 /// Keeps the turn alive while it exists (a tool inside its own deadline, an approval
 /// waiting). Dropping it stamps the clock, so the timeout counts from the release.
 #[derive(Debug)]
 #[must_use = "the turn is only kept alive while the hold exists"]
-pub struct ActivityHold {
+pub(crate) struct ActivityHold {
     activity: Activity,
 }
 
@@ -56,11 +56,11 @@ impl Drop for ActivityHold {
 
 impl Activity {
     /// A clock stamped now. `abort` is the token the watchdog cancels (the turn's interrupt).
-    pub fn new(abort: CancellationToken) -> Activity {
+    pub(crate) fn new(abort: CancellationToken) -> Activity {
         Activity::starting_at(abort, Instant::now())
     }
 
-    pub fn starting_at(abort: CancellationToken, at: Instant) -> Activity {
+    pub(crate) fn starting_at(abort: CancellationToken, at: Instant) -> Activity {
         Activity { clock: Arc::new(Mutex::new(Clock { last: at, generation: 0, holds: 0 })), abort }
     }
 
@@ -70,19 +70,19 @@ impl Activity {
     }
 
     /// Record activity now.
-    pub fn stamp(&self) {
+    pub(crate) fn stamp(&self) {
         self.stamp_at(Instant::now());
     }
 
     /// Record activity at `at` (never moves the clock backwards).
-    pub fn stamp_at(&self, at: Instant) {
+    pub(crate) fn stamp_at(&self, at: Instant) {
         let mut c = self.lock();
         c.generation += 1;
         c.last = c.last.max(at);
     }
 
     /// Keep the turn alive until the guard drops.
-    pub fn hold(&self) -> ActivityHold {
+    pub(crate) fn hold(&self) -> ActivityHold {
         let mut c = self.lock();
         c.holds += 1;
         c.generation += 1;
@@ -91,22 +91,24 @@ impl Activity {
         ActivityHold { activity: self.clone() }
     }
 
-    pub fn last_activity(&self) -> Instant {
+    pub(crate) fn last_activity(&self) -> Instant {
         self.lock().last
     }
 
-    pub fn is_held(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_held(&self) -> bool {
         self.lock().holds > 0
     }
 
     /// The token the watchdog cancels.
-    pub fn abort_token(&self) -> &CancellationToken {
+    #[cfg(test)]
+    pub(crate) fn abort_token(&self) -> &CancellationToken {
         &self.abort
     }
 
     /// A stall, if the turn has had no activity for `timeout` at `now` and nothing holds
     /// it. `timeout` zero never stalls (the watchdog is off).
-    pub fn observe(&self, now: Instant, timeout: Duration) -> Option<Stall> {
+    pub(crate) fn observe(&self, now: Instant, timeout: Duration) -> Option<Stall> {
         let c = self.lock();
         stall_of(&c, now, timeout)
     }
@@ -114,7 +116,7 @@ impl Activity {
     /// Act on an observed stall: cancel the abort token, unless any activity happened
     /// since `stall` was observed. The check and the cancel happen under the clock's lock,
     /// so a stamp either lands before (and vetoes) or after (the turn is already aborting).
-    pub fn commit_abort(&self, stall: &Stall) -> bool {
+    pub(crate) fn commit_abort(&self, stall: &Stall) -> bool {
         let c = self.lock();
         if c.generation != stall.generation || c.holds > 0 || self.abort.is_cancelled() {
             return false;
@@ -124,7 +126,8 @@ impl Activity {
     }
 
     /// Observe and commit in one step under one lock: true when the turn was aborted.
-    pub fn check_and_abort(&self, now: Instant, timeout: Duration) -> bool {
+    #[cfg(test)]
+    pub(crate) fn check_and_abort(&self, now: Instant, timeout: Duration) -> bool {
         let c = self.lock();
         if stall_of(&c, now, timeout).is_none() || self.abort.is_cancelled() {
             return false;
@@ -144,14 +147,14 @@ fn stall_of(c: &Clock, now: Instant, timeout: Duration) -> Option<Stall> {
 
 /// The configured timeout; None when disabled (`timeout_s = 0`). Values that are not
 /// usable (NaN, infinite, negative) fall back to the default.
-pub fn liveness_timeout(cfg: &TurnLivenessConfig) -> Option<Duration> {
+pub(crate) fn liveness_timeout(cfg: &TurnLivenessConfig) -> Option<Duration> {
     let default = TurnLivenessConfig::default();
     let secs = if cfg.timeout_s.is_finite() && cfg.timeout_s >= 0.0 { cfg.timeout_s } else { default.timeout_s };
     (secs > 0.0).then(|| Duration::from_secs_f64(secs))
 }
 
 /// How often the watchdog looks (a usable positive value, else the default).
-pub fn liveness_poll(cfg: &TurnLivenessConfig) -> Duration {
+pub(crate) fn liveness_poll(cfg: &TurnLivenessConfig) -> Duration {
     let secs =
         if cfg.poll_s.is_finite() && cfg.poll_s > 0.0 { cfg.poll_s } else { TurnLivenessConfig::default().poll_s };
     Duration::from_secs_f64(secs)
@@ -160,7 +163,7 @@ pub fn liveness_poll(cfg: &TurnLivenessConfig) -> Duration {
 /// Watch a turn until it stalls or its abort token is cancelled by someone else. Returns
 /// the idle time when the watchdog aborted the turn (the engine then says so loudly), or
 /// None when the turn ended another way. Run it as a task and abort it when the turn ends.
-pub async fn watchdog(activity: Activity, timeout: Duration, poll: Duration) -> Option<Duration> {
+pub(crate) async fn watchdog(activity: Activity, timeout: Duration, poll: Duration) -> Option<Duration> {
     if timeout.is_zero() {
         activity.abort.cancelled().await;
         return None;

@@ -28,18 +28,18 @@ pub fn arg_bool(args: &Value, key: &str) -> Option<bool> {
 
 /// Read a tool's arguments into its own struct. The error is one line the model can act
 /// on, e.g. `terminal: missing field `command``.
-pub fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T, String> {
+pub(crate) fn parse<T: serde::de::DeserializeOwned>(tool: &str, args: &Value) -> Result<T, String> {
     T::deserialize(args).map_err(|e| format!("{tool}: invalid arguments: {e}"))
 }
 
 /// Field deserialisers that accept what models send: `"12"` for 12, `"true"` for true.
-pub mod lenient {
+pub(crate) mod lenient {
     use serde::de::Error;
     use serde::{Deserialize, Deserializer};
     use serde_json::Value;
 
     /// An optional non-negative integer (a number or a numeric string).
-    pub fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    pub(crate) fn opt_u64<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         match Option::<Value>::deserialize(d)? {
             None | Some(Value::Null) => Ok(None),
             Some(v) => super::arg_u64(&serde_json::json!({ "v": v }), "v")
@@ -49,7 +49,7 @@ pub mod lenient {
     }
 
     /// An optional boolean (a bool or `"true"` / `"false"`).
-    pub fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
+    pub(crate) fn opt_bool<'de, D: Deserializer<'de>>(d: D) -> Result<Option<bool>, D::Error> {
         match Option::<Value>::deserialize(d)? {
             None | Some(Value::Null) => Ok(None),
             Some(v) => super::arg_bool(&serde_json::json!({ "v": v }), "v")

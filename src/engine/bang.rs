@@ -5,13 +5,13 @@ use crate::emulate;
 use crate::text::tail_chars;
 
 /// How much of the output (the end of it) the model sees.
-pub const MAX_OUTPUT_CHARS: usize = 4_000;
+pub(crate) const MAX_OUTPUT_CHARS: usize = 4_000;
 
 /// The first line of the note given to the model.
-pub const HEADER: &str = "[The user ran a shell command]";
+pub(crate) const HEADER: &str = "[The user ran a shell command]";
 
 /// The command in a `!cmd` input, trimmed; `None` when the input is not one (or is just `!`).
-pub fn parse_bang(input: &str) -> Option<&str> {
+pub(crate) fn parse_bang(input: &str) -> Option<&str> {
     let command = input.trim().strip_prefix('!')?.trim();
     (!command.is_empty()).then_some(command)
 }

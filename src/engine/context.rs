@@ -7,18 +7,18 @@ use crate::engine::llm::{ChatMessage, ToolCall};
 use crate::engine::store::StoredMessage;
 
 /// Tokens each message costs beyond its text (role, separators in the chat template).
-pub const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
+pub(crate) const MESSAGE_OVERHEAD_TOKENS: u64 = 4;
 /// Tokens each tool call costs beyond its name and arguments.
-pub const TOOL_CALL_OVERHEAD_TOKENS: u64 = 8;
+pub(crate) const TOOL_CALL_OVERHEAD_TOKENS: u64 = 8;
 
 /// A rough token count: a quarter of the characters (rounded up) of each message's text,
 /// tool call names, ids and arguments, plus a fixed overhead per message and per call.
-pub fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
+pub(crate) fn estimate_tokens(messages: &[ChatMessage]) -> u64 {
     messages.iter().map(estimate_message).sum()
 }
 
 /// The same heuristic for loose text (tool definitions, a system prompt), no overhead.
-pub fn estimate_text_tokens(text: &str) -> u64 {
+pub(crate) fn estimate_text_tokens(text: &str) -> u64 {
     (text.chars().count() as u64).div_ceil(4)
 }
 
@@ -56,11 +56,11 @@ fn estimate_parts(text: &str, tool_calls: &[ToolCall], tool_call_id: Option<&str
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ContextMeter {
     /// The model's context window in tokens; 0 means unknown (no percentage, no compaction).
-    pub window: u64,
+    pub(crate) window: u64,
     /// `prompt_tokens` the server reported for the last request, if it reported any.
-    pub last_prompt_tokens: Option<u64>,
+    pub(crate) last_prompt_tokens: Option<u64>,
     /// Estimated tokens of messages added since that request (or of everything, before any).
-    pub estimated_since: u64,
+    pub(crate) estimated_since: u64,
 }
 
 impl ContextMeter {
@@ -87,13 +87,13 @@ impl ContextMeter {
 
     /// The conversation was replaced and `tokens` more of it stay in the database (the
     /// older part of a long, uncompacted session): they count until it is compacted.
-    pub fn reset_with(&mut self, messages: &[ChatMessage], tokens: u64) {
+    pub(crate) fn reset_with(&mut self, messages: &[ChatMessage], tokens: u64) {
         self.reset(messages);
         self.estimated_since = self.estimated_since.saturating_add(tokens);
     }
 
     /// Best guess of the tokens the next request's prompt takes.
-    pub fn used(&self) -> u64 {
+    pub(crate) fn used(&self) -> u64 {
         self.last_prompt_tokens.unwrap_or(0).saturating_add(self.estimated_since)
     }
 

@@ -14,16 +14,17 @@ use tokio::sync::watch;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
 pub struct EstopInfo {
     #[serde(default)]
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// Unix seconds.
     #[serde(default)]
-    pub at: Option<u64>,
+    pub(crate) at: Option<u64>,
 }
 
 impl EstopInfo {
     /// One line for a banner or notice: `paused: lunch (since 12:03)` style text is up to
     /// the caller; this gives `paused — <reason>` or `paused`.
-    pub fn describe(&self) -> String {
+    #[cfg(test)]
+    pub(crate) fn describe(&self) -> String {
         match self.reason.as_deref().map(str::trim).filter(|r| !r.is_empty()) {
             Some(reason) => format!("paused — {reason}"),
             None => "paused".to_string(),
@@ -32,12 +33,12 @@ impl EstopInfo {
 }
 
 /// True while the sentinel exists (one stat; a dangling symlink counts too).
-pub fn is_paused(path: &Path) -> bool {
+pub(crate) fn is_paused(path: &Path) -> bool {
     std::fs::symlink_metadata(path).is_ok()
 }
 
 /// The sentinel's contents, or None when not paused.
-pub fn read(path: &Path) -> Option<EstopInfo> {
+pub(crate) fn read(path: &Path) -> Option<EstopInfo> {
     if !is_paused(path) {
         return None;
     }
@@ -82,11 +83,11 @@ fn tmp_path(path: &Path) -> PathBuf {
 }
 
 /// How often the watcher looks.
-pub const WATCH_PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const WATCH_PERIOD: Duration = Duration::from_secs(1);
 
 /// Watch the sentinel: a task stats it once a second and publishes the paused state on
 /// the returned channel only when it changes. The task ends when every receiver is gone.
-pub fn watch(path: PathBuf) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
+pub(crate) fn watch(path: PathBuf) -> (watch::Receiver<bool>, tokio::task::JoinHandle<()>) {
     let (tx, rx) = watch::channel(is_paused(&path));
     let task = tokio::spawn(async move {
         let mut tick = tokio::time::interval(WATCH_PERIOD);

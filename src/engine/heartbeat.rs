@@ -8,47 +8,47 @@ use crate::protocol::commands::{format_interval, HeartbeatCmd, HEARTBEAT_FLOOR_S
 use crate::protocol::HeartbeatInfo;
 
 /// `state_meta` key of a session's heartbeat.
-pub fn state_key(session_id: &str) -> String {
+pub(crate) fn state_key(session_id: &str) -> String {
     format!("heartbeat:{session_id}")
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum HeartbeatStatus {
+pub(crate) enum HeartbeatStatus {
     Active,
     Paused,
 }
 
 /// A session's heartbeat. Times are unix milliseconds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Heartbeat {
-    pub prompt: String,
-    pub interval_s: u64,
-    pub status: HeartbeatStatus,
+pub(crate) struct Heartbeat {
+    pub(crate) prompt: String,
+    pub(crate) interval_s: u64,
+    pub(crate) status: HeartbeatStatus,
     /// When it was last set, resumed or fired: the next fire is `anchor + interval`.
-    pub anchor_ms: u64,
+    pub(crate) anchor_ms: u64,
     #[serde(default)]
-    pub last_fired_at: Option<u64>,
+    pub(crate) last_fired_at: Option<u64>,
     #[serde(default)]
-    pub fire_count: u64,
+    pub(crate) fire_count: u64,
 }
 
 /// What applying a `/heartbeat` command did.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct HeartbeatReply {
+pub(crate) struct HeartbeatReply {
     /// The session's heartbeat afterwards (None: there is none; delete the state key).
-    pub state: Option<Heartbeat>,
+    pub(crate) state: Option<Heartbeat>,
     /// One line to show the user.
-    pub message: String,
+    pub(crate) message: String,
     /// The state changed and should be saved.
-    pub changed: bool,
+    pub(crate) changed: bool,
     /// True when the command was refused (show as an error).
-    pub error: bool,
+    pub(crate) error: bool,
 }
 
 /// Apply a `/heartbeat` command at `now_ms`. `utc_offset_s` turns times into the user's
 /// wall-clock `HH:MM` (see [`local_utc_offset_s`]).
-pub fn apply(current: Option<&Heartbeat>, cmd: &HeartbeatCmd, now_ms: u64, utc_offset_s: i64) -> HeartbeatReply {
+pub(crate) fn apply(current: Option<&Heartbeat>, cmd: &HeartbeatCmd, now_ms: u64, utc_offset_s: i64) -> HeartbeatReply {
     let keep =
         |message: String, error: bool| HeartbeatReply { state: current.cloned(), message, changed: false, error };
     const NONE: &str = "no heartbeat; set one with /heartbeat every <interval> <prompt>";
@@ -126,12 +126,12 @@ pub fn apply(current: Option<&Heartbeat>, cmd: &HeartbeatCmd, now_ms: u64, utc_o
 }
 
 impl Heartbeat {
-    pub fn to_json(&self) -> String {
+    pub(crate) fn to_json(&self) -> String {
         // A struct of plain fields always serialises.
         serde_json::to_string(self).unwrap_or_default()
     }
 
-    pub fn from_json(text: &str) -> Result<Heartbeat, String> {
+    pub(crate) fn from_json(text: &str) -> Result<Heartbeat, String> {
         let hb: Heartbeat = serde_json::from_str(text).map_err(|e| format!("stored heartbeat is unreadable: {e}"))?;
         if hb.interval_s < HEARTBEAT_FLOOR_S {
             return Err(format!(
@@ -152,19 +152,19 @@ impl Heartbeat {
 
     /// When the engine's timer should next look (None while paused). A due heartbeat
     /// that is waiting for the session to go idle returns a time in the past.
-    pub fn next_due_at(&self) -> Option<u64> {
+    pub(crate) fn next_due_at(&self) -> Option<u64> {
         (self.status == HeartbeatStatus::Active).then(|| self.next_fire_ms())
     }
 
     /// Fire now? Only when active, the interval has passed since the anchor, and the
     /// session is idle (a real user message always wins).
-    pub fn due(&self, now_ms: u64, idle: bool) -> bool {
+    pub(crate) fn due(&self, now_ms: u64, idle: bool) -> bool {
         idle && self.status == HeartbeatStatus::Active && now_ms >= self.next_fire_ms()
     }
 
     /// Record a fire at `now_ms` and return the user turn to inject. However many ticks
     /// were missed, the anchor moves to now: one fire, never a backlog.
-    pub fn fire(&mut self, now_ms: u64) -> String {
+    pub(crate) fn fire(&mut self, now_ms: u64) -> String {
         self.anchor_ms = now_ms;
         self.last_fired_at = Some(now_ms);
         self.fire_count += 1;
@@ -172,7 +172,7 @@ impl Heartbeat {
     }
 
     /// The injected user turn of DESIGN §5.
-    pub fn injected_text(&self) -> String {
+    pub(crate) fn injected_text(&self) -> String {
         format!(
             "[Heartbeat — recurring instruction, fires every {}]\n{}\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work.",
             format_interval(self.interval_s),
@@ -181,7 +181,7 @@ impl Heartbeat {
     }
 
     /// The heartbeat as the front ends show it, as of `now_ms`.
-    pub fn info(&self, now_ms: u64) -> HeartbeatInfo {
+    pub(crate) fn info(&self, now_ms: u64) -> HeartbeatInfo {
         let paused = self.status == HeartbeatStatus::Paused;
         HeartbeatInfo {
             prompt: self.prompt.clone(),
@@ -196,7 +196,7 @@ impl Heartbeat {
     /// When the status-line row (`present::heartbeat_row`, whole minutes rounded up) may next
     /// read differently (None: not until the state changes). The engine schedules one wake-up
     /// to resend the heartbeat then, instead of polling.
-    pub fn next_change_at(&self, now_ms: u64) -> Option<u64> {
+    pub(crate) fn next_change_at(&self, now_ms: u64) -> Option<u64> {
         if self.status == HeartbeatStatus::Paused {
             return None;
         }

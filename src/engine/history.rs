@@ -10,12 +10,12 @@ use crate::engine::tools::Registry;
 use crate::protocol::{HistoryItem, JobFate, MessageOrigin, ToolOutcome, ToolStatus};
 
 /// The result given to a tool call that never got one (talaria died mid-tool).
-pub const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
+pub(crate) const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
 
 /// The marker around messages delivered mid-turn (DESIGN §3).
-pub const OOB_OPEN: &str =
+pub(crate) const OOB_OPEN: &str =
     "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]";
-pub const OOB_CLOSE: &str = "[/OUT-OF-BAND USER MESSAGE]";
+pub(crate) const OOB_CLOSE: &str = "[/OUT-OF-BAND USER MESSAGE]";
 
 /// Wrap messages typed while the agent was busy into one out-of-band user message.
 pub fn wrap_out_of_band(messages: &[String]) -> String {
@@ -23,7 +23,7 @@ pub fn wrap_out_of_band(messages: &[String]) -> String {
 }
 
 /// The text inside an out-of-band wrapper, for display (None when `text` is not wrapped).
-pub fn unwrap_out_of_band(text: &str) -> Option<&str> {
+pub(crate) fn unwrap_out_of_band(text: &str) -> Option<&str> {
     text.strip_prefix(OOB_OPEN)?.strip_suffix(OOB_CLOSE).map(str::trim)
 }
 
@@ -45,7 +45,7 @@ pub enum DisplayKind {
 }
 
 impl DisplayKind {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             DisplayKind::OutOfBand => "oob",
             DisplayKind::Goal => "goal",
@@ -59,7 +59,7 @@ impl DisplayKind {
 }
 
 /// A message as a row for the store.
-pub fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
+pub(crate) fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
     StoredMessage {
         role: message.role,
         content: message.content.clone(),
@@ -71,13 +71,13 @@ pub fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredM
 }
 
 /// Display facts of a tool result, kept with the row so a resumed transcript shows them.
-pub fn outcome_kind(outcome: &ToolOutcome) -> String {
+pub(crate) fn outcome_kind(outcome: &ToolOutcome) -> String {
     json!({"ok": outcome.ok, "exit_code": outcome.exit_code, "status": outcome.status, "duration_ms": outcome.duration_ms})
         .to_string()
 }
 
 /// Parse what `outcome_kind` stored.
-pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
+pub(crate) fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
     let v: Value = kind.and_then(|k| serde_json::from_str(k).ok()).unwrap_or(Value::Null);
     ToolOutcome {
         ok: v.get("ok").and_then(Value::as_bool).unwrap_or(true),
@@ -88,7 +88,7 @@ pub fn outcome_from_kind(kind: Option<&str>, result: &str) -> ToolOutcome {
     }
 }
 
-pub fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
+pub(crate) fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
     Some(ChatMessage {
         role: row.role,
         content: row.content.clone(),
@@ -100,7 +100,7 @@ pub fn to_chat(row: &StoredMessage) -> Option<ChatMessage> {
 
 /// Tool calls in `history` without a result, in order. Each needs a filler so the history
 /// sent to the model stays valid.
-pub fn missing_results(history: &[ChatMessage]) -> Vec<(usize, ToolCall)> {
+pub(crate) fn missing_results(history: &[ChatMessage]) -> Vec<(usize, ToolCall)> {
     let answered: HashSet<&str> =
         history.iter().filter(|m| m.role == Role::Tool).filter_map(|m| m.tool_call_id.as_deref()).collect();
     let mut missing = Vec::new();
@@ -116,7 +116,7 @@ pub fn missing_results(history: &[ChatMessage]) -> Vec<(usize, ToolCall)> {
 
 /// Insert `LOST_RESULT` tool messages right after the results of the same assistant message.
 /// Returns the repaired history and the filler messages (to persist).
-pub fn repair(history: Vec<ChatMessage>) -> (Vec<ChatMessage>, Vec<ChatMessage>) {
+pub(crate) fn repair(history: Vec<ChatMessage>) -> (Vec<ChatMessage>, Vec<ChatMessage>) {
     let missing = missing_results(&history);
     if missing.is_empty() {
         return (history, Vec::new());
@@ -156,7 +156,11 @@ pub fn repair(history: Vec<ChatMessage>) -> (Vec<ChatMessage>, Vec<ChatMessage>)
 
 /// What the transcript shows for stored rows. `fates` says what became of the session's
 /// jobs: a call that started one that no longer runs is marked so (unknown jobs are gone).
-pub fn to_items(rows: &[StoredMessage], registry: &Registry, fates: &HashMap<String, JobFate>) -> Vec<HistoryItem> {
+pub(crate) fn to_items(
+    rows: &[StoredMessage],
+    registry: &Registry,
+    fates: &HashMap<String, JobFate>,
+) -> Vec<HistoryItem> {
     let mut calls: HashMap<String, (String, String)> = HashMap::new();
     let mut items = Vec::with_capacity(rows.len());
     for row in rows {

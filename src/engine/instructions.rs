@@ -10,22 +10,22 @@ use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
 /// File names looked for in each directory, in this order.
-pub const FILE_NAMES: [&str; 2] = ["AGENTS.md", "TALARIA.md"];
+pub(crate) const FILE_NAMES: [&str; 2] = ["AGENTS.md", "TALARIA.md"];
 
 /// Each file is cut to this many bytes (a marker says so).
-pub const MAX_FILE_BYTES: usize = 32 * 1024;
+pub(crate) const MAX_FILE_BYTES: usize = 32 * 1024;
 
 /// One instruction file, as it goes into the system prompt.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct InstructionFile {
-    pub path: PathBuf,
+    pub(crate) path: PathBuf,
     /// The file's text, trimmed; cut at [`MAX_FILE_BYTES`] with a marker when longer.
-    pub text: String,
+    pub(crate) text: String,
     /// How a person sees the path: relative to the working directory (`AGENTS.md`,
     /// `../AGENTS.md`) or with the home directory as `~`.
-    pub label: String,
+    pub(crate) label: String,
     /// The user-level file rather than one from the project.
-    pub user_level: bool,
+    pub(crate) user_level: bool,
 }
 
 /// Find the instruction files for a session in `cwd`, outermost first: the user file, then
@@ -62,7 +62,7 @@ fn discover_with_home(cwd: &Path, user_file: &Path, home: Option<&Path>) -> Vec<
 
 /// The directories searched, outermost first: from the repository root down to `cwd`, or
 /// just `cwd` when no ancestor holds `.git`.
-pub fn project_dirs(cwd: &Path) -> Vec<PathBuf> {
+pub(crate) fn project_dirs(cwd: &Path) -> Vec<PathBuf> {
     let ancestors: Vec<&Path> = cwd.ancestors().collect();
     match ancestors.iter().position(|dir| dir.join(".git").exists()) {
         Some(root) => ancestors[..=root].iter().rev().map(|d| d.to_path_buf()).collect(),
@@ -116,7 +116,7 @@ fn utf8_prefix(bytes: &[u8]) -> String {
 
 /// `path` as a person reads it: relative to `cwd` when it lies in `cwd` or one of its
 /// parents' directories (`AGENTS.md`, `../../AGENTS.md`), else with `home` shown as `~`.
-pub fn label_for(path: &Path, cwd: &Path, home: Option<&Path>) -> String {
+pub(crate) fn label_for(path: &Path, cwd: &Path, home: Option<&Path>) -> String {
     if let (Some(dir), Some(name)) = (path.parent(), path.file_name()) {
         if let Ok(rest) = cwd.strip_prefix(dir) {
             let ups = rest.components().filter(|c| matches!(c, Component::Normal(_))).count();
@@ -129,7 +129,7 @@ pub fn label_for(path: &Path, cwd: &Path, home: Option<&Path>) -> String {
 }
 
 /// `path` with `home` shown as `~`.
-pub fn home_label(path: &Path, home: Option<&Path>) -> String {
+pub(crate) fn home_label(path: &Path, home: Option<&Path>) -> String {
     match home.and_then(|home| path.strip_prefix(home).ok()) {
         Some(rest) => format!("~/{}", rest.display()),
         None => path.display().to_string(),

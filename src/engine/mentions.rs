@@ -6,12 +6,12 @@ use std::path::Path;
 use crate::engine::tools::resolve_path;
 
 /// Bytes of one attached file, at most.
-pub const MAX_ATTACH_BYTES: usize = 64 * 1024;
+pub(crate) const MAX_ATTACH_BYTES: usize = 64 * 1024;
 /// Files attached to one message, at most.
-pub const MAX_ATTACHMENTS: usize = 8;
+pub(crate) const MAX_ATTACHMENTS: usize = 8;
 
 /// The `@path` words of `text` (a word starting with `@`, trailing punctuation removed).
-pub fn mentioned_paths(text: &str) -> Vec<&str> {
+pub(crate) fn mentioned_paths(text: &str) -> Vec<&str> {
     text.split_whitespace()
         .filter_map(|w| w.strip_prefix('@'))
         .map(|p| p.trim_end_matches([',', '.', ';', ':', ')', '!', '?']))
@@ -21,7 +21,7 @@ pub fn mentioned_paths(text: &str) -> Vec<&str> {
 
 /// A fence of backticks longer than any run of backticks in `body`, so the file's own
 /// fences cannot close it early.
-pub fn fence_for(body: &str) -> String {
+pub(crate) fn fence_for(body: &str) -> String {
     let mut longest = 0;
     let mut run = 0;
     for c in body.chars() {
@@ -33,7 +33,7 @@ pub fn fence_for(body: &str) -> String {
 
 /// `text` with the content of every mentioned file that exists appended, and the
 /// mentions that name no file (to warn about: they are not attached).
-pub fn expand(text: &str, cwd: &Path) -> (String, Vec<String>) {
+pub(crate) fn expand(text: &str, cwd: &Path) -> (String, Vec<String>) {
     let mut out = text.to_string();
     let mut missing = Vec::new();
     let mut attached = 0;

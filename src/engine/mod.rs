@@ -1,6 +1,6 @@
 //! The agent: owns the session, receives `Op`, emits `Event`. Never draws.
 
-pub mod activity;
+pub(crate) mod activity;
 pub mod approval;
 pub mod args;
 pub mod backend;
@@ -14,10 +14,10 @@ pub mod instructions;
 pub mod jobs;
 pub mod llm;
 pub mod mcp;
-pub mod mentions;
+pub(crate) mod mentions;
 pub mod sandbox;
-pub mod scheduler;
-pub mod signals;
+pub(crate) mod scheduler;
+pub(crate) mod signals;
 pub mod store;
 pub mod tools;
 
@@ -37,7 +37,7 @@ impl EventSink {
     }
 
     /// Send, ignoring a closed receiver (the front end is gone; nothing to tell).
-    pub fn send(&self, event: Event) {
+    pub(crate) fn send(&self, event: Event) {
         let _ = self.0.send(event);
     }
 }

@@ -8,7 +8,7 @@ use crate::protocol::{BusyMode, NoticeLevel, TurnOutcome};
 
 /// What the engine is doing right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Phase {
+pub(crate) enum Phase {
     #[default]
     Idle,
     /// A model turn runs (streaming or running tools).
@@ -21,41 +21,41 @@ pub enum Phase {
 
 /// A snapshot of what the decisions depend on. Plain data.
 #[derive(Debug, Clone, PartialEq, Default)]
-pub struct State {
-    pub phase: Phase,
+pub(crate) struct State {
+    pub(crate) phase: Phase,
     /// `agent.busy_input_mode` (or `/busy`).
-    pub busy_mode: BusyMode,
+    pub(crate) busy_mode: BusyMode,
     /// Messages typed while busy that wait for the next delivery point.
-    pub pending: usize,
+    pub(crate) pending: usize,
     /// Messages waiting to run as turns of their own.
-    pub queued: usize,
+    pub(crate) queued: usize,
     /// The goal's gates or judge are running (a turn boundary in progress).
-    pub goal_boundary: bool,
+    pub(crate) goal_boundary: bool,
     /// A goal continuation is due.
-    pub goal_continuation: bool,
+    pub(crate) goal_continuation: bool,
     /// Notices for the model waiting in the job registry (exits, watch matches): how long
     /// the oldest has waited, in ms.
-    pub job_notices: Option<u64>,
+    pub(crate) job_notices: Option<u64>,
     /// `jobs.notice_window_s` in ms: idle notices start a turn only once the oldest has
     /// waited this long, so those arriving together make one turn.
-    pub notice_window_ms: u64,
+    pub(crate) notice_window_ms: u64,
     /// `jobs.notify_starts_turn`.
-    pub notify_starts_turn: bool,
+    pub(crate) notify_starts_turn: bool,
     /// The heartbeat's time has come (whether the session is idle is decided here).
-    pub heartbeat_due: bool,
+    pub(crate) heartbeat_due: bool,
     /// The pause sentinel is set.
-    pub paused: bool,
+    pub(crate) paused: bool,
 }
 
 impl State {
     /// A turn, a `!command` or a compaction runs.
-    pub fn busy(&self) -> bool {
+    pub(crate) fn busy(&self) -> bool {
         self.phase != Phase::Idle
     }
 
     /// DESIGN §3: no turn, gate run, judge call or approval in progress; no queued or
     /// pending message; no goal continuation due; not paused.
-    pub fn idle(&self) -> bool {
+    pub(crate) fn idle(&self) -> bool {
         !self.busy()
             && !self.goal_boundary
             && self.pending == 0
@@ -67,7 +67,7 @@ impl State {
 
 /// Something that happened.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Input {
+pub(crate) enum Input {
     /// The user sent a message; `mode` None = the configured busy mode.
     Message { mode: Option<BusyMode> },
     /// The user sent a `!command`.
@@ -93,7 +93,7 @@ pub enum Input {
 
 /// What starts a turn when the engine is idle.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Start {
+pub(crate) enum Start {
     /// The message the user just sent.
     User,
     /// Messages left pending when the last turn ended (delivered together).
@@ -107,7 +107,7 @@ pub enum Start {
 
 /// Something for the engine to do.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Effect {
+pub(crate) enum Effect {
     StartTurn(Start),
     /// Run the message as the user's `!command`.
     StartBang,
@@ -155,7 +155,7 @@ fn notice(level: NoticeLevel, text: impl Into<String>) -> Effect {
 }
 
 /// The one decision function.
-pub fn decide(state: &State, input: Input) -> Vec<Effect> {
+pub(crate) fn decide(state: &State, input: Input) -> Vec<Effect> {
     match input {
         Input::Message { mode } => message(state, mode.unwrap_or(state.busy_mode)),
         Input::Bang => bang(state),
@@ -317,7 +317,7 @@ fn next(state: &State) -> Option<Effect> {
 
 /// In how many ms the waiting job notices start a turn, when nothing but their window
 /// holds them back (the engine wakes then); None when they are not what runs next.
-pub fn job_notices_due_in_ms(state: &State) -> Option<u64> {
+pub(crate) fn job_notices_due_in_ms(state: &State) -> Option<u64> {
     let waited = state.job_notices?;
     let due = State { job_notices: Some(u64::MAX), ..state.clone() };
     (next(&due) == Some(Effect::StartTurn(Start::JobNotices))).then(|| state.notice_window_ms.saturating_sub(waited))

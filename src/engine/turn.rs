@@ -43,17 +43,17 @@ pub struct TurnEnv {
 /// How the engine reaches into a running turn.
 #[derive(Clone)]
 pub struct TurnControl {
-    pub interrupt: CancellationToken,
+    pub(crate) interrupt: CancellationToken,
     /// Bumped to make running tools yield (redirect while tools run, Ctrl+B).
-    pub yield_tx: Arc<watch::Sender<u64>>,
+    pub(crate) yield_tx: Arc<watch::Sender<u64>>,
     /// Bumped to release a `process wait` early (any message typed while busy).
-    pub release_tx: Arc<watch::Sender<u64>>,
+    pub(crate) release_tx: Arc<watch::Sender<u64>>,
     /// Bumped to abort a model stream (redirect while streaming).
-    pub redirect_tx: Arc<watch::Sender<u64>>,
+    pub(crate) redirect_tx: Arc<watch::Sender<u64>>,
     /// Messages typed while busy that wait for the next delivery point.
-    pub pending: Arc<Mutex<Vec<String>>>,
+    pub(crate) pending: Arc<Mutex<Vec<String>>>,
     /// Stamped by stream bytes and held while tools run (turn liveness, DESIGN §5).
-    pub activity: Option<Activity>,
+    pub(crate) activity: Option<Activity>,
 }
 
 impl TurnControl {
@@ -69,7 +69,7 @@ impl TurnControl {
         }
     }
 
-    pub fn bump(tx: &watch::Sender<u64>) {
+    pub(crate) fn bump(tx: &watch::Sender<u64>) {
         tx.send_modify(|v| *v = v.wrapping_add(1));
     }
 
@@ -91,21 +91,21 @@ pub struct TurnInput {
 }
 
 pub struct TurnResult {
-    pub history: Vec<ChatMessage>,
+    pub(crate) history: Vec<ChatMessage>,
     /// The older part of the context still only in the database (`None` once compacted).
-    pub omitted: Option<OmittedRows>,
+    pub(crate) omitted: Option<OmittedRows>,
     pub outcome: TurnOutcome,
-    pub usage: crate::engine::llm::Usage,
-    pub meter: ContextMeter,
+    pub(crate) usage: crate::engine::llm::Usage,
+    pub(crate) meter: ContextMeter,
 }
 
 impl TurnEnv {
-    pub fn cwd(&self) -> std::path::PathBuf {
+    pub(crate) fn cwd(&self) -> std::path::PathBuf {
         lock(&self.cwd).clone()
     }
 }
 
-pub use crate::util::lock;
+pub(crate) use crate::util::lock;
 
 /// Run one turn. Owns the history while it runs and hands it back. `omitted`: older
 /// messages of the context left in the database (a compaction summarises them too). The
@@ -256,7 +256,7 @@ pub async fn run_turn(
 
 /// Run the user's own `!command` as a foreground job shown like a tool call. It is not sent
 /// to the model now; its output tail is added as context for the next message.
-pub async fn run_bang(
+pub(crate) async fn run_bang(
     env: TurnEnv,
     control: TurnControl,
     mut history: Vec<ChatMessage>,
@@ -320,13 +320,13 @@ fn send_usage(env: &TurnEnv, u: &crate::engine::llm::Usage) {
     });
 }
 
-pub fn send_context(env: &TurnEnv, meter: &ContextMeter) {
+pub(crate) fn send_context(env: &TurnEnv, meter: &ContextMeter) {
     let percent = (meter.window > 0).then(|| meter.percent());
     env.events.send(Event::Context { label: meter.label(), percent });
 }
 
 /// The system prompt and the tool definitions, as messages the meter can estimate.
-pub fn fixed_context(env: &TurnEnv) -> Vec<ChatMessage> {
+pub(crate) fn fixed_context(env: &TurnEnv) -> Vec<ChatMessage> {
     let tools = serde_json::to_string(&env.registry.definitions()).unwrap_or_default();
     vec![ChatMessage::system(env.system_prompt.clone()), ChatMessage::system(tools)]
 }
@@ -368,7 +368,7 @@ async fn auto_compact(
 }
 
 /// What a compaction of this session needs (owned: `/compact` runs it as its own task).
-pub fn compactor(env: &TurnEnv) -> Compactor {
+pub(crate) fn compactor(env: &TurnEnv) -> Compactor {
     Compactor {
         provider: env.provider.clone(),
         model: env.model.clone(),
@@ -397,7 +397,7 @@ enum Delivery {
 /// Why a typed message cannot be sent at all: with the system prompt and the tool
 /// definitions it is larger than the model's whole context window (compaction cannot make
 /// room for it). Estimated like the context meter, a quarter of the characters.
-pub fn too_large_for_the_window(text: &str, fixed_tokens: u64, window: u64) -> Option<String> {
+pub(crate) fn too_large_for_the_window(text: &str, fixed_tokens: u64, window: u64) -> Option<String> {
     let tokens = crate::engine::context::estimate_text_tokens(text);
     if window == 0 || tokens.saturating_add(fixed_tokens) <= window {
         return None;
@@ -464,7 +464,7 @@ async fn deliver_pending(
 
 /// The display kind a job notice is stored with: an exit notice marks its job notified
 /// (exactly once), a watch notice marks nothing.
-pub fn notice_kind(kind: NoticeKind) -> DisplayKind {
+pub(crate) fn notice_kind(kind: NoticeKind) -> DisplayKind {
     match kind {
         NoticeKind::Exit => DisplayKind::JobNotice,
         NoticeKind::Watch => DisplayKind::WatchNotice,
@@ -506,7 +506,7 @@ async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Pa
 }
 
 /// Save `message`; false (after an error notice) when it could not be saved.
-pub async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) -> bool {
+pub(crate) async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) -> bool {
     let stored = to_stored(message, display_kind.map(|k| k.as_str().to_string()));
     match env.store.append_message(&env.session_id, stored).await {
         Ok(_) => true,

@@ -4,7 +4,7 @@
 //! The built-in demo model (`engine::llm::demo`) serves from it; the test kit's scripted
 //! model server (`testkit::scripted`, tests only) builds on it.
 
-pub mod chunks;
+pub(crate) mod chunks;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -25,7 +25,7 @@ pub struct Request {
     /// The request target, e.g. `/v1/chat/completions`.
     pub path: String,
     /// Header names in lower case, in the order received.
-    pub headers: Vec<(String, String)>,
+    pub(crate) headers: Vec<(String, String)>,
     /// The body parsed as JSON; `Null` when empty or not JSON (see `raw_body`).
     pub body: Value,
     pub raw_body: String,
@@ -33,6 +33,7 @@ pub struct Request {
 
 impl Request {
     /// The first header with this name (case-insensitive).
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))] // the testkit's API
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
     }
@@ -43,7 +44,7 @@ impl Request {
     }
 
     /// A `GET …/models`.
-    pub fn is_models(&self) -> bool {
+    pub(crate) fn is_models(&self) -> bool {
         self.method == "GET" && self.path.trim_end_matches('/').ends_with("/models")
     }
 
@@ -58,8 +59,9 @@ impl Request {
     }
 }
 
-/// How a streamed response ends.
+/// How a streamed response ends. The demo model only completes; the other ends are the testkit's.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(feature = "testkit"), allow(dead_code))]
 pub enum StreamEnd {
     /// Every piece, then the end of the body.
     Complete,
@@ -75,14 +77,15 @@ pub enum StreamEnd {
 #[derive(Debug, Clone, PartialEq)]
 pub struct SseStream {
     /// Raw bytes of each write (`data: …\n\n` framing included).
-    pub pieces: Vec<Vec<u8>>,
+    pub(crate) pieces: Vec<Vec<u8>>,
     /// Pause before every piece after the first.
-    pub delay: Duration,
-    pub end: StreamEnd,
+    pub(crate) delay: Duration,
+    pub(crate) end: StreamEnd,
 }
 
-/// What the server answers to one request.
+/// What the server answers to one request. `Hang` is the testkit's (the demo model always answers).
 #[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(not(feature = "testkit"), allow(dead_code))]
 pub enum Reply {
     Stream(SseStream),
     Status {
@@ -117,7 +120,7 @@ impl Reply {
     }
 
     /// `GET /v1/models` answer listing these ids.
-    pub fn models<I, S>(ids: I) -> Reply
+    pub(crate) fn models<I, S>(ids: I) -> Reply
     where
         I: IntoIterator<Item = S>,
         S: Into<String>,
@@ -137,10 +140,10 @@ impl Reply {
 }
 
 /// Answers one request.
-pub type Handler = Arc<dyn Fn(Request) -> Reply + Send + Sync>;
+pub(crate) type Handler = Arc<dyn Fn(Request) -> Reply + Send + Sync>;
 
 /// The server. Dropping it stops it and closes every connection it holds.
-pub struct Server {
+pub(crate) struct Server {
     addr: SocketAddr,
     cancel: CancellationToken,
 }
@@ -153,7 +156,7 @@ impl std::fmt::Debug for Server {
 
 impl Server {
     /// Listen on an ephemeral port of 127.0.0.1 and answer every request with `handler`.
-    pub async fn start<F>(handler: F) -> std::io::Result<Server>
+    pub(crate) async fn start<F>(handler: F) -> std::io::Result<Server>
     where
         F: Fn(Request) -> Reply + Send + Sync + 'static,
     {
@@ -165,11 +168,12 @@ impl Server {
     }
 
     /// `http://127.0.0.1:PORT/v1`
-    pub fn base_url(&self) -> String {
+    pub(crate) fn base_url(&self) -> String {
         format!("http://{}/v1", self.addr)
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    #[cfg_attr(not(feature = "testkit"), allow(dead_code))] // the testkit's
+    pub(crate) fn addr(&self) -> SocketAddr {
         self.addr
     }
 }

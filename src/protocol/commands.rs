@@ -111,14 +111,14 @@ impl From<UiCommand> for Command {
 }
 
 /// One entry of the command list shown by `/help` and the completion popup.
-pub struct CommandHelp {
-    pub usage: &'static str,
-    pub help: &'static str,
+pub(crate) struct CommandHelp {
+    pub(crate) usage: &'static str,
+    pub(crate) help: &'static str,
 }
 
 /// Every command with its usage and one-line help: the single source for `/help`,
 /// completion, and usage errors.
-pub const COMMANDS: &[CommandHelp] = &[
+pub(crate) const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/help", help: "list keys and commands" },
     CommandHelp { usage: "/new", help: "start a fresh session" },
     CommandHelp { usage: "/resume [id|title]", help: "resume a session" },
@@ -149,7 +149,7 @@ pub const COMMANDS: &[CommandHelp] = &[
 ];
 
 /// Minimum heartbeat interval (DESIGN §5).
-pub const HEARTBEAT_FLOOR_S: u64 = 60;
+pub(crate) const HEARTBEAT_FLOOR_S: u64 = 60;
 
 fn usage_of(prefix: &str) -> String {
     let found: Vec<&str> =
@@ -162,7 +162,7 @@ fn usage_of(prefix: &str) -> String {
 }
 
 /// True when `text` is meant as a slash command (not a path like `/etc/hosts is…`).
-pub fn is_command(text: &str) -> bool {
+pub(crate) fn is_command(text: &str) -> bool {
     let t = text.trim_start();
     if !t.starts_with('/') {
         return false;
@@ -172,7 +172,7 @@ pub fn is_command(text: &str) -> bool {
 }
 
 /// Parse one slash command. The error is a one-line message with the correct usage.
-pub fn parse(text: &str) -> Result<Command, String> {
+pub(crate) fn parse(text: &str) -> Result<Command, String> {
     let t = text.trim();
     let (head, rest) = match t.find(char::is_whitespace) {
         Some(i) => (&t[..i], t[i..].trim()),
@@ -295,7 +295,7 @@ fn parse_heartbeat(rest: &str) -> Result<HeartbeatCmd, String> {
 
 /// Read an interval from the start of `words`: `90s`, `10m`, `2h`, `1d`, or `90 minutes`.
 /// Returns the seconds and how many words it used.
-pub fn parse_interval_words(words: &[&str]) -> Option<(u64, usize)> {
+pub(crate) fn parse_interval_words(words: &[&str]) -> Option<(u64, usize)> {
     let first = words.first()?;
     let digits: String = first.chars().take_while(|c| c.is_ascii_digit()).collect();
     if digits.is_empty() {
@@ -315,7 +315,7 @@ pub fn parse_interval_words(words: &[&str]) -> Option<(u64, usize)> {
 }
 
 /// Canonical form of an interval: the largest whole unit (`90s`, `10m`, `2h`, `1d`).
-pub fn format_interval(secs: u64) -> String {
+pub(crate) fn format_interval(secs: u64) -> String {
     if secs > 0 && secs % 86_400 == 0 {
         format!("{}d", secs / 86_400)
     } else if secs > 0 && secs % 3600 == 0 {

@@ -8,14 +8,14 @@ use serde::{Deserialize, Serialize};
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SessionInfo {
     pub id: String,
-    pub title: Option<String>,
+    pub(crate) title: Option<String>,
     /// Active messages.
     pub message_count: u64,
     /// First line of the first typed user message ("" when there is none).
     pub first_line: String,
     /// Unix milliseconds of the last activity (0 when unknown).
     #[serde(default)]
-    pub updated_at_ms: i64,
+    pub(crate) updated_at_ms: i64,
 }
 
 /// A session's heartbeat (DESIGN §5) as of the moment it was sent.
@@ -26,15 +26,15 @@ pub struct HeartbeatInfo {
     pub paused: bool,
     /// Milliseconds until the next fire when the event was sent (0: due); None while paused.
     pub next_in_ms: Option<u64>,
-    pub fire_count: u64,
+    pub(crate) fire_count: u64,
     /// Unix milliseconds of the last fire.
-    pub last_fired_at_ms: Option<u64>,
+    pub(crate) last_fired_at_ms: Option<u64>,
 }
 
 /// Where a goal stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum GoalState {
+pub(crate) enum GoalState {
     Active,
     Paused,
     Achieved,
@@ -45,41 +45,41 @@ pub enum GoalState {
 /// A session's goal and its gates.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GoalInfo {
-    pub text: String,
-    pub state: GoalState,
-    pub turns_used: u32,
-    pub max_turns: u32,
-    pub pause_reason: Option<String>,
+    pub(crate) text: String,
+    pub(crate) state: GoalState,
+    pub(crate) turns_used: u32,
+    pub(crate) max_turns: u32,
+    pub(crate) pause_reason: Option<String>,
     /// The judge's last verdict and reason.
-    pub last_verdict: Option<String>,
-    pub gates: Vec<GateInfo>,
+    pub(crate) last_verdict: Option<String>,
+    pub(crate) gates: Vec<GateInfo>,
     /// Failed attempts a gate gets before the goal pauses.
-    pub gate_max_retries: u32,
+    pub(crate) gate_max_retries: u32,
     /// The gate running now (an index into `gates`).
-    pub running_gate: Option<usize>,
+    pub(crate) running_gate: Option<usize>,
 }
 
 /// A quality gate: a shell command that must exit 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GateInfo {
-    pub cmd: String,
+pub(crate) struct GateInfo {
+    pub(crate) cmd: String,
     /// Failed attempts since it last passed.
-    pub attempts: u32,
-    pub last: Option<GateRun>,
+    pub(crate) attempts: u32,
+    pub(crate) last: Option<GateRun>,
 }
 
 /// How a gate's last run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GateRun {
-    pub passed: bool,
-    pub timed_out: bool,
-    pub exit_code: i32,
+pub(crate) struct GateRun {
+    pub(crate) passed: bool,
+    pub(crate) timed_out: bool,
+    pub(crate) exit_code: i32,
 }
 
 /// Where an MCP server is (DESIGN §12).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum McpState {
+pub(crate) enum McpState {
     /// `enabled = false`.
     Disabled,
     /// Configured; waits for the front end's first frame.
@@ -91,7 +91,7 @@ pub enum McpState {
 }
 
 impl McpState {
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             McpState::Disabled => "disabled",
             McpState::Waiting => "waiting",
@@ -104,19 +104,19 @@ impl McpState {
 
 /// One MCP tool as the model sees it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct McpToolInfo {
+pub(crate) struct McpToolInfo {
     /// `<server>__<tool>`, the name offered to the model.
-    pub exposed: String,
-    pub description: String,
+    pub(crate) exposed: String,
+    pub(crate) description: String,
 }
 
 /// One configured MCP server (`/mcp`, `talaria mcp list`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct McpServerInfo {
-    pub name: String,
+    pub(crate) name: String,
     /// `stdio: <command line>` or `http: <url>`.
-    pub transport: String,
-    pub state: McpState,
-    pub tools: Vec<McpToolInfo>,
-    pub last_error: Option<String>,
+    pub(crate) transport: String,
+    pub(crate) state: McpState,
+    pub(crate) tools: Vec<McpToolInfo>,
+    pub(crate) last_error: Option<String>,
 }

@@ -22,34 +22,34 @@ impl Usage {
     }
 
     /// Input tokens billed at the plain input price.
-    pub fn uncached_prompt_tokens(&self) -> u64 {
+    pub(crate) fn uncached_prompt_tokens(&self) -> u64 {
         self.prompt_tokens.saturating_sub(self.cache_read_tokens + self.cache_write_tokens)
     }
 
-    pub fn add(&mut self, other: &Usage) {
+    pub(crate) fn add(&mut self, other: &Usage) {
         self.prompt_tokens += other.prompt_tokens;
         self.completion_tokens += other.completion_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
         self.cache_write_tokens += other.cache_write_tokens;
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.prompt_tokens + self.completion_tokens == 0
     }
 }
 
 /// Tokens and dollars of some model calls.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Spend {
-    pub usage: Usage,
+pub(crate) struct Spend {
+    pub(crate) usage: Usage,
     /// Dollars of the priced calls.
-    pub cost_usd: f64,
-    pub priced_calls: u32,
-    pub unpriced_calls: u32,
+    pub(crate) cost_usd: f64,
+    pub(crate) priced_calls: u32,
+    pub(crate) unpriced_calls: u32,
 }
 
 impl Spend {
-    pub fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
+    pub(crate) fn add(&mut self, usage: &Usage, cost_usd: Option<f64>) {
         self.usage.add(usage);
         match cost_usd {
             Some(cost) => {
@@ -62,7 +62,7 @@ impl Spend {
 
     /// `12,345 in (10,000 cache read, 1,200 cache write) / 678 out · $0.0123`; the cost is
     /// left out when no call was priced, and marked as a lower bound when some were not.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let u = &self.usage;
         let mut text = format!("{} in", thousands(u.prompt_tokens));
         if u.cache_read_tokens + u.cache_write_tokens > 0 {
@@ -82,7 +82,7 @@ impl Spend {
 }
 
 /// Dollars with enough digits to see small sums: `$0.0123`, `$1.23`.
-pub fn dollars(amount: f64) -> String {
+pub(crate) fn dollars(amount: f64) -> String {
     if amount < 1.0 {
         format!("${amount:.4}")
     } else {

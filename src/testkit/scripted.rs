@@ -12,7 +12,6 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -184,7 +183,8 @@ impl ScriptedServer {
         self.server.base_url()
     }
 
-    pub fn addr(&self) -> SocketAddr {
+    #[cfg(test)]
+    pub(crate) fn addr(&self) -> std::net::SocketAddr {
         self.server.addr()
     }
 
@@ -295,6 +295,7 @@ mod tests {
     use super::*;
     use crate::engine::llm::ChatMessage;
     use pretty_assertions::assert_eq;
+    use std::net::SocketAddr;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
 

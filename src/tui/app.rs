@@ -17,7 +17,7 @@ use ratatui::style::Style;
 use ratatui::text::Line;
 use ratatui_textarea::TextArea;
 
-pub use extras::{osc52, Paste, TerminalRequest, PASTE_MAX_CHARS, PASTE_MAX_LINES, POPUP_MAX_ROWS};
+pub(crate) use extras::{Paste, TerminalRequest, POPUP_MAX_ROWS};
 pub(crate) use log::{highlight, hit_style};
 
 use super::keymap::Keymap;
@@ -27,11 +27,11 @@ use crate::config::{Config, NotifyMode, OnQuit};
 use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome};
 
 /// A second Ctrl+C within this window quits.
-pub const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
+pub(crate) const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
 /// Keys typed this soon after an approval appears are ignored (they were meant for the input).
-pub const APPROVAL_ARM: Duration = Duration::from_millis(300);
+pub(crate) const APPROVAL_ARM: Duration = Duration::from_millis(300);
 /// Lines of a job log requested at once.
-pub const LOG_LIMIT: u64 = 2_000;
+pub(crate) const LOG_LIMIT: u64 = 2_000;
 /// Output kept per running tool for its log view.
 const TOOL_OUTPUT_MAX: usize = 64 * 1024;
 /// Job rows kept in the pane; finished jobs go first.
@@ -57,7 +57,7 @@ pub enum AppEvent {
 /// present, topmost first: keys go to the first, and the view draws them in reverse so the
 /// one with the keys is always on top. This is the one place the order is written down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layer {
+pub(crate) enum Layer {
     /// An approval question (the oldest waiting one).
     Approval,
     /// Help, a confirmation, or a one-line prompt (`Modal`).
@@ -71,70 +71,70 @@ pub enum Layer {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Focus {
+pub(crate) enum Focus {
     Input,
     Jobs,
     Tools,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct RunningTool {
-    pub call_id: String,
-    pub name: String,
-    pub summary: String,
-    pub started: Instant,
-    pub last_line: String,
+pub(crate) struct RunningTool {
+    pub(crate) call_id: String,
+    pub(crate) name: String,
+    pub(crate) summary: String,
+    pub(crate) started: Instant,
+    pub(crate) last_line: String,
     /// The tail of its output (capped), for the log view.
-    pub output: String,
+    pub(crate) output: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct JobRow {
-    pub info: JobInfo,
+pub(crate) struct JobRow {
+    pub(crate) info: JobInfo,
     /// Wall-clock time (unix ms) the UI learnt the job ended; freezes its runtime.
-    pub finished_at_ms: Option<u64>,
+    pub(crate) finished_at_ms: Option<u64>,
     /// The patterns the user watches on it (`w`).
-    pub watches: Vec<String>,
+    pub(crate) watches: Vec<String>,
 }
 
 impl JobRow {
-    pub fn runtime_ms(&self, wall_ms: u64) -> u64 {
+    pub(crate) fn runtime_ms(&self, wall_ms: u64) -> u64 {
         self.finished_at_ms.unwrap_or(wall_ms).saturating_sub(self.info.started_at_ms)
     }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum LogSource {
+pub(crate) enum LogSource {
     Job(JobId),
     Tool(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct LogView {
-    pub source: LogSource,
-    pub lines: Vec<Line<'static>>,
+pub(crate) struct LogView {
+    pub(crate) source: LogSource,
+    pub(crate) lines: Vec<Line<'static>>,
     /// The log's line number of `lines[0]` (1-based).
-    pub first_line: u64,
-    pub total_lines: u64,
+    pub(crate) first_line: u64,
+    pub(crate) total_lines: u64,
     /// Keep the newest line in view and refresh as output arrives.
-    pub follow: bool,
+    pub(crate) follow: bool,
     /// The first line shown when not following (an index into `lines`).
-    pub top: usize,
+    pub(crate) top: usize,
     /// A log request is on its way (don't ask again until it answers).
-    pub inflight: bool,
+    pub(crate) inflight: bool,
     /// The last search (`/` in the log view); `n`/`N` move between its matches.
-    pub search: Option<String>,
+    pub(crate) search: Option<String>,
     /// The line of the match `n`/`N` went to last.
-    pub current_match: Option<usize>,
+    pub(crate) current_match: Option<usize>,
     /// The answer to the last thing done from the view (poll, kill, write), shown in it.
-    pub message: Option<(NoticeLevel, String)>,
+    pub(crate) message: Option<(NoticeLevel, String)>,
     /// The log lines (as written) the loaded chunk covers, when a terminal shows them as a
     /// different number of lines (redraws collapsed): line numbers are then not per line.
-    pub redrawn: Option<(u64, u64)>,
+    pub(crate) redrawn: Option<(u64, u64)>,
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum Modal {
+pub(crate) enum Modal {
     Help {
         scroll: usize,
     },
@@ -164,19 +164,19 @@ pub enum Modal {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct PendingApproval {
-    pub id: u64,
+pub(crate) struct PendingApproval {
+    pub(crate) id: u64,
     /// The command with every hidden character revealed (`\x1b`, `<U+202E>`).
-    pub command: String,
+    pub(crate) command: String,
     /// Something was revealed: the modal warns about it.
-    pub hidden: bool,
-    pub reason: String,
-    pub grounds: Vec<crate::protocol::AskGround>,
-    pub shown_at: Instant,
+    pub(crate) hidden: bool,
+    pub(crate) reason: String,
+    pub(crate) grounds: Vec<crate::protocol::AskGround>,
+    pub(crate) shown_at: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ExitState {
+pub(crate) enum ExitState {
     Running,
     /// `Op::Shutdown` was sent; waiting for `ShutdownComplete`.
     Quitting {
@@ -187,82 +187,82 @@ pub enum ExitState {
 
 /// Facts about the session from `SessionReady` and `Status`.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct SessionFacts {
-    pub session_id: Option<String>,
-    pub title: Option<String>,
-    pub provider: String,
-    pub cwd: String,
-    pub demo: bool,
-    pub busy_mode: BusyMode,
+pub(crate) struct SessionFacts {
+    pub(crate) session_id: Option<String>,
+    pub(crate) title: Option<String>,
+    pub(crate) provider: String,
+    pub(crate) cwd: String,
+    pub(crate) demo: bool,
+    pub(crate) busy_mode: BusyMode,
 }
 
 pub struct App {
-    pub theme: Theme,
-    pub keymap: Keymap,
-    pub banner: Option<String>,
-    pub mouse: bool,
+    pub(crate) theme: Theme,
+    pub(crate) keymap: Keymap,
+    pub(crate) banner: Option<String>,
+    pub(crate) mouse: bool,
     notify_mode: NotifyMode,
     /// `jobs.on_quit`: what quitting does with running jobs.
     on_quit: OnQuit,
     notify_after: Duration,
     /// The clock for this update or frame; set by the event loop (tests set it directly).
-    pub now: Instant,
+    pub(crate) now: Instant,
     /// Wall-clock unix milliseconds matching `now` (job runtimes).
-    pub wall_ms: u64,
-    pub transcript: Transcript,
-    pub input: TextArea<'static>,
+    pub(crate) wall_ms: u64,
+    pub(crate) transcript: Transcript,
+    pub(crate) input: TextArea<'static>,
     history: Vec<String>,
     history_pos: Option<usize>,
-    pub pending: Vec<String>,
-    pub busy: bool,
+    pub(crate) pending: Vec<String>,
+    pub(crate) busy: bool,
     turn_started: Option<Instant>,
-    pub last_outcome: Option<TurnOutcome>,
-    pub session: SessionFacts,
-    pub status: StatusInfo,
-    pub usage: Option<(u64, u64)>,
+    pub(crate) last_outcome: Option<TurnOutcome>,
+    pub(crate) session: SessionFacts,
+    pub(crate) status: StatusInfo,
+    pub(crate) usage: Option<(u64, u64)>,
     /// Every model call of this run added up (for the exit summary).
-    pub spend: crate::protocol::usage::Spend,
-    pub tools: Vec<RunningTool>,
-    pub jobs: Vec<JobRow>,
-    pub focus: Focus,
-    pub tool_sel: usize,
-    pub job_sel: usize,
-    pub log_view: Option<LogView>,
-    pub modal: Option<Modal>,
-    pub approvals: VecDeque<PendingApproval>,
-    pub last_ctrl_c: Option<Instant>,
-    pub exit: ExitState,
+    pub(crate) spend: crate::protocol::usage::Spend,
+    pub(crate) tools: Vec<RunningTool>,
+    pub(crate) jobs: Vec<JobRow>,
+    pub(crate) focus: Focus,
+    pub(crate) tool_sel: usize,
+    pub(crate) job_sel: usize,
+    pub(crate) log_view: Option<LogView>,
+    pub(crate) modal: Option<Modal>,
+    pub(crate) approvals: VecDeque<PendingApproval>,
+    pub(crate) last_ctrl_c: Option<Instant>,
+    pub(crate) exit: ExitState,
     /// What the transcript showed in the last frame (set by `prepare`).
     pub visible: Vec<Slice>,
     /// The transcript's area in the last frame (for paging).
-    pub transcript_area: Rect,
+    pub(crate) transcript_area: Rect,
     /// The log view's area in the last frame.
-    pub log_area: Rect,
+    pub(crate) log_area: Rect,
     /// The whole frame in the last draw (the help's size).
-    pub frame_area: Rect,
+    pub(crate) frame_area: Rect,
     /// The jobs and tools panes were on screen in the last frame (not at narrow widths).
-    pub panes_shown: bool,
+    pub(crate) panes_shown: bool,
     /// `@path` completion: the event loop lists the paths starting with this, then calls
     /// `paths_listed`.
-    pub path_request: Option<String>,
+    pub(crate) path_request: Option<String>,
     /// Running inside tmux, where OSC 52 reaches the terminal only with `set-clipboard on`.
-    pub in_tmux: bool,
+    pub(crate) in_tmux: bool,
     /// A one-off hint in the input's border (what Tab did not do, …); cleared by the next key.
-    pub input_hint: Option<String>,
+    pub(crate) input_hint: Option<String>,
     /// A bell or OSC 9 text the event loop should write, then clear.
-    pub notification: Option<String>,
+    pub(crate) notification: Option<String>,
     /// An OSC 52 clipboard write the event loop should send, then clear.
-    pub clipboard: Option<String>,
+    pub(crate) clipboard: Option<String>,
     /// Suspend or run the editor: the event loop does it, then clears this.
-    pub terminal_request: Option<TerminalRequest>,
+    pub(crate) terminal_request: Option<TerminalRequest>,
     /// The highlighted row of the slash-command popup.
     completion_sel: usize,
     /// Esc closed the popup for this input text; it opens again once the text changes.
     completion_dismissed: Option<String>,
     /// Large pastes standing behind placeholders in the input.
-    pub pastes: Vec<Paste>,
+    pub(crate) pastes: Vec<Paste>,
     /// Older history the engine has not sent (the seq to ask for it with).
-    pub earlier: Option<i64>,
+    pub(crate) earlier: Option<i64>,
     /// `Op::LoadEarlier` is on its way; its answer clears this.
     earlier_requested: bool,
 }
@@ -353,7 +353,7 @@ impl App {
     }
 
     /// Lay out the transcript for a frame of `area` (caches wrapped lines).
-    pub fn prepare(&mut self, area: Rect) {
+    pub(crate) fn prepare(&mut self, area: Rect) {
         let areas = super::layout::layout(area, &self.layout_facts());
         self.frame_area = area;
         self.panes_shown = areas.jobs.is_some();
@@ -364,7 +364,7 @@ impl App {
     }
 
     /// The layers present, topmost first; the last is always the pane or the input.
-    pub fn layers(&self) -> Vec<Layer> {
+    pub(crate) fn layers(&self) -> Vec<Layer> {
         let mut layers = Vec::with_capacity(4);
         if !self.approvals.is_empty() {
             layers.push(Layer::Approval);
@@ -380,12 +380,12 @@ impl App {
     }
 
     /// The layer that gets the keys.
-    pub fn top_layer(&self) -> Layer {
+    pub(crate) fn top_layer(&self) -> Layer {
         self.layers().first().copied().unwrap_or(Layer::Input)
     }
 
     /// What the frame layout depends on.
-    pub fn layout_facts(&self) -> super::layout::LayoutFacts<'_> {
+    pub(crate) fn layout_facts(&self) -> super::layout::LayoutFacts<'_> {
         super::layout::LayoutFacts {
             input_lines: self.input.lines(),
             pending: self.pending.len(),
@@ -393,25 +393,25 @@ impl App {
         }
     }
 
-    pub fn input_text(&self) -> String {
+    pub(crate) fn input_text(&self) -> String {
         self.input.lines().join("\n")
     }
 
-    pub fn input_is_empty(&self) -> bool {
+    pub(crate) fn input_is_empty(&self) -> bool {
         self.input.lines().iter().all(|l| l.is_empty())
     }
 
     /// The busy mode Enter uses while a turn runs.
-    pub fn busy_mode(&self) -> BusyMode {
+    pub(crate) fn busy_mode(&self) -> BusyMode {
         self.status.busy_mode.unwrap_or(self.session.busy_mode)
     }
 
-    pub fn running_jobs(&self) -> usize {
+    pub(crate) fn running_jobs(&self) -> usize {
         self.jobs.iter().filter(|j| j.info.status.is_running()).count()
     }
 
     /// How often the screen must redraw by itself: only while something animates.
-    pub fn tick_interval(&self) -> Option<Duration> {
+    pub(crate) fn tick_interval(&self) -> Option<Duration> {
         if !matches!(self.exit, ExitState::Running) {
             return None;
         }
@@ -425,17 +425,17 @@ impl App {
     }
 
     /// A moment when the screen changes by itself once (the Ctrl+C hint expires).
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.last_ctrl_c.map(|t| t + DOUBLE_CTRL_C).filter(|&t| t > self.now)
     }
 
     /// The status line's spinner position: advances every 100 ms of the running turn.
-    pub fn spinner_frame(&self) -> usize {
+    pub(crate) fn spinner_frame(&self) -> usize {
         self.turn_started.map_or(0, |t| (self.now.saturating_duration_since(t).as_millis() / 100) as usize)
     }
 
     /// The "press Ctrl+C again" hint is showing.
-    pub fn ctrl_c_armed(&self) -> bool {
+    pub(crate) fn ctrl_c_armed(&self) -> bool {
         self.last_ctrl_c.is_some_and(|t| self.now.saturating_duration_since(t) < DOUBLE_CTRL_C)
     }
 
@@ -558,7 +558,7 @@ impl App {
 }
 
 /// Now as unix milliseconds.
-pub fn unix_ms() -> u64 {
+pub(crate) fn unix_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))

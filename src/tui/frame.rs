@@ -8,16 +8,16 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// The shortest time between two scheduled frames (60 fps).
-pub const MIN_FRAME_INTERVAL: Duration = Duration::from_nanos(16_666_667);
+pub(crate) const MIN_FRAME_INTERVAL: Duration = Duration::from_nanos(16_666_667);
 
 #[derive(Clone, Debug)]
-pub struct FrameRequester {
+pub(crate) struct FrameRequester {
     tx: mpsc::UnboundedSender<Instant>,
 }
 
 impl FrameRequester {
     /// Start the scheduler task; the receiver gets one `()` per frame to draw.
-    pub fn spawn() -> (FrameRequester, mpsc::UnboundedReceiver<()>) {
+    pub(crate) fn spawn() -> (FrameRequester, mpsc::UnboundedReceiver<()>) {
         let (tx, rx) = mpsc::unbounded_channel();
         let (draw_tx, draw_rx) = mpsc::unbounded_channel();
         tokio::spawn(schedule(rx, draw_tx));
@@ -25,12 +25,13 @@ impl FrameRequester {
     }
 
     /// Draw as soon as the frame-rate cap allows.
-    pub fn schedule_frame(&self) {
+    pub(crate) fn schedule_frame(&self) {
         let _ = self.tx.send(Instant::now());
     }
 
     /// Draw no earlier than `delay` from now (spinner ticks).
-    pub fn schedule_frame_in(&self, delay: Duration) {
+    #[cfg(test)]
+    pub(crate) fn schedule_frame_in(&self, delay: Duration) {
         let _ = self.tx.send(Instant::now() + delay);
     }
 }

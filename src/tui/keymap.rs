@@ -12,7 +12,7 @@ const DEFAULT_KEYMAP: &str = include_str!("../../ui/keymap.toml");
 /// Where a key is pressed: each context has its own bindings; `Global` applies when the
 /// current context does not bind the key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Context {
+pub(crate) enum Context {
     Global,
     Input,
     Panes,
@@ -24,7 +24,7 @@ pub enum Context {
 }
 
 impl Context {
-    pub const ALL: [Context; 8] = [
+    pub(crate) const ALL: [Context; 8] = [
         Context::Global,
         Context::Input,
         Context::Panes,
@@ -35,7 +35,7 @@ impl Context {
         Context::Picker,
     ];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Context::Global => "global",
             Context::Input => "input",
@@ -48,7 +48,7 @@ impl Context {
         }
     }
 
-    pub fn title(self) -> &'static str {
+    pub(crate) fn title(self) -> &'static str {
         match self {
             Context::Global => "Everywhere",
             Context::Input => "Message input",
@@ -67,7 +67,7 @@ impl Context {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Action {
+pub(crate) enum Action {
     Cancel,
     Background,
     Help,
@@ -128,7 +128,7 @@ pub enum Action {
 /// Every bindable (context, action) with its name in keymap.toml and its help text.
 /// The order here is the order in the help overlay and the order in which two actions
 /// bound to one key are tried.
-pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
+pub(crate) const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Global, Action::Cancel, "cancel", "stop the turn when busy, else clear the input; twice quits"),
     (Context::Global, Action::Background, "background", "move running commands to background jobs"),
     (Context::Global, Action::Help, "help", "this help"),
@@ -204,12 +204,12 @@ pub const BINDABLE: &[(Context, Action, &str, &str)] = &[
 /// A key with its modifiers, normalised so that `?` matches with or without Shift.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KeyChord {
-    pub code: KeyCode,
-    pub mods: KeyModifiers,
+    pub(crate) code: KeyCode,
+    pub(crate) mods: KeyModifiers,
 }
 
 impl KeyChord {
-    pub fn new(code: KeyCode, mods: KeyModifiers) -> KeyChord {
+    pub(crate) fn new(code: KeyCode, mods: KeyModifiers) -> KeyChord {
         let relevant = KeyModifiers::CONTROL | KeyModifiers::ALT | KeyModifiers::SHIFT;
         let mut mods = mods & relevant;
         let code = match code {
@@ -231,7 +231,7 @@ impl KeyChord {
         KeyChord { code, mods }
     }
 
-    pub fn from_event(key: &KeyEvent) -> KeyChord {
+    pub(crate) fn from_event(key: &KeyEvent) -> KeyChord {
         KeyChord::new(key.code, key.modifiers)
     }
 
@@ -328,12 +328,12 @@ impl fmt::Display for KeyChord {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Binding {
-    pub context: Context,
-    pub action: Action,
-    pub name: &'static str,
-    pub help: &'static str,
-    pub keys: Vec<KeyChord>,
+pub(crate) struct Binding {
+    pub(crate) context: Context,
+    pub(crate) action: Action,
+    pub(crate) name: &'static str,
+    pub(crate) help: &'static str,
+    pub(crate) keys: Vec<KeyChord>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -360,7 +360,7 @@ impl Keymap {
     }
 
     /// The built-in keymap with the user's file on top (a missing file is fine).
-    pub fn load(user_file: &Path) -> anyhow::Result<Keymap> {
+    pub(crate) fn load(user_file: &Path) -> anyhow::Result<Keymap> {
         let mut map = Keymap::builtin();
         match std::fs::read_to_string(user_file) {
             Ok(text) => map.apply(&text).with_context(|| format!("{}", user_file.display()))?,
@@ -371,7 +371,7 @@ impl Keymap {
     }
 
     /// Replace the keys of every action the document names.
-    pub fn apply(&mut self, text: &str) -> anyhow::Result<()> {
+    pub(crate) fn apply(&mut self, text: &str) -> anyhow::Result<()> {
         let file: KeymapFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message().trim()))?;
         for (section, actions) in file {
             let context = Context::from_name(&section).with_context(|| {
@@ -398,7 +398,7 @@ impl Keymap {
     }
 
     /// Actions bound to `key` in `context`, then in `Global`, in table order.
-    pub fn actions(&self, context: Context, key: &KeyEvent) -> Vec<Action> {
+    pub(crate) fn actions(&self, context: Context, key: &KeyEvent) -> Vec<Action> {
         let chord = KeyChord::from_event(key);
         let find = |ctx: Context| -> Vec<Action> {
             self.bindings.iter().filter(|b| b.context == ctx && b.keys.contains(&chord)).map(|b| b.action).collect()
@@ -410,16 +410,16 @@ impl Keymap {
         found
     }
 
-    pub fn keys(&self, context: Context, action: Action) -> &[KeyChord] {
+    pub(crate) fn keys(&self, context: Context, action: Action) -> &[KeyChord] {
         self.bindings.iter().find(|b| b.context == context && b.action == action).map_or(&[], |b| b.keys.as_slice())
     }
 
     /// The first key of an action as text, for hints ("Esc", "Ctrl+B").
-    pub fn hint(&self, context: Context, action: Action) -> String {
+    pub(crate) fn hint(&self, context: Context, action: Action) -> String {
         self.keys(context, action).first().map(|k| k.to_string()).unwrap_or_default()
     }
 
-    pub fn bindings(&self) -> &[Binding] {
+    pub(crate) fn bindings(&self) -> &[Binding] {
         &self.bindings
     }
 }

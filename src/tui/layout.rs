@@ -6,37 +6,37 @@ use ratatui::layout::Rect;
 use super::wrap::str_width;
 
 /// Below this size the TUI shows a notice instead of its layout.
-pub const MIN_WIDTH: u16 = 40;
-pub const MIN_HEIGHT: u16 = 10;
+pub(crate) const MIN_WIDTH: u16 = 40;
+pub(crate) const MIN_HEIGHT: u16 = 10;
 /// The side column appears from this width on.
 const SIDE_MIN_TOTAL_WIDTH: u16 = 80;
 const INPUT_MAX_LINES: u16 = 6;
-pub const PENDING_MAX_LINES: usize = 3;
+pub(crate) const PENDING_MAX_LINES: usize = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Areas {
+pub(crate) struct Areas {
     /// Transcript and side column together (the log view uses all of it).
-    pub main: Rect,
-    pub transcript: Rect,
-    pub tools: Option<Rect>,
-    pub jobs: Option<Rect>,
-    pub pending: Rect,
-    pub input: Rect,
-    pub status: Rect,
-    pub too_small: bool,
+    pub(crate) main: Rect,
+    pub(crate) transcript: Rect,
+    pub(crate) tools: Option<Rect>,
+    pub(crate) jobs: Option<Rect>,
+    pub(crate) pending: Rect,
+    pub(crate) input: Rect,
+    pub(crate) status: Rect,
+    pub(crate) too_small: bool,
 }
 
 /// What the layout depends on, taken from the app state (so the app can lay out a frame
 /// without depending on the views, and the views without recomputing it differently).
 #[derive(Debug, Clone, Copy)]
-pub struct LayoutFacts<'a> {
-    pub input_lines: &'a [String],
-    pub pending: usize,
-    pub tools: usize,
+pub(crate) struct LayoutFacts<'a> {
+    pub(crate) input_lines: &'a [String],
+    pub(crate) pending: usize,
+    pub(crate) tools: usize,
 }
 
 /// Where everything goes in a frame of `area`.
-pub fn layout(area: Rect, app: &LayoutFacts<'_>) -> Areas {
+pub(crate) fn layout(area: Rect, app: &LayoutFacts<'_>) -> Areas {
     if area.width < MIN_WIDTH || area.height < MIN_HEIGHT {
         return Areas { too_small: true, ..Areas::default() };
     }

@@ -34,12 +34,9 @@ impl CodeCache {
         self.blocks.entry(key).or_insert_with(|| highlight(lang, code, fallback))
     }
 
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.blocks.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.blocks.is_empty()
     }
 }
 

@@ -4,13 +4,13 @@
 //! (and, for Ctrl+G, the user's editor on a temporary file: see `edit_in_editor`).
 
 pub mod app;
-pub mod frame;
+pub(crate) mod frame;
 pub mod keymap;
-pub mod layout;
+pub(crate) mod layout;
 pub mod markdown;
 pub mod theme;
-pub mod transcript;
-pub mod view;
+pub(crate) mod transcript;
+pub(crate) mod view;
 pub mod wrap;
 
 #[cfg(test)]
@@ -88,11 +88,6 @@ pub struct TuiExit {
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 static MOUSE_CAPTURED: AtomicBool = AtomicBool::new(false);
-
-/// Run the TUI until the user quits. Fails at once when stdin or stdout is not a terminal.
-pub async fn run(options: TuiOptions, engine: EngineHandle) -> anyhow::Result<TuiExit> {
-    Screen::open(options)?.run(engine, None).await
-}
 
 /// The terminal, taken and with its first frame drawn before the engine has started (the
 /// first frame does not wait for the store, the session or the provider; the status line

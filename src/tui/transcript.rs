@@ -8,7 +8,7 @@ use ratatui::text::Line;
 
 mod render;
 
-pub use render::format_duration_ms;
+pub(crate) use render::format_duration_ms;
 use render::{body_lines, tool_line, tool_output_lines};
 
 use super::markdown::CodeCache;
@@ -20,11 +20,11 @@ use crate::text::sanitize_for_display as display_text;
 /// Cached wrapped lines kept at most; beyond this, cells off screen keep only their height.
 const CACHED_LINES_MAX: usize = 20_000;
 
-pub const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
+pub(crate) const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 /// Where a user-role message came from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UserOrigin {
+pub(crate) enum UserOrigin {
     Typed,
     /// Typed while busy and delivered mid-turn.
     MidTurn,
@@ -36,7 +36,7 @@ pub enum UserOrigin {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub enum CellBody {
+pub(crate) enum CellBody {
     User {
         text: String,
         origin: UserOrigin,
@@ -79,15 +79,15 @@ struct CellLayout {
 }
 
 #[derive(Debug, Clone, PartialEq)]
-pub struct Cell {
-    pub body: CellBody,
+pub(crate) struct Cell {
+    pub(crate) body: CellBody,
     layout: Option<CellLayout>,
 }
 
 /// The top row of the transcript view: a line of a cell (line 0 is the cell's gap row
 /// when it has one). `Follow` keeps the newest output in view.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Scroll {
+pub(crate) enum Scroll {
     Follow,
     Anchor { cell: usize, line: usize },
 }
@@ -95,18 +95,18 @@ pub enum Scroll {
 /// One visible piece: `take` rows of cell `cell` starting at its row `skip`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Slice {
-    pub cell: usize,
-    pub skip: usize,
-    pub take: usize,
+    pub(crate) cell: usize,
+    pub(crate) skip: usize,
+    pub(crate) take: usize,
 }
 
 #[derive(Debug)]
-pub struct Transcript {
+pub(crate) struct Transcript {
     cells: Vec<Cell>,
-    pub scroll: Scroll,
+    pub(crate) scroll: Scroll,
     /// Something arrived below while the user was scrolled up.
-    pub new_output: bool,
-    pub show_reasoning: bool,
+    pub(crate) new_output: bool,
+    pub(crate) show_reasoning: bool,
     open_assistant: Option<usize>,
     tools: HashMap<String, usize>,
     code_cache: CodeCache,
@@ -129,15 +129,15 @@ impl Default for Transcript {
 }
 
 impl Transcript {
-    pub fn cells(&self) -> &[Cell] {
+    pub(crate) fn cells(&self) -> &[Cell] {
         &self.cells
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.cells.is_empty()
     }
 
-    pub fn clear(&mut self) {
+    pub(crate) fn clear(&mut self) {
         *self = Transcript { show_reasoning: self.show_reasoning, ..Transcript::default() };
     }
 
@@ -147,7 +147,7 @@ impl Transcript {
         }
     }
 
-    pub fn push(&mut self, body: CellBody) {
+    pub(crate) fn push(&mut self, body: CellBody) {
         if let CellBody::Tool { call_id, .. } = &body {
             self.tools.insert(call_id.clone(), self.cells.len());
         }
@@ -159,7 +159,7 @@ impl Transcript {
     }
 
     /// Put `bodies` (older history) above every cell; what the view shows stays in place.
-    pub fn prepend(&mut self, bodies: Vec<CellBody>) {
+    pub(crate) fn prepend(&mut self, bodies: Vec<CellBody>) {
         let n = bodies.len();
         if n == 0 {
             return;
@@ -198,7 +198,7 @@ impl Transcript {
         }
     }
 
-    pub fn append_assistant(&mut self, delta: &str) {
+    pub(crate) fn append_assistant(&mut self, delta: &str) {
         let i = self.open_assistant_index();
         if let CellBody::Assistant { text, .. } = &mut self.cells[i].body {
             text.push_str(delta);
@@ -206,7 +206,7 @@ impl Transcript {
         self.invalidate(i);
     }
 
-    pub fn append_reasoning(&mut self, delta: &str) {
+    pub(crate) fn append_reasoning(&mut self, delta: &str) {
         let i = self.open_assistant_index();
         if let CellBody::Assistant { reasoning, .. } = &mut self.cells[i].body {
             reasoning.push_str(delta);
@@ -215,7 +215,7 @@ impl Transcript {
     }
 
     /// The final text of the open assistant message (it replaces what streamed).
-    pub fn finish_assistant(&mut self, final_text: &str, final_reasoning: Option<&str>) {
+    pub(crate) fn finish_assistant(&mut self, final_text: &str, final_reasoning: Option<&str>) {
         let index = match self.open_assistant {
             Some(i) => i,
             None if final_text.trim().is_empty() && final_reasoning.is_none_or(|r| r.trim().is_empty()) => return,
@@ -241,7 +241,7 @@ impl Transcript {
     }
 
     /// End the open assistant message without new text (a tool call or the turn's end).
-    pub fn close_assistant(&mut self) {
+    pub(crate) fn close_assistant(&mut self) {
         if let Some(i) = self.open_assistant {
             let text = match &self.cells[i].body {
                 CellBody::Assistant { text, .. } => text.clone(),
@@ -251,7 +251,7 @@ impl Transcript {
         }
     }
 
-    pub fn tool_started(&mut self, call_id: &str, name: &str, summary: &str, now: Instant) {
+    pub(crate) fn tool_started(&mut self, call_id: &str, name: &str, summary: &str, now: Instant) {
         self.close_assistant();
         self.push(CellBody::Tool {
             call_id: call_id.to_string(),
@@ -263,7 +263,7 @@ impl Transcript {
         });
     }
 
-    pub fn tool_finished(&mut self, call_id: &str, result: ToolOutcome) {
+    pub(crate) fn tool_finished(&mut self, call_id: &str, result: ToolOutcome) {
         let Some(&i) = self.tools.get(call_id) else {
             self.push(CellBody::Tool {
                 call_id: call_id.to_string(),
@@ -281,18 +281,9 @@ impl Transcript {
         self.invalidate(i);
     }
 
-    /// Say what became of the job a restored tool call started.
-    pub fn set_tool_job(&mut self, call_id: &str, fate: JobFate) {
-        let Some(&i) = self.tools.get(call_id) else { return };
-        if let Some(CellBody::Tool { job, .. }) = self.cells.get_mut(i).map(|c| &mut c.body) {
-            *job = Some(fate);
-        }
-        self.invalidate(i);
-    }
-
     /// A background job ended: the cells of the calls that started or yielded it stop
     /// saying it runs.
-    pub fn job_ended(&mut self, id: &str, fate: JobFate) {
+    pub(crate) fn job_ended(&mut self, id: &str, fate: JobFate) {
         let hits: Vec<usize> = self
             .cells
             .iter()
@@ -311,7 +302,7 @@ impl Transcript {
         }
     }
 
-    pub fn toggle_reasoning(&mut self) {
+    pub(crate) fn toggle_reasoning(&mut self) {
         self.show_reasoning = !self.show_reasoning;
     }
 
@@ -325,7 +316,7 @@ impl Transcript {
     }
 
     /// Lay out cell `i` at `width` if its cache is stale; returns its height with the gap.
-    pub fn ensure(&mut self, i: usize, width: u16, theme: &Theme) -> usize {
+    pub(crate) fn ensure(&mut self, i: usize, width: u16, theme: &Theme) -> usize {
         let gap = self.gap(i);
         let show = self.show_reasoning;
         let cell = &self.cells[i];
@@ -373,7 +364,7 @@ impl Transcript {
         (0, 0)
     }
 
-    pub fn top(&mut self, width: u16, rows: usize, theme: &Theme) -> (usize, usize) {
+    pub(crate) fn top(&mut self, width: u16, rows: usize, theme: &Theme) -> (usize, usize) {
         match self.scroll {
             Scroll::Follow => self.bottom_top(width, rows, theme),
             Scroll::Anchor { cell, line } => {
@@ -402,7 +393,7 @@ impl Transcript {
         true
     }
 
-    pub fn scroll_up(&mut self, n: usize, width: u16, rows: usize, theme: &Theme) {
+    pub(crate) fn scroll_up(&mut self, n: usize, width: u16, rows: usize, theme: &Theme) {
         if self.cells.is_empty() {
             return;
         }
@@ -427,7 +418,7 @@ impl Transcript {
         self.scroll = Scroll::Anchor { cell, line };
     }
 
-    pub fn scroll_down(&mut self, n: usize, width: u16, rows: usize, theme: &Theme) {
+    pub(crate) fn scroll_down(&mut self, n: usize, width: u16, rows: usize, theme: &Theme) {
         let Scroll::Anchor { .. } = self.scroll else { return };
         let (mut cell, mut line) = self.top(width, rows, theme);
         let mut n = n;
@@ -453,20 +444,20 @@ impl Transcript {
         }
     }
 
-    pub fn scroll_top(&mut self) {
+    pub(crate) fn scroll_top(&mut self) {
         if !self.cells.is_empty() {
             self.scroll = Scroll::Anchor { cell: 0, line: 0 };
         }
     }
 
-    pub fn follow(&mut self) {
+    pub(crate) fn follow(&mut self) {
         self.scroll = Scroll::Follow;
         self.new_output = false;
     }
 
     /// Lay out what a view of `width`×`rows` shows and return it, top to bottom. Drops
     /// cached lines of cells far from view when the cache grows past its cap.
-    pub fn prepare(&mut self, width: u16, rows: usize, theme: &Theme) -> Vec<Slice> {
+    pub(crate) fn prepare(&mut self, width: u16, rows: usize, theme: &Theme) -> Vec<Slice> {
         if self.cells.is_empty() || rows == 0 || width == 0 {
             return Vec::new();
         }
@@ -506,7 +497,7 @@ impl Transcript {
 
     /// The rows of `slice` as lines (the gap row is blank). `now` drives spinners and
     /// running times. A cell without cached lines for `width` is laid out on the spot.
-    pub fn rows(&self, slice: Slice, width: u16, theme: &Theme, now: Instant) -> Vec<Line<'static>> {
+    pub(crate) fn rows(&self, slice: Slice, width: u16, theme: &Theme, now: Instant) -> Vec<Line<'static>> {
         let gap = self.gap(slice.cell);
         let cell = &self.cells[slice.cell];
         let mut rows: Vec<Line<'static>> = Vec::with_capacity(slice.take);
@@ -547,14 +538,14 @@ impl Transcript {
     }
 
     /// Whether any tool cell still runs (for the spinner tick).
-    pub fn has_running_tool(&self) -> bool {
+    pub(crate) fn has_running_tool(&self) -> bool {
         self.tools
             .values()
             .any(|&i| matches!(self.cells.get(i), Some(Cell { body: CellBody::Tool { outcome: None, .. }, .. })))
     }
 
     /// Mark every tool cell that never got a result as ended (the turn is over).
-    pub fn end_running_tools(&mut self) {
+    pub(crate) fn end_running_tools(&mut self) {
         for cell in &mut self.cells {
             if let CellBody::Tool { outcome: outcome @ None, started, .. } = &mut cell.body {
                 *outcome = Some(ToolOutcome {

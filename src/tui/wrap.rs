@@ -9,37 +9,37 @@ use unicode_width::UnicodeWidthChar;
 /// (a list item's text lines up under its first word).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RLine {
-    pub spans: Vec<Span<'static>>,
-    pub hang: u16,
+    pub(crate) spans: Vec<Span<'static>>,
+    pub(crate) hang: u16,
 }
 
 impl RLine {
-    pub fn new(spans: Vec<Span<'static>>) -> RLine {
+    pub(crate) fn new(spans: Vec<Span<'static>>) -> RLine {
         RLine { spans, hang: 0 }
     }
 
-    pub fn plain(text: impl Into<String>, style: Style) -> RLine {
+    pub(crate) fn plain(text: impl Into<String>, style: Style) -> RLine {
         RLine { spans: vec![Span::styled(text.into(), style)], hang: 0 }
     }
 
-    pub fn blank() -> RLine {
+    pub(crate) fn blank() -> RLine {
         RLine::default()
     }
 
-    pub fn with_hang(mut self, hang: u16) -> RLine {
+    pub(crate) fn with_hang(mut self, hang: u16) -> RLine {
         self.hang = hang;
         self
     }
 }
 
 /// Display width of a string in terminal columns.
-pub fn str_width(s: &str) -> usize {
+pub(crate) fn str_width(s: &str) -> usize {
     s.chars().map(|c| c.width().unwrap_or(0)).sum()
 }
 
 /// Wrap one logical line into rows of at most `width` columns. Breaks at spaces; a word
 /// longer than a row is split. Always returns at least one row.
-pub fn wrap_line(line: &RLine, width: u16) -> Vec<Line<'static>> {
+pub(crate) fn wrap_line(line: &RLine, width: u16) -> Vec<Line<'static>> {
     let width = usize::from(width.max(1));
     let hang = usize::from(line.hang).min(width.saturating_sub(1) / 2);
     let mut rows: Vec<Line<'static>> = Vec::new();
@@ -93,7 +93,7 @@ pub fn wrap_lines(lines: &[RLine], width: u16) -> Vec<Line<'static>> {
 }
 
 /// Cut a line to `width` columns, ending with `…` when something was cut.
-pub fn truncate_spans(spans: Vec<Span<'static>>, width: usize) -> Line<'static> {
+pub(crate) fn truncate_spans(spans: Vec<Span<'static>>, width: usize) -> Line<'static> {
     let total: usize = spans.iter().map(|s| str_width(&s.content)).sum();
     if total <= width {
         return Line::from(spans);

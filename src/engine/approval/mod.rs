@@ -3,8 +3,8 @@
 //! (refused in every mode) and names what a command looks like for the modal. Both are
 //! pure; `Approver` performs the asking.
 
-pub mod classify;
-pub mod known_safe;
+pub(crate) mod classify;
+pub(crate) mod known_safe;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -25,7 +25,7 @@ pub use known_safe::is_known_safe;
 
 /// The answer to "may this run?".
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Verdict {
+pub(crate) enum Verdict {
     /// Run it. `note` (e.g. "approved by the user") goes into the tool result.
     Allowed { note: Option<String>, by: Provenance },
     /// Do not run it; `reason` goes into the tool result.
@@ -35,7 +35,7 @@ pub enum Verdict {
 /// Who let a command run. Contracts are types: code that must know whether the user said
 /// "run it" just now (a stale interrupt must not kill it) matches on this, never on `note`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Provenance {
+pub(crate) enum Provenance {
     /// A rule: known safe, approvals off, the allowlist, a category approved earlier, `--yes`.
     Rule,
     /// The user's answer to this command's prompt.
@@ -91,13 +91,13 @@ impl Approver {
     }
 
     /// Judge file writes against the session's sandbox policy (set when the session starts).
-    pub fn set_sandbox_policy(&self, policy: Policy) {
+    pub(crate) fn set_sandbox_policy(&self, policy: Policy) {
         *lock(&self.inner.sandbox) = Some(policy);
     }
 
     /// The session's policy, or one built from the defaults, the current directory and
     /// `$HOME` when none was set (library callers, tests).
-    pub fn sandbox_policy(&self) -> Policy {
+    pub(crate) fn sandbox_policy(&self) -> Policy {
         if let Some(policy) = lock(&self.inner.sandbox).clone() {
             return policy;
         }
@@ -111,7 +111,7 @@ impl Approver {
     /// May `command` run? `sandboxed`: it will run inside an active kernel sandbox.
     /// Hardline commands are refused in every mode; `auto` lets sandboxed commands run;
     /// otherwise what is not known safe asks.
-    pub async fn check_command(&self, command: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
+    pub(crate) async fn check_command(&self, command: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
         let looks_like = match classify_command(command) {
             Classification::Hardline { reason } => {
                 return Verdict::Denied { reason: format!("refused: {reason} (this is never allowed)") }
@@ -150,7 +150,7 @@ impl Approver {
 
     /// May a file tool write to `path` (already resolved through every symlink)? Inside
     /// the writable roots it just runs; outside them, or under a protected path, it asks.
-    pub async fn check_write(&self, path: &Path, policy: &Policy, interrupt: &CancellationToken) -> Verdict {
+    pub(crate) async fn check_write(&self, path: &Path, policy: &Policy, interrupt: &CancellationToken) -> Verdict {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let looks_like = match classify_write(path, home.as_deref()) {
             Classification::Hardline { reason } => {
@@ -195,14 +195,20 @@ impl Approver {
 
     /// `process write` to a job that runs outside the sandbox: each line is approved like
     /// a command. A sandboxed job's input is contained by its sandbox.
-    pub async fn check_job_input(&self, line: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
+    pub(crate) async fn check_job_input(&self, line: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
         self.check_command(line, sandboxed, interrupt).await
     }
 
     /// May the model call `tool` on MCP server `server`? Asks once per server and tool
     /// (once / this session / always / deny) unless approvals are off; `shown` is what the
     /// modal shows (`server › tool  args`). "Always" saves `mcp:<server>/<tool>`.
-    pub async fn check_mcp(&self, server: &str, tool: &str, shown: &str, interrupt: &CancellationToken) -> Verdict {
+    pub(crate) async fn check_mcp(
+        &self,
+        server: &str,
+        tool: &str,
+        shown: &str,
+        interrupt: &CancellationToken,
+    ) -> Verdict {
         if self.inner.mode == ApprovalMode::Off {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
@@ -304,7 +310,7 @@ impl Approver {
     }
 
     /// Deny everything still waiting (interrupt, shutdown).
-    pub fn deny_all(&self) {
+    pub(crate) fn deny_all(&self) {
         for (_, tx) in lock(&self.inner.pending).drain() {
             let _ = tx.send(Approval::Deny);
         }
@@ -314,7 +320,7 @@ impl Approver {
 use crate::util::lock;
 
 /// Append `command` to `approvals.allowlist` in the user's config, keeping its comments.
-pub fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result<()> {
+pub(crate) fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result<()> {
     crate::config_edit::edit(path, |doc| {
         let approvals = doc.entry("approvals").or_insert(toml_edit::table());
         let table = approvals.as_table_mut().ok_or_else(|| anyhow::anyhow!("[approvals] is not a table"))?;

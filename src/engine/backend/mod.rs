@@ -11,7 +11,7 @@
 //! connection lost mid-command, docker missing or its daemon down) are *degraded* results,
 //! never the command's own failure; the connection is evicted so the next call starts afresh.
 
-pub mod remote;
+pub(crate) mod remote;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -60,7 +60,7 @@ impl Backend {
         }
     }
 
-    pub fn is_remote(&self) -> bool {
+    pub(crate) fn is_remote(&self) -> bool {
         !matches!(self, Backend::Local)
     }
 
@@ -82,7 +82,7 @@ impl std::fmt::Display for Backend {
 
 /// The state of a remote backend as the status line shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ConnState {
+pub(crate) enum ConnState {
     /// Nothing tried yet this session.
     Idle,
     Connected,
@@ -91,7 +91,7 @@ pub enum ConnState {
 }
 
 impl ConnState {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ConnState::Idle => "not connected yet",
             ConnState::Connected => "connected",
@@ -105,14 +105,14 @@ impl ConnState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Degraded {
     pub reason: String,
-    pub retry_hint: String,
+    pub(crate) retry_hint: String,
 }
 
 impl Degraded {
     /// The tool result (`terminal.degraded_mode = "warn"`): `{"status":"degraded",…}`; with
     /// `fail` an ordinary error result.
     /// The tool cell's status: `degraded`, or a plain failure under `degraded_mode = "fail"`.
-    pub fn tool_status(&self, config: &Config) -> crate::protocol::ToolStatus {
+    pub(crate) fn tool_status(&self, config: &Config) -> crate::protocol::ToolStatus {
         if config.terminal.degraded_mode == "fail" {
             crate::protocol::ToolStatus::Failed
         } else {
@@ -120,7 +120,7 @@ impl Degraded {
         }
     }
 
-    pub fn to_value(&self, config: &Config, backend: &Backend) -> Value {
+    pub(crate) fn to_value(&self, config: &Config, backend: &Backend) -> Value {
         if config.terminal.degraded_mode == "fail" {
             return json!({
                 "output": "",
@@ -143,12 +143,12 @@ impl Degraded {
 /// A remote job: what `kill` needs to reach its remote group, kept in the local job
 /// directory (`remote.json`) so a re-attaching talaria knows it too.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemoteJob {
-    pub backend: Backend,
+pub(crate) struct RemoteJob {
+    pub(crate) backend: Backend,
     /// `terminal.ssh.remote_dir` when the job started (`~/` = the remote home).
-    pub remote_dir: String,
+    pub(crate) remote_dir: String,
     /// The job's directory name under it (unique per job and talaria home).
-    pub tag: String,
+    pub(crate) tag: String,
 }
 
 /// The session's backend, the connection states and the remote working directories.
@@ -189,21 +189,17 @@ impl Backends {
         }
     }
 
-    pub fn config(&self) -> &Config {
-        &self.inner.config
-    }
-
-    pub fn current(&self) -> Backend {
+    pub(crate) fn current(&self) -> Backend {
         lock(&self.inner.current).clone()
     }
 
-    pub fn set_current(&self, backend: Backend) {
+    pub(crate) fn set_current(&self, backend: Backend) {
         *lock(&self.inner.current) = backend;
         self.bump();
     }
 
     /// Wakes up when the status line should change.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.inner.changed.subscribe()
     }
 
@@ -211,7 +207,7 @@ impl Backends {
         self.inner.changed.send_modify(|n| *n += 1);
     }
 
-    pub fn state(&self, backend: &Backend) -> ConnState {
+    pub(crate) fn state(&self, backend: &Backend) -> ConnState {
         lock(&self.inner.states).get(backend).copied().unwrap_or(ConnState::Idle)
     }
 
@@ -223,22 +219,22 @@ impl Backends {
     }
 
     /// `ssh:box connected` for the status line; None when local.
-    pub fn status_label(&self) -> Option<String> {
+    pub(crate) fn status_label(&self) -> Option<String> {
         let backend = self.current();
         backend.is_remote().then(|| format!("{backend} {}", self.state(&backend).as_str()))
     }
 
     /// The remote working directory of `backend` ("" until a command set one).
-    pub fn remote_cwd(&self, backend: &Backend) -> String {
+    pub(crate) fn remote_cwd(&self, backend: &Backend) -> String {
         lock(&self.inner.cwds).get(backend).cloned().unwrap_or_default()
     }
 
-    pub fn set_remote_cwd(&self, backend: &Backend, cwd: &str) {
+    pub(crate) fn set_remote_cwd(&self, backend: &Backend, cwd: &str) {
         lock(&self.inner.cwds).insert(backend.clone(), cwd.to_string());
     }
 
     /// The ControlMaster socket of an ssh host (short: unix socket paths are limited).
-    pub fn control_path(&self, host: &str) -> PathBuf {
+    pub(crate) fn control_path(&self, host: &str) -> PathBuf {
         control_path(&self.inner.control_dir, host)
     }
 
@@ -277,11 +273,6 @@ impl Backends {
                 let _ = std::fs::remove_file(&sock);
             }
         }
-        self.set_state(backend, ConnState::Degraded);
-    }
-
-    /// Mark a backend degraded after a failed command (the tool already evicted it).
-    pub fn mark_degraded(&self, backend: &Backend) {
         self.set_state(backend, ConnState::Degraded);
     }
 
@@ -420,7 +411,7 @@ impl Backends {
 
     /// Run a short script on `backend` over the transport and collect its output
     /// (file tools, kill). Err = degraded (the transport itself failed).
-    pub async fn run_script(
+    pub(crate) async fn run_script(
         &self,
         backend: &Backend,
         script: &str,
@@ -465,7 +456,7 @@ impl Backends {
     }
 
     /// Why the transport failed, from its stderr.
-    pub fn classify(&self, backend: &Backend, stderr: &str, code: Option<i32>) -> Degraded {
+    pub(crate) fn classify(&self, backend: &Backend, stderr: &str, code: Option<i32>) -> Degraded {
         match backend {
             Backend::Ssh(host) => {
                 let markers = remote::markers(stderr);
@@ -500,10 +491,10 @@ impl Backends {
 
 /// What a short remote script printed.
 #[derive(Debug, Clone)]
-pub struct ScriptOutput {
-    pub code: i32,
-    pub stdout: Vec<u8>,
-    pub stderr: String,
+pub(crate) struct ScriptOutput {
+    pub(crate) code: i32,
+    pub(crate) stdout: Vec<u8>,
+    pub(crate) stderr: String,
 }
 
 /// Run argv with a time limit; Ok(None) = timed out (killed).
@@ -534,7 +525,7 @@ async fn run_argv(
 }
 
 /// `-F`, BatchMode, the connect timeout, the user's extra options and the control socket.
-pub fn ssh_base_args(config: &Config, sock: &Path) -> Vec<String> {
+pub(crate) fn ssh_base_args(config: &Config, sock: &Path) -> Vec<String> {
     let cfg = &config.terminal.ssh;
     let mut args = Vec::new();
     if !cfg.config_file.trim().is_empty() {
@@ -553,7 +544,7 @@ pub fn ssh_base_args(config: &Config, sock: &Path) -> Vec<String> {
     args
 }
 
-pub fn control_path(control_dir: &Path, host: &str) -> PathBuf {
+pub(crate) fn control_path(control_dir: &Path, host: &str) -> PathBuf {
     control_dir.join(format!("{:016x}.sock", fnv1a(host.as_bytes())))
 }
 
@@ -568,7 +559,7 @@ fn fnv1a(bytes: &[u8]) -> u64 {
 
 /// argv that runs `script` with `sh -c` on `backend` (ssh over the master connection when
 /// there is one; docker exec with stdin attached).
-pub fn transport_argv(config: &Config, control_dir: &Path, backend: &Backend, script: &str) -> Vec<String> {
+pub(crate) fn transport_argv(config: &Config, control_dir: &Path, backend: &Backend, script: &str) -> Vec<String> {
     match backend {
         Backend::Local => vec!["sh".into(), "-c".into(), script.into()],
         Backend::Ssh(host) => {
@@ -602,7 +593,7 @@ fn retry_hint(host: &str) -> String {
 }
 
 /// Why ssh could not connect, from its stderr (exit 255).
-pub fn classify_ssh(host: &str, stderr: &str) -> Degraded {
+pub(crate) fn classify_ssh(host: &str, stderr: &str) -> Degraded {
     let text = remote::strip_markers(stderr);
     let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
     let what = if has(&["Connection refused"]) {
@@ -641,7 +632,7 @@ fn docker_missing(docker: &str, e: &std::io::Error) -> Degraded {
 }
 
 /// Why a `docker` command failed, from its stderr.
-pub fn classify_docker(docker: &str, container: &str, stderr: &str) -> Degraded {
+pub(crate) fn classify_docker(docker: &str, container: &str, stderr: &str) -> Degraded {
     let text = remote::strip_markers(stderr);
     let has = |needles: &[&str]| needles.iter().any(|n| text.contains(n));
     let (reason, hint) = if has(&[

@@ -5,21 +5,21 @@
 
 use crate::engine::jobs::sh_quote;
 
-pub const STARTED: &str = "__talaria_started";
-pub const END: &str = "__talaria_end";
+pub(crate) const STARTED: &str = "__talaria_started";
+pub(crate) const END: &str = "__talaria_end";
 
 /// What the markers on a transport's stderr say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Markers {
+pub(crate) struct Markers {
     /// The remote script ran (the connection worked).
-    pub started: bool,
+    pub(crate) started: bool,
     /// The command's exit code, once it ended and the script said so.
-    pub end: Option<i32>,
+    pub(crate) end: Option<i32>,
     /// The command's final working directory on the remote side.
-    pub cwd: Option<String>,
+    pub(crate) cwd: Option<String>,
 }
 
-pub fn markers(stderr: &str) -> Markers {
+pub(crate) fn markers(stderr: &str) -> Markers {
     let mut m = Markers::default();
     for line in stderr.lines() {
         let line = line.trim_end_matches('\r');
@@ -36,18 +36,18 @@ pub fn markers(stderr: &str) -> Markers {
 }
 
 /// stderr without the marker lines.
-pub fn strip_markers(stderr: &str) -> String {
+pub(crate) fn strip_markers(stderr: &str) -> String {
     stderr.lines().filter(|l| !l.starts_with(STARTED) && !l.starts_with(END)).collect::<Vec<_>>().join("\n")
 }
 
 /// A short script wrapped so its end is known: started marker, the script in a subshell,
 /// end marker with its status.
-pub fn marked(script: &str) -> String {
+pub(crate) fn marked(script: &str) -> String {
     format!("echo {STARTED} >&2\n( {script}\n)\n__s=$?\necho \"{END} $__s\" >&2\nexit $__s\n")
 }
 
 /// `~/x` → `"$HOME"/'x'`; anything else quoted as is.
-pub fn remote_path_expr(path: &str) -> String {
+pub(crate) fn remote_path_expr(path: &str) -> String {
     if path == "~" {
         "\"$HOME\"".to_string()
     } else if let Some(rest) = path.strip_prefix("~/") {
@@ -58,7 +58,7 @@ pub fn remote_path_expr(path: &str) -> String {
 }
 
 /// The job directory of a remote job, as a shell expression.
-pub fn job_dir_expr(remote_dir: &str, tag: &str) -> String {
+pub(crate) fn job_dir_expr(remote_dir: &str, tag: &str) -> String {
     format!("{}/{}", remote_path_expr(remote_dir.trim_end_matches('/')), sh_quote(tag))
 }
 
@@ -81,7 +81,7 @@ echo $? > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
 /// script streams the log to stdout until the job ends, relays stdin into the FIFO for a
 /// background job, prints the end marker (exit code and final cwd) on stderr, removes the
 /// job directory and exits with the job's code.
-pub fn start_script(dir_expr: &str, command: &str, cwd: &str, background: bool, shell: &str) -> String {
+pub(crate) fn start_script(dir_expr: &str, command: &str, cwd: &str, background: bool, shell: &str) -> String {
     let script_body = format!("trap 'pwd -P > \"$__TALARIA_D/cwd\" 2>/dev/null' EXIT\n{command}\n");
     let bg = if background { "1" } else { "0" };
     format!(
@@ -148,7 +148,7 @@ exit "$code"
 
 /// Kill a remote job's process group: SIGTERM, up to `grace_s`, SIGKILL, then wait (up to
 /// 10 s) until none of it is left.
-pub fn kill_script(dir_expr: &str, grace_s: f64) -> String {
+pub(crate) fn kill_script(dir_expr: &str, grace_s: f64) -> String {
     let ticks = (grace_s.max(0.0) * 20.0).ceil() as u64;
     format!(
         r#"d={dir_expr}

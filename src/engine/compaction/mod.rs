@@ -16,45 +16,47 @@ use tokio_util::sync::CancellationToken;
 
 use crate::engine::history::{to_chat, to_stored};
 use crate::engine::llm::{ChatMessage, Provider};
-use crate::engine::store::{OmittedRows, Store, StoredMessage};
+use crate::engine::store::{OmittedRows, Store};
 
 pub use plan::SUMMARY_HEADER;
 
-pub const COMPACTION_KIND: &str = "compaction";
-pub const COPY_PREFIX: &str = "copy:";
+pub(crate) const COMPACTION_KIND: &str = "compaction";
+pub(crate) const COPY_PREFIX: &str = "copy:";
 
 /// A row re-stored as part of a compaction's kept tail (not shown twice).
-pub fn is_copy(row: &StoredMessage) -> bool {
+#[cfg(test)]
+pub(crate) fn is_copy(row: &crate::engine::store::StoredMessage) -> bool {
     row.display_kind.as_deref().is_some_and(|k| k.starts_with(COPY_PREFIX))
 }
 
 /// Strip the copy marker to get the original display kind.
-pub fn original_kind(kind: Option<&str>) -> Option<&str> {
+#[cfg(test)]
+pub(crate) fn original_kind(kind: Option<&str>) -> Option<&str> {
     kind.map(|k| k.strip_prefix(COPY_PREFIX).unwrap_or(k))
 }
 
 /// How a compaction went.
-pub struct Compacted {
-    pub history: Vec<ChatMessage>,
-    pub summarised: usize,
+pub(crate) struct Compacted {
+    pub(crate) history: Vec<ChatMessage>,
+    pub(crate) summarised: usize,
 }
 
 /// What a compaction needs: the model that summarises and the session it is stored in.
 /// Owned, so a compaction can run as its own task outside the engine loop.
 #[derive(Clone)]
-pub struct Compactor {
-    pub provider: Arc<dyn Provider>,
-    pub model: String,
-    pub store: Store,
-    pub session_id: String,
+pub(crate) struct Compactor {
+    pub(crate) provider: Arc<dyn Provider>,
+    pub(crate) model: String,
+    pub(crate) store: Store,
+    pub(crate) session_id: String,
     /// The model's context window in tokens (sizes the summary request).
-    pub context_window: u64,
+    pub(crate) context_window: u64,
 }
 
 /// Summarise all but the most recent turns of `history`, and the older messages of the
 /// context that were left in the database (`omitted`) before them. Errors leave the
 /// history as it was.
-pub async fn compact_history(
+pub(crate) async fn compact_history(
     with: &Compactor,
     history: Vec<ChatMessage>,
     omitted: Option<OmittedRows>,
@@ -118,6 +120,7 @@ pub async fn compact_history(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::engine::store::StoredMessage;
 
     fn row(kind: Option<&str>) -> StoredMessage {
         StoredMessage {

@@ -14,11 +14,11 @@ use crate::text::truncate_for_model;
 pub const SUMMARY_HEADER: &str = "[Summary of the earlier conversation — compacted by Talaria]";
 
 /// User turns kept verbatim by default.
-pub const DEFAULT_KEEP_USER_TURNS: usize = 2;
+pub(crate) const DEFAULT_KEEP_USER_TURNS: usize = 2;
 
 /// The summary request's transcript is cut to about this many characters (~60k tokens):
 /// its beginning and its end are kept.
-pub const DEFAULT_TRANSCRIPT_CHARS: usize = 240_000;
+pub(crate) const DEFAULT_TRANSCRIPT_CHARS: usize = 240_000;
 
 /// Per-message caps inside the transcript sent for summarising.
 const MAX_TOOL_OUTPUT_CHARS: usize = 2_000;
@@ -104,7 +104,7 @@ pub fn summary_request(model: &str, older: &[ChatMessage], focus: Option<&str>) 
 
 /// [`summary_request`] with the transcript capped at `max_transcript_chars` (pick about
 /// half the context window × 4 so the request itself fits).
-pub fn summary_request_within(
+pub(crate) fn summary_request_within(
     model: &str,
     older: &[ChatMessage],
     focus: Option<&str>,
@@ -116,14 +116,14 @@ pub fn summary_request_within(
 /// What a summary request covers: `start`, then `gap` messages not at hand (left in the
 /// database), then `rest`. Without a gap, `start` and `rest` are one run of messages.
 #[derive(Debug, Clone, Copy)]
-pub struct TranscriptParts<'a> {
-    pub start: &'a [ChatMessage],
-    pub gap: usize,
-    pub rest: &'a [ChatMessage],
+pub(crate) struct TranscriptParts<'a> {
+    pub(crate) start: &'a [ChatMessage],
+    pub(crate) gap: usize,
+    pub(crate) rest: &'a [ChatMessage],
 }
 
 /// [`summary_request_within`] of messages in parts.
-pub fn summary_request_of(
+pub(crate) fn summary_request_of(
     model: &str,
     parts: TranscriptParts<'_>,
     focus: Option<&str>,
@@ -146,13 +146,13 @@ pub fn summary_request_of(
 }
 
 /// How much of a transcript of `max_chars` its start may take (the rest is its end).
-pub fn head_chars(max_chars: usize) -> usize {
+pub(crate) fn head_chars(max_chars: usize) -> usize {
     max_chars / 4
 }
 
 /// About the characters a stored message takes in a transcript (each part capped as
 /// [`render`] caps it), to know how many of the oldest to read for its start.
-pub fn stored_size(row: &StoredMessage) -> usize {
+pub(crate) fn stored_size(row: &StoredMessage) -> usize {
     let text = row.content.as_deref().unwrap_or("");
     let cap = if text.starts_with(SUMMARY_HEADER) { MAX_EARLIER_SUMMARY_CHARS } else { MAX_TEXT_CHARS };
     let text = text.len().min(cap);

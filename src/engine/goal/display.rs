@@ -7,7 +7,7 @@ use crate::protocol::{GateInfo, GateRun, GoalInfo, GoalState};
 impl GoalMachine {
     /// The goal and its gates; None when there has never been one. A cleared goal whose
     /// gates wait for the next one is `GoalState::Unset`.
-    pub fn info(&self) -> Option<GoalInfo> {
+    pub(crate) fn info(&self) -> Option<GoalInfo> {
         let g = self.goal.as_ref()?;
         let state = match g.status {
             GoalStatus::Active => GoalState::Active,

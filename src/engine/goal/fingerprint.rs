@@ -14,10 +14,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
 /// The whole fingerprint must be computed within this, or there is none.
-pub const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(60);
+pub(crate) const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The workspace fingerprint of `cwd` as a hex string, or None (gates always re-run).
-pub async fn fingerprint(cwd: &Path) -> Option<String> {
+pub(crate) async fn fingerprint(cwd: &Path) -> Option<String> {
     match tokio::time::timeout(FINGERPRINT_TIMEOUT, compute(cwd)).await {
         Ok(Ok(fp)) => Some(fp),
         Ok(Err(why)) => {

@@ -9,14 +9,14 @@ use crate::text::tail_chars;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum Verdict {
+pub(crate) enum Verdict {
     Done,
     Continue,
     Blocked,
 }
 
 impl Verdict {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Verdict::Done => "done",
             Verdict::Continue => "continue",
@@ -26,15 +26,15 @@ impl Verdict {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JudgeReply {
-    pub verdict: Verdict,
+pub(crate) struct JudgeReply {
+    pub(crate) verdict: Verdict,
     /// Empty when the judge gave none.
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 /// Read a judge reply: the last JSON object in `text` whose `verdict` is done, continue
 /// or blocked (any case). None when there is no such object.
-pub fn parse_judge_reply(text: &str) -> Option<JudgeReply> {
+pub(crate) fn parse_judge_reply(text: &str) -> Option<JudgeReply> {
     let mut found = None;
     for (start, _) in text.match_indices('{') {
         let mut values = serde_json::Deserializer::from_str(&text[start..]).into_iter::<Value>();
@@ -56,16 +56,16 @@ pub fn parse_judge_reply(text: &str) -> Option<JudgeReply> {
 }
 
 /// The judge's system prompt.
-pub const JUDGE_SYSTEM: &str = "You judge whether an AI coding agent has achieved a standing goal set by its user. \
+pub(crate) const JUDGE_SYSTEM: &str = "You judge whether an AI coding agent has achieved a standing goal set by its user. \
 Reply with exactly one JSON object and nothing else: {\"verdict\":\"done|continue|blocked\",\"reason\":\"<one sentence>\"}. \
 \"done\": the goal is fully achieved. \"continue\": more work is needed and the agent can do it on its own. \
 \"blocked\": the agent cannot make progress without input or a decision from the user.";
 
 /// How much of the agent's last reply the judge sees.
-pub const JUDGE_REPLY_CHARS: usize = 8000;
+pub(crate) const JUDGE_REPLY_CHARS: usize = 8000;
 
 /// The judge's user message: the goal, the gates' state, and the end of the agent's last reply.
-pub fn judge_prompt(goal: &str, gates_passed: usize, last_reply: &str) -> String {
+pub(crate) fn judge_prompt(goal: &str, gates_passed: usize, last_reply: &str) -> String {
     let gates = match gates_passed {
         0 => "No quality gates are configured.".to_string(),
         1 => "The 1 quality gate passed.".to_string(),

@@ -11,9 +11,9 @@
 //! A failing gate skips the judge and continues with the gate-failed prompt.
 
 mod display;
-pub mod fingerprint;
+pub(crate) mod fingerprint;
 pub mod gate;
-pub mod judge;
+pub(crate) mod judge;
 
 #[cfg(test)]
 mod tests;
@@ -26,21 +26,21 @@ use crate::protocol::{NoticeLevel, TurnOutcome};
 use crate::text::tail_chars;
 use display::status_word;
 
-pub use fingerprint::fingerprint;
-pub use gate::{GateOutcome, GateRunner, GATE_TAIL_CHARS};
-pub use judge::{parse_judge_reply, JudgeReply, Verdict, JUDGE_SYSTEM};
+pub(crate) use fingerprint::fingerprint;
+pub(crate) use gate::{GateOutcome, GateRunner, GATE_TAIL_CHARS};
+pub(crate) use judge::{parse_judge_reply, Verdict, JUDGE_SYSTEM};
 
 /// `state_meta` key of a session's goal.
-pub fn state_key(session_id: &str) -> String {
+pub(crate) fn state_key(session_id: &str) -> String {
     format!("goal:{session_id}")
 }
 
 /// Unparseable judge replies in a row that pause the goal.
-pub const JUDGE_FAILURE_LIMIT: u32 = 3;
+pub(crate) const JUDGE_FAILURE_LIMIT: u32 = 3;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum GoalStatus {
+pub(crate) enum GoalStatus {
     Active,
     Paused,
     Achieved,
@@ -49,26 +49,26 @@ pub enum GoalStatus {
 
 /// The last run (or replay) of a gate.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GateRecord {
-    pub passed: bool,
-    pub exit_code: i32,
-    pub output_tail: String,
+pub(crate) struct GateRecord {
+    pub(crate) passed: bool,
+    pub(crate) exit_code: i32,
+    pub(crate) output_tail: String,
     #[serde(default)]
-    pub timed_out: bool,
+    pub(crate) timed_out: bool,
     /// Workspace fingerprint the gate ran on (None outside git: never replayed).
     #[serde(default)]
-    pub fingerprint: Option<String>,
+    pub(crate) fingerprint: Option<String>,
 }
 
 /// A quality gate: a shell command that must exit 0.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Gate {
-    pub cmd: String,
+pub(crate) struct Gate {
+    pub(crate) cmd: String,
     /// Failed attempts since it last passed.
     #[serde(default)]
-    pub attempts: u32,
+    pub(crate) attempts: u32,
     #[serde(default)]
-    pub last: Option<GateRecord>,
+    pub(crate) last: Option<GateRecord>,
 }
 
 impl Gate {
@@ -79,29 +79,29 @@ impl Gate {
 
 /// A session's standing goal, as saved.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Goal {
-    pub text: String,
-    pub status: GoalStatus,
+pub(crate) struct Goal {
+    pub(crate) text: String,
+    pub(crate) status: GoalStatus,
     /// Goal turns started (the first one included).
-    pub turns_used: u32,
-    pub max_turns: u32,
+    pub(crate) turns_used: u32,
+    pub(crate) max_turns: u32,
     #[serde(default)]
-    pub gate_max_retries: Option<u32>,
+    pub(crate) gate_max_retries: Option<u32>,
     #[serde(default)]
-    pub gates: Vec<Gate>,
+    pub(crate) gates: Vec<Gate>,
     /// Unparseable judge replies in a row.
     #[serde(default)]
-    pub judge_failures: u32,
+    pub(crate) judge_failures: u32,
     #[serde(default)]
-    pub pause_reason: Option<String>,
+    pub(crate) pause_reason: Option<String>,
     /// The judge's last verdict and reason, for `/goal status`.
     #[serde(default)]
-    pub last_verdict: Option<String>,
+    pub(crate) last_verdict: Option<String>,
 }
 
 /// What the engine should do, in order.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GoalEffect {
+pub(crate) enum GoalEffect {
     /// Show a line in the transcript (not part of the model's context).
     Notice { level: NoticeLevel, text: String },
     /// Save `GoalMachine::to_json()` under `state_key(session)`.
@@ -144,29 +144,30 @@ enum Phase {
 
 /// The goal of one session and where it stands.
 #[derive(Debug, Clone, PartialEq)]
-pub struct GoalMachine {
+pub(crate) struct GoalMachine {
     goal: Option<Goal>,
     limits: GoalsConfig,
     phase: Phase,
 }
 
 impl GoalMachine {
-    pub fn new(limits: GoalsConfig) -> GoalMachine {
+    pub(crate) fn new(limits: GoalsConfig) -> GoalMachine {
         GoalMachine { goal: None, limits, phase: Phase::Idle }
     }
 
     /// Restore a saved goal (`to_json` output). An unreadable row is an error to show.
-    pub fn from_json(limits: GoalsConfig, json: &str) -> Result<GoalMachine, String> {
+    pub(crate) fn from_json(limits: GoalsConfig, json: &str) -> Result<GoalMachine, String> {
         let goal: Goal = serde_json::from_str(json).map_err(|e| format!("stored goal is unreadable: {e}"))?;
         Ok(GoalMachine { goal: Some(goal), limits, phase: Phase::Idle })
     }
 
     /// The saved form; None when there has never been a goal.
-    pub fn to_json(&self) -> Option<String> {
+    pub(crate) fn to_json(&self) -> Option<String> {
         self.goal.as_ref().and_then(|g| serde_json::to_string(g).ok())
     }
 
-    pub fn goal(&self) -> Option<&Goal> {
+    #[cfg(test)]
+    pub(crate) fn goal(&self) -> Option<&Goal> {
         self.goal.as_ref()
     }
 
@@ -174,13 +175,13 @@ impl GoalMachine {
         self.goal.as_ref().filter(|g| g.status != GoalStatus::Cleared)
     }
 
-    pub fn is_active(&self) -> bool {
+    pub(crate) fn is_active(&self) -> bool {
         self.goal.as_ref().is_some_and(|g| g.status == GoalStatus::Active)
     }
 
     /// True while boundary work (fingerprint, a gate, the judge) is outstanding: the
     /// session is not idle.
-    pub fn in_boundary(&self) -> bool {
+    pub(crate) fn in_boundary(&self) -> bool {
         self.phase != Phase::Idle
     }
 
@@ -191,7 +192,7 @@ impl GoalMachine {
     // ---- commands -------------------------------------------------------------------
 
     /// Apply a `/goal` command. `idle`: the session is idle (a new goal starts at once).
-    pub fn command(&mut self, cmd: &GoalCmd, idle: bool) -> Vec<GoalEffect> {
+    pub(crate) fn command(&mut self, cmd: &GoalCmd, idle: bool) -> Vec<GoalEffect> {
         match cmd {
             GoalCmd::Set(text) => self.set(text, idle),
             GoalCmd::Status => vec![GoalEffect::ShowStatus { gates_only: false }],
@@ -387,7 +388,7 @@ impl GoalMachine {
     // ---- turn boundary --------------------------------------------------------------
 
     /// A turn ended. `last_reply` is the assistant's final text (for the judge).
-    pub fn on_turn_end(&mut self, outcome: TurnOutcome, last_reply: &str) -> Vec<GoalEffect> {
+    pub(crate) fn on_turn_end(&mut self, outcome: TurnOutcome, last_reply: &str) -> Vec<GoalEffect> {
         if !self.is_active() {
             return Vec::new();
         }
@@ -413,7 +414,7 @@ impl GoalMachine {
     }
 
     /// The workspace fingerprint for this boundary is known: start running gates.
-    pub fn start_gates(&mut self, fingerprint: Option<String>) -> Vec<GoalEffect> {
+    pub(crate) fn start_gates(&mut self, fingerprint: Option<String>) -> Vec<GoalEffect> {
         let Phase::Fingerprinting { last_reply } = std::mem::take(&mut self.phase) else {
             return Vec::new();
         };
@@ -452,7 +453,7 @@ impl GoalMachine {
     }
 
     /// Gate `idx` finished.
-    pub fn on_gate_result(&mut self, idx: usize, outcome: &GateOutcome) -> Vec<GoalEffect> {
+    pub(crate) fn on_gate_result(&mut self, idx: usize, outcome: &GateOutcome) -> Vec<GoalEffect> {
         let Phase::Gating { idx: running, cmd, fingerprint, last_reply } = std::mem::take(&mut self.phase) else {
             return Vec::new();
         };
@@ -518,7 +519,7 @@ impl GoalMachine {
     }
 
     /// The judge answered.
-    pub fn on_judge_reply(&mut self, text: &str) -> Vec<GoalEffect> {
+    pub(crate) fn on_judge_reply(&mut self, text: &str) -> Vec<GoalEffect> {
         if self.phase != Phase::Judging {
             return Vec::new();
         }
@@ -550,7 +551,7 @@ impl GoalMachine {
     }
 
     /// The judge request failed (network, model error). Counts like an unreadable reply.
-    pub fn on_judge_error(&mut self, error: &str) -> Vec<GoalEffect> {
+    pub(crate) fn on_judge_error(&mut self, error: &str) -> Vec<GoalEffect> {
         if self.phase != Phase::Judging {
             return Vec::new();
         }
@@ -578,7 +579,7 @@ impl GoalMachine {
     }
 
     /// The user interrupted (a turn, a gate or the judge): an active goal pauses.
-    pub fn on_interrupt(&mut self) -> Vec<GoalEffect> {
+    pub(crate) fn on_interrupt(&mut self) -> Vec<GoalEffect> {
         self.phase = Phase::Idle;
         if !self.is_active() {
             return Vec::new();
@@ -587,7 +588,7 @@ impl GoalMachine {
     }
 
     /// The session was resumed (`/resume`, `talaria -c`): an active goal comes back paused.
-    pub fn on_session_resumed(&mut self) -> Vec<GoalEffect> {
+    pub(crate) fn on_session_resumed(&mut self) -> Vec<GoalEffect> {
         self.phase = Phase::Idle;
         if !self.is_active() {
             return Vec::new();
@@ -636,21 +637,28 @@ fn error(text: impl Into<String>) -> GoalEffect {
 }
 
 /// The first goal turn.
-pub fn kickoff_prompt(goal: &str) -> String {
+pub(crate) fn kickoff_prompt(goal: &str) -> String {
     format!(
         "[Standing goal set by the user]\nGoal: {goal}\n\nWork toward this goal. Take the next concrete step. If you believe the goal is complete, state so explicitly and stop. If you are blocked and need input from the user, say so clearly and stop."
     )
 }
 
 /// A goal turn after the judge said continue (DESIGN §5).
-pub fn continue_prompt(goal: &str) -> String {
+pub(crate) fn continue_prompt(goal: &str) -> String {
     format!(
         "[Continuing toward your standing goal]\nGoal: {goal}\n\nContinue working toward this goal. Take the next concrete step. If you believe the goal is complete, state so explicitly and stop. If you are blocked and need input from the user, say so clearly and stop."
     )
 }
 
 /// A goal turn after a gate failed (DESIGN §5).
-pub fn gate_failed_prompt(goal: &str, cmd: &str, attempt: u32, max: u32, exit_code: i32, output: &str) -> String {
+pub(crate) fn gate_failed_prompt(
+    goal: &str,
+    cmd: &str,
+    attempt: u32,
+    max: u32,
+    exit_code: i32,
+    output: &str,
+) -> String {
     let tail = tail_chars(output, GATE_TAIL_CHARS);
     format!(
         "[Continuing toward your standing goal — a quality gate failed]\nGoal: {goal}\nThe quality gate below must pass (attempt {attempt}/{max}):\n  $ {cmd}\nExit code: {exit_code}\nOutput (tail):\n{tail}"

@@ -29,30 +29,30 @@ const ACTIONS: &str = "list, poll, log, wait, kill, write, close, watch, unwatch
 /// The `process` tool's arguments (DESIGN §4a). Which of them an action needs is checked
 /// by [`JobsHandle::process_action`], with an error that says what is missing.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
-pub struct ProcessArgs {
+pub(crate) struct ProcessArgs {
     #[serde(default)]
-    pub action: String,
+    pub(crate) action: String,
     #[serde(default)]
-    pub session_id: Option<String>,
+    pub(crate) session_id: Option<String>,
     /// For write: text sent to the job's stdin as is.
     #[serde(default)]
-    pub data: Option<String>,
+    pub(crate) data: Option<String>,
     /// For wait: seconds.
     #[serde(default, deserialize_with = "lenient::opt_u64")]
-    pub timeout: Option<u64>,
+    pub(crate) timeout: Option<u64>,
     /// For log: the absolute line number to start at, and how many lines.
     #[serde(default, deserialize_with = "lenient::opt_u64")]
-    pub offset: Option<u64>,
+    pub(crate) offset: Option<u64>,
     #[serde(default, deserialize_with = "lenient::opt_u64")]
-    pub limit: Option<u64>,
+    pub(crate) limit: Option<u64>,
     /// For watch / unwatch: the pattern.
     #[serde(default)]
-    pub pattern: Option<String>,
+    pub(crate) pattern: Option<String>,
 }
 
 /// What `process` is asked to do.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProcessAction {
+pub(crate) enum ProcessAction {
     List,
     Poll,
     Log,
@@ -65,7 +65,7 @@ pub enum ProcessAction {
 }
 
 impl ProcessAction {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             ProcessAction::List => "list",
             ProcessAction::Poll => "poll",
@@ -82,7 +82,7 @@ impl ProcessAction {
 
 impl ProcessArgs {
     /// The action (case and surrounding spaces ignored), or the error the model sees.
-    pub fn action(&self) -> Result<ProcessAction, String> {
+    pub(crate) fn action(&self) -> Result<ProcessAction, String> {
         let action = self.action.trim().to_ascii_lowercase();
         [
             ProcessAction::List,
@@ -104,17 +104,17 @@ impl ProcessArgs {
 /// A window of a job's log for the UI's log view (ANSI kept).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobLog {
-    pub id: JobId,
-    pub text: String,
-    pub first_line: u64,
+    pub(crate) id: JobId,
+    pub(crate) text: String,
+    pub(crate) first_line: u64,
     pub total_lines: u64,
     /// First and last line shown (0, 0 when nothing was shown).
-    pub from: u64,
-    pub to: u64,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
 }
 
 /// The notification text of DESIGN §4.
-pub fn notice_text(id: &str, status: &JobStatus, runtime: Duration, command: &str, tail: &str) -> String {
+pub(crate) fn notice_text(id: &str, status: &JobStatus, runtime: Duration, command: &str, tail: &str) -> String {
     let command = crate::text::truncate_for_model(command, 300).replace('\n', " ");
     let tail = tail.trim();
     let tail = if tail.is_empty() { "(no output)" } else { tail };
@@ -135,31 +135,19 @@ pub fn notice_text(id: &str, status: &JobStatus, runtime: Duration, command: &st
 }
 
 /// A job's runtime as notices and `talaria jobs` show it (`4.2s`, `3m12s`, `2h05m`).
-pub fn format_duration(d: Duration) -> String {
+pub(crate) fn format_duration(d: Duration) -> String {
     crate::util::format_duration_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// Resolve when the watched counter differs from `start`; never when its sender is gone.
-pub async fn changed_from(rx: &mut watch::Receiver<u64>, start: u64) {
-    loop {
-        if *rx.borrow_and_update() != start {
-            return;
-        }
-        if rx.changed().await.is_err() {
-            std::future::pending::<()>().await;
-        }
-    }
 }
 
 /// Resolve when the counter changed since this receiver last looked — for a tool's
 /// signals, since the tool started; never when its sender is gone.
-pub async fn bumped(rx: &mut watch::Receiver<u64>) {
+pub(crate) async fn bumped(rx: &mut watch::Receiver<u64>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
     }
 }
 
-pub fn status_str(status: &JobStatus) -> &'static str {
+pub(crate) fn status_str(status: &JobStatus) -> &'static str {
     match status {
         JobStatus::Running => "running",
         JobStatus::Exited(_) => "exited",
@@ -193,7 +181,12 @@ fn error(message: impl Into<String>) -> Value {
 impl JobsHandle {
     /// The `process` tool's actions; returns the JSON shapes of DESIGN §4a. `wait` returns
     /// early on an interrupt, a yield or a release (a user message).
-    pub async fn process_action(&self, args: &ProcessArgs, signals: &ToolSignals, timeout_cap: Duration) -> Value {
+    pub(crate) async fn process_action(
+        &self,
+        args: &ProcessArgs,
+        signals: &ToolSignals,
+        timeout_cap: Duration,
+    ) -> Value {
         let action = match args.action() {
             Ok(ProcessAction::List) => return self.list_value(),
             Ok(action) => action,
@@ -481,18 +474,6 @@ impl JobsHandle {
     pub async fn log(&self, id: &str, offset: Option<u64>, limit: Option<u64>) -> Option<JobLog> {
         let job = self.inner.get(id)?;
         Some(self.job_log(&job, offset, limit))
-    }
-
-    /// Send text to a background job's stdin.
-    pub async fn write_stdin(&self, id: &str, data: &str) -> Result<(), String> {
-        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
-        self.write_job(&job, data).await
-    }
-
-    /// Close a background job's stdin (end of file for it).
-    pub async fn close_stdin(&self, id: &str) -> Result<(), String> {
-        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
-        self.close_job(&job).await
     }
 
     /// What the user reads when a job id names nothing: which jobs there are instead.

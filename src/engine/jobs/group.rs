@@ -24,7 +24,7 @@ pub struct ProcStat {
 
 /// Parse the text of /proc/<pid>/stat. The command name may contain spaces and
 /// parentheses, so the fields are read after the last `)`.
-pub fn parse_stat(text: &str) -> Option<ProcStat> {
+pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     let rest = &text[text.rfind(')')? + 1..];
     let fields: Vec<&str> = rest.split_whitespace().collect();
     // After the name: state(0) ppid(1) pgrp(2) … starttime(19).
@@ -70,7 +70,7 @@ fn signallable(pgid: i32) -> bool {
 }
 
 /// Send `signal` to every process of the group. False when the group does not exist.
-pub fn signal_group(pgid: i32, signal: Signal) -> bool {
+pub(crate) fn signal_group(pgid: i32, signal: Signal) -> bool {
     if !signallable(pgid) {
         tracing::warn!(pgid, "refusing to signal this process group");
         return false;
@@ -85,7 +85,7 @@ fn terminate(pgid: i32) {
 }
 
 /// SIGTERM, `grace`, SIGKILL; returns true once the group is gone.
-pub async fn kill_group(pgid: i32, grace: Duration) -> bool {
+pub(crate) async fn kill_group(pgid: i32, grace: Duration) -> bool {
     if !signallable(pgid) {
         return !group_alive(pgid);
     }
@@ -111,7 +111,7 @@ async fn wait_gone(pgid: i32, within: Duration) -> bool {
 }
 
 /// The blocking form for the reaper and for sweeping: every group at once, one grace.
-pub fn kill_groups_blocking(pgids: &[i32], grace: Duration) -> Vec<i32> {
+pub(crate) fn kill_groups_blocking(pgids: &[i32], grace: Duration) -> Vec<i32> {
     let pgids: Vec<i32> = pgids.iter().copied().filter(|p| signallable(*p)).collect();
     for &pgid in &pgids {
         terminate(pgid);

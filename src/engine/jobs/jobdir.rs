@@ -13,68 +13,68 @@ use super::group;
 
 /// What the supervisor runs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Spec {
-    pub shell: String,
-    pub login_shell: bool,
+pub(crate) struct Spec {
+    pub(crate) shell: String,
+    pub(crate) login_shell: bool,
     /// The `-c` script (already wrapped for cwd tracking).
-    pub script: String,
-    pub cwd: PathBuf,
+    pub(crate) script: String,
+    pub(crate) cwd: PathBuf,
     /// A FIFO for `process write/close` instead of /dev/null.
-    pub stdin: bool,
-    pub log_max_bytes: u64,
+    pub(crate) stdin: bool,
+    pub(crate) log_max_bytes: u64,
     /// `jobs.orphan_grace_s`: how long a job whose owner is gone waits for a new one.
-    pub orphan_grace_s: f64,
+    pub(crate) orphan_grace_s: f64,
     /// `terminal.kill_grace_s`: SIGTERM to SIGKILL.
-    pub kill_grace_s: f64,
+    pub(crate) kill_grace_s: f64,
     /// The sandbox the command runs in (DESIGN §6); None only for what the user approved to
     /// run outside it.
     #[serde(default)]
-    pub sandbox: Option<crate::engine::sandbox::Policy>,
+    pub(crate) sandbox: Option<crate::engine::sandbox::Policy>,
     /// A shell command the supervisor runs before it kills the job itself (lease expiry,
     /// deleted job directory): a remote job's remote group is killed over its backend.
     #[serde(default)]
-    pub on_kill: Option<String>,
+    pub(crate) on_kill: Option<String>,
 }
 
 /// The supervisor's first line on its stdout: the job has started under `setsid`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub enum Handshake {
+pub(crate) enum Handshake {
     Started { supervisor_pid: u32, supervisor_start: u64, pgid: i32, leader_start: u64 },
     Failed { error: String },
 }
 
 /// How the job ended (`exit.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ExitRecord {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
-    pub killed: bool,
+pub(crate) struct ExitRecord {
+    pub(crate) code: Option<i32>,
+    pub(crate) signal: Option<i32>,
+    pub(crate) killed: bool,
     /// Why it was killed (`owner gone`, or what talaria wrote in `kill`).
-    pub reason: Option<String>,
-    pub ended_at_ms: u64,
+    pub(crate) reason: Option<String>,
+    pub(crate) ended_at_ms: u64,
     /// What the job printed in all (a follower that fell behind rotation learns the
     /// true totals here).
     #[serde(default)]
-    pub output: OutputTotals,
+    pub(crate) output: OutputTotals,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputTotals {
-    pub chars: u64,
-    pub bytes: u64,
-    pub lines: u64,
+pub(crate) struct OutputTotals {
+    pub(crate) chars: u64,
+    pub(crate) bytes: u64,
+    pub(crate) lines: u64,
 }
 
 /// The leader exited while other processes of its group still ran (`leader.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct LeaderExit {
-    pub code: Option<i32>,
-    pub signal: Option<i32>,
+pub(crate) struct LeaderExit {
+    pub(crate) code: Option<i32>,
+    pub(crate) signal: Option<i32>,
 }
 
 /// Who holds the lease on a job (`owner.json`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Owner {
+pub(crate) enum Owner {
     /// A talaria process; the lease lapses when it is gone (pid and start time checked).
     Process { pid: u32, start: Option<u64> },
     /// Kept running on purpose (`jobs.on_quit = keep`): no deadline.
@@ -82,13 +82,13 @@ pub enum Owner {
 }
 
 impl Owner {
-    pub fn me() -> Owner {
+    pub(crate) fn me() -> Owner {
         let pid = std::process::id();
         Owner::Process { pid, start: group::proc_stat(pid as i32).map(|s| s.start_ticks) }
     }
 
     /// The lease holds: detached, or the owner process is alive.
-    pub fn holds(&self) -> bool {
+    pub(crate) fn holds(&self) -> bool {
         match self {
             Owner::Detached => true,
             Owner::Process { pid, start } => group::process_alive(*pid as i32, *start),
@@ -98,16 +98,16 @@ impl Owner {
 
 /// One kept log segment as `index.json` lists it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexSegment {
-    pub n: u64,
-    pub start_line: u64,
-    pub mid_line: bool,
+pub(crate) struct IndexSegment {
+    pub(crate) n: u64,
+    pub(crate) start_line: u64,
+    pub(crate) mid_line: bool,
 }
 
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct IndexFile {
-    pub segments: Vec<IndexSegment>,
-    pub dropped_bytes: u64,
+pub(crate) struct IndexFile {
+    pub(crate) segments: Vec<IndexSegment>,
+    pub(crate) dropped_bytes: u64,
 }
 
 /// The files of one job.
@@ -121,63 +121,63 @@ impl JobDir {
         JobDir { path: jobs_dir.join(id) }
     }
 
-    pub fn spec(&self) -> PathBuf {
+    pub(crate) fn spec(&self) -> PathBuf {
         self.path.join("spec.json")
     }
-    pub fn exit(&self) -> PathBuf {
+    pub(crate) fn exit(&self) -> PathBuf {
         self.path.join("exit.json")
     }
-    pub fn leader(&self) -> PathBuf {
+    pub(crate) fn leader(&self) -> PathBuf {
         self.path.join("leader.json")
     }
-    pub fn owner(&self) -> PathBuf {
+    pub(crate) fn owner(&self) -> PathBuf {
         self.path.join("owner.json")
     }
-    pub fn index(&self) -> PathBuf {
+    pub(crate) fn index(&self) -> PathBuf {
         self.path.join("index.json")
     }
-    pub fn kill(&self) -> PathBuf {
+    pub(crate) fn kill(&self) -> PathBuf {
         self.path.join("kill")
     }
-    pub fn stdin(&self) -> PathBuf {
+    pub(crate) fn stdin(&self) -> PathBuf {
         self.path.join("stdin")
     }
     /// Its presence asks the supervisor to close the job's stdin.
-    pub fn stdin_eof(&self) -> PathBuf {
+    pub(crate) fn stdin_eof(&self) -> PathBuf {
         self.path.join("stdin.eof")
     }
-    pub fn cwd_file(&self) -> PathBuf {
+    pub(crate) fn cwd_file(&self) -> PathBuf {
         self.path.join("cwd")
     }
-    pub fn segment(&self, n: u64) -> PathBuf {
+    pub(crate) fn segment(&self, n: u64) -> PathBuf {
         self.path.join(format!("out.{n}.log"))
     }
 
-    pub fn read_exit(&self) -> Option<ExitRecord> {
+    pub(crate) fn read_exit(&self) -> Option<ExitRecord> {
         read_json(&self.exit())
     }
 
-    pub fn read_owner(&self) -> Option<Owner> {
+    pub(crate) fn read_owner(&self) -> Option<Owner> {
         read_json(&self.owner())
     }
 
-    pub fn write_owner(&self, owner: &Owner) -> std::io::Result<()> {
+    pub(crate) fn write_owner(&self, owner: &Owner) -> std::io::Result<()> {
         write_json(&self.owner(), owner)
     }
 
-    pub fn remove(&self) {
+    pub(crate) fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
 }
 
-pub fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
+pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
     let bytes = std::fs::read(path).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
 /// Write `value` as JSON: a temporary file renamed over the target, so a reader sees
 /// the old file or the new one, never half of one.
-pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
     let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     let mut tmp = path.as_os_str().to_owned();
     tmp.push(".tmp");
@@ -187,7 +187,7 @@ pub fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
 }
 
 /// This boot's id (Linux); after a reboot every unfinished record is lost.
-pub fn boot_id() -> String {
+pub(crate) fn boot_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id").map(|s| s.trim().to_string()).unwrap_or_default()
 }
 

@@ -13,40 +13,34 @@ use super::output::{floor_char_boundary, memchr_count};
 const LINE_CAP: usize = 4000;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Segment {
-    pub path: PathBuf,
+pub(crate) struct Segment {
+    pub(crate) path: PathBuf,
     /// Absolute (1-based) number of the line this segment starts in.
-    pub start_line: u64,
-    pub bytes: u64,
+    pub(crate) start_line: u64,
+    pub(crate) bytes: u64,
     /// The segment starts in the middle of a line (a line longer than the room left).
-    pub mid_line: bool,
+    pub(crate) mid_line: bool,
 }
 
 /// Where the kept log is; cheap to clone (at most two segments).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct LogIndex {
-    pub segments: Vec<Segment>,
+pub(crate) struct LogIndex {
+    pub(crate) segments: Vec<Segment>,
     /// Bytes of output deleted by rotation.
-    pub dropped_bytes: u64,
+    pub(crate) dropped_bytes: u64,
     /// Absolute number of the last line (a last line without `\n` counts); 0 when empty.
-    pub end_line: u64,
+    pub(crate) end_line: u64,
 }
 
 impl LogIndex {
     /// Absolute number of the first line of the kept log.
     /// A partial first line (its start was dropped) is not shown.
-    pub fn first_line(&self) -> u64 {
+    pub(crate) fn first_line(&self) -> u64 {
         self.segments.first().map(|s| s.start_line + u64::from(self.skips_partial_line())).unwrap_or(1)
     }
 
     fn skips_partial_line(&self) -> bool {
         self.dropped_bytes > 0 && self.segments.first().is_some_and(|s| s.mid_line)
-    }
-
-    pub fn remove_files(&self) {
-        for seg in &self.segments {
-            let _ = std::fs::remove_file(&seg.path);
-        }
     }
 }
 
@@ -82,12 +76,12 @@ impl LogWriter {
         }
     }
 
-    pub fn index(&self) -> &LogIndex {
+    pub(crate) fn index(&self) -> &LogIndex {
         &self.index
     }
 
     /// How many segments have been started (changes when `index.json` must be rewritten).
-    pub fn rotations(&self) -> u64 {
+    pub(crate) fn rotations(&self) -> u64 {
         self.rotations
     }
 
@@ -162,16 +156,16 @@ impl LogWriter {
 
 /// A window of the log, as `process log` shows it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LogView {
-    pub text: String,
-    pub first_line: u64,
+pub(crate) struct LogView {
+    pub(crate) text: String,
+    pub(crate) first_line: u64,
     /// Numbers of the first and last line shown (0, 0 when nothing is shown).
-    pub from: u64,
-    pub to: u64,
+    pub(crate) from: u64,
+    pub(crate) to: u64,
 }
 
 /// The marker shown where rotation dropped output.
-pub fn dropped_marker(index: &LogIndex) -> String {
+pub(crate) fn dropped_marker(index: &LogIndex) -> String {
     format!(
         "[... {} bytes ({} lines) of earlier output were dropped; the log keeps only the most recent output ...]",
         index.dropped_bytes,
@@ -181,7 +175,7 @@ pub fn dropped_marker(index: &LogIndex) -> String {
 
 /// Read lines from the kept log: from absolute line `offset` (1-based) when given, else
 /// the last `limit` lines. Lines longer than a few thousand characters are cut.
-pub fn read_lines(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView {
+pub(crate) fn read_lines(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView {
     match offset {
         None if index.end_line > 0 => read_tail(index, limit.max(1)),
         _ => read_forward(index, offset, limit),

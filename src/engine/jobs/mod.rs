@@ -13,7 +13,7 @@ pub mod group;
 pub mod jobdir;
 pub mod log;
 pub mod output;
-pub mod records;
+pub(crate) mod records;
 mod run;
 pub mod supervisor;
 pub mod watches;
@@ -38,9 +38,9 @@ use self::jobdir::{JobDir, Owner};
 use self::log::LogIndex;
 use self::output::OutputBuf;
 
-pub use self::actions::{bumped, changed_from, format_duration, status_str, JobLog, ProcessAction, ProcessArgs};
+pub(crate) use self::actions::{bumped, format_duration, status_str, ProcessAction, ProcessArgs};
 pub use self::follow::LogReader;
-pub use self::run::{sh_quote, SpawnError};
+pub(crate) use self::run::{sh_quote, SpawnError};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -78,23 +78,23 @@ pub struct RemoteTarget {
 pub struct ExitInfo {
     /// None when killed by a signal.
     pub code: Option<i32>,
-    pub signal: Option<i32>,
+    pub(crate) signal: Option<i32>,
     /// Killed by us (interrupt, timeout, kill action) or by its supervisor (owner gone).
-    pub killed: bool,
+    pub(crate) killed: bool,
     /// The leader exited but other processes of its group were still running: they go on
     /// as a background job (same id).
-    pub leftover: bool,
+    pub(crate) leftover: bool,
     /// The shell's final working directory (when `track_cwd`).
-    pub cwd: Option<PathBuf>,
+    pub(crate) cwd: Option<PathBuf>,
     /// Why it was killed, when talaria did not ask (`owner gone`).
-    pub reason: Option<String>,
+    pub(crate) reason: Option<String>,
     /// Its supervisor vanished without an exit record.
-    pub lost: bool,
+    pub(crate) lost: bool,
 }
 
 impl ExitInfo {
     /// The shell convention: the exit code, or 128 + the signal number.
-    pub fn exit_code(&self) -> i32 {
+    pub(crate) fn exit_code(&self) -> i32 {
         self.code.unwrap_or_else(|| 128 + self.signal.unwrap_or(0))
     }
 
@@ -138,13 +138,13 @@ pub enum NoticeKind {
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobNotice {
     pub id: JobId,
-    pub session_id: String,
+    pub(crate) session_id: String,
     pub kind: NoticeKind,
     /// The user-message text (DESIGN §4 and §4c).
     pub text: String,
     /// When it was queued (unix ms): idle notices arriving within `jobs.notice_window_s`
     /// of the first one start one turn together.
-    pub queued_at_ms: u64,
+    pub(crate) queued_at_ms: u64,
 }
 
 /// Which binary runs the supervisors (`<exe> __job <dir>`).
@@ -309,18 +309,6 @@ impl Job {
 }
 
 impl JobsHandle {
-    /// Start the registry with the default options (supervisor = this executable,
-    /// sweep). The receiver gets the id of each background job that ends (a wake-up:
-    /// call `take_notices` to learn what the model should be told). Needs a tokio
-    /// runtime.
-    pub fn start(
-        paths: &Paths,
-        config: Arc<Config>,
-        events: EventSink,
-    ) -> (JobsHandle, mpsc::UnboundedReceiver<JobId>) {
-        JobsHandle::start_with(paths, config, events, JobsOptions::default())
-    }
-
     pub fn start_with(
         paths: &Paths,
         config: Arc<Config>,
@@ -387,18 +375,18 @@ impl JobsHandle {
     }
 
     /// Does job `id` run inside the sandbox? None for an unknown id.
-    pub fn is_sandboxed(&self, id: &str) -> Option<bool> {
+    pub(crate) fn is_sandboxed(&self, id: &str) -> Option<bool> {
         self.inner.get(id).map(|job| job.sandboxed)
     }
 
     /// The sandbox policy jobs run under.
-    pub fn sandbox_policy(&self) -> crate::engine::sandbox::Policy {
+    pub(crate) fn sandbox_policy(&self) -> crate::engine::sandbox::Policy {
         lock(&self.inner.sandbox).clone()
     }
 
     /// Make `workspace` (the session's starting directory) the writable root in place of
     /// the process's current directory.
-    pub fn set_workspace(&self, workspace: &Path, paths: &Paths) {
+    pub(crate) fn set_workspace(&self, workspace: &Path, paths: &Paths) {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let policy =
             crate::engine::sandbox::Policy::from_config(&self.inner.config.sandbox, workspace, paths, home.as_deref());
@@ -424,14 +412,14 @@ impl JobsHandle {
 
     /// What the transport of a remote job said on its stderr (markers included), while its
     /// job directory exists.
-    pub fn transport_stderr(&self, id: &str) -> Option<String> {
+    pub(crate) fn transport_stderr(&self, id: &str) -> Option<String> {
         let job = self.inner.get(id)?;
         std::fs::read_to_string(job.dir.path.join(run::TRANSPORT_ERR)).ok()
     }
 
     /// What the job printed so far, as the model sees it: ANSI stripped and capped at
     /// `tool_output.max_chars`. None for an unknown id.
-    pub async fn output_for_model(&self, id: &str) -> Option<String> {
+    pub(crate) async fn output_for_model(&self, id: &str) -> Option<String> {
         let job = self.inner.get(id)?;
         let max = self.inner.config.tool_output.max_chars;
         let text = job.state().output.model_text(max);
@@ -440,7 +428,7 @@ impl JobsHandle {
 
     /// Stop awaiting: the job is a background job from now on (yield). Returns false when
     /// it has already finished (the caller should use its exit instead).
-    pub async fn adopt(&self, id: &str) -> bool {
+    pub(crate) async fn adopt(&self, id: &str) -> bool {
         match self.inner.get(id) {
             Some(job) => {
                 job.awaited.store(true, Ordering::SeqCst);
@@ -460,7 +448,7 @@ impl JobsHandle {
     /// Kill a job's group and drop it without telling the model: what a goal gate left
     /// running behind its shell (`cmd &`) belongs to the gate, not to the session. Returns
     /// its exit and what it printed (as `output_for_model`).
-    pub async fn discard(&self, id: &str) -> Option<(ExitInfo, String)> {
+    pub(crate) async fn discard(&self, id: &str) -> Option<(ExitInfo, String)> {
         let job = self.inner.get(id)?;
         job.exit_seen.store(true, Ordering::SeqCst);
         let exit = self.inner.kill_job(&job).await;
@@ -489,14 +477,9 @@ impl JobsHandle {
         self.inner.all().iter().map(|j| j.info()).collect()
     }
 
-    /// One job as the UI lists it.
-    pub async fn info(&self, id: &str) -> Option<JobInfo> {
-        self.inner.get(id).map(|j| j.info())
-    }
-
     /// What became of each job of `session_id` that still has a record (by id): a
     /// resumed transcript marks the jobs that no longer run.
-    pub async fn fates(&self, session_id: &str) -> std::collections::HashMap<JobId, JobFate> {
+    pub(crate) async fn fates(&self, session_id: &str) -> std::collections::HashMap<JobId, JobFate> {
         let mut out = std::collections::HashMap::new();
         let Some(store) = &self.inner.store else { return out };
         let rows = match store.jobs_recent(Some(session_id), 1000).await {
@@ -521,7 +504,7 @@ impl JobsHandle {
 
     /// How long the oldest notice for `session_id` has waited (ms), if there is one (the
     /// scheduler asks: idle notices within `jobs.notice_window_s` start one turn).
-    pub fn notice_wait_ms(&self, session_id: &str) -> Option<u64> {
+    pub(crate) fn notice_wait_ms(&self, session_id: &str) -> Option<u64> {
         let now = now_ms();
         lock(&self.inner.notices)
             .iter()
@@ -550,35 +533,11 @@ impl JobsHandle {
         taken
     }
 
-    /// Set a watch on a running job's output (DESIGN §4c). Returns whether it replaced
-    /// the same pattern set before by the same owner.
-    pub fn watch(&self, id: &str, pattern: &str, owner: watches::WatchOwner) -> Result<bool, String> {
-        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
-        self.inner.add_watch(&job, pattern, owner)
-    }
-
-    /// Remove `owner`'s watch with `pattern` (or all of them) from a job; how many went.
-    pub fn unwatch(&self, id: &str, pattern: Option<&str>, owner: watches::WatchOwner) -> Result<usize, String> {
-        let job = self.inner.get(id).ok_or_else(|| format!("No job with id {id}"))?;
-        let removed = lock(&job.watches).remove(owner, pattern);
-        if removed > 0 {
-            self.inner.publish_watches(&job);
-        }
-        Ok(removed)
-    }
-
-    /// The watches on a job.
-    pub fn watches(&self, id: &str) -> Option<Vec<watches::WatchInfo>> {
-        let job = self.inner.get(id)?;
-        let infos = lock(&job.watches).infos();
-        Some(infos)
-    }
-
     /// Take over the jobs of `session_id` (a `/resume` inside a running talaria), as
     /// `talaria --resume` does at start: its live jobs appear in the pane with their whole
     /// log, and those that ended while nobody watched are noticed once. Jobs followed here
     /// already, and jobs another live talaria owns, are left alone.
-    pub fn attach_session(&self, session_id: &str) {
+    pub(crate) fn attach_session(&self, session_id: &str) {
         let reg = self.inner.clone();
         let session = session_id.to_string();
         tokio::spawn(async move { reg.sweep_and_attach(false, Some(session)).await });
@@ -635,11 +594,6 @@ impl JobsHandle {
                 awaited: j.awaited.load(Ordering::SeqCst),
             })
             .collect()
-    }
-
-    /// Where job logs and records live.
-    pub fn jobs_dir(&self) -> &Path {
-        &self.inner.dir
     }
 }
 

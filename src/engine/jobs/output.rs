@@ -46,7 +46,7 @@ impl Utf8Decoder {
     }
 
     /// The stream ended: a dangling partial character is replaced.
-    pub fn finish(&mut self) -> String {
+    pub(crate) fn finish(&mut self) -> String {
         if self.pending.is_empty() {
             String::new()
         } else {
@@ -74,7 +74,7 @@ pub struct OutputBuf {
 }
 
 impl OutputBuf {
-    pub fn new(head_cap: usize, tail_cap: usize) -> OutputBuf {
+    pub(crate) fn new(head_cap: usize, tail_cap: usize) -> OutputBuf {
         OutputBuf {
             head: String::new(),
             head_cap,
@@ -128,7 +128,7 @@ impl OutputBuf {
 
     /// The job's true totals (from its exit record): output this buffer never saw (a
     /// follower that fell behind rotation) counts as omitted.
-    pub fn settle_totals(&mut self, chars: u64, bytes: u64, lines: u64) {
+    pub(crate) fn settle_totals(&mut self, chars: u64, bytes: u64, lines: u64) {
         if chars > self.total_chars {
             self.overflowed = true;
             self.total_chars = chars;
@@ -138,7 +138,7 @@ impl OutputBuf {
     }
 
     /// The most recent output (at most `2 * tail_cap` bytes, raw).
-    pub fn tail(&self) -> &str {
+    pub(crate) fn tail(&self) -> &str {
         &self.tail
     }
 
@@ -147,12 +147,12 @@ impl OutputBuf {
     }
 
     /// Lines printed so far; a last line without `\n` counts.
-    pub fn total_lines(&self) -> u64 {
+    pub(crate) fn total_lines(&self) -> u64 {
         self.newlines + u64::from(self.total_bytes > 0 && !self.ends_with_newline)
     }
 
     /// The last non-empty line, ANSI stripped, at most `max` characters.
-    pub fn last_line(&self, max: usize) -> String {
+    pub(crate) fn last_line(&self, max: usize) -> String {
         let tail = crate::text::tail_chars(&self.tail, 4096);
         let clean = crate::text::strip_ansi(tail);
         let line = clean.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end();
@@ -160,7 +160,7 @@ impl OutputBuf {
     }
 
     /// The last `n` characters, ANSI stripped.
-    pub fn clean_tail(&self, n: usize) -> String {
+    pub(crate) fn clean_tail(&self, n: usize) -> String {
         let clean = crate::emulate::plain(crate::text::tail_chars(&self.tail, n.saturating_mul(4)));
         crate::text::tail_chars(&clean, n).to_string()
     }
@@ -168,7 +168,7 @@ impl OutputBuf {
     /// All output as the model sees it: ANSI stripped, capped at `max_chars` (first 40%,
     /// last 60%). When the output overflowed the in-memory head, the middle is gone and
     /// the omitted count is computed from the totals.
-    pub fn model_text(&self, max_chars: usize) -> String {
+    pub(crate) fn model_text(&self, max_chars: usize) -> String {
         if !self.overflowed {
             return crate::text::truncate_for_model(&crate::emulate::plain(&self.head), max_chars);
         }
@@ -187,17 +187,18 @@ impl OutputBuf {
     }
 
     /// Bytes this buffer holds (for tests of the memory bound).
-    pub fn held_bytes(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn held_bytes(&self) -> usize {
         self.head.capacity() + self.tail.capacity()
     }
 }
 
-pub fn memchr_count(bytes: &[u8], needle: u8) -> u64 {
+pub(crate) fn memchr_count(bytes: &[u8], needle: u8) -> u64 {
     bytes.iter().filter(|b| **b == needle).count() as u64
 }
 
 /// The largest char boundary `<= i`.
-pub fn floor_char_boundary(s: &str, i: usize) -> usize {
+pub(crate) fn floor_char_boundary(s: &str, i: usize) -> usize {
     if i >= s.len() {
         return s.len();
     }
@@ -205,7 +206,7 @@ pub fn floor_char_boundary(s: &str, i: usize) -> usize {
 }
 
 /// The smallest char boundary `>= i`.
-pub fn ceil_char_boundary(s: &str, i: usize) -> usize {
+pub(crate) fn ceil_char_boundary(s: &str, i: usize) -> usize {
     if i >= s.len() {
         return s.len();
     }

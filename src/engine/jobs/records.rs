@@ -20,9 +20,9 @@ use crate::engine::store::jobs::{JobEnd, JobRow};
 use crate::protocol::{JobFate, JobStatus};
 
 /// What talaria writes as the kill reason when it kills its jobs because it quits.
-pub const QUIT_REASON: &str = "talaria quit";
+pub(crate) const QUIT_REASON: &str = "talaria quit";
 /// What a supervisor records when it killed its job because no talaria kept it.
-pub const OWNER_GONE_REASON: &str = "owner gone";
+pub(crate) const OWNER_GONE_REASON: &str = "owner gone";
 
 /// What became of a job by its record, for a resumed transcript. A record still marked
 /// running may have ended while no talaria watched it: its exit record says how.
@@ -68,7 +68,7 @@ pub(super) fn max_dir_num(dir: &Path) -> u64 {
 /// Is the process group `pgid` still the one a job started? A live process whose pid is
 /// the pgid must be the leader we recorded (same start time); without one, the pgid
 /// cannot have been reused while any member of the group lives, so members are ours.
-pub fn group_is_ours(pgid: i32, leader_start: u64) -> bool {
+pub(crate) fn group_is_ours(pgid: i32, leader_start: u64) -> bool {
     match group::proc_stat(pgid) {
         Some(stat) if stat.state != 'Z' && stat.state != 'X' => stat.start_ticks == leader_start,
         _ => true,
@@ -76,7 +76,7 @@ pub fn group_is_ours(pgid: i32, leader_start: u64) -> bool {
 }
 
 /// Kill what is left of a job's group, unless the pgid now belongs to someone else.
-pub async fn kill_remains(pgid: i32, leader_start: u64, grace: Duration) {
+pub(crate) async fn kill_remains(pgid: i32, leader_start: u64, grace: Duration) {
     if pgid > 1 && group_is_ours(pgid, leader_start) && group::group_alive(pgid) {
         tracing::warn!(pgid, "killing what is left of a job whose supervisor is gone");
         group::kill_group(pgid, grace).await;
@@ -84,7 +84,7 @@ pub async fn kill_remains(pgid: i32, leader_start: u64, grace: Duration) {
 }
 
 /// The supervisor recorded in the row is alive (pid and start time).
-pub fn supervisor_alive(row: &JobRow) -> bool {
+pub(crate) fn supervisor_alive(row: &JobRow) -> bool {
     match (row.supervisor_pid, row.supervisor_start) {
         (Some(pid), Some(start)) => group::process_alive(pid as i32, Some(start as u64)),
         _ => false,

@@ -329,7 +329,7 @@ pub(super) fn close_inherited_fds_on_exec() {}
 
 /// `<shell> -c` script: remember the final working directory in `cwd_file` on exit
 /// (a trap, not an inherited fd, which daemons would hold open).
-pub fn wrap_command(command: &str, cwd_file: Option<&Path>) -> String {
+pub(crate) fn wrap_command(command: &str, cwd_file: Option<&Path>) -> String {
     match cwd_file {
         None => command.to_string(),
         Some(file) => format!(
@@ -340,7 +340,7 @@ pub fn wrap_command(command: &str, cwd_file: Option<&Path>) -> String {
 }
 
 /// Single-quote a string for a POSIX shell.
-pub fn sh_quote(s: &str) -> String {
+pub(crate) fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 

@@ -11,14 +11,14 @@ use regex::{Regex, RegexBuilder};
 use crate::emulate::LineFeed;
 
 /// Watches one job can have at once.
-pub const MAX_WATCHES: usize = 8;
+pub(crate) const MAX_WATCHES: usize = 8;
 /// Characters a pattern may have.
 const PATTERN_MAX: usize = 500;
 /// Characters of the matching line a notice carries.
 const LINE_MAX: usize = 500;
 /// A line still being written (no line feed yet: a prompt, a bar) is matched once the job
 /// has been quiet this long.
-pub const PARTIAL_QUIET_MS: u64 = 300;
+pub(crate) const PARTIAL_QUIET_MS: u64 = 300;
 
 /// Who set a watch, and so who is told.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -30,7 +30,7 @@ pub enum WatchOwner {
 }
 
 impl WatchOwner {
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             WatchOwner::Model => "model",
             WatchOwner::User => "user",
@@ -48,15 +48,15 @@ pub struct Limits {
 /// A notice a watch sends: the line it shows, how many other matches it stands for, and
 /// whether it is the last one the watch may send (the cap).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Fire {
-    pub line: String,
-    pub more: u64,
-    pub last: bool,
+pub(crate) struct Fire {
+    pub(crate) line: String,
+    pub(crate) more: u64,
+    pub(crate) last: bool,
 }
 
 /// The rate limit of one watch.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Limiter {
+pub(crate) struct Limiter {
     limits: Limits,
     sent: u32,
     last_sent_ms: Option<u64>,
@@ -64,20 +64,20 @@ pub struct Limiter {
     folded: u64,
     folded_line: Option<String>,
     /// Every match, notified or not.
-    pub matches: u64,
+    pub(crate) matches: u64,
 }
 
 impl Limiter {
-    pub fn new(limits: Limits) -> Limiter {
+    pub(crate) fn new(limits: Limits) -> Limiter {
         Limiter { limits, sent: 0, last_sent_ms: None, folded: 0, folded_line: None, matches: 0 }
     }
 
-    pub fn sent(&self) -> u32 {
+    pub(crate) fn sent(&self) -> u32 {
         self.sent
     }
 
     /// The cap was reached: the watch ends.
-    pub fn exhausted(&self) -> bool {
+    pub(crate) fn exhausted(&self) -> bool {
         self.sent >= self.limits.max_notices.max(1)
     }
 
@@ -94,7 +94,7 @@ impl Limiter {
     }
 
     /// A line matched: a notice now, or counted for the next one.
-    pub fn on_match(&mut self, now_ms: u64, line: &str) -> Option<Fire> {
+    pub(crate) fn on_match(&mut self, now_ms: u64, line: &str) -> Option<Fire> {
         self.matches += 1;
         if self.exhausted() {
             return None;
@@ -118,7 +118,7 @@ impl Limiter {
 
     /// Time passed: when the cooldown is over, the matches it held back go out as one
     /// notice (the first of them, "+N more").
-    pub fn tick(&mut self, now_ms: u64) -> Option<Fire> {
+    pub(crate) fn tick(&mut self, now_ms: u64) -> Option<Fire> {
         if self.folded == 0 || self.exhausted() || !self.cooled(now_ms) {
             return None;
         }
@@ -128,7 +128,7 @@ impl Limiter {
     }
 
     /// The job ended: what the cooldown still holds goes out now.
-    pub fn flush(&mut self, now_ms: u64) -> Option<Fire> {
+    pub(crate) fn flush(&mut self, now_ms: u64) -> Option<Fire> {
         if self.folded == 0 || self.exhausted() {
             return None;
         }
@@ -140,33 +140,33 @@ impl Limiter {
 
 /// One pattern on one job.
 #[derive(Debug)]
-pub struct Watch {
-    pub pattern: String,
+pub(crate) struct Watch {
+    pub(crate) pattern: String,
     regex: Regex,
-    pub owner: WatchOwner,
-    pub limiter: Limiter,
+    pub(crate) owner: WatchOwner,
+    pub(crate) limiter: Limiter,
 }
 
 /// What `process(action='watch')` lists about a watch.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct WatchInfo {
-    pub pattern: String,
-    pub set_by: &'static str,
-    pub matches: u64,
-    pub notices: u32,
-    pub max_notices: u32,
+pub(crate) struct WatchInfo {
+    pub(crate) pattern: String,
+    pub(crate) set_by: &'static str,
+    pub(crate) matches: u64,
+    pub(crate) notices: u32,
+    pub(crate) max_notices: u32,
 }
 
 /// A notice to deliver.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Hit {
-    pub owner: WatchOwner,
-    pub pattern: String,
-    pub fire: Fire,
+    pub(crate) owner: WatchOwner,
+    pub(crate) pattern: String,
+    pub(crate) fire: Fire,
 }
 
 /// Compile a pattern as a watch uses it; the error says what is wrong in words.
-pub fn compile(pattern: &str) -> Result<Regex, String> {
+pub(crate) fn compile(pattern: &str) -> Result<Regex, String> {
     if pattern.chars().count() > PATTERN_MAX {
         return Err(format!("the pattern is longer than {PATTERN_MAX} characters"));
     }
@@ -195,11 +195,11 @@ pub enum AddError {
 }
 
 impl Watches {
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.list.is_empty()
     }
 
-    pub fn infos(&self) -> Vec<WatchInfo> {
+    pub(crate) fn infos(&self) -> Vec<WatchInfo> {
         self.list
             .iter()
             .map(|w| WatchInfo {
@@ -213,7 +213,7 @@ impl Watches {
     }
 
     /// The patterns set by `owner`.
-    pub fn patterns(&self, owner: WatchOwner) -> Vec<String> {
+    pub(crate) fn patterns(&self, owner: WatchOwner) -> Vec<String> {
         self.list.iter().filter(|w| w.owner == owner).map(|w| w.pattern.clone()).collect()
     }
 
@@ -236,7 +236,7 @@ impl Watches {
     }
 
     /// Remove `owner`'s watch with `pattern`, or all of `owner`'s; how many went.
-    pub fn remove(&mut self, owner: WatchOwner, pattern: Option<&str>) -> usize {
+    pub(crate) fn remove(&mut self, owner: WatchOwner, pattern: Option<&str>) -> usize {
         let before = self.list.len();
         self.list.retain(|w| w.owner != owner || pattern.is_some_and(|p| p != w.pattern));
         if self.list.is_empty() {
@@ -267,7 +267,7 @@ impl Watches {
 
     /// No new output: cooldowns that ended release what they held back, and a line left
     /// unfinished for a while (a prompt) is matched.
-    pub fn quiet(&mut self, now_ms: u64) -> Vec<Hit> {
+    pub(crate) fn quiet(&mut self, now_ms: u64) -> Vec<Hit> {
         let mut hits = Vec::new();
         if self.list.is_empty() {
             return hits;
@@ -286,7 +286,7 @@ impl Watches {
 
     /// The job ended (all its output was fed): the unfinished last line is matched, held
     /// back matches go out, and the watches end with the job.
-    pub fn end(&mut self, now_ms: u64) -> Vec<Hit> {
+    pub(crate) fn end(&mut self, now_ms: u64) -> Vec<Hit> {
         let mut hits = Vec::new();
         self.match_partial(now_ms, &mut hits);
         for w in &mut self.list {
@@ -336,7 +336,7 @@ impl Watches {
 
 /// The notice the model gets (DESIGN §4c): `[Job <id> matched /<pattern>/: <line>]`, with
 /// the matches folded into it and, on the last one, that the watch has ended.
-pub fn notice_text(id: &str, pattern: &str, fire: &Fire, max_notices: u32) -> String {
+pub(crate) fn notice_text(id: &str, pattern: &str, fire: &Fire, max_notices: u32) -> String {
     let more = if fire.more > 0 { format!(" (+{} more)", fire.more) } else { String::new() };
     let end = if fire.last {
         format!(

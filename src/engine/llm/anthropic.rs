@@ -27,12 +27,12 @@ use super::sse::{clip, SseParser, MAX_ANSWER_BYTES};
 use super::{ChatMessage, ChatRequest, Completion, LlmError, Provider, Role, StreamDelta, ToolCall, Usage};
 
 /// The API version every request names.
-pub const ANTHROPIC_VERSION: &str = "2023-06-01";
-pub const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
+pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
+pub(crate) const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 /// Used with `ANTHROPIC_API_KEY` when `[model] name` is empty.
-pub const ANTHROPIC_DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+pub(crate) const ANTHROPIC_DEFAULT_MODEL: &str = "claude-sonnet-4-5";
 /// The API accepts at most this many `cache_control` breakpoints per request.
-pub const MAX_BREAKPOINTS: usize = 4;
+pub(crate) const MAX_BREAKPOINTS: usize = 4;
 /// A single SSE event longer than this is refused rather than buffered without end.
 const MAX_SSE_BUFFER: usize = 16 * 1024 * 1024;
 
@@ -72,10 +72,6 @@ impl AnthropicClient {
     pub fn new(settings: ClientSettings, options: MessagesOptions) -> anyhow::Result<AnthropicClient> {
         let http = http_client(settings.connect_timeout)?;
         Ok(AnthropicClient { http, settings, options })
-    }
-
-    pub fn settings(&self) -> &ClientSettings {
-        &self.settings
     }
 
     fn url(&self, path: &str) -> String {
@@ -244,7 +240,7 @@ fn ephemeral() -> Value {
 }
 
 /// The Messages API body for `request`.
-pub fn request_body(request: &ChatRequest<'_>, options: MessagesOptions) -> Value {
+pub(crate) fn request_body(request: &ChatRequest<'_>, options: MessagesOptions) -> Value {
     let (system, messages) = convert_messages(&request.messages);
     let mut tools: Vec<Value> = request.tools.iter().filter_map(convert_tool).collect();
     let mut system_blocks: Vec<Value> =
@@ -585,7 +581,7 @@ impl MessageAccumulator {
     /// The answer so far. Tool input that is not a JSON object becomes `{}`; a tool call
     /// without a name is kept (running it gives the model an error result); a missing or
     /// repeated id is made unique, so every result goes back to exactly one call.
-    pub fn finish(self) -> Completion {
+    pub(crate) fn finish(self) -> Completion {
         let mut used = std::collections::HashSet::new();
         let mut completion = Completion { finish_reason: self.stop_reason, usage: self.usage, ..Completion::default() };
         for (_, block) in self.blocks {

@@ -29,18 +29,18 @@ const MAX_PLAIN_BODY: usize = 4 * 1024 * 1024;
 #[derive(Clone)]
 pub struct ClientSettings {
     /// Ends in `/v1` (no trailing slash needed).
-    pub base_url: String,
+    pub(crate) base_url: String,
     /// Sent as `Authorization: Bearer …`; `None` sends no Authorization header at all.
-    pub api_key: Option<String>,
+    pub(crate) api_key: Option<String>,
     /// Extra attempts after the first (`agent.api_max_retries`).
-    pub max_retries: u32,
-    pub connect_timeout: Duration,
+    pub(crate) max_retries: u32,
+    pub(crate) connect_timeout: Duration,
     /// Longest silence while waiting for response headers or the next body bytes.
-    pub idle_timeout: Duration,
+    pub(crate) idle_timeout: Duration,
     /// The first backoff; it doubles on each retry.
-    pub backoff_initial: Duration,
+    pub(crate) backoff_initial: Duration,
     /// Cap on any single wait, including a server's `Retry-After`.
-    pub backoff_max: Duration,
+    pub(crate) backoff_max: Duration,
 }
 
 impl std::fmt::Debug for ClientSettings {
@@ -72,7 +72,11 @@ impl ClientSettings {
     }
 
     /// Retries and timeouts from `[agent]`.
-    pub fn from_agent(base_url: impl Into<String>, api_key: Option<String>, agent: &AgentConfig) -> ClientSettings {
+    pub(crate) fn from_agent(
+        base_url: impl Into<String>,
+        api_key: Option<String>,
+        agent: &AgentConfig,
+    ) -> ClientSettings {
         ClientSettings {
             api_key,
             max_retries: agent.api_max_retries,
@@ -106,7 +110,7 @@ impl ClientSettings {
 }
 
 /// Builds the HTTP client every provider uses (rustls with the ring provider).
-pub fn http_client(connect_timeout: Duration) -> anyhow::Result<reqwest::Client> {
+pub(crate) fn http_client(connect_timeout: Duration) -> anyhow::Result<reqwest::Client> {
     // Installing twice is harmless; the first provider stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
@@ -134,7 +138,7 @@ impl OpenAiClient {
         Ok(OpenAiClient { http, settings })
     }
 
-    pub fn settings(&self) -> &ClientSettings {
+    pub(crate) fn settings(&self) -> &ClientSettings {
         &self.settings
     }
 
@@ -297,7 +301,7 @@ impl<'a> Retries<'a> {
 }
 
 /// `GET {base_url}/models` → model ids, the whole exchange bounded by `timeout`.
-pub async fn fetch_models(
+pub(crate) async fn fetch_models(
     http: &reqwest::Client,
     base_url: &str,
     api_key: Option<&str>,
@@ -333,7 +337,7 @@ pub async fn fetch_models(
 
 /// The JSON body sent for `request`, serialised straight from the (borrowed) messages: no
 /// JSON tree or copy of the conversation is built on the way, only the bytes sent.
-pub fn request_body(request: &ChatRequest<'_>) -> Bytes {
+pub(crate) fn request_body(request: &ChatRequest<'_>) -> Bytes {
     #[derive(Serialize)]
     struct StreamOptions {
         include_usage: bool,

@@ -12,25 +12,25 @@ use crate::loopback::chunks::{finish_chunk, text_chunks, tool_call_chunks, usage
 use crate::loopback::{Reply, Request, Server};
 
 /// The model id the demo server lists.
-pub const DEMO_MODEL: &str = "talaria-demo";
+pub(crate) const DEMO_MODEL: &str = "talaria-demo";
 
 /// Shown in the transcript (stderr in `talaria exec`) while the demo model is in use.
 pub const DEMO_BANNER: &str = "You are talking to Talaria's built-in demo model: scripted answers, no AI.\n\
 To use a real model, set OPENAI_API_KEY, OPENROUTER_API_KEY or ANTHROPIC_API_KEY, set [model] base_url in config.toml, or run Ollama.";
 
 /// The quick, harmless command of the first answer.
-pub const FIRST_COMMAND: &str = "uname -sr && ls | head";
+pub(crate) const FIRST_COMMAND: &str = "uname -sr && ls | head";
 /// A two-minute foreground command, to try typing while it runs or Ctrl+B.
-pub const LONG_COMMAND: &str = "for i in $(seq 1 120); do echo \"tick $i\"; sleep 1; done";
+pub(crate) const LONG_COMMAND: &str = "for i in $(seq 1 120); do echo \"tick $i\"; sleep 1; done";
 /// A command started with `background: true`.
-pub const BACKGROUND_COMMAND: &str = "for i in $(seq 1 30); do echo \"background tick $i\"; sleep 2; done";
+pub(crate) const BACKGROUND_COMMAND: &str = "for i in $(seq 1 30); do echo \"background tick $i\"; sleep 2; done";
 
 const PIECE_CHARS: usize = 10;
 const PIECE_DELAY: Duration = Duration::from_millis(15);
 
 /// Start the demo server (keep it alive as long as the provider using it). It keeps
 /// nothing of the requests it answers.
-pub async fn start_demo() -> anyhow::Result<Server> {
+pub(crate) async fn start_demo() -> anyhow::Result<Server> {
     Server::start(|request: Request| match request.is_models() {
         true => Reply::models([DEMO_MODEL]),
         false => respond(&request),
@@ -48,9 +48,9 @@ impl Request {
 
 /// What the demo says: some text and at most one tool call (name, JSON arguments).
 #[derive(Debug, Clone, PartialEq)]
-pub struct DemoReply {
-    pub text: String,
-    pub tool_call: Option<(String, Value)>,
+pub(crate) struct DemoReply {
+    pub(crate) text: String,
+    pub(crate) tool_call: Option<(String, Value)>,
 }
 
 impl DemoReply {
@@ -60,7 +60,7 @@ impl DemoReply {
 }
 
 /// The answer to a request other than `GET …/models`.
-pub fn respond(request: &Request) -> Reply {
+pub(crate) fn respond(request: &Request) -> Reply {
     if !request.is_chat() {
         return Reply::error(404, &format!("the demo model has no {} {}", request.method, request.path));
     }
@@ -89,7 +89,7 @@ fn stream(reply: &DemoReply, call_id: &str) -> Reply {
 }
 
 /// Decide the answer from the conversation (deterministic; no randomness, no clock).
-pub fn reply(messages: &[ChatMessage], tools: &[String], temperature: Option<f64>) -> DemoReply {
+pub(crate) fn reply(messages: &[ChatMessage], tools: &[String], temperature: Option<f64>) -> DemoReply {
     let Some(last) = messages.last() else {
         return DemoReply::text(format!("Hello! {}", DEMO_BANNER.replace('\n', " ")));
     };

@@ -5,7 +5,7 @@ pub mod anthropic;
 pub mod client;
 pub mod demo;
 pub mod provider;
-pub mod spend;
+pub(crate) mod spend;
 pub mod sse;
 
 use std::borrow::Cow;
@@ -41,10 +41,10 @@ impl Role {
 /// A function call requested by the model, as it appears in the history.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ToolCall {
-    pub id: String,
+    pub(crate) id: String,
     #[serde(rename = "type", default = "function_kind")]
-    pub kind: String,
-    pub function: FunctionCall,
+    pub(crate) kind: String,
+    pub(crate) function: FunctionCall,
 }
 
 fn function_kind() -> String {
@@ -52,10 +52,10 @@ fn function_kind() -> String {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct FunctionCall {
-    pub name: String,
+pub(crate) struct FunctionCall {
+    pub(crate) name: String,
     /// JSON text, exactly as the model produced it.
-    pub arguments: String,
+    pub(crate) arguments: String,
 }
 
 impl ToolCall {
@@ -75,7 +75,7 @@ pub struct ChatMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub content: Option<String>,
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub tool_calls: Vec<ToolCall>,
+    pub(crate) tool_calls: Vec<ToolCall>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_call_id: Option<String>,
     /// Anthropic `thinking` / `redacted_thinking` blocks of an assistant answer, exactly as
@@ -185,7 +185,7 @@ pub struct Completion {
 
 impl Completion {
     /// The answer stopped at the output token limit rather than by choice.
-    pub fn hit_token_limit(&self) -> bool {
+    pub(crate) fn hit_token_limit(&self) -> bool {
         matches!(self.finish_reason.as_deref(), Some("length" | "max_tokens"))
     }
 }

@@ -20,14 +20,14 @@ use crate::config::{AgentConfig, ModelConfig};
 use crate::loopback::Server;
 
 /// Environment variables holding API keys: never logged, never passed to child processes.
-pub const SECRET_ENV_VARS: &[&str] = &["OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY"];
+pub(crate) const SECRET_ENV_VARS: &[&str] = &["OPENAI_API_KEY", "OPENROUTER_API_KEY", "ANTHROPIC_API_KEY"];
 
-pub const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
-pub const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
+pub(crate) const OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
+pub(crate) const OPENROUTER_BASE_URL: &str = "https://openrouter.ai/api/v1";
 /// Used with `OPENAI_API_KEY` when `[model] name` is empty.
-pub const OPENAI_DEFAULT_MODEL: &str = "gpt-4.1-mini";
+pub(crate) const OPENAI_DEFAULT_MODEL: &str = "gpt-4.1-mini";
 /// Used with `OPENROUTER_API_KEY` when `[model] name` is empty.
-pub const OPENROUTER_DEFAULT_MODEL: &str = "openai/gpt-4.1-mini";
+pub(crate) const OPENROUTER_DEFAULT_MODEL: &str = "openai/gpt-4.1-mini";
 
 /// The secret variables plus the one `model.api_key_env` names (to strip from a child's env).
 pub fn secret_env_vars(model: &ModelConfig) -> Vec<String> {
@@ -43,12 +43,12 @@ pub fn secret_env_vars(model: &ModelConfig) -> Vec<String> {
 pub struct ResolvedProvider {
     pub provider: Arc<dyn Provider>,
     pub model: String,
-    pub base_url: String,
+    pub(crate) base_url: String,
     /// Short human name: `OpenAI`, `OpenRouter`, `Ollama`, `llama.cpp`, `demo`, or host:port.
     pub label: String,
     pub demo: bool,
     /// Keeps the demo model's server alive as long as this value.
-    pub demo_server: Option<Server>,
+    pub(crate) _demo_server: Option<Server>,
 }
 
 impl std::fmt::Debug for ResolvedProvider {
@@ -64,17 +64,17 @@ impl std::fmt::Debug for ResolvedProvider {
 
 /// A loopback server to look for when nothing else is configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct LocalServer {
-    pub label: String,
-    pub base_url: String,
+pub(crate) struct LocalServer {
+    pub(crate) label: String,
+    pub(crate) base_url: String,
 }
 
 /// Where and how patiently to look for local servers.
 #[derive(Debug, Clone, PartialEq)]
-pub struct LocalProbe {
+pub(crate) struct LocalProbe {
     /// Looked at together; the first in this order that answers wins.
-    pub servers: Vec<LocalServer>,
-    pub timeout: Duration,
+    pub(crate) servers: Vec<LocalServer>,
+    pub(crate) timeout: Duration,
 }
 
 impl Default for LocalProbe {
@@ -92,7 +92,7 @@ impl Default for LocalProbe {
 
 /// Which wire protocol a server speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum WireKind {
+pub(crate) enum WireKind {
     /// OpenAI-compatible Chat Completions.
     OpenAi,
     /// Anthropic Messages.
@@ -101,13 +101,13 @@ pub enum WireKind {
 
 /// A remote endpoint picked from the configuration and environment alone.
 #[derive(Clone, PartialEq, Eq)]
-pub struct Endpoint {
-    pub wire: WireKind,
-    pub base_url: String,
-    pub api_key: Option<String>,
+pub(crate) struct Endpoint {
+    pub(crate) wire: WireKind,
+    pub(crate) base_url: String,
+    pub(crate) api_key: Option<String>,
     /// `None`: ask the server (`GET /models`) for its first model.
-    pub model: Option<String>,
-    pub label: String,
+    pub(crate) model: Option<String>,
+    pub(crate) label: String,
 }
 
 impl std::fmt::Debug for Endpoint {
@@ -124,7 +124,7 @@ impl std::fmt::Debug for Endpoint {
 
 /// The decision that needs no network: an endpoint, or `None` for "look on loopback, then
 /// fall back to the demo".
-pub fn choose_endpoint(
+pub(crate) fn choose_endpoint(
     model: &ModelConfig,
     cli_model: Option<&str>,
     cli_base_url: Option<&str>,
@@ -239,7 +239,7 @@ pub async fn resolve(
 }
 
 /// [`resolve`] with the local servers to probe given (tests point it at scripted servers).
-pub async fn resolve_with(
+pub(crate) async fn resolve_with(
     model: &ModelConfig,
     cli_model: Option<&str>,
     cli_base_url: Option<&str>,
@@ -286,7 +286,7 @@ pub async fn resolve_with(
             base_url: endpoint.base_url,
             label: endpoint.label,
             demo: false,
-            demo_server: None,
+            _demo_server: None,
         });
     }
 
@@ -305,7 +305,7 @@ pub async fn resolve_with(
             base_url: server.base_url,
             label: server.label,
             demo: false,
-            demo_server: None,
+            _demo_server: None,
         });
     }
 
@@ -319,7 +319,7 @@ pub async fn resolve_with(
         base_url,
         label: "demo".into(),
         demo: true,
-        demo_server: Some(server),
+        _demo_server: Some(server),
     })
 }
 
@@ -579,7 +579,7 @@ mod tests {
         let probe = probe_of(&[("down", closed_port_url()), ("silent", silent.base_url())], Duration::from_millis(300));
         let resolved =
             resolve_with(&config("", "", ""), None, None, &AgentConfig::default(), &env_of(&[]), &probe).await.unwrap();
-        assert!(resolved.demo && resolved.demo_server.is_some());
+        assert!(resolved.demo && resolved._demo_server.is_some());
         assert_eq!((resolved.label.as_str(), resolved.model.as_str()), ("demo", DEMO_MODEL));
         let request = ChatRequest::owned(resolved.model.clone(), vec![ChatMessage::user("tell me about goals")]);
         let done = resolved.provider.stream_chat(&request, &mut |_| {}).await.unwrap();

@@ -3,10 +3,10 @@
 use super::Usage;
 use crate::config::Prices;
 
-pub use crate::protocol::usage::{dollars, Spend};
+pub(crate) use crate::protocol::usage::Spend;
 
 /// The cost of `usage` on `model` at `provider` (`openai` / `anthropic`), if priced.
-pub fn cost_of(prices: &Prices, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
+pub(crate) fn cost_of(prices: &Prices, provider: &str, model: &str, usage: &Usage) -> Option<f64> {
     prices.find(provider, model).map(|p| p.cost(usage))
 }
 

@@ -57,7 +57,7 @@ impl SseParser {
     }
 
     /// Bytes held while waiting for the end of a line (the caller caps it).
-    pub fn buffered_len(&self) -> usize {
+    pub(crate) fn buffered_len(&self) -> usize {
         self.pending.len() + self.data.iter().map(String::len).sum::<usize>()
     }
 
@@ -95,7 +95,7 @@ struct PartialToolCall {
 
 /// The most text, reasoning and tool-call arguments one answer may stream in total: a server
 /// that never stops sending is cut off here instead of filling memory.
-pub const MAX_ANSWER_BYTES: usize = 16 << 20;
+pub(crate) const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// Builds a [`Completion`] from Chat Completions chunks.
 #[derive(Debug, Default)]
@@ -212,12 +212,12 @@ impl ChunkAccumulator {
     }
 
     /// The answer is complete: `[DONE]` or a `finish_reason` arrived.
-    pub fn is_complete(&self) -> bool {
+    pub(crate) fn is_complete(&self) -> bool {
         self.done || self.finish_reason.is_some()
     }
 
     /// Anything of the answer has arrived (text, reasoning or a tool call).
-    pub fn has_output(&self) -> bool {
+    pub(crate) fn has_output(&self) -> bool {
         !self.content.is_empty() || !self.reasoning.is_empty() || !self.tool_calls.is_empty()
     }
 
@@ -234,7 +234,7 @@ impl ChunkAccumulator {
     /// The answer so far. A tool call without a name is kept (running it gives the model an
     /// error result); empty arguments become `{}` so the history stays valid JSON; a missing
     /// or repeated id is made unique, so every result goes back to exactly one call.
-    pub fn finish(self) -> Completion {
+    pub(crate) fn finish(self) -> Completion {
         let mut used = std::collections::HashSet::new();
         let tool_calls = self
             .tool_calls
@@ -275,7 +275,7 @@ fn parse_usage(value: &Value) -> Option<Usage> {
 }
 
 /// The human part of an OpenAI-style error: `{"message": ...}`, a bare string, or the JSON.
-pub fn error_message(error: &Value) -> String {
+pub(crate) fn error_message(error: &Value) -> String {
     match error {
         Value::String(s) => s.clone(),
         Value::Object(map) => match map.get("message").and_then(Value::as_str) {

@@ -29,15 +29,15 @@ use crate::engine::EventSink;
 use crate::protocol::{Event, McpServerInfo, McpToolInfo, NoticeLevel, ToolStatus};
 use crate::util::lock;
 
-pub use crate::protocol::McpState as ServerState;
+pub(crate) use crate::protocol::McpState as ServerState;
 
 /// One tool as a server described it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct ToolDef {
-    pub name: String,
-    pub description: String,
-    pub schema: Value,
-    pub read_only: bool,
+pub(crate) struct ToolDef {
+    pub(crate) name: String,
+    pub(crate) description: String,
+    pub(crate) schema: Value,
+    pub(crate) read_only: bool,
 }
 
 impl ToolDef {
@@ -136,11 +136,6 @@ impl McpHandle {
         }
     }
 
-    /// True when no server is configured at all.
-    pub fn is_empty(&self) -> bool {
-        lock(&self.inner.servers).is_empty()
-    }
-
     /// Start every enabled server in the background (once; later calls do nothing). First
     /// kills what a crashed talaria left behind.
     pub fn begin(&self) {
@@ -164,7 +159,7 @@ impl McpHandle {
     }
 
     /// (Re)start one server: stops the running one first. Err names what is wrong.
-    pub fn restart(&self, name: &str) -> Result<(), String> {
+    pub(crate) fn restart(&self, name: &str) -> Result<(), String> {
         if self.inner.shut_down.load(Ordering::SeqCst) {
             return Err("talaria is shutting down".into());
         }
@@ -266,7 +261,7 @@ impl McpHandle {
     }
 
     /// The tool definitions for the next model request.
-    pub fn definitions(&self) -> Vec<Value> {
+    pub(crate) fn definitions(&self) -> Vec<Value> {
         self.table()
             .iter()
             .map(|(name, e)| {
@@ -280,7 +275,7 @@ impl McpHandle {
     }
 
     /// The tool the model calls by `name`, if it is an MCP tool.
-    pub fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+    pub(crate) fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
         let entry = self.table().get(name)?.clone();
         Some(Arc::new(McpTool { handle: self.clone(), exposed: name.to_string(), entry }))
     }
@@ -485,7 +480,7 @@ struct McpTool {
 }
 
 /// Arguments in one short line: `key=value, …`, long values cut.
-pub fn summarise_args(args: &Value) -> String {
+pub(crate) fn summarise_args(args: &Value) -> String {
     let Some(map) = args.as_object() else { return String::new() };
     let parts: Vec<String> = map
         .iter()

@@ -17,11 +17,11 @@ use crate::engine::jobs::jobdir::boot_id;
 /// A running stdio server. Dropping it does not kill it: `stop` does (the manager calls
 /// it on every path out); the death signal and the start-up sweep cover crashes.
 pub(crate) struct ServerProcess {
-    pub child: tokio::process::Child,
-    pub pgid: i32,
+    pub(crate) child: tokio::process::Child,
+    pub(crate) pgid: i32,
     record: PathBuf,
     /// Where this run's stderr starts in the (appended) log.
-    pub log_start: u64,
+    pub(crate) log_start: u64,
 }
 
 /// What the next talaria needs to find a group this one left behind.
@@ -119,14 +119,14 @@ pub(crate) fn spawn(
 
 impl ServerProcess {
     /// Kill the whole group (SIGTERM, `grace`, SIGKILL), reap the leader, drop the record.
-    pub async fn stop(mut self, grace: Duration) {
+    pub(crate) async fn stop(mut self, grace: Duration) {
         group::kill_group(self.pgid, grace).await;
         let _ = tokio::time::timeout(Duration::from_secs(5), self.child.wait()).await;
         let _ = std::fs::remove_file(&self.record);
     }
 
     /// Its exit, if it exits within `within` (a closed pipe comes just before the exit).
-    pub async fn exit_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+    pub(crate) async fn exit_within(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
         tokio::time::timeout(within, self.child.wait()).await.ok().and_then(Result::ok)
     }
 }

@@ -107,7 +107,7 @@ impl Policy {
     }
 
     /// One line for `/permissions`: are git hooks safe from commands?
-    pub fn describe_git_guard(&self) -> String {
+    pub(crate) fn describe_git_guard(&self) -> String {
         self.describe_git_guard_with(mounts::support())
     }
 
@@ -126,12 +126,12 @@ impl Policy {
     }
 
     /// Will jobs spawned with this policy actually be contained?
-    pub fn active(&self) -> bool {
+    pub(crate) fn active(&self) -> bool {
         self.mode != SandboxMode::Off && matches!(support(), Support::Available { .. })
     }
 
     /// A few characters for the status line.
-    pub fn short_label(&self) -> String {
+    pub(crate) fn short_label(&self) -> String {
         match (self.mode, self.active()) {
             (SandboxMode::Off, _) | (_, false) => "NO SANDBOX".into(),
             (SandboxMode::WorkspaceWrite, true) if self.network => "sandbox".into(),
@@ -141,7 +141,7 @@ impl Policy {
     }
 
     /// One line for `/permissions` and notices.
-    pub fn describe(&self) -> String {
+    pub(crate) fn describe(&self) -> String {
         let kernel = match support() {
             Support::Available { abi } => format!("Landlock ABI {abi} active"),
             Support::Unavailable { reason } => format!("NOT active: {reason}"),
@@ -162,7 +162,7 @@ impl Policy {
 
 /// The path with symlinks resolved; for a path that does not exist yet, its nearest
 /// existing ancestor resolved and the rest appended.
-pub fn canonical(path: &Path) -> PathBuf {
+pub(crate) fn canonical(path: &Path) -> PathBuf {
     if let Ok(p) = std::fs::canonicalize(path) {
         return p;
     }

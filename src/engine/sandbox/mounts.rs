@@ -20,7 +20,7 @@ use serde::{Deserialize, Serialize};
 /// Set (to anything) only by tests: behave as where no mount namespace can be created.
 pub const NO_MOUNT_NS_ENV: &str = "TALARIA_TEST_NO_MOUNT_NS";
 /// Set (to anything) only by tests: use a user namespace even where a plain one would do.
-pub const USER_NS_ENV: &str = "TALARIA_TEST_USER_NS";
+pub(crate) const USER_NS_ENV: &str = "TALARIA_TEST_USER_NS";
 
 /// How a job gets its own mount table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,13 +33,13 @@ pub enum Namespace {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum GuardSupport {
+pub(crate) enum GuardSupport {
     Available(Namespace),
     Unavailable { reason: String },
 }
 
 /// Probed once per process (a forked child tries the real thing on the temp dir).
-pub fn support() -> &'static GuardSupport {
+pub(crate) fn support() -> &'static GuardSupport {
     static SUPPORT: OnceLock<GuardSupport> = OnceLock::new();
     SUPPORT.get_or_init(probe)
 }
@@ -113,7 +113,7 @@ fn mount_flags(path: &Path) -> libc::c_ulong {
 
 /// Everything the child needs, built in the parent: no allocation after fork.
 #[derive(Debug)]
-pub struct Plan {
+pub(crate) struct Plan {
     ns: Namespace,
     binds: Vec<Bind>,
     uid_map: Vec<u8>,
@@ -134,7 +134,7 @@ impl Plan {
 
     /// The binds that protect the git directories of `roots` (each root's own `.git`).
     /// A missing `hooks` directory is created first: otherwise a job could create it.
-    pub fn for_roots(ns: Namespace, roots: &[PathBuf]) -> std::io::Result<Option<Plan>> {
+    pub(crate) fn for_roots(ns: Namespace, roots: &[PathBuf]) -> std::io::Result<Option<Plan>> {
         let mut binds = Vec::new();
         let mut seen: Vec<PathBuf> = Vec::new();
         for root in roots {
@@ -162,7 +162,7 @@ impl Plan {
     }
 
     /// Enter the namespace and mount. Between fork and exec: syscalls only.
-    pub fn apply(&self) -> std::io::Result<()> {
+    pub(crate) fn apply(&self) -> std::io::Result<()> {
         let last = || std::io::Error::last_os_error();
         // SAFETY: unshare, open/write/close on /proc files and mount with prepared C
         // strings: all async-signal-safe, no allocation.

@@ -37,7 +37,7 @@ use crate::protocol::{
     BusyMode, EngineHandle, Event, GoalState, JobAction, JobId, NoticeLevel, Op, StatusInfo, TurnOutcome, TurnTrigger,
 };
 
-pub const SYSTEM_PROMPT: &str = include_str!("../../../assets/system_prompt.md");
+pub(crate) const SYSTEM_PROMPT: &str = include_str!("../../../assets/system_prompt.md");
 
 /// Stored messages a transcript page holds: what a resumed session shows first, and what
 /// each `Op::LoadEarlier` adds above it.

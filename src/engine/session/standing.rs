@@ -20,7 +20,7 @@ use crate::protocol::commands::HeartbeatCmd;
 use crate::protocol::{Event, NoticeLevel, TurnTrigger};
 
 /// Results of work done at a goal's turn boundary, coming back to the engine loop.
-pub enum BoundaryResult {
+pub(crate) enum BoundaryResult {
     Fingerprint(Option<String>),
     Gate { idx: usize, outcome: GateOutcome },
     Judge(Result<String, String>),
@@ -28,27 +28,27 @@ pub enum BoundaryResult {
 
 /// Gate runs and judge calls in flight: they run as tasks so the engine keeps handling
 /// ops (gate edits, interrupts) meanwhile.
-pub struct Boundary {
+pub(crate) struct Boundary {
     tx: mpsc::UnboundedSender<BoundaryResult>,
-    pub results: mpsc::UnboundedReceiver<BoundaryResult>,
+    pub(crate) results: mpsc::UnboundedReceiver<BoundaryResult>,
     cancel: CancellationToken,
 }
 
 impl Boundary {
-    pub fn new() -> Boundary {
+    pub(crate) fn new() -> Boundary {
         let (tx, results) = mpsc::unbounded_channel();
         Boundary { tx, results, cancel: CancellationToken::new() }
     }
 
     /// Stop whatever runs (a gate is killed); later results are ignored by the machine.
-    pub fn cancel(&mut self) {
+    pub(crate) fn cancel(&mut self) {
         self.cancel.cancel();
         self.cancel = CancellationToken::new();
     }
 }
 
 /// Sleep until a unix time in ms, or forever when there is none.
-pub async fn sleep_until_ms(at: Option<u64>) {
+pub(crate) async fn sleep_until_ms(at: Option<u64>) {
     match at {
         Some(at) => {
             let now = heartbeat::now_ms();

@@ -6,23 +6,23 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Titles derived from the first user message are cut to this many characters.
-pub const TITLE_MAX_CHARS: usize = 60;
+pub(crate) const TITLE_MAX_CHARS: usize = 60;
 
 /// Unix time in milliseconds.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
 }
 
 /// A short, sortable session id: UTC time to the second plus four hex digits,
 /// e.g. `20261129-173000-3f2a`. Ids sort in creation order (to the second).
-pub fn session_id_at(ms: i64, suffix: u16) -> String {
+pub(crate) fn session_id_at(ms: i64, suffix: u16) -> String {
     let (y, mo, d, h, mi, s) = utc_parts(ms);
     format!("{y:04}{mo:02}{d:02}-{h:02}{mi:02}{s:02}-{suffix:04x}")
 }
 
 /// Four hex digits that differ between calls, processes and runs: a randomly keyed
 /// hash of the time in nanoseconds, the pid and a per-process counter.
-pub fn random_suffix() -> u16 {
+pub(crate) fn random_suffix() -> u16 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let mut h = RandomState::new().build_hasher();
     let nanos = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
@@ -33,7 +33,7 @@ pub fn random_suffix() -> u16 {
 }
 
 /// `YYYY-MM-DD HH:MM` in UTC.
-pub fn format_utc_minute(ms: i64) -> String {
+pub(crate) fn format_utc_minute(ms: i64) -> String {
     let (y, mo, d, h, mi, _) = utc_parts(ms);
     format!("{y:04}-{mo:02}-{d:02} {h:02}:{mi:02}")
 }
@@ -63,7 +63,7 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
 
 /// The first non-empty line of `text` without escape sequences, trimmed and cut to
 /// `max_chars` (with `…`).
-pub fn first_line(text: &str, max_chars: usize) -> String {
+pub(crate) fn first_line(text: &str, max_chars: usize) -> String {
     let text = crate::text::strip_ansi(text);
     let line = text.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("");
     if line.chars().count() <= max_chars {
@@ -76,7 +76,7 @@ pub fn first_line(text: &str, max_chars: usize) -> String {
 }
 
 /// The title a session gets from its first user message, if that message has any text.
-pub fn derive_title(first_user_message: &str) -> Option<String> {
+pub(crate) fn derive_title(first_user_message: &str) -> Option<String> {
     let title = first_line(first_user_message, TITLE_MAX_CHARS);
     (!title.is_empty()).then_some(title)
 }

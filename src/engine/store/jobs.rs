@@ -2,44 +2,44 @@
 //! and re-attach the jobs of any session. The supervisor never opens the database: its
 //! truth is `jobs/<id>/exit.json`, folded into the row by whichever talaria sees it first.
 
-use rusqlite::{params, Connection, OptionalExtension, Row};
+use rusqlite::{params, Connection, Row};
 use serde::Serialize;
 
 use super::{Store, StoreError};
 
 /// `display_kind` of a job's exit notice; appending one marks its job `notified`.
-pub const NOTICE_KIND: &str = "job_notice";
+pub(crate) const NOTICE_KIND: &str = "job_notice";
 
 /// A job row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobRow {
-    pub num: i64,
-    pub session_id: String,
-    pub command: String,
-    pub cwd: String,
-    pub backend: String,
-    pub background: bool,
-    pub has_stdin: bool,
-    pub pgid: Option<i64>,
-    pub leader_start: Option<i64>,
+    pub(crate) num: i64,
+    pub(crate) session_id: String,
+    pub(crate) command: String,
+    pub(crate) cwd: String,
+    pub(crate) backend: String,
+    pub(crate) background: bool,
+    pub(crate) has_stdin: bool,
+    pub(crate) pgid: Option<i64>,
+    pub(crate) leader_start: Option<i64>,
     pub supervisor_pid: Option<i64>,
-    pub supervisor_start: Option<i64>,
-    pub boot_id: String,
+    pub(crate) supervisor_start: Option<i64>,
+    pub(crate) boot_id: String,
     /// `running`, `exited`, `killed` or `lost`.
-    pub status: String,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub reason: Option<String>,
+    pub(crate) status: String,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) signal: Option<i64>,
+    pub(crate) reason: Option<String>,
     /// Unix milliseconds.
-    pub started_at: i64,
-    pub ended_at: Option<i64>,
+    pub(crate) started_at: i64,
+    pub(crate) ended_at: Option<i64>,
     /// The exit notice waiting for the model, if any.
-    pub notice: Option<String>,
+    pub(crate) notice: Option<String>,
     pub notified: bool,
 }
 
 impl JobRow {
-    pub fn id(&self) -> String {
+    pub(crate) fn id(&self) -> String {
         format!("job_{}", self.num)
     }
 }
@@ -67,15 +67,15 @@ pub struct JobPids {
 
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct JobEnd {
-    pub status: String,
-    pub exit_code: Option<i64>,
-    pub signal: Option<i64>,
-    pub reason: Option<String>,
-    pub ended_at: i64,
-    pub notice: Option<String>,
+pub(crate) struct JobEnd {
+    pub(crate) status: String,
+    pub(crate) exit_code: Option<i64>,
+    pub(crate) signal: Option<i64>,
+    pub(crate) reason: Option<String>,
+    pub(crate) ended_at: i64,
+    pub(crate) notice: Option<String>,
     /// The model already saw the exit (through `process`): no notice.
-    pub notified: bool,
+    pub(crate) notified: bool,
 }
 
 const COLUMNS: &str = "num, session_id, command, cwd, backend, background, has_stdin, pgid, leader_start,
@@ -152,7 +152,7 @@ impl Store {
     }
 
     /// Where the job runs (`local`, `ssh:<host>`, `docker:<container>`).
-    pub fn job_set_backend(
+    pub(crate) fn job_set_backend(
         &self,
         num: i64,
         backend: String,
@@ -163,7 +163,7 @@ impl Store {
         })
     }
 
-    pub fn job_set_background(
+    pub(crate) fn job_set_background(
         &self,
         num: i64,
     ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
@@ -175,7 +175,7 @@ impl Store {
 
     /// Record the end of a job once: a row that has already ended is left as it is.
     /// Returns whether this call recorded it.
-    pub fn job_finish(
+    pub(crate) fn job_finish(
         &self,
         num: i64,
         end: JobEnd,
@@ -192,7 +192,7 @@ impl Store {
     }
 
     /// The model saw this job's exit through `process`: no notice.
-    pub fn job_mark_notified(
+    pub(crate) fn job_mark_notified(
         &self,
         num: i64,
     ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
@@ -202,7 +202,10 @@ impl Store {
         })
     }
 
-    pub fn job_delete(&self, num: i64) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
+    pub(crate) fn job_delete(
+        &self,
+        num: i64,
+    ) -> impl std::future::Future<Output = Result<(), StoreError>> + Send + 'static {
         self.call(move |c| {
             c.execute("DELETE FROM jobs WHERE num = ?1", [num])?;
             Ok(())
@@ -217,12 +220,14 @@ impl Store {
     }
 
     /// Every record still marked running, any session, oldest first.
-    pub fn jobs_running(&self) -> impl std::future::Future<Output = Result<Vec<JobRow>, StoreError>> + Send + 'static {
+    pub(crate) fn jobs_running(
+        &self,
+    ) -> impl std::future::Future<Output = Result<Vec<JobRow>, StoreError>> + Send + 'static {
         self.call(|c| select(c, "WHERE status = 'running' ORDER BY num", []))
     }
 
     /// The newest `limit` records of a session (or of every session), oldest first.
-    pub fn jobs_recent(
+    pub(crate) fn jobs_recent(
         &self,
         session_id: Option<&str>,
         limit: usize,
@@ -236,33 +241,6 @@ impl Store {
             };
             rows.reverse();
             Ok(rows)
-        })
-    }
-
-    /// Notices of `session_id` not yet delivered, oldest first.
-    pub fn job_notices_pending(
-        &self,
-        session_id: &str,
-    ) -> impl std::future::Future<Output = Result<Vec<(i64, String)>, StoreError>> + Send + 'static {
-        let sid = session_id.to_string();
-        self.call(move |c| {
-            let mut stmt = c.prepare(
-                "SELECT num, notice FROM jobs WHERE session_id = ?1 AND notified = 0 AND notice IS NOT NULL ORDER BY num",
-            )?;
-            let rows = stmt.query_map([sid], |r| Ok((r.get(0)?, r.get(1)?)))?.collect::<rusqlite::Result<Vec<_>>>()?;
-            Ok(rows)
-        })
-    }
-
-    /// Whether a job's notice has been delivered (or was never due).
-    pub fn job_notified(
-        &self,
-        num: i64,
-    ) -> impl std::future::Future<Output = Result<bool, StoreError>> + Send + 'static {
-        self.call(move |c| {
-            let v: Option<bool> =
-                c.query_row("SELECT notified FROM jobs WHERE num = ?1", [num], |r| r.get(0)).optional()?;
-            Ok(v.unwrap_or(true))
         })
     }
 }

@@ -27,8 +27,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::llm::{Role, ToolCall};
 
-pub use ids::{derive_title, format_utc_minute, TITLE_MAX_CHARS};
-pub use ops::fts_query;
+pub(crate) use ids::format_utc_minute;
 pub use schema::SCHEMA_VERSION;
 
 /// Input history entries kept per working directory; older ones are dropped.
@@ -88,12 +87,12 @@ pub struct OmittedRows {
 pub struct SessionSummary {
     pub id: String,
     pub title: Option<String>,
-    pub model: String,
-    pub cwd: String,
+    pub(crate) model: String,
+    pub(crate) cwd: String,
     /// Unix milliseconds.
-    pub started_at: i64,
+    pub(crate) started_at: i64,
     /// Unix milliseconds: creation, the last message, /undo, or the end of the session.
-    pub updated_at: i64,
+    pub(crate) updated_at: i64,
     /// Active messages.
     pub message_count: u64,
     /// First line of the first typed user message ("" when there is none).
@@ -111,7 +110,7 @@ pub struct SearchHit {
 
 #[derive(Debug, thiserror::Error)]
 #[error("{0}")]
-pub struct StoreError(pub String);
+pub struct StoreError(pub(crate) String);
 
 impl From<rusqlite::Error> for StoreError {
     fn from(e: rusqlite::Error) -> StoreError {

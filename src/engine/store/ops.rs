@@ -18,7 +18,12 @@ const FIRST_LINE_CHARS: usize = 80;
 /// mid-turn deliveries carry a display kind and belong to the exchange they fall in.
 const USER_TURN: &str = "role = 'user' AND display_kind IS NULL";
 
-pub fn create_session(conn: &Connection, model: &str, cwd: &str, parent: Option<&str>) -> Result<String, StoreError> {
+pub(crate) fn create_session(
+    conn: &Connection,
+    model: &str,
+    cwd: &str,
+    parent: Option<&str>,
+) -> Result<String, StoreError> {
     let now = now_ms();
     for _ in 0..16 {
         let id = session_id_at(now, random_suffix());
@@ -34,7 +39,7 @@ pub fn create_session(conn: &Connection, model: &str, cwd: &str, parent: Option<
     Err(StoreError("could not find a free session id after 16 tries; try again".into()))
 }
 
-pub fn end_session(conn: &Connection, session_id: &str, reason: &str) -> Result<(), StoreError> {
+pub(crate) fn end_session(conn: &Connection, session_id: &str, reason: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "UPDATE sessions SET ended_at = ?2, end_reason = ?3, updated_at = ?2 WHERE id = ?1",
         params![session_id, now_ms(), reason],
@@ -49,7 +54,7 @@ fn require_session(updated: usize, session_id: &str) -> Result<(), StoreError> {
     Ok(())
 }
 
-pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
+pub(crate) fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
     // IMMEDIATE: another talaria on the same session must not take the same seq.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     let id = insert_message(&tx, session_id, msg)?;
@@ -59,7 +64,7 @@ pub fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessa
 
 /// Append several messages in one transaction: all of them are stored or none (a
 /// compaction's summary and its kept tail must never be found half written after a crash).
-pub fn append_messages(
+pub(crate) fn append_messages(
     conn: &mut Connection,
     session_id: &str,
     msgs: &[StoredMessage],
@@ -125,7 +130,7 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
     Ok(id)
 }
 
-pub fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
+pub(crate) fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
          FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq",
@@ -142,7 +147,7 @@ pub fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMe
 
 /// The last `limit` active messages before `before` (a seq; `None`: the end), in order, and
 /// whether older ones exist. What a resumed transcript shows first, then page by page.
-pub fn load_page(
+pub(crate) fn load_page(
     conn: &Connection,
     session_id: &str,
     before: Option<i64>,
@@ -178,7 +183,11 @@ pub fn load_page(
 /// `Store::load_context`: walk back from the end to the last compaction row, keeping rows
 /// while their estimated tokens fit `budget`; stop at the last user message that fits (a
 /// turn is never split) and describe what is left before it.
-pub fn load_context(conn: &Connection, session_id: &str, budget: Option<u64>) -> Result<ContextRows, StoreError> {
+pub(crate) fn load_context(
+    conn: &Connection,
+    session_id: &str,
+    budget: Option<u64>,
+) -> Result<ContextRows, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
          FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq DESC",
@@ -245,7 +254,7 @@ fn omitted_before(conn: &Connection, session_id: &str, before: i64) -> Result<Om
 }
 
 /// `Store::load_omitted_start`.
-pub fn load_omitted_start(
+pub(crate) fn load_omitted_start(
     conn: &Connection,
     session_id: &str,
     omitted: OmittedRows,
@@ -320,12 +329,16 @@ fn one_summary(
     Ok(conn.query_row(&sql, [param], summary).optional()?)
 }
 
-pub fn session(conn: &Connection, id: &str) -> Result<Option<SessionSummary>, StoreError> {
+pub(crate) fn session(conn: &Connection, id: &str) -> Result<Option<SessionSummary>, StoreError> {
     one_summary(conn, "s.id = ?1", &id)
 }
 
 /// Sessions whose id starts with `prefix`, latest first (at most `limit`).
-pub fn sessions_with_prefix(conn: &Connection, prefix: &str, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
+pub(crate) fn sessions_with_prefix(
+    conn: &Connection,
+    prefix: &str,
+    limit: usize,
+) -> Result<Vec<SessionSummary>, StoreError> {
     let sql = format!(
         "{SUMMARY_SELECT} WHERE substr(s.id, 1, length(?1)) = ?1 ORDER BY s.updated_at DESC, s.rowid DESC LIMIT {}",
         limit.min(1000)
@@ -335,7 +348,7 @@ pub fn sessions_with_prefix(conn: &Connection, prefix: &str, limit: usize) -> Re
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn find_session(conn: &Connection, id_or_title: &str) -> Result<Option<SessionSummary>, StoreError> {
+pub(crate) fn find_session(conn: &Connection, id_or_title: &str) -> Result<Option<SessionSummary>, StoreError> {
     let needle = id_or_title.trim();
     if needle.is_empty() {
         return Ok(None);
@@ -349,7 +362,7 @@ pub fn find_session(conn: &Connection, id_or_title: &str) -> Result<Option<Sessi
     one_summary(conn, "s.title = ?1 COLLATE NOCASE", &needle)
 }
 
-pub fn match_sessions(conn: &Connection, words: &str, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
+pub(crate) fn match_sessions(conn: &Connection, words: &str, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
     let words: Vec<String> = words.split_whitespace().map(|w| w.to_lowercase()).collect();
     if words.is_empty() {
         return Ok(Vec::new());
@@ -368,23 +381,23 @@ pub fn match_sessions(conn: &Connection, words: &str, limit: usize) -> Result<Ve
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn latest_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
+pub(crate) fn latest_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
     one_summary(conn, "s.cwd = ?1", &cwd)
 }
 
 /// The state_meta key that marks a session `talaria exec` started.
-pub fn headless_key(session_id: &str) -> String {
+pub(crate) fn headless_key(session_id: &str) -> String {
     format!("headless:{session_id}")
 }
 
 /// The latest session in `cwd` that an interactive talaria started (not an `exec` run).
-pub fn latest_interactive_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
+pub(crate) fn latest_interactive_in_cwd(conn: &Connection, cwd: &str) -> Result<Option<SessionSummary>, StoreError> {
     one_summary(conn, "s.cwd = ?1 AND NOT EXISTS (SELECT 1 FROM state_meta k WHERE k.key = 'headless:' || s.id)", &cwd)
 }
 
 /// Delete a session that never got a message (nor a goal or heartbeat): opening talaria
 /// and leaving saves nothing. True when it was deleted.
-pub fn delete_if_empty(conn: &Connection, session_id: &str) -> Result<bool, StoreError> {
+pub(crate) fn delete_if_empty(conn: &Connection, session_id: &str) -> Result<bool, StoreError> {
     let n = conn.execute(
         "DELETE FROM sessions WHERE id = ?1
            AND NOT EXISTS (SELECT 1 FROM messages WHERE session_id = ?1)
@@ -397,14 +410,14 @@ pub fn delete_if_empty(conn: &Connection, session_id: &str) -> Result<bool, Stor
     Ok(n == 1)
 }
 
-pub fn list_sessions(conn: &Connection, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
+pub(crate) fn list_sessions(conn: &Connection, limit: usize) -> Result<Vec<SessionSummary>, StoreError> {
     let sql = format!("{SUMMARY_SELECT} ORDER BY s.updated_at DESC, s.rowid DESC LIMIT ?1");
     let mut stmt = conn.prepare(&sql)?;
     let rows = stmt.query_map([limit.min(i64::MAX as usize) as i64], summary)?;
     Ok(rows.collect::<Result<_, _>>()?)
 }
 
-pub fn set_title(conn: &Connection, session_id: &str, title: &str) -> Result<(), StoreError> {
+pub(crate) fn set_title(conn: &Connection, session_id: &str, title: &str) -> Result<(), StoreError> {
     let title = title.trim();
     if title.is_empty() {
         return Err(StoreError("a title cannot be empty".into()));
@@ -416,7 +429,7 @@ pub fn set_title(conn: &Connection, session_id: &str, title: &str) -> Result<(),
 /// User text as an FTS5 query: each word becomes a quoted phrase (so `-`, `"`, `(`,
 /// `*`, `AND`, `NEAR` are just text), all of them required. `None` when no word has
 /// a letter or digit in it.
-pub fn fts_query(input: &str) -> Option<String> {
+pub(crate) fn fts_query(input: &str) -> Option<String> {
     let terms: Vec<String> = input
         .split_whitespace()
         .filter(|t| t.chars().any(char::is_alphanumeric))
@@ -425,7 +438,7 @@ pub fn fts_query(input: &str) -> Option<String> {
     (!terms.is_empty()).then(|| terms.join(" "))
 }
 
-pub fn search(conn: &Connection, query: &str, limit: usize) -> Result<Vec<SearchHit>, StoreError> {
+pub(crate) fn search(conn: &Connection, query: &str, limit: usize) -> Result<Vec<SearchHit>, StoreError> {
     let Some(fts) = fts_query(query) else {
         return Ok(Vec::new());
     };
@@ -453,7 +466,7 @@ fn one_line(text: &str) -> String {
     crate::text::strip_ansi(text).split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
-pub fn deactivate_last_exchanges(
+pub(crate) fn deactivate_last_exchanges(
     conn: &mut Connection,
     session_id: &str,
     n: usize,
@@ -485,11 +498,11 @@ pub fn deactivate_last_exchanges(
     Ok(Some(text.unwrap_or_default()))
 }
 
-pub fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
+pub(crate) fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
     Ok(conn.query_row("SELECT value FROM state_meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
 }
 
-pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
+pub(crate) fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreError> {
     conn.execute(
         "INSERT INTO state_meta (key, value, updated_at) VALUES (?1, ?2, ?3)
          ON CONFLICT (key) DO UPDATE SET value = excluded.value, updated_at = excluded.updated_at",
@@ -498,7 +511,7 @@ pub fn meta_set(conn: &Connection, key: &str, value: &str) -> Result<(), StoreEr
     Ok(())
 }
 
-pub fn meta_delete(conn: &Connection, key: &str) -> Result<(), StoreError> {
+pub(crate) fn meta_delete(conn: &Connection, key: &str) -> Result<(), StoreError> {
     conn.execute("DELETE FROM state_meta WHERE key = ?1", [key])?;
     Ok(())
 }
@@ -507,7 +520,7 @@ fn pending_key(session_id: &str) -> String {
     format!("pending:{session_id}")
 }
 
-pub fn pending_set(conn: &Connection, session_id: &str, pending: &[String]) -> Result<(), StoreError> {
+pub(crate) fn pending_set(conn: &Connection, session_id: &str, pending: &[String]) -> Result<(), StoreError> {
     if pending.is_empty() {
         return meta_delete(conn, &pending_key(session_id));
     }
@@ -515,7 +528,7 @@ pub fn pending_set(conn: &Connection, session_id: &str, pending: &[String]) -> R
     meta_set(conn, &pending_key(session_id), &json)
 }
 
-pub fn pending_get(conn: &Connection, session_id: &str) -> Result<Vec<String>, StoreError> {
+pub(crate) fn pending_get(conn: &Connection, session_id: &str) -> Result<Vec<String>, StoreError> {
     match meta_get(conn, &pending_key(session_id))? {
         None => Ok(Vec::new()),
         Some(json) => serde_json::from_str(&json).map_err(|e| {
@@ -527,7 +540,7 @@ pub fn pending_get(conn: &Connection, session_id: &str) -> Result<Vec<String>, S
     }
 }
 
-pub fn add_usage(conn: &Connection, session_id: &str, prompt: u64, completion: u64) -> Result<(), StoreError> {
+pub(crate) fn add_usage(conn: &Connection, session_id: &str, prompt: u64, completion: u64) -> Result<(), StoreError> {
     let n = conn.execute(
         "UPDATE sessions SET prompt_tokens = prompt_tokens + ?2, completion_tokens = completion_tokens + ?3
          WHERE id = ?1",
@@ -536,7 +549,7 @@ pub fn add_usage(conn: &Connection, session_id: &str, prompt: u64, completion: u
     require_session(n, session_id)
 }
 
-pub fn session_usage(conn: &Connection, session_id: &str) -> Result<Option<(u64, u64)>, StoreError> {
+pub(crate) fn session_usage(conn: &Connection, session_id: &str) -> Result<Option<(u64, u64)>, StoreError> {
     let row: Option<(i64, i64)> = conn
         .query_row("SELECT prompt_tokens, completion_tokens FROM sessions WHERE id = ?1", [session_id], |r| {
             Ok((r.get(0)?, r.get(1)?))
@@ -545,7 +558,7 @@ pub fn session_usage(conn: &Connection, session_id: &str) -> Result<Option<(u64,
     Ok(row.map(|(p, c)| (p.max(0) as u64, c.max(0) as u64)))
 }
 
-pub fn history_push(conn: &mut Connection, cwd: &str, text: &str) -> Result<(), StoreError> {
+pub(crate) fn history_push(conn: &mut Connection, cwd: &str, text: &str) -> Result<(), StoreError> {
     if text.trim().is_empty() {
         return Ok(());
     }
@@ -566,7 +579,7 @@ pub fn history_push(conn: &mut Connection, cwd: &str, text: &str) -> Result<(), 
     Ok(())
 }
 
-pub fn history_list(conn: &Connection, cwd: &str, limit: usize) -> Result<Vec<String>, StoreError> {
+pub(crate) fn history_list(conn: &Connection, cwd: &str, limit: usize) -> Result<Vec<String>, StoreError> {
     let mut stmt = conn.prepare_cached(
         "SELECT text FROM (SELECT id, text FROM input_history WHERE cwd = ?1 ORDER BY id DESC LIMIT ?2)
          ORDER BY id",

@@ -121,7 +121,7 @@ CREATE INDEX jobs_status ON jobs (status);
 ";
 
 /// The version recorded in the database; 0 for an empty database.
-pub fn current_version(conn: &Connection) -> Result<i64, StoreError> {
+pub(crate) fn current_version(conn: &Connection) -> Result<i64, StoreError> {
     let has_table: bool = conn.query_row(
         "SELECT EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_version')",
         [],
@@ -144,7 +144,7 @@ pub fn current_version(conn: &Connection) -> Result<i64, StoreError> {
 }
 
 /// Bring the database to `SCHEMA_VERSION`, one step per transaction.
-pub fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
+pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
     let mut version = current_version(conn)?;
     if version > SCHEMA_VERSION {
         return Err(StoreError(format!(

@@ -16,11 +16,11 @@ use crate::engine::args::{lenient, parse};
 use crate::protocol::ToolStatus;
 
 /// Lines shown when the model gives no `limit`.
-pub const DEFAULT_READ_LIMIT: usize = 2_000;
+pub(crate) const DEFAULT_READ_LIMIT: usize = 2_000;
 /// Files larger than this are not read (nor edited) whole.
 pub const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 /// A longer line is cut, with a marker saying how long it was.
-pub const MAX_LINE_CHARS: usize = 2_000;
+pub(crate) const MAX_LINE_CHARS: usize = 2_000;
 
 // ---------------------------------------------------------------------------------------------
 // read_file
@@ -36,7 +36,7 @@ pub fn read_file_at(path: &Path, offset: Option<u64>, limit: Option<u64>, max_ch
 }
 
 /// The `read_file` result for a text file's bytes (also for a file read on a remote backend).
-pub fn render_read(
+pub(crate) fn render_read(
     bytes: &[u8],
     shown_path: &str,
     offset: Option<u64>,
@@ -112,7 +112,7 @@ fn numbered_line(n: usize, width: usize, line: &str) -> String {
 }
 
 /// How many lines `text` has, as read_file counts them.
-pub fn line_count(text: &str) -> usize {
+pub(crate) fn line_count(text: &str) -> usize {
     split_lines(text).len()
 }
 
@@ -246,7 +246,7 @@ async fn approve_write(
 
 /// `path` made absolute with every symlink resolved, including a final component that is
 /// a dangling symlink (where a write would create the file) and parts that do not exist yet.
-pub fn resolve_path(path: &Path) -> PathBuf {
+pub(crate) fn resolve_path(path: &Path) -> PathBuf {
     use std::collections::VecDeque;
     use std::path::Component;
     let absolute = if path.is_absolute() {
@@ -362,16 +362,16 @@ pub struct Edit {
 
 /// A successful edit, before it is written.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Edited {
-    pub content: String,
-    pub replacements: usize,
+pub(crate) struct Edited {
+    pub(crate) content: String,
+    pub(crate) replacements: usize,
     /// 1-based line where the first replacement starts.
-    pub first_line: usize,
+    pub(crate) first_line: usize,
 }
 
 /// Apply `edit` to `content` in memory. Errors say why the edit cannot be made and what to
 /// do instead (`path` names the file in them).
-pub fn apply_edit(content: &str, edit: &Edit, path: &str) -> Result<Edited, String> {
+pub(crate) fn apply_edit(content: &str, edit: &Edit, path: &str) -> Result<Edited, String> {
     if edit.old_string.is_empty() {
         return Err("old_string is empty; to create a file or replace all of it use write_file".into());
     }
@@ -487,7 +487,7 @@ pub async fn edit_file_at(path: &Path, edit: &Edit, approvals: &Approver, interr
 }
 
 /// The changed lines with two lines of context, numbered as read_file numbers them.
-pub fn edit_snippet(content: &str, first_line: usize, changed_lines: usize) -> String {
+pub(crate) fn edit_snippet(content: &str, first_line: usize, changed_lines: usize) -> String {
     snippet(content, first_line, changed_lines)
 }
 
@@ -535,7 +535,7 @@ struct EditArgs {
     replace_all: Option<bool>,
 }
 
-pub struct ReadFile;
+pub(crate) struct ReadFile;
 
 #[async_trait]
 impl Tool for ReadFile {
@@ -590,7 +590,7 @@ impl Tool for ReadFile {
     }
 }
 
-pub struct WriteFile;
+pub(crate) struct WriteFile;
 
 #[async_trait]
 impl Tool for WriteFile {
@@ -635,7 +635,7 @@ impl Tool for WriteFile {
     }
 }
 
-pub struct EditFile;
+pub(crate) struct EditFile;
 
 #[async_trait]
 impl Tool for EditFile {

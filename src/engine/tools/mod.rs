@@ -20,7 +20,7 @@ use crate::engine::jobs::JobsHandle;
 use crate::engine::EventSink;
 use crate::protocol::ToolStatus;
 
-pub use crate::engine::args::{arg_bool, arg_str, arg_u64};
+pub(crate) use crate::engine::args::{arg_bool, arg_str, arg_u64};
 pub use crate::engine::signals::ToolSignals;
 
 /// How a tool may be scheduled within one model response (DESIGN §3).
@@ -47,17 +47,17 @@ pub struct ToolCtx {
 }
 
 impl ToolCtx {
-    pub fn cwd(&self) -> PathBuf {
+    pub(crate) fn cwd(&self) -> PathBuf {
         self.cwd.lock().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// Resolve a path argument against the session's working directory (`~` expanded).
-    pub fn resolve(&self, path: &str) -> PathBuf {
+    pub(crate) fn resolve(&self, path: &str) -> PathBuf {
         resolve_path(&self.cwd(), path)
     }
 }
 
-pub fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
+pub(crate) fn resolve_path(cwd: &Path, path: &str) -> PathBuf {
     let expanded = if let Some(rest) = path.strip_prefix("~/") {
         std::env::var_os("HOME").map(|h| PathBuf::from(h).join(rest)).unwrap_or_else(|| PathBuf::from(path))
     } else if path == "~" {
@@ -86,11 +86,11 @@ impl ToolResult {
         ToolResult { value, ok: true, exit_code: None, status: None }
     }
 
-    pub fn error(message: impl Into<String>) -> ToolResult {
+    pub(crate) fn error(message: impl Into<String>) -> ToolResult {
         ToolResult { value: json!({ "error": message.into() }), ok: false, exit_code: None, status: None }
     }
 
-    pub fn with_status(mut self, status: ToolStatus) -> ToolResult {
+    pub(crate) fn with_status(mut self, status: ToolStatus) -> ToolResult {
         self.status = Some(status);
         self
     }
@@ -148,12 +148,12 @@ impl Registry {
     }
 
     /// Offer the MCP servers' tools too (their list may change between requests).
-    pub fn with_mcp(mut self, mcp: crate::engine::mcp::McpHandle) -> Registry {
+    pub(crate) fn with_mcp(mut self, mcp: crate::engine::mcp::McpHandle) -> Registry {
         self.mcp = Some(mcp);
         self
     }
 
-    pub fn mcp(&self) -> Option<&crate::engine::mcp::McpHandle> {
+    pub(crate) fn mcp(&self) -> Option<&crate::engine::mcp::McpHandle> {
         self.mcp.as_ref()
     }
 
@@ -162,7 +162,7 @@ impl Registry {
     }
 
     /// The `tools` array of a Chat Completions request.
-    pub fn definitions(&self) -> Vec<Value> {
+    pub(crate) fn definitions(&self) -> Vec<Value> {
         self.tools
             .values()
             .map(|t| {

@@ -86,7 +86,7 @@ async fn fetch(ctx: &ToolCtx, backend: &Backend, expr: &str, shown: &str) -> Res
     Err(ToolResult::error(message))
 }
 
-pub async fn read_file(
+pub(crate) async fn read_file(
     ctx: &ToolCtx,
     backend: &Backend,
     path: &str,
@@ -147,7 +147,7 @@ echo $new"#
     }
 }
 
-pub async fn write_file(ctx: &ToolCtx, backend: &Backend, path: &str, content: &str) -> ToolResult {
+pub(crate) async fn write_file(ctx: &ToolCtx, backend: &Backend, path: &str, content: &str) -> ToolResult {
     let (expr, shown) = remote_path(ctx, backend, path);
     let note = match approve(ctx, backend, &shown, "write_file").await {
         Ok(n) => n,
@@ -171,7 +171,7 @@ pub async fn write_file(ctx: &ToolCtx, backend: &Backend, path: &str, content: &
     ToolResult::ok(value)
 }
 
-pub async fn edit_file(ctx: &ToolCtx, backend: &Backend, path: &str, edit: &Edit) -> ToolResult {
+pub(crate) async fn edit_file(ctx: &ToolCtx, backend: &Backend, path: &str, edit: &Edit) -> ToolResult {
     let (expr, shown) = remote_path(ctx, backend, path);
     let prepare = |bytes: Vec<u8>| -> Result<files::Edited, String> {
         let text = String::from_utf8(bytes)
@@ -217,7 +217,7 @@ pub async fn edit_file(ctx: &ToolCtx, backend: &Backend, path: &str, edit: &Edit
 
 /// `search_files` on the remote side: ripgrep when the host has it (it honours .gitignore),
 /// else `grep -rnIE` (skipping hidden directories). Lines are `path:line:text`.
-pub async fn search_files(
+pub(crate) async fn search_files(
     ctx: &ToolCtx,
     backend: &Backend,
     pattern: &str,

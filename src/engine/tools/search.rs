@@ -18,7 +18,7 @@ use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult};
 /// Matches returned at most; the result says when there were more.
 pub const MAX_MATCHES: usize = 200;
 /// A matching line longer than this is cut.
-pub const MAX_MATCH_LINE_CHARS: usize = 300;
+pub(crate) const MAX_MATCH_LINE_CHARS: usize = 300;
 /// Files bigger than this are skipped (logs, data dumps).
 const MAX_SEARCH_FILE_BYTES: u64 = 50 * 1024 * 1024;
 
@@ -146,7 +146,7 @@ fn match_line(path: &str, line_number: u64, line: &str) -> String {
     }
 }
 
-pub struct SearchFiles;
+pub(crate) struct SearchFiles;
 
 /// Decode `search_files`'s arguments (for the fuzz target).
 pub(crate) fn decode(args: &Value) -> Result<(), String> {

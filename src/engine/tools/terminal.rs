@@ -457,7 +457,7 @@ async fn wait_foreground(
 }
 
 /// Told to the model when a sandboxed command failed on a permission error.
-pub const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): commands may write only under the working directory, the temp dir and sandbox.writable_roots, and cannot read credential stores (~/.ssh, ~/.aws, ...). If this command truly needs more, call terminal again with sandbox=false; the user will be asked.";
+pub(crate) const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): commands may write only under the working directory, the temp dir and sandbox.writable_roots, and cannot read credential stores (~/.ssh, ~/.aws, ...). If this command truly needs more, call terminal again with sandbox=false; the user will be asked.";
 
 /// A permission error of the kind Landlock and the network filter cause.
 fn looks_blocked(output: &str) -> bool {

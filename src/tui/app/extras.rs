@@ -10,15 +10,15 @@ use crate::tui::transcript::CellBody;
 use super::{App, Layer};
 
 /// A paste with more lines than this shows as a placeholder.
-pub const PASTE_MAX_LINES: usize = 20;
+pub(crate) const PASTE_MAX_LINES: usize = 20;
 /// A paste with more characters than this shows as a placeholder.
-pub const PASTE_MAX_CHARS: usize = 2_000;
+pub(crate) const PASTE_MAX_CHARS: usize = 2_000;
 /// Rows of the completion popup.
-pub const POPUP_MAX_ROWS: usize = 8;
+pub(crate) const POPUP_MAX_ROWS: usize = 8;
 
 /// Something only the event loop can do, because it owns the terminal.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TerminalRequest {
+pub(crate) enum TerminalRequest {
     /// Ctrl+Z: give the terminal back and stop until `fg`.
     Suspend,
     /// Ctrl+G: edit this text in `$VISUAL`/`$EDITOR`; the result replaces the input.
@@ -27,9 +27,9 @@ pub enum TerminalRequest {
 
 /// A large paste kept out of the input: `placeholder` stands for `text` until submit.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Paste {
-    pub placeholder: String,
-    pub text: String,
+pub(crate) struct Paste {
+    pub(crate) placeholder: String,
+    pub(crate) text: String,
 }
 
 /// The command word of a usage line (`/jobs [log|…]` -> `/jobs`).
@@ -54,7 +54,7 @@ fn usage_head(c: &CommandHelp) -> (String, bool) {
 }
 
 /// OSC 52 "set clipboard" for `text` (base64, as terminals expect).
-pub fn osc52(text: &str) -> String {
+pub(crate) fn osc52(text: &str) -> String {
     format!("\x1b]52;c;{}\x07", base64(text.as_bytes()))
 }
 
@@ -78,7 +78,7 @@ fn base64(bytes: &[u8]) -> String {
 impl App {
     /// The slash commands matching what is typed: the input is one line starting with `/`
     /// and no space yet, and the input has the focus.
-    pub fn completions(&self) -> Vec<&'static CommandHelp> {
+    pub(crate) fn completions(&self) -> Vec<&'static CommandHelp> {
         let typing = self.top_layer() == Layer::Input && self.input.lines().len() == 1;
         if !typing {
             return Vec::new();
@@ -94,7 +94,7 @@ impl App {
     }
 
     /// The highlighted row of the completion popup.
-    pub fn completion_selected(&self) -> usize {
+    pub(crate) fn completion_selected(&self) -> usize {
         self.completion_sel.min(self.completions().len().saturating_sub(1))
     }
 
@@ -155,7 +155,7 @@ impl App {
 
     /// The paths that start with `prefix` (from the event loop): one is completed, several
     /// are completed as far as they agree and listed in the hint line.
-    pub fn paths_listed(&mut self, prefix: &str, found: Vec<String>) {
+    pub(crate) fn paths_listed(&mut self, prefix: &str, found: Vec<String>) {
         if self.mention_at_cursor().as_deref() != Some(prefix) {
             return; // the input changed meanwhile
         }
@@ -197,7 +197,7 @@ impl App {
     }
 
     /// The input with every paste placeholder still in it replaced by its text.
-    pub fn expanded_input(&self) -> String {
+    pub(crate) fn expanded_input(&self) -> String {
         let mut text = self.input_text();
         for paste in &self.pastes {
             text = text.replacen(&paste.placeholder, &paste.text, 1);
@@ -218,7 +218,7 @@ impl App {
     }
 
     /// The text of the newest assistant answer that has any.
-    pub fn last_answer(&self) -> Option<&str> {
+    pub(crate) fn last_answer(&self) -> Option<&str> {
         self.transcript.cells().iter().rev().find_map(|c| match &c.body {
             CellBody::Assistant { text, .. } if !text.trim().is_empty() => Some(text.as_str()),
             _ => None,
@@ -250,7 +250,7 @@ impl App {
     }
 
     /// The editor finished: its text becomes the input (`None`: it failed, keep the input).
-    pub fn editor_done(&mut self, result: Result<String, String>) {
+    pub(crate) fn editor_done(&mut self, result: Result<String, String>) {
         match result {
             Ok(text) => {
                 let text = text.strip_suffix('\n').unwrap_or(&text).to_string();

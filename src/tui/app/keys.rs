@@ -96,7 +96,7 @@ impl App {
     }
 
     /// The terminal hung up (SIGHUP): nobody can answer; jobs wait for a new owner.
-    pub fn quit_hangup(&mut self) -> Vec<Op> {
+    pub(crate) fn quit_hangup(&mut self) -> Vec<Op> {
         let mut ops = Vec::new();
         self.leave_and_quit(&mut ops, false);
         ops
@@ -104,7 +104,7 @@ impl App {
 
     /// Stop the turn, kill running jobs, and ask the engine to shut down.
     /// Quit without asking (a signal from outside): interrupt, kill jobs, shut down.
-    pub fn quit_now(&mut self) -> Vec<Op> {
+    pub(crate) fn quit_now(&mut self) -> Vec<Op> {
         let mut ops = Vec::new();
         self.begin_quit(&mut ops);
         ops

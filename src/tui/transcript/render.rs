@@ -22,7 +22,7 @@ const USER_MAX_LINES: usize = 24;
 /// Output lines a `!cmd` cell shows; a longer output is cut in the middle.
 const BANG_MAX_LINES: usize = 12;
 
-pub use crate::util::format_duration_ms;
+pub(crate) use crate::util::format_duration_ms;
 
 pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
     let CellBody::Tool { name, summary, started, outcome, job: fate, .. } = body else {

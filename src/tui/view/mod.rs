@@ -5,7 +5,9 @@ mod side;
 mod status;
 mod transcript;
 
-pub use overlay::{help_lines, help_max_scroll};
+#[cfg(test)]
+pub(crate) use overlay::help_lines;
+pub(crate) use overlay::help_max_scroll;
 
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Modifier, Style};
@@ -17,10 +19,10 @@ use super::app::{App, Layer};
 use super::wrap::truncate_spans;
 
 use super::layout::PENDING_MAX_LINES;
-pub use super::layout::{Areas, MIN_HEIGHT, MIN_WIDTH};
+pub(crate) use super::layout::{MIN_HEIGHT, MIN_WIDTH};
 
 /// Draw a whole frame from `app` (call `App::prepare` with the same area first).
-pub fn draw(frame: &mut Frame<'_>, app: &App) {
+pub(crate) fn draw(frame: &mut Frame<'_>, app: &App) {
     let area = frame.area();
     let areas = super::layout::layout(area, &app.layout_facts());
     if areas.too_small {

@@ -31,7 +31,7 @@ fn keys_of(app: &App, context: Context, action: Action) -> String {
 }
 
 /// The modal (help, a confirmation, a prompt), if one is open.
-pub fn draw_modal(frame: &mut Frame<'_>, area: Rect, app: &App) {
+pub(crate) fn draw_modal(frame: &mut Frame<'_>, area: Rect, app: &App) {
     match &app.modal {
         Some(Modal::Help { scroll }) => draw_help(frame, area, app, *scroll),
         Some(Modal::QuitConfirm) => {
@@ -106,7 +106,7 @@ pub fn draw_modal(frame: &mut Frame<'_>, area: Rect, app: &App) {
 }
 
 /// The oldest approval question, if one waits.
-pub fn draw_approval(frame: &mut Frame<'_>, area: Rect, app: &App) {
+pub(crate) fn draw_approval(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(approval) = app.approvals.front() {
         draw_approval_box(frame, area, app, approval, app.approvals.len());
     }
@@ -319,7 +319,7 @@ fn help_entry(key: &str, help: &str, col: usize, width: u16, key_style: Style, d
 }
 
 /// Every key from the keymap, what can be typed, and every slash command, wrapped to `width`.
-pub fn help_lines(app: &App, width: u16) -> Vec<Line<'static>> {
+pub(crate) fn help_lines(app: &App, width: u16) -> Vec<Line<'static>> {
     let heading = Style::default().fg(app.theme.heading).add_modifier(Modifier::BOLD);
     let key_style = Style::default().add_modifier(Modifier::BOLD);
     let dim = Style::default().fg(app.theme.dim);
@@ -362,13 +362,13 @@ pub fn help_lines(app: &App, width: u16) -> Vec<Line<'static>> {
 }
 
 /// The help's box in a frame of `area`, and the width of its text.
-pub fn help_rect(area: Rect) -> (Rect, u16) {
+pub(crate) fn help_rect(area: Rect) -> (Rect, u16) {
     let rect = centered(area, 110, area.height.saturating_sub(2));
     (rect, rect.width.saturating_sub(4).max(1))
 }
 
 /// How far the help can scroll in a frame of `area`.
-pub fn help_max_scroll(app: &App, area: Rect) -> usize {
+pub(crate) fn help_max_scroll(app: &App, area: Rect) -> usize {
     let (rect, width) = help_rect(area);
     help_lines(app, width).len().saturating_sub(usize::from(rect.height.saturating_sub(2)))
 }
@@ -428,7 +428,7 @@ fn log_keys(app: &App, view: &LogView) -> Vec<String> {
     keys
 }
 
-pub fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
+pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
     let dim = Style::default().fg(app.theme.dim);
     let (title, running) = match &view.source {
         LogSource::Job(id) => match app.jobs.iter().find(|j| &j.info.id == id) {

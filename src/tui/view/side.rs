@@ -35,7 +35,7 @@ fn selected_style(app: &App, on: bool) -> Style {
     }
 }
 
-pub fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
+pub(crate) fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let focused = app.focus == Focus::Tools && app.top_layer() == Layer::Pane;
     let block = pane_block(app, format!(" Running tools ({}) ", app.tools.len()), focused);
     let inner = block.inner(area);
@@ -76,7 +76,7 @@ fn status_mark(app: &App, status: &JobStatus) -> (String, Color) {
     }
 }
 
-pub fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
+pub(crate) fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let focused = app.focus == Focus::Jobs && app.top_layer() == Layer::Pane;
     let running = app.running_jobs();
     let title = if running > 0 {

@@ -53,7 +53,7 @@ fn session_label(app: &App) -> Option<String> {
     }
 }
 
-pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let fg = Style::default().fg(app.theme.status_fg);
     let sep = Span::styled(" · ", Style::default().fg(app.theme.dim));
     let (state, active) = state(app);

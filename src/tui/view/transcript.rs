@@ -9,7 +9,7 @@ use ratatui::Frame;
 use crate::text::sanitize_for_display as display_text;
 use crate::tui::app::App;
 
-pub fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
+pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if area.width == 0 || area.height == 0 {
         return;
     }
