@@ -173,6 +173,10 @@ fn main() {
             None => std::process::exit(2),
         }
     }
+    // The guard of one stdio MCP server: no tokio either (src/engine/mcp/guard.rs).
+    if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::mcp::guard::ARG) {
+        talaria::engine::mcp::guard::run(std::env::args_os().skip(2).collect());
+    }
     // Before any thread starts: re-exec without the provider keys in the environment, so
     // no command can read them from /proc/<talaria>/environ (DESIGN §6).
     let model = Paths::from_env().ok().and_then(|p| Config::load(&p.config_file).ok()).map(|c| c.model);

@@ -60,6 +60,8 @@ fn main() {
         exec_without_yes_denies_an_untrusted_server,
         servers_that_fail_to_start_are_noticed_and_listed,
         kill_9_leaves_no_server_behind,
+        the_sweep_kills_what_a_killed_guard_left,
+        the_guard_kills_the_group_whenever_its_owner_goes,
         server_everything_from_npm,
         pty_first_frame_and_first_answer_do_not_wait_for_a_slow_server,
     ];
@@ -645,32 +647,93 @@ async fn servers_that_fail_to_start_are_noticed_and_listed() {
     wait_until("the slow server to be killed (mcp list)", || slow.processes().is_empty()).await;
 }
 
-/// `kill -9` of talaria: the server (its direct child) dies with it; what the server
-/// started itself (here a `sleep`, like an `npx` wrapper's node) is killed by the next
-/// talaria's start-up sweep. A clean exit kills the whole group at once.
-async fn kill_9_leaves_no_server_behind() {
-    let server = TestServer::start(Transport::Stdio, 0).await;
-    let marker = format!("3000{}", std::process::id());
+/// The config of server `w`: the test server behind a `bash` wrapper that first starts a
+/// `sleep <marker>` of its own (what an `npx` wrapper does with `node`).
+fn wrapped_config(server: &TestServer, marker: &str) -> String {
     let exe = std::env::current_exe().expect("exe").display().to_string();
-    let text = format!(
+    format!(
         "[mcp.servers.w]\ncommand = \"bash\"\nargs = [\"-c\", \"sleep {marker} & exec \\\"$0\\\"\", {exe:?}]\nenv = {{ TALARIA_MCP_TEST_SERVER = \"stdio\", TALARIA_MCP_TEST_DIR = {dir:?} }}\ntrust = true\n",
         dir = server.dir.path().display().to_string()
-    );
+    )
+}
+
+/// `talaria exec` with server `w` up and its `sleep <marker>` started, in a turn that
+/// streams slowly: talaria, its stdout and the model (keep all three while it must run:
+/// a closed stdout ends talaria).
+async fn exec_with_wrapped_server(
+    home: &common::Home,
+    server: &TestServer,
+    marker: &str,
+) -> (tokio::process::Child, common::JsonLines, ScriptedServer) {
+    home.write_config(&wrapped_config(server, marker));
     let model = ScriptedServer::start(vec![common::slow_stream()]).await.expect("model");
-    let home = common::Home::new();
-    home.write_config(&text);
-    let (mut child, _lines) = common::spawn_json(&home, &["--base-url", &model.base_url(), "--model", "m", "wait"]);
+    let (child, lines) = common::spawn_json(home, &["--base-url", &model.base_url(), "--model", "m", "wait"]);
     server.wait_marker("up").await;
     wait_until("the wrapper's sleep", || !processes_with_cmdline(&format!("sleep {marker}")).is_empty()).await;
-    let talaria = child.id().expect("pid") as i32;
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(talaria), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+    (child, lines, model)
+}
+
+/// `pid ppid pgid state command line`, for a failure message.
+fn describe(pid: i32) -> String {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> =
+        stat.rsplit_once(')').map(|(_, r)| r.split_whitespace().take(3).collect()).unwrap_or_default();
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    format!("{pid} {fields:?} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+}
+
+fn kill_9(pid: i32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
+}
+
+/// `kill -9` of talaria: the server's guard kills the whole group — the server and what
+/// it started itself (here a `sleep`, like an `npx` wrapper's `node`) — with no talaria
+/// start needed.
+async fn kill_9_leaves_no_server_behind() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let marker = format!("3001{}", std::process::id());
+    let home = common::Home::new();
+    let (mut child, _lines, _model) = exec_with_wrapped_server(&home, &server, &marker).await;
+    let before = server.processes();
+    assert!(before.len() >= 3, "guard, server and its sleep: {before:?}");
+    let killed = Instant::now();
+    kill_9(child.id().expect("pid") as i32);
     let _ = child.wait().await;
-    wait_until("the server to die with talaria", || {
+    let deadline = Instant::now() + WAIT;
+    while !server.processes().is_empty() {
+        let left: Vec<String> = server.processes().iter().map(|p| describe(*p)).collect();
+        assert!(Instant::now() < deadline, "left after kill -9 of talaria: {left:#?}");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    println!(
+        "mcp: kill -9 of talaria -> server group ({} processes) gone in {} ms, no talaria start",
+        before.len(),
+        killed.elapsed().as_millis()
+    );
+    assert!(processes_with_cmdline(&format!("sleep {marker}")).is_empty());
+}
+
+/// Second line of defence: with its guard killed too (`kill -9` of both), the server dies
+/// by its death signal and what it started is killed by the next talaria's start-up sweep.
+async fn the_sweep_kills_what_a_killed_guard_left() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let marker = format!("3002{}", std::process::id());
+    let home = common::Home::new();
+    let (mut child, _lines, _model) = exec_with_wrapped_server(&home, &server, &marker).await;
+    let guard = server
+        .processes()
+        .into_iter()
+        .find(|p| processes_with_cmdline("__mcp-guard").contains(p))
+        .expect("the server's guard");
+    kill_9(guard);
+    kill_9(child.id().expect("pid") as i32);
+    let _ = child.wait().await;
+    wait_until("the server to die with its guard", || {
         server.processes().iter().all(|p| processes_with_cmdline(&format!("sleep {marker}")).contains(p))
     })
     .await;
     let left = processes_with_cmdline(&format!("sleep {marker}"));
-    assert!(!left.is_empty(), "the grandchild outlives a kill -9");
+    assert!(!left.is_empty(), "with the guard killed too, the grandchild outlives talaria");
     // The next talaria start sweeps the recorded group (its own server is a new group,
     // killed when it exits: the pids of the old one are what must go).
     let out = home.run(&["mcp", "list"]).await;
@@ -678,6 +741,91 @@ async fn kill_9_leaves_no_server_behind() {
     wait_until("the sweep to kill the left-over sleep", || left.iter().all(|p| is_zombie(*p))).await;
     // `mcp list` itself killed its own server's whole group on the way out.
     wait_until("no process of the server left", || server.processes().is_empty()).await;
+}
+
+/// `talaria __mcp-guard` started as talaria starts it (own session, the socket as fd 3)
+/// by `bash -c script` (the owner: `$$`), whose stdin is returned for the script to read.
+fn start_guard(script: &str, inner: &str) -> (std::os::unix::net::UnixStream, std::process::Child) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let (ours, theirs) = std::os::unix::net::UnixStream::pair().expect("socketpair");
+    let fd = theirs.as_raw_fd();
+    let mut cmd = std::process::Command::new("bash");
+    cmd.args(["-c", script, env!("CARGO_BIN_EXE_talaria"), inner]).stdin(std::process::Stdio::piped());
+    // SAFETY: only async-signal-safe calls between fork and exec.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let child = cmd.spawn().expect("bash");
+    drop(theirs);
+    (ours, child)
+}
+
+/// What the guard reported on its socket before it closed (or `within` ran out).
+fn guard_report(socket: &mut std::os::unix::net::UnixStream, within: Duration) -> String {
+    use std::io::Read;
+    socket.set_read_timeout(Some(within)).expect("timeout");
+    let mut text = Vec::new();
+    let mut buf = [0u8; 256];
+    while !text.contains(&b'\n') {
+        match socket.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&text).into_owned()
+}
+
+/// The guard never outlives its owner: when its socket closes, when its parent dies
+/// after it started the server (the death signal), and when the parent is already gone
+/// before the death signal was armed (it starts nothing).
+async fn the_guard_kills_the_group_whenever_its_owner_goes() {
+    let marker = format!("3003{}", std::process::id());
+    // Exactly `sleep <marker><n>` (the scripts' own command lines contain it too).
+    let alive = |n: u32| {
+        let sleep = format!("sleep {marker}{n}");
+        processes_with_cmdline(&sleep).into_iter().any(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| {
+                c.split(|b| *b == 0).collect::<Vec<_>>() == [b"sleep".as_slice(), &sleep.as_bytes()[6..], b""]
+            })
+        })
+    };
+    let server = |a: u32, b: u32| format!("sleep {marker}{a} & exec sleep {marker}{b}");
+
+    // The socket closes: talaria's end, however talaria ended.
+    use std::io::Write;
+    let script = "setsid \"$0\" __mcp-guard $$ bash -c \"$1\" </dev/null & read line";
+    let (mut socket, mut bash) = start_guard(script, &server(1, 2));
+    assert!(guard_report(&mut socket, WAIT).starts_with("ok "));
+    wait_until("the guarded server and its sleep", || alive(1) && alive(2)).await;
+    drop(socket);
+    wait_until("the group to go when the socket closes", || !alive(1) && !alive(2)).await;
+    bash.stdin.take().expect("stdin").write_all(b"go\n").expect("tell bash to exit");
+    let _ = bash.wait();
+
+    // The parent dies once the server runs: the death signal.
+    let (mut socket, mut bash) = start_guard(script, &server(3, 4));
+    assert!(guard_report(&mut socket, WAIT).starts_with("ok "));
+    wait_until("the guarded server and its sleep", || alive(3) && alive(4)).await;
+    bash.stdin.take().expect("stdin").write_all(b"go\n").expect("tell bash to exit");
+    let _ = bash.wait();
+    wait_until("the group to go when the guard's parent dies", || !alive(3) && !alive(4)).await;
+    drop(socket);
+
+    // The parent is gone before the guard runs: the getppid check starts nothing.
+    let (mut socket, mut bash) = start_guard(
+        "(while kill -0 $$ 2>/dev/null; do sleep 0.01; done; exec setsid \"$0\" __mcp-guard $$ bash -c \"$1\" </dev/null) & exit 0",
+        &server(5, 6),
+    );
+    let _ = bash.wait();
+    let report = guard_report(&mut socket, WAIT);
+    assert_eq!(report, "", "an orphaned guard reports nothing and exits");
+    assert!(!alive(5) && !alive(6), "an orphaned guard starts nothing");
 }
 
 /// The real `@modelcontextprotocol/server-everything` (installed by `.ci/run`): its tools

@@ -158,7 +158,7 @@ pub enum SupervisorExe {
 }
 
 impl SupervisorExe {
-    fn resolve(&self) -> std::io::Result<PathBuf> {
+    pub(crate) fn resolve(&self) -> std::io::Result<PathBuf> {
         match self {
             SupervisorExe::Exe(p) => Ok(p.clone()),
             SupervisorExe::CurrentExe => {

@@ -4,6 +4,7 @@
 //! current tool table, `/mcp` reads its state. Nothing here blocks a turn: a call has a
 //! deadline, an interrupt or a redirect cancels it (`notifications/cancelled`).
 
+pub mod guard;
 pub(crate) mod names;
 pub(crate) mod process;
 pub(crate) mod result;

@@ -1,8 +1,11 @@
-//! Stdio MCP servers as processes: each in its own session and process group, its stderr
-//! appended to `logs/mcp/<server>.log`, a death signal so it goes with talaria even after
-//! a `kill -9`, and a record (`logs/mcp/<server>.<pgid>.json`) so the next start can kill
-//! whatever a crashed talaria left in its group (an `npx` wrapper's node child, say).
+//! Stdio MCP servers as processes. Each runs under its guard (`talaria __mcp-guard`,
+//! guard.rs) in a session and process group of their own, its stderr appended to
+//! `logs/mcp/<server>.log`. The guard kills the whole group when talaria goes, even after
+//! a `kill -9` (the server and what it started itself, an `npx` wrapper's `node` say).
+//! A record (`logs/mcp/<server>.<pgid>.json`) lets the next start kill whatever is still
+//! left (the second line of defence, should the guard itself be killed).
 
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,11 +17,14 @@ use crate::config::McpServerConfig;
 use crate::engine::jobs::group;
 use crate::engine::jobs::jobdir::boot_id;
 
-/// A running stdio server. Dropping it does not kill it: `stop` does (the manager calls
-/// it on every path out); the death signal and the start-up sweep cover crashes.
+/// A running stdio server (its guard). `stop` kills it (the manager calls it on every
+/// path out); dropping it closes the guard's socket, and the guard kills the group.
 pub(crate) struct ServerProcess {
+    /// The guard: leader of the group, parent of the server.
     pub(crate) child: tokio::process::Child,
     pub(crate) pgid: i32,
+    /// Talaria's end of the guard's socket: closed, the guard kills the group.
+    owner: tokio::net::UnixStream,
     record: PathBuf,
     /// Where this run's stderr starts in the (appended) log.
     pub(crate) log_start: u64,
@@ -65,35 +71,57 @@ pub(crate) fn spawn(
         .map_err(|e| format!("cannot open {}: {e}", log_file.display()))?;
     let workdir =
         if cfg.cwd.is_empty() { cwd.to_path_buf() } else { crate::engine::tools::resolve_path(cwd, &cfg.cwd) };
-    let mut command = tokio::process::Command::new(&cfg.command);
+    let exe = crate::engine::jobs::SupervisorExe::CurrentExe
+        .resolve()
+        .map_err(|e| format!("cannot find the talaria binary for the server's guard: {e}"))?;
+    let (owner, guard_end) =
+        std::os::unix::net::UnixStream::pair().map_err(|e| format!("cannot make the guard's socket: {e}"))?;
+    let parent = std::process::id() as i32;
+    let mut command = tokio::process::Command::new(exe);
     command
+        .arg(super::guard::ARG)
+        .arg(parent.to_string())
+        .arg(&cfg.command)
         .args(&cfg.args)
         .envs(&cfg.env)
         .current_dir(&workdir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::from(log))
-        .kill_on_drop(true);
-    let parent = std::process::id() as i32;
-    // SAFETY: between fork and exec only async-signal-safe calls (setsid, prctl, getppid, _exit).
+        .stderr(Stdio::from(log));
+    let guard_fd = guard_end.as_raw_fd();
+    // SAFETY: between fork and exec only async-signal-safe calls (setsid, prctl, getppid,
+    // dup2, fcntl, _exit).
     unsafe {
         command.pre_exec(move || {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            // Dies with the thread that spawned it (a tokio worker lives as long as talaria).
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0) < 0 {
+            // The guard re-arms this itself; armed here too, nothing is left unguarded
+            // between fork and the guard's first line. (It fires when the spawning thread
+            // exits: a tokio worker, which lives as long as talaria.)
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // Talaria died before the death signal was armed.
             if libc::getppid() != parent {
                 libc::_exit(1);
             }
+            // The socket becomes the guard's fd 3 (dup2 clears close-on-exec; on the same
+            // fd it does nothing, so clear it by hand).
+            let target = super::guard::OWNER_FD;
+            if guard_fd == target {
+                if libc::fcntl(target, libc::F_SETFD, 0) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            } else if libc::dup2(guard_fd, target) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
             Ok(())
         });
     }
-    let mut child = command.spawn().map_err(|e| format!("cannot start `{}`: {e}", cfg.command))?;
-    let pid = child.id().ok_or("the server exited at once")? as i32;
+    let mut child = command.spawn().map_err(|e| format!("cannot start the guard of `{}`: {e}", cfg.command))?;
+    drop(guard_end);
+    let pid = child.id().ok_or("the server's guard exited at once")? as i32;
     let (Some(stdout), Some(stdin)) = (child.stdout.take(), child.stdin.take()) else {
         return Err("the server's pipes could not be set up".into());
     };
@@ -114,10 +142,40 @@ pub(crate) fn spawn(
             tracing::warn!(error = %e, server, "cannot record the MCP server's process group");
         }
     }
-    Ok((ServerProcess { child, pgid: pid, record: record_path, log_start }, stdout, stdin))
+    owner.set_nonblocking(true).map_err(|e| format!("the guard's socket: {e}"))?;
+    let owner = tokio::net::UnixStream::from_std(owner).map_err(|e| format!("the guard's socket: {e}"))?;
+    Ok((ServerProcess { child, pgid: pid, owner, record: record_path, log_start }, stdout, stdin))
 }
 
 impl ServerProcess {
+    /// The guard's report: the server runs (its pid), or why it could not start.
+    pub(crate) async fn started(&mut self) -> Result<i32, String> {
+        use tokio::io::AsyncReadExt;
+        let mut line = Vec::new();
+        let mut buf = [0u8; 512];
+        while !line.contains(&b'\n') && line.len() < 4096 {
+            match self.owner.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => line.extend_from_slice(&buf[..n]),
+            }
+        }
+        let line = String::from_utf8_lossy(&line);
+        let line = line.lines().next().unwrap_or("");
+        if let Some(pid) = line.strip_prefix("ok ").and_then(|p| p.trim().parse().ok()) {
+            return Ok(pid);
+        }
+        match line.strip_prefix("err ") {
+            Some(why) => Err(why.to_string()),
+            None => {
+                let status = self.exit_within(Duration::from_secs(1)).await;
+                Err(format!(
+                    "the server's guard ended before starting it{}",
+                    status.map(|s| format!(" ({s})")).unwrap_or_default()
+                ))
+            }
+        }
+    }
+
     /// Kill the whole group (SIGTERM, `grace`, SIGKILL), reap the leader, drop the record.
     pub(crate) async fn stop(mut self, grace: Duration) {
         group::kill_group(self.pgid, grace).await;

@@ -173,7 +173,9 @@ async fn connect(
 ) -> Result<(Client, Vec<ToolDef>), String> {
     let client = if cfg.url.is_empty() {
         let (p, stdout, stdin) = process::spawn(name, cfg, &mcp.inner.cwd, &mcp.inner.dir)?;
-        *proc = Some(p);
+        let p = proc.insert(p);
+        let pid = p.started().await?;
+        tracing::debug!(server = %name, pid, guard = p.pgid, "MCP server started under its guard");
         handler.serve((stdout, stdin)).await.map_err(|e| format!("the MCP handshake failed: {e}"))?
     } else {
         let http = crate::engine::llm::client::http_client(Duration::from_secs(10)).map_err(|e| e.to_string())?;
