@@ -10,6 +10,7 @@
 //! print a line every 50 ms each: N keystrokes of a character that appears nowhere else
 //! (each removed again with Backspace), latency = write to the first output chunk carrying it.
 //!
+//! `TALARIA_BENCH_SUMMARY=0`: the model does not answer the compaction of that long session.
 //! `TALARIA_PTY_BIN=target/release/talaria` drives that binary instead of the one cargo
 //! built with the bench (a dev-built bench can time a release build).
 
@@ -69,10 +70,16 @@ fn summary(label: &str, mut times: Vec<Duration>) {
 }
 
 fn vm_rss_mib(pid: u32) -> f64 {
+    status_mib(pid, "VmRSS:")
+}
+
+/// A size line of /proc/<pid>/status in MiB: VmRSS, or RssAnon (the process's own memory,
+/// without the pages of the binary and libraries it has mapped).
+fn status_mib(pid: u32, field: &str) -> f64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     let kib: f64 = status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.split_whitespace().next()?.parse().ok())
         .unwrap_or(0.0);
     kib / 1024.0
@@ -106,8 +113,14 @@ fn keystrokes(
 ) {
     use talaria::testkit::scripted::{text_chunks, DONE};
     // The session is longer than the model's window (10,000 messages are ~850k tokens): the
-    // first request of the turn asks for the summary that compacts it.
-    let mut responses = vec![ScriptedResponse::text("Summary: a long benchmark session of ordinary words.")];
+    // first request of the turn asks for the summary that compacts it. With
+    // TALARIA_BENCH_SUMMARY=0 that answer is the first job's tool call instead, so the
+    // compaction fails and every request goes with the session as it is.
+    let summarised = env_usize("TALARIA_BENCH_SUMMARY", 1) > 0;
+    let mut responses = Vec::new();
+    if summarised {
+        responses.push(ScriptedResponse::text("Summary: a long benchmark session of ordinary words."));
+    }
     responses.extend((0..jobs).map(|j| {
         let command = format!("while :; do echo bench-job-{j} line; sleep 0.05; done");
         let args = serde_json::json!({ "command": command, "background": true }).to_string();
@@ -126,7 +139,7 @@ fn keystrokes(
     let start = Instant::now();
     // The summary, then every job was started (one request per tool result) and the answer
     // is streaming.
-    while server.request_count() < jobs + 2 {
+    while server.request_count() < jobs + 2 - usize::from(!summarised) {
         assert!(start.elapsed() < 10 * DEADLINE, "only {} requests at the server", server.request_count());
         std::thread::sleep(Duration::from_millis(5));
     }
@@ -160,6 +173,7 @@ fn keystrokes(
     }
     let pid = p.child.process_id();
     let rss = pid.map(vm_rss_mib).unwrap_or(0.0);
+    let anon = pid.map(|pid| status_mib(pid, "RssAnon:")).unwrap_or(0.0);
     p.send(b"\x04");
     time_until(&p, "Kill the jobs", Instant::now());
     p.send(b"y");
@@ -167,7 +181,7 @@ fn keystrokes(
         eprintln!("talaria did not exit; killing it");
     }
     summary(&format!("keystroke -> screen, {messages} messages, streaming, {jobs} jobs printing"), times);
-    println!("  (the answer streams for ~107 s, longer than the typing; talaria VmRSS then {rss:.1} MiB)");
+    println!("  (the answer streams for ~107 s, longer than the typing; talaria VmRSS then {rss:.1} MiB, RssAnon {anon:.1} MiB)");
 }
 
 fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, messages: usize) -> String {
@@ -212,7 +226,8 @@ fn main() {
     std::fs::create_dir_all(&cwd).expect("work dir");
     let base = ["--base-url", url.as_str(), "--model", "m"];
 
-    let (mut fresh, mut fresh_rss, mut fresh_settled) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut fresh, mut fresh_rss, mut fresh_settled, mut fresh_anon) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let start = Instant::now();
         let p = Pty::spawn(home.path(), &cwd, &base, 120, 36);
@@ -220,6 +235,7 @@ fn main() {
         if let Some(pid) = p.child.process_id() {
             fresh_rss.push(vm_rss_mib(pid));
             fresh_settled.push(settled_rss_mib(pid));
+            fresh_anon.push(status_mib(pid, "RssAnon:"));
         }
         quit(p);
     }
@@ -229,7 +245,8 @@ fn main() {
     println!("(created a {messages}-message session in {:.1} s)", made.elapsed().as_secs_f64());
     let mut args = base.to_vec();
     args.extend_from_slice(&["--resume", id.as_str()]);
-    let (mut frame, mut last, mut rss, mut settled) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut frame, mut last, mut rss, mut settled, mut settled_anon) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..runs {
         let start = Instant::now();
         let p = Pty::spawn(home.path(), &cwd, &args, 120, 36);
@@ -238,6 +255,7 @@ fn main() {
         if let Some(pid) = p.child.process_id() {
             rss.push(vm_rss_mib(pid));
             settled.push(settled_rss_mib(pid));
+            settled_anon.push(status_mib(pid, "RssAnon:"));
         }
         quit(p);
     }
@@ -250,8 +268,10 @@ fn main() {
     for (case, what, mut values) in [
         ("new session", "at the first frame", fresh_rss),
         ("new session", "once settled", fresh_settled),
+        ("new session", "(RssAnon) once settled", fresh_anon),
         (resumed.as_str(), "when the last message is shown", rss),
         (resumed.as_str(), "once settled (the model's part read)", settled),
+        (resumed.as_str(), "(RssAnon) once settled", settled_anon),
     ] {
         values.sort_by(f64::total_cmp);
         if let (Some(lo), Some(hi)) = (values.first(), values.last()) {
