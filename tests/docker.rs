@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 use talaria::config::Config;
 use talaria::engine::SessionChoice;
-use talaria::protocol::{Event, Op};
+use talaria::protocol::Op;
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 use common::Home;
@@ -25,18 +25,6 @@ fn marker(n: u32) -> String {
 
 fn call(id: &str, command: &str) -> ScriptedResponse {
     ScriptedResponse::tool_call(id, "terminal", &json!({ "command": command }).to_string())
-}
-
-async fn tool_result(running: &mut inproc::Running, call_id: &str) -> Value {
-    let id = call_id.to_string();
-    let ev = running
-        .wait_for(
-            &format!("{call_id} finished"),
-            |e| matches!(e, Event::ToolFinished { call_id, .. } if *call_id == id),
-        )
-        .await;
-    let Event::ToolFinished { outcome, .. } = ev else { unreachable!() };
-    serde_json::from_str(&outcome.result).expect("result JSON")
 }
 
 #[tokio::test]
@@ -53,7 +41,7 @@ async fn no_docker_binary_gives_degraded_and_the_command_does_not_run() {
         ScriptedServer::start([call("c1", &format!("echo ran-{mark}")), ScriptedResponse::text("ok")]).await.unwrap();
     let mut running = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
     running.send(Op::Submit { text: "try".into(), mode: None });
-    let result = tool_result(&mut running, "c1").await;
+    let result = running.tool_result("c1").await.0;
     assert_eq!(result["status"], json!("degraded"), "{result}");
     assert_eq!(result["exit_code"], json!(-1), "{result}");
     assert!(result["reason"].as_str().unwrap().contains("not found"), "{result}");
@@ -161,10 +149,10 @@ async fn a_real_container_round_trip_where_a_daemon_is_available() {
     .unwrap();
     let mut running = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
     running.send(Op::Submit { text: "run in the container".into(), mode: None });
-    let first = tool_result(&mut running, "c1").await;
+    let first = running.tool_result("c1").await.0;
     assert_eq!(first["exit_code"], json!(4), "{first}");
     assert!(first["output"].as_str().unwrap().contains(&format!("in-{mark}")), "{first}");
-    let second = tool_result(&mut running, "c2").await;
+    let second = running.tool_result("c2").await.0;
     assert_eq!(second["output"].as_str().unwrap().trim(), "/tmp", "{second}");
     eprintln!("docker round trip: RAN in {name} ({image})");
     running.turn_finished().await;

@@ -1,35 +1,24 @@
 //! The job registry and the `terminal` / `process` tools against real processes.
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+#[path = "common/jobs_env.rs"]
+mod jobs_env;
+
+use std::path::Path;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
-use talaria::config::{ApprovalMode, Config};
-use talaria::engine::approval::{Approver, PromptPolicy};
-use talaria::engine::jobs::{group, JobsHandle, JobsOptions, SupervisorExe};
+use talaria::config::Config;
+use talaria::engine::jobs::group;
 use talaria::engine::tools::process::ProcessTool;
 use talaria::engine::tools::terminal::{TerminalTool, YIELD_NOTE};
-use talaria::engine::tools::{Tool, ToolCtx, ToolResult, ToolSignals};
-use talaria::engine::EventSink;
-use talaria::paths::Paths;
-use talaria::protocol::{Event, JobId, JobStatus};
-use tokio::sync::{mpsc, watch};
+use talaria::engine::tools::{Tool, ToolResult, ToolSignals};
+use talaria::protocol::{Event, JobStatus};
+use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-const DEADLINE: Duration = Duration::from_secs(30);
-
-struct Env {
-    _home: tempfile::TempDir,
-    paths: Paths,
-    config: Arc<Config>,
-    jobs: JobsHandle,
-    finished: mpsc::UnboundedReceiver<JobId>,
-    events: mpsc::UnboundedReceiver<Event>,
-    sink: EventSink,
-    cwd: Arc<Mutex<PathBuf>>,
-}
+use jobs_env::{JobsEnv as Env, DEADLINE};
 
 /// Controllable signals: the senders stay with the test.
 struct Signals {
@@ -61,60 +50,12 @@ impl Signals {
 }
 
 fn setup(tweak: impl FnOnce(&mut Config)) -> Env {
-    let home = tempfile::tempdir().expect("tempdir");
-    let paths = Paths::under(home.path());
-    let mut config = Config::default();
-    config.approvals.mode = ApprovalMode::Off;
-    tweak(&mut config);
-    let config = Arc::new(config);
-    let (sink, events) = EventSink::channel();
-    let options = JobsOptions {
-        supervisor: SupervisorExe::Exe(PathBuf::from(env!("CARGO_BIN_EXE_talaria"))),
-        sweep: true,
-        attach: None,
-    };
-    let (jobs, finished) = JobsHandle::start_with(&paths, config.clone(), sink.clone(), options);
-    let cwd = Arc::new(Mutex::new(home.path().canonicalize().expect("canonical home")));
-    Env { _home: home, paths, config, jobs, finished, events, sink, cwd }
+    Env::start(true, tweak)
 }
 
 impl Env {
-    fn ctx(&self, signals: ToolSignals) -> ToolCtx {
-        ToolCtx {
-            call_id: "call_1".into(),
-            session_id: "s1".into(),
-            config: self.config.clone(),
-            cwd: self.cwd.clone(),
-            jobs: self.jobs.clone(),
-            approvals: Approver::new(&self.config, PromptPolicy::AllowUnattended, None, self.sink.clone()),
-            signals,
-            events: self.sink.clone(),
-        }
-    }
-
     async fn terminal(&self, args: Value) -> ToolResult {
         TerminalTool.call(args, self.ctx(ToolSignals::inert())).await
-    }
-
-    async fn process(&self, args: Value) -> Value {
-        ProcessTool.call(args, self.ctx(ToolSignals::inert())).await.value
-    }
-
-    /// Wait for an event matching `pred`, keeping the others out of the way.
-    async fn wait_event(&mut self, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
-        let found = tokio::time::timeout(DEADLINE, async {
-            while let Some(event) = self.events.recv().await {
-                if pred(&event) {
-                    return Some(event);
-                }
-            }
-            None
-        })
-        .await;
-        match found {
-            Ok(Some(event)) => event,
-            _ => panic!("no event: {what}"),
-        }
     }
 
     async fn wait_finished(&mut self, id: &str) {
@@ -244,7 +185,7 @@ async fn invalid_utf8_is_replaced_and_ansi_stripped() {
 #[tokio::test]
 async fn the_working_directory_carries_over() {
     let env = setup(|_| {});
-    let target = env._home.path().join("sub dir");
+    let target = env.home.path().join("sub dir");
     std::fs::create_dir(&target).unwrap();
     let target = target.canonicalize().unwrap();
     let r = env.terminal(json!({"command": "cd 'sub dir'"})).await;

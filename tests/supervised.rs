@@ -8,7 +8,7 @@ mod inproc;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 use talaria::config::Config;
@@ -20,7 +20,7 @@ use talaria::paths::Paths;
 use talaria::protocol::{Event, HistoryItem, JobAction, JobFate, JobStatus, Op, TurnTrigger};
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
-use common::{slow_stream, spawn_json, wait_event, Home};
+use common::{slow_stream, spawn_json, wait_event, wait_until, Home};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
@@ -41,14 +41,6 @@ fn pids_with(needle: &str) -> Vec<i32> {
         }
     }
     found
-}
-
-async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < DEADLINE, "timed out waiting for: {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 fn background_call(command: &str) -> ScriptedResponse {
@@ -118,25 +110,10 @@ async fn kill_9_talaria_leaves_the_job_running_and_continue_reattaches_it() {
             |e| matches!(e, Event::JobStarted { job } if job.id == id && job.status == JobStatus::Running),
         )
         .await;
-    let log_id = id.clone();
-    let needle = format!("while-nobody-watched-{mark}");
-    let mut shown = false;
-    for _ in 0..200 {
-        running.send(Op::Job { id: log_id.clone(), action: JobAction::Log { offset: None, limit: None } });
-        let ev = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await;
-        if let Event::JobLog { text, .. } = ev {
-            if text.contains(&needle) && text.contains(&format!("before-{mark}")) {
-                shown = true;
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let needles = [format!("while-nobody-watched-{mark}"), format!("before-{mark}")];
+    let shown = running.log_shows(&id, &needles.each_ref().map(String::as_str), 200).await;
     assert!(shown, "the whole log is shown after re-attaching");
-    running.send(Op::Job { id: id.clone(), action: JobAction::Kill });
-    running
-        .wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if *i == id))
-        .await;
+    running.kill_job(&id).await;
     assert!(pids_with(&format!("sleep {mark}")).is_empty(), "the job's processes are gone");
     running.shutdown().await;
 }
@@ -582,10 +559,7 @@ async fn resume_inside_a_running_talaria_reattaches_the_other_sessions_jobs() {
     running.send(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: None } });
     let log = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await;
     assert!(matches!(&log, Event::JobLog { text, .. } if text.contains(&format!("from-the-other-session-{mark}"))));
-    running.send(Op::Job { id: id.clone(), action: JobAction::Kill });
-    running
-        .wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if *i == id))
-        .await;
+    running.kill_job(&id).await;
     assert!(pids_with(&format!("sleep {mark}")).is_empty(), "the job's processes are gone");
     running.shutdown().await;
 }

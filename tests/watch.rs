@@ -7,76 +7,34 @@
 
 #[path = "common/inproc.rs"]
 mod inproc;
+#[path = "common/jobs_env.rs"]
+mod jobs_env;
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use pretty_assertions::assert_eq;
-use serde_json::{json, Value};
-use talaria::config::{ApprovalMode, Config};
-use talaria::engine::approval::{Approver, PromptPolicy};
-use talaria::engine::jobs::{JobNotice, JobsHandle, JobsOptions, NoticeKind, SupervisorExe};
-use talaria::engine::tools::process::ProcessTool;
+use serde_json::json;
+use talaria::config::Config;
+use talaria::engine::jobs::{JobNotice, NoticeKind};
 use talaria::engine::tools::terminal::TerminalTool;
-use talaria::engine::tools::{Tool, ToolCtx, ToolSignals};
-use talaria::engine::{EventSink, SessionChoice};
-use talaria::paths::Paths;
+use talaria::engine::tools::{Tool, ToolSignals};
+use talaria::engine::SessionChoice;
 use talaria::protocol::{Event, JobAction, Op, TurnTrigger};
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
-use tokio::sync::mpsc;
 
-const DEADLINE: Duration = Duration::from_secs(30);
-
-struct Env {
-    home: tempfile::TempDir,
-    config: Arc<Config>,
-    jobs: JobsHandle,
-    events: mpsc::UnboundedReceiver<Event>,
-    sink: EventSink,
-    cwd: Arc<Mutex<PathBuf>>,
-}
+use jobs_env::{JobsEnv as Env, DEADLINE};
 
 fn setup(tweak: impl FnOnce(&mut Config)) -> Env {
-    let home = tempfile::tempdir().expect("tempdir");
-    let paths = Paths::under(home.path());
-    let mut config = Config::default();
-    config.approvals.mode = ApprovalMode::Off;
-    tweak(&mut config);
-    let config = Arc::new(config);
-    let (sink, events) = EventSink::channel();
-    let options = JobsOptions {
-        supervisor: SupervisorExe::Exe(PathBuf::from(env!("CARGO_BIN_EXE_talaria"))),
-        sweep: false,
-        attach: None,
-    };
-    let (jobs, _finished) = JobsHandle::start_with(&paths, config.clone(), sink.clone(), options);
-    let cwd = Arc::new(Mutex::new(home.path().canonicalize().expect("canonical home")));
-    Env { home, config, jobs, events, sink, cwd }
+    Env::start(false, tweak)
 }
 
 impl Env {
-    fn ctx(&self) -> ToolCtx {
-        ToolCtx {
-            call_id: "call_1".into(),
-            session_id: "s1".into(),
-            config: self.config.clone(),
-            cwd: self.cwd.clone(),
-            jobs: self.jobs.clone(),
-            approvals: Approver::new(&self.config, PromptPolicy::AllowUnattended, None, self.sink.clone()),
-            signals: ToolSignals::inert(),
-            events: self.sink.clone(),
-        }
-    }
-
     /// Start `command` as a background job; its id.
     async fn background(&self, command: &str) -> String {
-        let r = TerminalTool.call(json!({"command": command, "background": true}), self.ctx()).await;
+        let r =
+            TerminalTool.call(json!({"command": command, "background": true}), self.ctx(ToolSignals::inert())).await;
         r.value["session_id"].as_str().unwrap_or_else(|| panic!("no job in {}", r.value)).to_string()
-    }
-
-    async fn process(&self, args: Value) -> Value {
-        ProcessTool.call(args, self.ctx()).await.value
     }
 
     fn go(&self, name: &str) {
@@ -95,19 +53,6 @@ impl Env {
             assert!(start.elapsed() < DEADLINE, "notices so far: {all:#?}");
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-    }
-
-    async fn event(&mut self, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
-        let found = tokio::time::timeout(DEADLINE, async {
-            while let Some(event) = self.events.recv().await {
-                if pred(&event) {
-                    return Some(event);
-                }
-            }
-            None
-        })
-        .await;
-        found.ok().flatten().unwrap_or_else(|| panic!("no event: {what}"))
     }
 }
 
@@ -210,10 +155,13 @@ async fn a_watch_the_user_set_tells_the_user_and_not_the_model() {
     let id = env.background(&format!("{}; echo 'Listening on :8080'; exec sleep 3001102", until_file("go_user"))).await;
     let answer = env.jobs.ui_action(&id, JobAction::Watch { pattern: "Listening".into() }).await;
     assert!(matches!(&answer, Event::Notice { text, .. } if text.contains("watching")), "{answer:?}");
-    env.event("the user's watches", |e| matches!(e, Event::JobWatches { patterns, .. } if patterns == &["Listening"]))
-        .await;
+    env.wait_event(
+        "the user's watches",
+        |e| matches!(e, Event::JobWatches { patterns, .. } if patterns == &["Listening"]),
+    )
+    .await;
     env.go("go_user");
-    let matched = env.event("WatchMatched", |e| matches!(e, Event::WatchMatched { .. })).await;
+    let matched = env.wait_event("WatchMatched", |e| matches!(e, Event::WatchMatched { .. })).await;
     assert_eq!(
         matched,
         Event::WatchMatched {

@@ -15,7 +15,7 @@ use talaria::engine::store::Store;
 use talaria::engine::{EngineOptions, SessionChoice};
 use talaria::paths::Paths;
 use talaria::protocol::EngineHandle;
-use talaria::protocol::{Event, Op};
+use talaria::protocol::{Event, JobAction, JobStatus, Op, ToolStatus};
 
 /// Every wait for an event has this deadline (a loaded 2-core machine is slow).
 pub const DEADLINE: Duration = Duration::from_secs(30);
@@ -165,6 +165,42 @@ impl Running {
                 _ => None,
             })
             .expect("a SessionReady event was seen")
+    }
+
+    /// The result JSON and status of tool call `call_id`, once it has finished.
+    pub async fn tool_result(&mut self, call_id: &str) -> (serde_json::Value, Option<ToolStatus>) {
+        let id = call_id.to_string();
+        let ev = self
+            .wait_for(
+                &format!("{call_id} finished"),
+                |e| matches!(e, Event::ToolFinished { call_id, .. } if *call_id == id),
+            )
+            .await;
+        let Event::ToolFinished { outcome, .. } = ev else { unreachable!() };
+        (serde_json::from_str(&outcome.result).expect("result JSON"), outcome.status)
+    }
+
+    /// Ask for job `id`'s log until it contains every one of `needles`, at most `tries`
+    /// times 50 ms apart; whether it did.
+    pub async fn log_shows(&mut self, id: &str, needles: &[&str], tries: usize) -> bool {
+        for _ in 0..tries {
+            self.send(Op::Job { id: id.to_string(), action: JobAction::Log { offset: None, limit: None } });
+            let ev = self.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await;
+            if let Event::JobLog { text, .. } = ev {
+                if needles.iter().all(|n| text.contains(n)) {
+                    return true;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        false
+    }
+
+    /// Kill job `id` as the jobs pane does, and wait until it has finished as killed.
+    pub async fn kill_job(&mut self, id: &str) {
+        self.send(Op::Job { id: id.to_string(), action: JobAction::Kill });
+        self.wait_for("killed", |e| matches!(e, Event::JobFinished { id: i, status: JobStatus::Killed } if i == id))
+            .await;
     }
 
     /// Shut the engine down and wait for it.

@@ -53,6 +53,15 @@ impl Home {
     }
 }
 
+/// Poll `cond` every 20 ms until it holds (30 s deadline).
+pub async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(30), "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
 pub fn stdout(o: &Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
