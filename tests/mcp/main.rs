@@ -243,6 +243,27 @@ async fn engine(home: &Path, model: &ScriptedServer, config_text: &str, policy: 
     running
 }
 
+/// Server `t`, trusted (`extra`: more of its config lines), a scripted model that answers
+/// with `replies`, and an engine that denies what would need an approval. Keep the home.
+async fn with_trusted_t(
+    server: &TestServer,
+    extra: &str,
+    replies: Vec<ScriptedResponse>,
+) -> (ScriptedServer, tempfile::TempDir, inproc::Running) {
+    let model = ScriptedServer::start(replies).await.expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let cfg = server.config("t", 0, &format!("trust = true{extra}"));
+    let run = engine(home.path(), &model, &cfg, PromptPolicy::DenyUnattended).await;
+    (model, home, run)
+}
+
+/// Submit `text`; the turn must complete.
+async fn turn_completes(run: &mut inproc::Running, text: &str) {
+    run.send(Op::Submit { text: text.into(), mode: None });
+    let finished = run.turn_finished().await;
+    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+}
+
 fn tool_call(id: &str, name: &str, args: Value) -> ScriptedResponse {
     ScriptedResponse::tool_call(id, name, &args.to_string())
 }
@@ -323,20 +344,18 @@ async fn http_tools_reach_the_model() {
 /// content, isError, images named), cells shown as `server › tool  args`.
 async fn tools_reach_the_model(transport: Transport) {
     let server = TestServer::start(transport, 0).await;
-    let model = ScriptedServer::start(vec![
-        tool_call("c1", "t__add", json!({"a": 2, "b": 3})),
-        tool_call("c2", "t__fail", json!({})),
-        tool_call("c3", "t__picture", json!({})),
-        ScriptedResponse::text("done"),
-    ])
-    .await
-    .expect("model");
-    let home = tempfile::tempdir().expect("home");
-    let mut run =
-        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
-    run.send(Op::Submit { text: "use the tools".into(), mode: None });
-    let finished = run.turn_finished().await;
-    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    let (model, _home, mut run) = with_trusted_t(
+        &server,
+        "",
+        vec![
+            tool_call("c1", "t__add", json!({"a": 2, "b": 3})),
+            tool_call("c2", "t__fail", json!({})),
+            tool_call("c3", "t__picture", json!({})),
+            ScriptedResponse::text("done"),
+        ],
+    )
+    .await;
+    turn_completes(&mut run, "use the tools").await;
     let requests = model.chat_requests();
     assert_eq!(requests.len(), 4);
     let names = requests[0].tool_names();
@@ -391,16 +410,16 @@ async fn http_interrupt_and_redirect_cancel_a_call() {
 /// `notifications/cancelled`, and the turn goes on at once.
 async fn interrupt_and_redirect_cancel_a_call(transport: Transport) {
     let server = TestServer::start(transport, 0).await;
-    let model = ScriptedServer::start(vec![
-        tool_call("c1", "t__slow", json!({"seconds": 600})),
-        tool_call("c2", "t__slow", json!({"seconds": 600})),
-        ScriptedResponse::text("redirected"),
-    ])
-    .await
-    .expect("model");
-    let home = tempfile::tempdir().expect("home");
-    let mut run =
-        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    let (model, _home, mut run) = with_trusted_t(
+        &server,
+        "",
+        vec![
+            tool_call("c1", "t__slow", json!({"seconds": 600})),
+            tool_call("c2", "t__slow", json!({"seconds": 600})),
+            ScriptedResponse::text("redirected"),
+        ],
+    )
+    .await;
     run.send(Op::Submit { text: "be slow".into(), mode: None });
     server.wait_marker("slow-started").await;
     let asked = Instant::now();
@@ -435,18 +454,13 @@ async fn interrupt_and_redirect_cancel_a_call(transport: Transport) {
 /// cancelled at the server, and the turn goes on to the next model request.
 async fn a_call_past_tool_timeout_is_an_error_and_the_turn_goes_on() {
     let server = TestServer::start(Transport::Stdio, 0).await;
-    let model = ScriptedServer::start(vec![
-        tool_call("c1", "t__slow", json!({"seconds": 600})),
-        ScriptedResponse::text("carried on"),
-    ])
-    .await
-    .expect("model");
-    let home = tempfile::tempdir().expect("home");
-    let cfg = server.config("t", 0, "trust = true\ntool_timeout_s = 1.5");
-    let mut run = engine(home.path(), &model, &cfg, PromptPolicy::DenyUnattended).await;
-    run.send(Op::Submit { text: "be slow".into(), mode: None });
-    let finished = run.turn_finished().await;
-    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    let (model, _home, mut run) = with_trusted_t(
+        &server,
+        "\ntool_timeout_s = 1.5",
+        vec![tool_call("c1", "t__slow", json!({"seconds": 600})), ScriptedResponse::text("carried on")],
+    )
+    .await;
+    turn_completes(&mut run, "be slow").await;
     let requests = model.chat_requests();
     assert_eq!(requests.len(), 2);
     let result = tool_result(&requests, "c1");
@@ -465,13 +479,9 @@ async fn a_call_past_tool_timeout_is_an_error_and_the_turn_goes_on() {
 /// stopped, its tools answer with an error until `/mcp restart`, which brings it back.
 async fn stdio_crash_mid_call_then_restart() {
     let server = TestServer::start(Transport::Stdio, 0).await;
-    let model =
-        ScriptedServer::start(vec![tool_call("c1", "t__crash", json!({})), ScriptedResponse::text("it crashed")])
-            .await
-            .expect("model");
-    let home = tempfile::tempdir().expect("home");
-    let mut run =
-        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    let (model, _home, mut run) =
+        with_trusted_t(&server, "", vec![tool_call("c1", "t__crash", json!({})), ScriptedResponse::text("it crashed")])
+            .await;
     run.send(Op::Submit { text: "crash it".into(), mode: None });
     run.turn_finished().await;
     let crash = tool_result(&model.chat_requests(), "c1");
@@ -501,16 +511,10 @@ async fn stdio_crash_mid_call_then_restart() {
 
 async fn http_crash_mid_call_names_the_server() {
     let server = TestServer::start(Transport::Http, 0).await;
-    let model =
-        ScriptedServer::start(vec![tool_call("c1", "t__crash", json!({})), ScriptedResponse::text("it crashed")])
-            .await
-            .expect("model");
-    let home = tempfile::tempdir().expect("home");
-    let mut run =
-        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
-    run.send(Op::Submit { text: "crash it".into(), mode: None });
-    let finished = run.turn_finished().await;
-    assert!(matches!(finished, Event::TurnFinished { outcome: TurnOutcome::Completed }), "{finished:?}");
+    let (model, _home, mut run) =
+        with_trusted_t(&server, "", vec![tool_call("c1", "t__crash", json!({})), ScriptedResponse::text("it crashed")])
+            .await;
+    turn_completes(&mut run, "crash it").await;
     let crash = tool_result(&model.chat_requests(), "c1");
     assert!(crash["error"].as_str().unwrap().contains("MCP server 't'"), "{crash}");
     run.shutdown().await;
@@ -527,12 +531,8 @@ async fn http_list_changed_updates_the_tools() {
 /// `notifications/tools/list_changed`: the new tool is offered from the next request on.
 async fn list_changed_updates_the_tools(transport: Transport) {
     let server = TestServer::start(transport, 0).await;
-    let model = ScriptedServer::start(vec![tool_call("c1", "t__grow", json!({})), ScriptedResponse::text("grown")])
-        .await
-        .expect("model");
-    let home = tempfile::tempdir().expect("home");
-    let mut run =
-        engine(home.path(), &model, &server.config("t", 0, "trust = true"), PromptPolicy::DenyUnattended).await;
+    let (model, _home, mut run) =
+        with_trusted_t(&server, "", vec![tool_call("c1", "t__grow", json!({})), ScriptedResponse::text("grown")]).await;
     run.send(Op::Submit { text: "grow".into(), mode: None });
     run.turn_finished().await;
     assert!(!model.chat_requests()[0].tool_names().contains(&"t__extra".to_string()));
