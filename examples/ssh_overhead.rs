@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use talaria::config::Config;
-use talaria::engine::backend::Backend;
+use talaria::engine::backend::{remote, Backend};
 use talaria::engine::jobs::{JobsHandle, JobsOptions, RemoteTarget, SpawnSpec, SupervisorExe};
 use talaria::engine::EventSink;
 use talaria::paths::Paths;
@@ -68,7 +68,9 @@ async fn run(runs: usize, talaria: PathBuf) {
     let mut remote = Vec::new();
     let mut raw_ssh = Vec::new();
     let mut raw_sh = Vec::new();
+    let mut raw_start = Vec::new();
     let argv = jobs.backends().transport_argv(&backend, "true");
+    let remote_dir = server.remote_dir().display().to_string();
     for i in 0..runs + 5 {
         let t = Instant::now();
         let s = jobs.spawn(spec(&cwd)).await.expect("spawn");
@@ -89,6 +91,14 @@ async fn run(runs: usize, talaria: PathBuf) {
         let st = std::process::Command::new(&argv[0]).args(&argv[1..]).status().expect("ssh");
         assert!(st.success());
         let took_ssh = t.elapsed();
+        // The remote side alone: the start script over the master, no supervisor.
+        let prefix = remote::job_dir_expr(&remote_dir, &format!("bench-{i}"));
+        let script = remote::start_script(&prefix, "true", "", false, "bash");
+        let start_argv = jobs.backends().transport_argv(&backend, &script);
+        let t = Instant::now();
+        let out = std::process::Command::new(&start_argv[0]).args(&start_argv[1..]).output().expect("ssh");
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        let took_start = t.elapsed();
         let t = Instant::now();
         let st = std::process::Command::new("sh").args(["-c", "true"]).status().expect("sh");
         assert!(st.success());
@@ -98,6 +108,7 @@ async fn run(runs: usize, talaria: PathBuf) {
             remote.push(took_remote);
             raw_ssh.push(took_ssh);
             raw_sh.push(took_sh);
+            raw_start.push(took_start);
         }
     }
     println!("| command `true`, spawn to exit | p50 | p90 | min | runs |");
@@ -105,6 +116,7 @@ async fn run(runs: usize, talaria: PathBuf) {
     describe("local job (supervisor + bash)", &mut local);
     describe("ssh job over the warm master (supervisor + ssh + remote scripts)", &mut remote);
     describe("bare `ssh -o ControlPath=… host 'sh -c true'` over the master", &mut raw_ssh);
+    describe("bare ssh running the remote start script of `true` (no supervisor)", &mut raw_start);
     describe("bare `sh -c true`", &mut raw_sh);
     let p50 = |t: &[Duration]| t[t.len() / 2].as_secs_f64() * 1000.0;
     println!("\noverhead p50: ssh job − local job = {:.1} ms", p50(&remote) - p50(&local));

@@ -226,6 +226,9 @@ pub(crate) struct SshConfig {
     pub(crate) connect_timeout_s: u64,
     /// Seconds the shared master connection stays open after its last use.
     pub(crate) control_persist_s: u64,
+    /// Seconds a background remote job whose connection dropped keeps trying to re-attach
+    /// before it is marked `lost` (it may still run over there).
+    pub(crate) reconnect_timeout_s: u64,
 }
 
 impl Default for SshConfig {
@@ -236,6 +239,7 @@ impl Default for SshConfig {
             remote_dir: "~/.cache/talaria/jobs".into(),
             connect_timeout_s: 10,
             control_persist_s: 600,
+            reconnect_timeout_s: 600,
         }
     }
 }

@@ -254,6 +254,9 @@ pub enum NoticeLevel {
 #[serde(rename_all = "lowercase", tag = "state", content = "code")]
 pub enum JobStatus {
     Running,
+    /// A remote job whose connection dropped: it runs on over there while talaria tries to
+    /// re-attach (DESIGN §4b). Counts as running.
+    Reconnecting,
     Exited(i32),
     Killed,
     Lost,
@@ -261,12 +264,13 @@ pub enum JobStatus {
 
 impl JobStatus {
     pub(crate) fn is_running(&self) -> bool {
-        matches!(self, JobStatus::Running)
+        matches!(self, JobStatus::Running | JobStatus::Reconnecting)
     }
 
     pub(crate) fn label(&self) -> String {
         match self {
             JobStatus::Running => "running".into(),
+            JobStatus::Reconnecting => "reconnecting".into(),
             JobStatus::Exited(code) => format!("exited {code}"),
             JobStatus::Killed => "killed".into(),
             JobStatus::Lost => "lost".into(),
@@ -371,7 +375,7 @@ impl JobFate {
     /// The fate of a job that ended while this Talaria watched it.
     pub(crate) fn of_status(status: &JobStatus) -> JobFate {
         match status {
-            JobStatus::Running => JobFate::Running,
+            JobStatus::Running | JobStatus::Reconnecting => JobFate::Running,
             JobStatus::Exited(code) => JobFate::Finished { code: *code, while_away: false },
             JobStatus::Killed => JobFate::Killed,
             JobStatus::Lost => JobFate::Lost,

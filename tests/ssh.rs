@@ -347,3 +347,191 @@ async fn the_file_tools_act_on_the_remote_host_in_its_working_directory() {
     assert!(!home.work().join(&name).exists());
     running.shutdown().await;
 }
+
+/// The job notice the model was sent that contains `needle` (it reaches the model as a user
+/// message of the turn it starts).
+async fn model_notice(server: &ScriptedServer, needle: &str) -> String {
+    let start = Instant::now();
+    loop {
+        let found = server.chat_requests().iter().find_map(|r| {
+            r.body["messages"].as_array()?.iter().find_map(|m| {
+                let text = m["content"].as_str()?;
+                text.contains(needle).then(|| text.to_string())
+            })
+        });
+        if let Some(text) = found {
+            return text;
+        }
+        assert!(start.elapsed() < DEADLINE, "no notice containing {needle:?} reached the model");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The job's record in the events seen so far: did any say it finished?
+fn finished(running: &inproc::Running, id: &str) -> bool {
+    running.seen.iter().any(|e| matches!(e, Event::JobFinished { id: i, .. } if i == id))
+}
+
+/// Files of the remote job `id` in the server's job directory (`<tag>.<kind>`).
+fn remote_files(sshd: &Sshd, id: &str) -> Vec<std::path::PathBuf> {
+    std::fs::read_dir(sshd.remote_dir())
+        .map(|d| d.flatten().map(|e| e.path()).collect::<Vec<_>>())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&format!("{id}-"))))
+        .collect()
+}
+
+/// A background remote job whose connection drops (sshd stopped: the master connection and
+/// the job's own session die) is shown reconnecting, not "exited 255"; the command runs on
+/// over there and finishes while nobody is connected; once sshd is back the job re-attaches,
+/// its output resumes exactly where it stopped and its real exit code is reported.
+#[tokio::test]
+async fn a_background_remote_job_reattaches_after_the_connection_drops_and_reports_its_real_exit() {
+    let mut sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(7);
+    let go = sshd.dir.path().join(format!("go-{mark}"));
+    let command = format!(
+        "echo before-{mark}; while [ ! -e {go} ]; do sleep 0.05; done; echo after-{mark}; exit 7",
+        go = go.display()
+    );
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("bg", "terminal", &json!({ "command": command, "background": true }).to_string()),
+        ScriptedResponse::text("started it"),
+        ScriptedResponse::text("noted"),
+        ScriptedResponse::text("noted"),
+    ])
+    .await
+    .unwrap();
+    let cfg = sshd.talaria_config(5).replace("[approvals]", "reconnect_timeout_s = 300\n\n[approvals]");
+    let mut running = start(home.path(), &server, &cfg, SessionChoice::New).await;
+    running.send(Op::Submit { text: "start it in the background".into(), mode: None });
+    let (result, _) = tool_result(&mut running, "bg").await;
+    let id = result["session_id"].as_str().expect("a job id").to_string();
+    running.turn_finished().await;
+    let before = format!("before-{mark}");
+    running
+        .wait_since(0, "its first output", |e| matches!(e, Event::JobUpdated { tail, .. } if tail.contains(&before)))
+        .await;
+
+    sshd.stop();
+    let seen = running.seen.len();
+    running
+        .wait_since(
+            seen,
+            "the job reconnecting",
+            |e| matches!(e, Event::JobUpdated { id: i, status: JobStatus::Reconnecting, .. } if *i == id),
+        )
+        .await;
+    running
+        .wait_since(
+            0,
+            "reconnecting in the status line",
+            |e| matches!(e, Event::Status(s) if s.backend.as_deref().is_some_and(|b| b.ends_with("reconnecting"))),
+        )
+        .await;
+    // The command runs on with nobody connected, and ends there.
+    std::fs::write(&go, "").unwrap();
+    let exit_file = || remote_files(&sshd, &id).into_iter().any(|p| p.extension().is_some_and(|x| x == "exit"));
+    wait_until("the remote exit record", exit_file).await;
+    let quiet = running.collect_for(Duration::from_millis(1500)).await;
+    assert!(!finished(&running, &id), "not reported finished while the host is unreachable: {quiet:?}");
+
+    sshd.restart();
+    let ev = running
+        .wait_for(&format!("{id} finished"), |e| matches!(e, Event::JobFinished { id: i, .. } if *i == id))
+        .await;
+    assert!(
+        matches!(&ev, Event::JobFinished { status: JobStatus::Exited(7), .. }),
+        "re-attached and got the real exit code: {ev:?}"
+    );
+    running.send(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: None } });
+    let Event::JobLog { text, .. } = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await else {
+        unreachable!()
+    };
+    assert_eq!(text.matches(&before).count(), 1, "the output resumed where it stopped (no repeat): {text:?}");
+    assert_eq!(text.matches(&format!("after-{mark}")).count(), 1, "the output printed while away: {text:?}");
+    let notice = model_notice(&server, &format!("Background job {id} exited with code 7")).await;
+    assert!(notice.contains(&format!("after-{mark}")), "{notice}");
+    wait_until("the remote files removed", || remote_files(&sshd, &id).is_empty()).await;
+    running.shutdown().await;
+}
+
+/// A background remote job whose host stays unreachable past `reconnect_timeout_s` is
+/// marked lost with the reason (never a fake exit code); so is one whose remote files are
+/// gone when the host answers again.
+#[tokio::test]
+async fn a_remote_job_whose_host_stays_away_or_whose_files_are_gone_is_lost_with_a_reason() {
+    let mut sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(8);
+    let bg = |n: u32| {
+        let command = format!("echo up-{mark}-{n}; exec sleep {mark}{n}");
+        ScriptedResponse::tool_call(
+            &format!("bg{n}"),
+            "terminal",
+            &json!({ "command": command, "background": true }).to_string(),
+        )
+    };
+    let server = ScriptedServer::start([
+        bg(1),
+        ScriptedResponse::text("one"),
+        ScriptedResponse::text("noted"),
+        bg(2),
+        ScriptedResponse::text("two"),
+        ScriptedResponse::text("noted"),
+    ])
+    .await
+    .unwrap();
+    let cfg = sshd.talaria_config(2).replace("[approvals]", "reconnect_timeout_s = 3\n\n[approvals]");
+    let mut running = start(home.path(), &server, &cfg, SessionChoice::New).await;
+
+    // 1. The host does not come back within the bound.
+    running.send(Op::Submit { text: "one".into(), mode: None });
+    let (first, _) = tool_result(&mut running, "bg1").await;
+    let id1 = first["session_id"].as_str().unwrap().to_string();
+    running.turn_finished().await;
+    let up = format!("up-{mark}-1");
+    running.wait_since(0, "its output", |e| matches!(e, Event::JobUpdated { tail, .. } if tail.contains(&up))).await;
+    sshd.stop();
+    let ev = running
+        .wait_for(&format!("{id1} finished"), |e| matches!(e, Event::JobFinished { id: i, .. } if *i == id1))
+        .await;
+    assert!(matches!(&ev, Event::JobFinished { status: JobStatus::Lost, .. }), "{ev:?}");
+    let notice = model_notice(&server, &format!("Background job {id1} was lost")).await;
+    assert!(notice.contains("did not answer for 3s") && notice.contains("may still be running"), "{notice}");
+    assert!(!notice.contains("exited with code"), "{notice}");
+    running.turn_finished().await;
+
+    // 2. The host answers again, but the job's files are gone.
+    sshd.restart();
+    assert_eq!(sshd.pgrep(&format!("^sleep {mark}1$")).len(), 1, "the lost job still runs over there");
+    drop(sshd.ssh(&format!("pkill -f '^sleep {mark}1$'")));
+    running.send(Op::Submit { text: "two".into(), mode: None });
+    let (second, _) = tool_result(&mut running, "bg2").await;
+    let id2 = second["session_id"].as_str().unwrap().to_string();
+    running.turn_finished().await;
+    let up = format!("up-{mark}-2");
+    running.wait_since(0, "its output", |e| matches!(e, Event::JobUpdated { tail, .. } if tail.contains(&up))).await;
+    sshd.stop();
+    running
+        .wait_for(
+            "reconnecting",
+            |e| matches!(e, Event::JobUpdated { id: i, status: JobStatus::Reconnecting, .. } if *i == id2),
+        )
+        .await;
+    for f in remote_files(&sshd, &id2) {
+        std::fs::remove_file(f).unwrap();
+    }
+    sshd.restart();
+    let ev = running
+        .wait_for(&format!("{id2} finished"), |e| matches!(e, Event::JobFinished { id: i, .. } if *i == id2))
+        .await;
+    assert!(matches!(&ev, Event::JobFinished { status: JobStatus::Lost, .. }), "{ev:?}");
+    let notice = model_notice(&server, &format!("Background job {id2} was lost")).await;
+    assert!(notice.contains("files are gone"), "{notice}");
+    drop(sshd.ssh(&format!("pkill -f '^sleep {mark}2$'")));
+    running.turn_finished().await;
+    running.shutdown().await;
+}

@@ -112,11 +112,13 @@ impl Sshd {
         }
     }
 
-    /// Stop the server and every session it serves (so master connections die too).
+    /// Stop the server and every session it serves (so master connections die too): the
+    /// listener and its per-connection `sshd` processes, as when a host's sshd dies or its
+    /// network goes. What those sessions started (remote jobs under `setsid`) runs on.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else { return };
         let pid = child.id() as i32;
-        for p in descendants(pid) {
+        for p in descendants(pid).into_iter().filter(|p| is_sshd(*p)) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p), nix::sys::signal::Signal::SIGKILL);
         }
         let _ = child.kill();
@@ -174,6 +176,11 @@ impl Drop for Sshd {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The process is an sshd (the listener's children: per-connection servers).
+fn is_sshd(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sshd")
 }
 
 /// Every descendant of `pid` (children first found through /proc).

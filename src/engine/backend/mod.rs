@@ -11,7 +11,7 @@
 //! connection lost mid-command, docker missing or its daemon down) are *degraded* results,
 //! never the command's own failure; the connection is evicted so the next call starts afresh.
 
-pub(crate) mod remote;
+pub mod remote;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -274,6 +274,17 @@ impl Backends {
             }
         }
         self.set_state(backend, ConnState::Degraded);
+    }
+
+    /// A remote job lost its connection (`up` false: the backend shows `reconnecting`) or
+    /// re-attached (the host answers again: `connected`).
+    pub(crate) fn job_link(&self, backend: &Backend, up: bool) {
+        let now = self.state(backend);
+        match (up, now) {
+            (false, ConnState::Idle | ConnState::Connected) => self.set_state(backend, ConnState::Reconnecting),
+            (true, ConnState::Reconnecting | ConnState::Degraded) => self.set_state(backend, ConnState::Connected),
+            _ => {}
+        }
     }
 
     async fn ensure_ssh(&self, backend: &Backend, host: &str) -> Result<(), Degraded> {

@@ -2,11 +2,22 @@
 //! markers they print on stderr so talaria can tell the transport's failure (no
 //! `__talaria_started`: the script never ran — degraded) from the command's own result
 //! (`__talaria_end <code> <cwd>`).
+//!
+//! A remote job's files sit side by side in `remote_dir`, named after its tag (`<tag>.log`,
+//! `.pid`, `.exit`, `.cwd`, `.stdin`, `.killed`, `.follower`): no directory to create per
+//! command. The scripts are written for few processes per command (DESIGN §4b, BENCHMARKS
+//! "Remote backends"): the follower starts the job as its own child (so `wait` has its
+//! end at once), streams the log with GNU `tail -f --pid` (inotify for the output; it looks
+//! for the job's end every 10 ms, a syscall, no process), and only the rarely taken paths
+//! (re-attach, kill, a host without GNU tail) poll with `sleep`.
 
 use crate::engine::jobs::sh_quote;
 
 pub(crate) const STARTED: &str = "__talaria_started";
 pub(crate) const END: &str = "__talaria_end";
+/// Printed by the attach script when the job cannot be followed any more (its files are
+/// gone, or it ended without an exit record); the rest of the line says why.
+pub(crate) const GONE: &str = "__talaria_gone";
 
 /// What the markers on a transport's stderr say.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -17,6 +28,8 @@ pub(crate) struct Markers {
     pub(crate) end: Option<i32>,
     /// The command's final working directory on the remote side.
     pub(crate) cwd: Option<String>,
+    /// The job cannot be followed any more: why.
+    pub(crate) gone: Option<String>,
 }
 
 pub(crate) fn markers(stderr: &str) -> Markers {
@@ -30,6 +43,8 @@ pub(crate) fn markers(stderr: &str) -> Markers {
             let (code, cwd) = rest.split_once(' ').unwrap_or((rest, ""));
             m.end = code.trim().parse().ok().or(Some(-1));
             m.cwd = Some(cwd.to_string()).filter(|c| !c.is_empty());
+        } else if let Some(rest) = line.strip_prefix(GONE) {
+            m.gone = Some(rest.trim().to_string());
         }
     }
     m
@@ -37,7 +52,11 @@ pub(crate) fn markers(stderr: &str) -> Markers {
 
 /// stderr without the marker lines.
 pub(crate) fn strip_markers(stderr: &str) -> String {
-    stderr.lines().filter(|l| !l.starts_with(STARTED) && !l.starts_with(END)).collect::<Vec<_>>().join("\n")
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with(STARTED) && !l.starts_with(END) && !l.starts_with(GONE))
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// A short script wrapped so its end is known: started marker, the script in a subshell,
@@ -57,105 +76,162 @@ pub(crate) fn remote_path_expr(path: &str) -> String {
     }
 }
 
-/// The job directory of a remote job, as a shell expression.
-pub(crate) fn job_dir_expr(remote_dir: &str, tag: &str) -> String {
+/// The path prefix of a remote job's files (`<remote_dir>/<tag>`), as a shell expression.
+/// Public for `examples/ssh_overhead` (it times the start script alone).
+pub fn job_dir_expr(remote_dir: &str, tag: &str) -> String {
     format!("{}/{}", remote_path_expr(remote_dir.trim_end_matches('/')), sh_quote(tag))
 }
 
-/// The wrapper that runs under `setsid` on the remote side: records its pid (= its process
-/// group), runs the command in the working directory with the chosen shell, records the
-/// exit status. Arguments: job dir, shell, cwd.
-const WRAPPER: &str = r#"d=$1; S=$2; C=$3
-echo $$ > "$d/pid"
-(
-  case $C in "~") C=$HOME ;; "~/"*) C=$HOME/${C#"~/"} ;; esac
-  if [ -n "$C" ]; then cd "$C" || exit 1; fi
-  __TALARIA_D=$d; export __TALARIA_D
-  exec "$S" "$d/script"
-)
-echo $? > "$d/exit.tmp" && mv "$d/exit.tmp" "$d/exit"
+/// The wrapper that runs under `setsid` on the remote side, in its own process group, with
+/// the command's own shell (bash, or sh where there is none): goes to the working
+/// directory, runs the command in a subshell (a fork, no second shell to exec), records the
+/// exit status. Arguments: file prefix, cwd, command.
+const WRAPPER: &str = r#"__td=$1; __tc=$2; __tb=$3; set --
+case $__tc in "~") __tc=$HOME ;; "~/"*) __tc=$HOME/${__tc#"~/"} ;; esac
+if [ -n "$__tc" ]; then cd "$__tc" || { echo 1 > "$__td.exit"; exit 1; }; fi
+__TALARIA_D=$__td; export __TALARIA_D
+( eval "$__tb" )
+__tr=$?
+echo $__tr > "$__td.exit"
+exit $__tr
 "#;
 
-/// Start a remote job and follow it: the job runs detached (`setsid`, double-forked so it is
-/// no child of this script) with its log, pid, exit record and stdin FIFO in `dir`; this
-/// script streams the log to stdout until the job ends, relays stdin into the FIFO for a
-/// background job, prints the end marker (exit code and final cwd) on stderr, removes the
-/// job directory and exits with the job's code.
-pub(crate) fn start_script(dir_expr: &str, command: &str, cwd: &str, background: bool, shell: &str) -> String {
-    let script_body = format!("trap 'pwd -P > \"$__TALARIA_D/cwd\" 2>/dev/null' EXIT\n{command}\n");
+/// Start a remote job and follow it: the job runs detached (`setsid`, its own session and
+/// group, so a dropped connection does not touch it) with its log, pid, exit record and
+/// stdin FIFO next to each other under `prefix`; this script streams the log to stdout
+/// until the job ends, relays stdin into the FIFO for a background job, prints the end
+/// marker (exit code and final cwd) on stderr, removes the job's files and exits with the
+/// job's code. Public for `examples/ssh_overhead`.
+pub fn start_script(prefix: &str, command: &str, cwd: &str, background: bool, shell: &str) -> String {
+    let body = format!("trap 'pwd -P > \"$__TALARIA_D.cwd\" 2>/dev/null' EXIT\n{command}\n");
     let bg = if background { "1" } else { "0" };
     format!(
-        r#"d={dir_expr}
-BG={bg}
-mkdir -p "$d" || {{ echo "talaria: cannot create the remote job directory $d" >&2; exit 1; }}
-printf '%s' {body} > "$d/script" || exit 1
+        r#"d={prefix}; r=${{d%/*}}; BG={bg}
+[ -d "$r" ] || mkdir -p "$r" || {{ echo "talaria: cannot create the remote job directory $r" >&2; exit 1; }}
 if command -v {shell} >/dev/null 2>&1; then S={shell}; else S=sh; fi
-if [ "$BG" = 1 ]; then rm -f "$d/stdin"; mkfifo "$d/stdin" || exit 1; IN=$d/stdin; else IN=/dev/null; fi
-( setsid sh -c {wrapper} sh "$d" "$S" {cwd} < "$IN" > "$d/log" 2>&1 & )
-if [ "$BG" = 1 ]; then exec 3<&0; cat <&3 > "$d/stdin" 2>/dev/null & CATPID=$!; fi
+IN=/dev/null
+if [ $BG = 1 ]; then rm -f "$d.stdin"; mkfifo "$d.stdin" || exit 1; IN=$d.stdin; fi
+: > "$d.log" || exit 1
+setsid "$S" -c {wrapper} talaria "$d" {cwd} {body} < "$IN" >> "$d.log" 2>&1 &
+J=$!
+echo $J > "$d.pid"
+echo "{STARTED} $J" >&2
+if [ $BG = 1 ]; then exec 3<&0; cat <&3 > "$d.stdin" 2>/dev/null & CATPID=$!; fi
 exec 0</dev/null
-{follow}"#,
-        body = sh_quote(&script_body),
+{tail_kind}
+if [ $GT = 1 ]; then
+  tail -c +1 -f --pid=$J -s 0.01 "$d.log" &
+  T=$!
+  wait $J; code=$?
+  wait $T
+else
+  off=0
+  while :; do
+    kill -0 $J 2>/dev/null && [ ! -s "$d.exit" ] && done=0 || done=1
+{poll}
+    [ $done = 1 ] && break
+    sleep 0.1
+  done
+  wait $J; code=$?
+fi
+cwd=
+[ -s "$d.cwd" ] && read -r cwd < "$d.cwd"
+echo "{END} $code $cwd" >&2
+if [ $BG = 1 ]; then kill $CATPID 2>/dev/null; fi
+{orphaned}
+# A follower that lost its connection leaves the files to the one that re-attaches.
+if [ ! -e "$d.follower" ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" & fi
+exit $code
+"#,
         shell = sh_quote(shell),
         wrapper = sh_quote(WRAPPER),
         cwd = sh_quote(cwd),
-        follow = FOLLOW,
+        body = sh_quote(&body),
+        tail_kind = TAIL_KIND,
+        poll = POLL_LOG,
+        orphaned = ORPHANED,
     )
 }
 
-/// Wait for the pid, stream the log until the job ends, then report. Expects `d`, `BG` and
-/// (for BG=1) `CATPID`.
-const FOLLOW: &str = r#"i=0; pid=
-while [ -z "$pid" ]; do
-  read -r pid < "$d/pid" 2>/dev/null
-  [ -n "$pid" ] && break
-  i=$((i+1))
-  if [ $i -gt 5000 ]; then echo "talaria: the remote job did not start" >&2; exit 1; fi
-  sleep 0.002
-done
-echo "__talaria_started $pid" >&2
-# The job is not our child and a container's init may be slow to reap it: its end is the
-# exit record (or a kill), not its pid. A watcher child (which we reap) ends when it appears.
-( n=0; t=0.005
-  while [ ! -f "$d/exit" ] && [ ! -f "$d/killed" ] && kill -0 "$pid" 2>/dev/null; do
-    sleep $t; n=$((n+1)); [ $n -gt 100 ] && t=0.05
-  done ) &
+/// `orphaned`: true when this script's parent (sshd's session, docker's exec) is gone, i.e.
+/// its connection dropped (a builtin `kill -0`: reading /proc with `read` costs a syscall
+/// per byte).
+const ORPHANED: &str = r#"orphaned() {
+  [ "${PPID:-0}" -gt 1 ] && ! kill -0 "$PPID" 2>/dev/null
+}"#;
+
+/// Sets `GT=1` where `tail` is GNU's (it has `--pid`), else 0; remembered in the remote
+/// directory `r` so only the first command on a host asks.
+const TAIL_KIND: &str = r#"if [ -f "$r/.tail-gnu" ]; then GT=1
+elif [ -f "$r/.tail-posix" ]; then GT=0
+elif tail --pid=$$ -c 0 /dev/null >/dev/null 2>&1; then GT=1; : > "$r/.tail-gnu"
+else GT=0; : > "$r/.tail-posix"; fi"#;
+
+/// One polling step without GNU tail: print what the log gained since byte `off`.
+const POLL_LOG: &str = r#"    size=$(wc -c < "$d.log" | tr -d ' ')
+    if [ "$size" -gt "$off" ]; then tail -c +$((off+1)) "$d.log" | head -c $((size-off)); off=$size; fi"#;
+
+/// Re-attach to a running remote job after the connection dropped: `$1` is how many bytes
+/// of its log talaria already has. Streams the rest of the log until the job ends, then
+/// the end marker; `__talaria_gone <why>` when its files are gone or it ended without an
+/// exit record.
+pub(crate) fn attach_script(prefix: &str) -> String {
+    format!(
+        r#"d={prefix}; r=${{d%/*}}; OFF=${{1:-0}}
+if [ ! -s "$d.pid" ] || [ ! -f "$d.log" ]; then
+  echo "{GONE} the remote job's files are gone from $r" >&2; exit 1
+fi
+read -r pid < "$d.pid"
+echo $$ > "$d.follower"
+echo "{STARTED} $pid" >&2
+CATPID=
+if [ -p "$d.stdin" ]; then exec 3<&0; cat <&3 > "$d.stdin" 2>/dev/null & CATPID=$!; fi
+exec 0</dev/null
+# The job is not our child: its end is the exit record (or a kill, or its pid gone).
+( while [ ! -s "$d.exit" ] && [ ! -f "$d.killed" ] && kill -0 "$pid" 2>/dev/null; do sleep 0.2; done ) &
 W=$!
-# GNU tail follows until the watcher ends; elsewhere (busybox) a polling loop.
-if ! tail -c +1 -f --pid="$W" -s 0.01 "$d/log" 2>/dev/null; then
-  off=0
+{tail_kind}
+if [ $GT = 1 ]; then
+  tail -c +$((OFF+1)) -f --pid=$W -s 0.2 "$d.log"
+else
+  off=$OFF
   while :; do
-    alive=0; kill -0 "$W" 2>/dev/null && alive=1
-    size=$(wc -c < "$d/log" | tr -d ' ')
-    if [ "$size" -gt "$off" ]; then tail -c +$((off+1)) "$d/log" | head -c $((size-off)); off=$size; fi
-    [ $alive = 0 ] && break
-    sleep 0.1
+    kill -0 $W 2>/dev/null && done=0 || done=1
+{poll}
+    [ $done = 1 ] && break
+    sleep 0.2
   done
 fi
-wait "$W" 2>/dev/null
-if [ ! -f "$d/exit" ] && [ ! -f "$d/killed" ] && kill -0 "$pid" 2>/dev/null; then
-  echo "talaria: lost the output stream of the remote job" >&2
-  exit 255
+wait $W
+[ -n "$CATPID" ] && kill $CATPID 2>/dev/null
+if [ -s "$d.exit" ]; then read -r code < "$d.exit"
+elif [ -f "$d.killed" ]; then code=137
+else echo "{GONE} the remote job ended without an exit record (killed from outside, or the host restarted)" >&2; exit 1
 fi
-code=137; cwd=
-[ -f "$d/exit" ] && read -r code < "$d/exit"
-[ -f "$d/cwd" ] && read -r cwd < "$d/cwd"
-echo "__talaria_end $code $cwd" >&2
-if [ "$BG" = 1 ]; then kill "$CATPID" 2>/dev/null; fi
-rm -rf "$d" &
-exit "$code"
-"#;
+cwd=
+[ -s "$d.cwd" ] && read -r cwd < "$d.cwd"
+echo "{END} $code $cwd" >&2
+{orphaned}
+read -r f < "$d.follower"
+if [ "$f" = $$ ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.follower" & fi
+exit $code
+"#,
+        tail_kind = TAIL_KIND,
+        poll = POLL_LOG,
+        orphaned = ORPHANED,
+    )
+}
 
 /// Kill a remote job's process group: SIGTERM, up to `grace_s`, SIGKILL, then wait (up to
 /// 10 s) until none of it is left.
-pub(crate) fn kill_script(dir_expr: &str, grace_s: f64) -> String {
+pub(crate) fn kill_script(prefix: &str, grace_s: f64) -> String {
     let ticks = (grace_s.max(0.0) * 20.0).ceil() as u64;
     format!(
-        r#"d={dir_expr}
-[ -s "$d/pid" ] || exit 0
-[ -f "$d/exit" ] && exit 0
-read -r pid < "$d/pid"
-: > "$d/killed"
+        r#"d={prefix}
+[ -s "$d.pid" ] || exit 0
+[ -s "$d.exit" ] && exit 0
+read -r pid < "$d.pid"
+: > "$d.killed"
 # A live (non-zombie) member of the group: /proc where there is one (an unreaped zombie
 # leader must not count), else kill -0.
 alive() {{
@@ -194,6 +270,9 @@ mod tests {
         assert_eq!(m.cwd.as_deref(), Some("/tmp/a b"));
         assert_eq!(strip_markers(err), "warning: x");
         assert_eq!(markers("ssh: connect to host x: Connection refused"), Markers::default());
+        let gone = markers("__talaria_gone its files are gone\n");
+        assert_eq!(gone.gone.as_deref(), Some("its files are gone"));
+        assert_eq!(strip_markers("a\n__talaria_gone x\nb"), "a\nb");
     }
 
     #[test]
@@ -203,20 +282,83 @@ mod tests {
         assert_eq!(job_dir_expr("~/j/", "job_1-ab"), "\"$HOME\"/'j'/'job_1-ab'");
     }
 
+    fn sh(script: &str, args: &[&str]) -> std::process::Output {
+        std::process::Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg("sh")
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap()
+    }
+
     /// The scripts run under a real `sh` (dash on Debian): a start runs the command, relays
     /// output, exit code and cwd, and cleans up.
     #[test]
     fn start_script_runs_locally_under_sh() {
         let root = tempfile::tempdir().unwrap();
-        let dir = root.path().join("j");
-        let script = start_script(&sh_quote(&dir.to_string_lossy()), "echo hi; cd /; exit 7", "/tmp", false, "bash");
-        let out = std::process::Command::new("sh").arg("-c").arg(&script).output().unwrap();
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\n");
+        let prefix = root.path().join("jobs").join("j1");
+        let script = start_script(
+            &sh_quote(&prefix.to_string_lossy()),
+            "echo hi; cd /; echo err >&2; exit 7",
+            "/tmp",
+            false,
+            "bash",
+        );
+        let out = sh(&script, &[]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\nerr\n");
         assert_eq!(out.status.code(), Some(7));
         let m = markers(&String::from_utf8_lossy(&out.stderr));
         assert!(m.started);
         assert_eq!(m.end, Some(7));
         assert_eq!(m.cwd.as_deref(), Some("/"));
-        assert!(!dir.exists(), "the remote job directory is removed");
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let left = || {
+            std::fs::read_dir(root.path().join("jobs"))
+                .unwrap()
+                .flatten()
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("j1"))
+                .collect::<Vec<_>>()
+        };
+        while !left().is_empty() {
+            assert!(std::time::Instant::now() < deadline, "the job's files are removed: {:?}", left());
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Re-attaching streams the log from the given offset and reports the real exit; a job
+    /// whose files are gone is reported gone, never as an exit code.
+    #[test]
+    fn attach_script_resumes_at_the_offset_and_reports_gone() {
+        let root = tempfile::tempdir().unwrap();
+        let prefix = root.path().join("j2");
+        let p = prefix.to_string_lossy().to_string();
+        std::fs::write(format!("{p}.log"), "0123456789tail\n").unwrap();
+        std::fs::write(format!("{p}.pid"), "999999999\n").unwrap();
+        std::fs::write(format!("{p}.exit"), "5\n").unwrap();
+        std::fs::write(format!("{p}.cwd"), "/srv\n").unwrap();
+        let script = attach_script(&sh_quote(&p));
+        let out = sh(&script, &["10"]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "tail\n");
+        assert_eq!(out.status.code(), Some(5));
+        let m = markers(&String::from_utf8_lossy(&out.stderr));
+        assert!(m.started && m.gone.is_none());
+        assert_eq!((m.end, m.cwd.as_deref()), (Some(5), Some("/srv")));
+
+        let out = sh(&attach_script(&sh_quote(&root.path().join("nothing").to_string_lossy())), &["0"]);
+        let m = markers(&String::from_utf8_lossy(&out.stderr));
+        assert!(!m.started && m.end.is_none(), "{m:?}");
+        assert!(m.gone.is_some_and(|g| g.contains("files are gone")));
+
+        // The process is gone and nothing recorded its end: lost, not an exit code.
+        let q = root.path().join("j3").to_string_lossy().to_string();
+        std::fs::write(format!("{q}.log"), "x").unwrap();
+        std::fs::write(format!("{q}.pid"), "999999999\n").unwrap();
+        let out = sh(&attach_script(&sh_quote(&q)), &["1"]);
+        let m = markers(&String::from_utf8_lossy(&out.stderr));
+        assert!(m.started && m.end.is_none(), "{m:?}");
+        assert!(m.gone.is_some_and(|g| g.contains("without an exit record")));
     }
 }

@@ -128,10 +128,20 @@ pub(crate) fn notice_text(id: &str, status: &JobStatus, runtime: Duration, comma
         JobStatus::Killed => {
             format!("[Background job {id} was killed after {dur}. Command: {command}. Output tail: {tail}]")
         }
-        JobStatus::Running | JobStatus::Lost => {
+        JobStatus::Running | JobStatus::Reconnecting | JobStatus::Lost => {
             format!("[Background job {id} was lost after {dur}. Command: {command}. Output tail: {tail}]")
         }
     }
+}
+
+/// The notice of a job that is lost for a known reason (a remote job whose host stayed
+/// unreachable): no exit code will come.
+pub(crate) fn lost_notice_text(id: &str, why: &str, runtime: Duration, command: &str, tail: &str) -> String {
+    let command = crate::text::truncate_for_model(command, 300).replace('\n', " ");
+    let tail = tail.trim();
+    let tail = if tail.is_empty() { "(no output)" } else { tail };
+    let dur = format_duration(runtime);
+    format!("[Background job {id} was lost after {dur}: {why}. Command: {command}. Output tail: {tail}]")
 }
 
 /// A job's runtime as notices and `talaria jobs` show it (`4.2s`, `3m12s`, `2h05m`).
@@ -150,6 +160,7 @@ pub(crate) async fn bumped(rx: &mut watch::Receiver<u64>) {
 pub(crate) fn status_str(status: &JobStatus) -> &'static str {
     match status {
         JobStatus::Running => "running",
+        JobStatus::Reconnecting => "reconnecting",
         JobStatus::Exited(_) => "exited",
         JobStatus::Killed => "killed",
         JobStatus::Lost => "lost",
@@ -159,7 +170,7 @@ pub(crate) fn status_str(status: &JobStatus) -> &'static str {
 fn exit_code_value(status: &JobStatus) -> Value {
     match status {
         JobStatus::Exited(code) => json!(code),
-        JobStatus::Running | JobStatus::Killed | JobStatus::Lost => Value::Null,
+        JobStatus::Running | JobStatus::Reconnecting | JobStatus::Killed | JobStatus::Lost => Value::Null,
     }
 }
 

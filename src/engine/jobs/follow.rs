@@ -310,6 +310,9 @@ pub(super) async fn follow(
             tokio::task::yield_now().await;
             continue;
         }
+        if job.remote.is_some() {
+            reg.track_remote_link(&job);
+        }
         // Nothing new in the log: has the job ended?
         if let Some(record) = jd.read_exit() {
             // Everything was written before exit.json: read the rest.
@@ -326,14 +329,17 @@ pub(super) async fn follow(
             reg.feed_watches(&job, &rest);
             let totals = record.output;
             job.state().output.settle_totals(totals.chars, totals.bytes, totals.lines);
+            let killed = record.killed || job.kill_requested.load(Ordering::SeqCst);
+            // A remote job its transport gave up on: lost, with why — never its exit 255.
+            let gave_up = job.remote.as_ref().and_then(|_| super::run::remote_lost(&jd)).filter(|_| !killed);
             break ExitInfo {
                 code: record.code,
                 signal: record.signal,
-                killed: record.killed || job.kill_requested.load(Ordering::SeqCst),
+                killed,
                 leftover,
                 cwd: None,
-                reason: record.reason,
-                lost: false,
+                lost: gave_up.is_some(),
+                reason: gave_up.or(record.reason),
             };
         }
         if !leftover {

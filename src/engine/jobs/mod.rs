@@ -249,6 +249,9 @@ struct Job {
     /// The model wanted this job's result: it waited for, polled, read or wrote to it
     /// while it ran, or it was a foreground command moved to the background.
     awaited: AtomicBool,
+    /// Re-attached by this talaria after it had already ended (while no talaria watched):
+    /// a resumed transcript says "finished while away" even once this talaria read its end.
+    ended_away: bool,
     /// The model saw the exit through `process`: no notification.
     exit_seen: AtomicBool,
     /// Watch patterns on its output (they end with the job).
@@ -494,7 +497,13 @@ impl JobsHandle {
             let fate = match live {
                 Some(JobStatus::Running) => JobFate::Running,
                 // This talaria saw it end but its record is not written yet.
-                Some(status) if row.status == "running" => JobFate::of_status(&status),
+                Some(status) if row.status == "running" => {
+                    let away = self.inner.get(&row.id()).is_some_and(|j| j.ended_away);
+                    match JobFate::of_status(&status) {
+                        JobFate::Finished { code, .. } if away => JobFate::Finished { code, while_away: true },
+                        fate => fate,
+                    }
+                }
                 _ => records::fate_of_row(&self.inner.dir, &row, &self.inner.boot_id),
             };
             out.insert(row.id(), fate);
@@ -669,6 +678,10 @@ impl Registry {
             let was = st.background;
             st.background = true;
             st.call_id = None;
+            if !was && job.remote.is_some() {
+                // Its transport re-attaches after a dropped connection from now on.
+                let _ = std::fs::write(job.dir.path.join(run::BACKGROUND), "");
+            }
             if !was {
                 if let Some(store) = &self.store {
                     drop(store.job_set_background(job.num as i64));
@@ -683,6 +696,29 @@ impl Registry {
         };
         self.events.send(Event::JobStarted { job: info });
         true
+    }
+
+    /// A remote job's connection went down (its transport tries to re-attach) or came
+    /// back: the job shows `reconnecting` / `running`, and so does its backend.
+    fn track_remote_link(&self, job: &Job) {
+        let down = run::remote_reconnecting(&job.dir);
+        let event = {
+            let mut st = job.state();
+            let next = match (&st.status, down) {
+                (JobStatus::Running, true) => JobStatus::Reconnecting,
+                (JobStatus::Reconnecting, false) => JobStatus::Running,
+                _ => return,
+            };
+            st.status = next.clone();
+            let tail = crate::text::tail_chars(st.output.tail(), 2000).to_string();
+            st.announced.then(|| Event::JobUpdated { id: job.id.clone(), status: next, tail })
+        };
+        if let Some(remote) = &job.remote {
+            self.backends.job_link(&remote.backend, !down);
+        }
+        if let Some(event) = event {
+            self.events.send(event);
+        }
     }
 
     async fn kill_job(&self, job: &Job) -> ExitInfo {
@@ -755,8 +791,13 @@ impl Registry {
         if announced {
             self.events.send(Event::JobFinished { id: job.id.clone(), status: status.clone() });
         }
-        let quiet = exit.lost || !background || self.shutting_down.load(Ordering::SeqCst);
-        let mut notice = (!quiet).then(|| actions::notice_text(&job.id, &status, job.runtime(), &job.command, &tail));
+        // A lost remote job says why (its host stayed unreachable); a lost local one is told
+        // by the session's resume.
+        let quiet = (exit.lost && exit.reason.is_none()) || !background || self.shutting_down.load(Ordering::SeqCst);
+        let mut notice = (!quiet).then(|| match exit.reason.as_deref().filter(|_| exit.lost) {
+            Some(why) => actions::lost_notice_text(&job.id, why, job.runtime(), &job.command, &tail),
+            None => actions::notice_text(&job.id, &status, job.runtime(), &job.command, &tail),
+        });
         if let Some(store) = &self.store {
             let end = JobEnd {
                 status: status_str(&status).to_string(),

@@ -38,6 +38,7 @@ pub(super) fn fate_of_row(dir: &Path, row: &JobRow, boot_id: &str) -> JobFate {
         "running" => {
             let jd = JobDir::new(dir, &row.id());
             match jd.read_exit() {
+                Some(exit) if !exit.killed && super::run::remote_lost(&jd).is_some() => JobFate::Lost,
                 Some(exit) => ended(
                     exit.killed,
                     code(exit.code.map(i64::from), exit.signal.map(i64::from)),
@@ -93,25 +94,32 @@ pub(crate) fn supervisor_alive(row: &JobRow) -> bool {
 
 /// How an exit record reads as a status, code and notice.
 pub(super) fn end_from_exit(dir: &Path, row: &JobRow, exit: &ExitRecord) -> JobEnd {
+    let jd = JobDir::new(dir, &row.id());
+    // A remote job whose transport gave up (its host stayed unreachable) is lost, with why.
+    let gave_up = super::run::remote_lost(&jd).filter(|_| !exit.killed);
     let info = ExitInfo {
         code: exit.code,
         signal: exit.signal,
         killed: exit.killed,
         leftover: false,
         cwd: None,
-        reason: exit.reason.clone(),
-        lost: false,
+        reason: gave_up.clone().or(exit.reason.clone()),
+        lost: gave_up.is_some(),
     };
     let status = info.status();
     let runtime = Duration::from_millis((exit.ended_at_ms as i64 - row.started_at).max(0) as u64);
-    let jd = JobDir::new(dir, &row.id());
+    let tail = log_tail(&jd);
+    let notice = match &gave_up {
+        Some(why) => actions::lost_notice_text(&row.id(), why, runtime, &row.command, &tail),
+        None => actions::notice_text(&row.id(), &status, runtime, &row.command, &tail),
+    };
     JobEnd {
         status: status_str(&status).to_string(),
-        exit_code: exit.code.map(i64::from),
+        exit_code: exit.code.map(i64::from).filter(|_| gave_up.is_none()),
         signal: exit.signal.map(i64::from),
-        reason: exit.reason.clone(),
+        reason: info.reason.clone(),
         ended_at: exit.ended_at_ms as i64,
-        notice: Some(actions::notice_text(&row.id(), &status, runtime, &row.command, &log_tail(&jd))),
+        notice: Some(notice),
         notified: false,
     }
 }
@@ -212,7 +220,8 @@ impl Registry {
         let jd = JobDir::new(&self.dir, &row.id());
         let num = row.num as u64;
         let running = row.status == "running";
-        if running && jd.read_exit().is_none() {
+        let ended_away = !running || jd.read_exit().is_some();
+        if !ended_away {
             if let Err(e) = jd.write_owner(&Owner::me()) {
                 tracing::warn!(error = %e, id = %row.id(), "cannot take over the job");
             }
@@ -258,6 +267,7 @@ impl Registry {
             exit_seen: AtomicBool::new(false),
             watches: Mutex::new(Default::default()),
             awaited: AtomicBool::new(false),
+            ended_away,
         });
         lock(&self.jobs).insert(num, job.clone());
         self.next_num.fetch_max(num + 1, Ordering::SeqCst);

@@ -31,6 +31,16 @@ const HANDSHAKE_WAIT: Duration = Duration::from_secs(30);
 pub(super) const TRANSPORT_ERR: &str = "transport.err";
 /// In a remote job's local directory: where it runs (`RemoteJob`).
 pub(super) const REMOTE_JSON: &str = "remote.json";
+/// In a remote job's local directory, while its connection is down and its transport tries
+/// to re-attach.
+pub(super) const REMOTE_STATE: &str = "remote.state";
+/// In a remote job's local directory: the stderr of the current re-attach attempt.
+pub(super) const ATTACH_ERR: &str = "attach.err";
+/// In a remote job's local directory: why it is lost (no exit code will come).
+pub(super) const REMOTE_LOST: &str = "remote.lost";
+/// In a remote job's local directory: the job was moved to the background (a foreground
+/// remote command re-attaches after a dropped connection only from then on).
+pub(super) const BACKGROUND: &str = "background";
 
 /// Why a command could not be started. The text is what the model (or the user) reads.
 #[derive(Debug, thiserror::Error)]
@@ -169,6 +179,7 @@ pub(super) async fn spawn(
         exit_seen: AtomicBool::new(false),
         watches: Mutex::new(Default::default()),
         awaited: AtomicBool::new(false),
+        ended_away: false,
     });
     lock(&reg.jobs).insert(num, job.clone());
     if spec.background {
@@ -283,15 +294,126 @@ fn transport_script(
     job: &RemoteJob,
     jd: &JobDir,
 ) -> Transport {
-    let dir = remote::job_dir_expr(&job.remote_dir, &job.tag);
-    let start = remote::start_script(&dir, &spec.command, &target.cwd, spec.background, &reg.config.terminal.shell);
-    let argv = reg.backends.transport_argv(&target.backend, &start);
-    let err = jd.path.join(TRANSPORT_ERR);
-    let script = format!("exec {} 2>>{}", quote_argv(&argv), sh_quote(&err.to_string_lossy()));
-    let kill = remote::kill_script(&dir, reg.config.terminal.kill_grace_s);
+    let prefix = remote::job_dir_expr(&job.remote_dir, &job.tag);
+    let start = remote::start_script(&prefix, &spec.command, &target.cwd, spec.background, &reg.config.terminal.shell);
+    let start_argv = reg.backends.transport_argv(&target.backend, &start);
+    let mut attach_argv = reg.backends.transport_argv(&target.backend, &remote::attach_script(&prefix));
+    // `$0` of the attach script; the offset follows at run time.
+    attach_argv.push("talaria-attach".into());
+    let script = local_follower(
+        &jd.path,
+        spec.background,
+        &quote_argv(&start_argv),
+        &quote_argv(&attach_argv),
+        &target.backend.label(),
+        reg.config.terminal.ssh.reconnect_timeout_s,
+    );
+    let kill = remote::kill_script(&prefix, reg.config.terminal.kill_grace_s);
     let on_kill =
         format!("{} </dev/null >/dev/null 2>&1", quote_argv(&reg.backends.transport_argv(&target.backend, &kill)));
     Transport { script, on_kill, remote: job.clone() }
+}
+
+/// The local side of a remote job (run by its supervisor with `sh -c`): the transport runs
+/// the start script; its output goes to the job's log. A background job's output is
+/// counted on its way (`tee` + `wc -c`), so after a dropped connection it re-attaches
+/// exactly where its output stopped; a foreground command is not slowed down by that, and
+/// one moved to the background resumes at what its log holds (exact for text; the log
+/// stores invalid UTF-8 replaced). While the connection is down `remote.state` says so (talaria shows the job
+/// reconnecting); every re-attach attempt's stderr is `attach.err` (its started marker
+/// means attached). Ends with the command's own exit code, or — when the host stays
+/// unreachable for `reconnect_s` or the remote job cannot be followed any more — writes
+/// `remote.lost` with the reason and exits 255: the job is lost, not "exited 255".
+/// A foreground command whose connection drops ends at once (the tool reports it
+/// degraded), unless it was moved to the background (`background` file).
+fn local_follower(jd: &Path, background: bool, start: &str, attach: &str, label: &str, reconnect_s: u64) -> String {
+    let bg = if background { "1" } else { "0" };
+    let gave_up = sh_quote(&format!(
+        "{label} did not answer for {reconnect_s}s (terminal.ssh.reconnect_timeout_s); \
+         the command may still be running there"
+    ));
+    format!(
+        r#"J={jd}; E=$J/{TRANSPORT_ERR}; BG={bg}; off=0
+exec 3>&1
+run() {{
+  f=$1; shift
+  {{ "$@" 3>&-; echo $? > "$J/transport.rc"; }} 2>>"$f" | tee /dev/fd/3 | wc -c > "$J/transport.n" 3>&-
+  rc=255; n=0
+  read -r rc < "$J/transport.rc"; read -r n < "$J/transport.n"
+  off=$((off + n))
+}}
+scan() {{
+  S=0; X=; G=
+  while IFS= read -r l; do
+    case $l in
+      {STARTED}*) S=1 ;;
+      "{END} "*) X=${{l#{END} }}; X=${{X%% *}} ;;
+      {GONE}*) G=${{l#{GONE}}}; G=${{G# }}; [ -n "$G" ] || G="the remote job cannot be followed any more" ;;
+    esac
+  done < "$1"
+}}
+lost() {{
+  printf '%s
+' "$1" > "$J/{REMOTE_LOST}"
+  rm -f "$J/{REMOTE_STATE}"
+  exit 255
+}}
+# What the job's log holds (for a job started in the foreground, whose output was not
+# counted on its way in): the supervisor's segments and what rotation dropped.
+logged() {{
+  off=0
+  for f in "$J"/out.*.log; do [ -f "$f" ] && off=$((off + $(wc -c < "$f"))); done
+  x=
+  [ -f "$J/index.json" ] && read -r x < "$J/index.json"
+  case $x in *'"dropped_bytes":'*) x=${{x##*\"dropped_bytes\":}}; x=${{x%%[!0-9]*}}; off=$((off + ${{x:-0}})) ;; esac
+}}
+if [ $BG = 1 ]; then
+  run "$E" {start}
+else
+  {start} 2>>"$E"
+  rc=$?
+fi
+scan "$E"
+[ -n "$X" ] && exit "$X"
+[ $S = 1 ] || exit $rc
+[ $BG = 1 ] || [ -e "$J/{BACKGROUND}" ] || exit $rc
+# The connection dropped while the command runs on over there: re-attach.
+echo reconnecting > "$J/{REMOTE_STATE}"
+since=$(date +%s); pause=1
+if [ $BG = 0 ]; then sleep 1; logged; fi
+while :; do
+  sleep $pause
+  [ $pause -lt 5 ] && pause=$((pause + 1))
+  : > "$J/{ATTACH_ERR}"
+  run "$J/{ATTACH_ERR}" {attach} "$off"
+  scan "$J/{ATTACH_ERR}"
+  while IFS= read -r l; do printf '%s
+' "$l"; done < "$J/{ATTACH_ERR}" >> "$E"
+  : > "$J/{ATTACH_ERR}"
+  [ -n "$G" ] && lost "$G"
+  if [ -n "$X" ]; then rm -f "$J/{REMOTE_STATE}"; exit "$X"; fi
+  if [ $S = 1 ]; then since=$(date +%s); pause=1; fi
+  [ $(($(date +%s) - since)) -ge {reconnect_s} ] && lost {gave_up}
+done
+"#,
+        jd = sh_quote(&jd.to_string_lossy()),
+        STARTED = remote::STARTED,
+        END = remote::END,
+        GONE = remote::GONE,
+    )
+}
+
+/// A remote job's transport gave up on it (`remote.lost`): why.
+pub(super) fn remote_lost(jd: &JobDir) -> Option<String> {
+    let text = std::fs::read_to_string(jd.path.join(REMOTE_LOST)).ok()?;
+    Some(text.trim().to_string()).filter(|t| !t.is_empty())
+}
+
+/// A remote job's connection is down and its transport is trying to re-attach (no attempt
+/// has reached the job yet).
+pub(super) fn remote_reconnecting(jd: &JobDir) -> bool {
+    jd.path.join(REMOTE_STATE).exists()
+        && !std::fs::read_to_string(jd.path.join(ATTACH_ERR)).is_ok_and(|t| t.contains(remote::STARTED))
 }
 
 fn quote_argv(argv: &[String]) -> String {

@@ -843,7 +843,11 @@ impl Engine {
 fn poll_text(id: &str, status: &crate::protocol::JobStatus, tail: &str) -> String {
     let last = crate::emulate::plain(tail);
     let last = last.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim();
-    let state = if status.is_running() { "is running".to_string() } else { status.label() };
+    let state = match status {
+        crate::protocol::JobStatus::Reconnecting => "is reconnecting (it runs on over there)".to_string(),
+        _ if status.is_running() => "is running".to_string(),
+        _ => status.label(),
+    };
     if last.is_empty() {
         format!("{id} {state} · no output{}", if status.is_running() { " yet" } else { "" })
     } else {

@@ -70,6 +70,7 @@ pub(crate) fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
 fn status_mark(app: &App, status: &JobStatus) -> (String, Color) {
     match status {
         JobStatus::Running => ("●".into(), app.theme.tool_running),
+        JobStatus::Reconnecting => ("↻".into(), app.theme.notice_warn),
         JobStatus::Exited(0) => ("✓".into(), app.theme.tool_ok),
         JobStatus::Exited(_) | JobStatus::Killed => ("✗".into(), app.theme.tool_failed),
         JobStatus::Lost => ("?".into(), app.theme.notice_warn),
