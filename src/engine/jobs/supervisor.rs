@@ -45,6 +45,8 @@ pub fn run(dir: &Path) -> ! {
     let jd = JobDir { path: dir.to_path_buf() };
     let code = match start(&jd) {
         Ok(job) => {
+            // Start-up is over: give back the code and constants it faulted in.
+            super::pages::drop_read_only_pages();
             job.supervise();
             0
         }
@@ -257,17 +259,21 @@ impl Running {
         let mut last_lease_check = Instant::now();
         let mut orphaned_at: Option<Instant> = None;
         let mut own_kill: Option<String> = None;
-        let mut buf = vec![0u8; 64 * 1024];
+        // Not zeroed: an idle job's supervisor never touches the pages of a buffer that
+        // read(2) has not filled (a zeroed one would be 64 KiB of private memory at once).
+        let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
         loop {
             self.wait_readable(eof, Duration::from_millis(if matches!(leader, Leader::Running) { 500 } else { 50 }));
             if !eof {
                 let mut budget = READ_BUDGET;
                 while budget > 0 {
-                    // SAFETY: read(2) into our own buffer.
-                    let n = unsafe { libc::read(self.output.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+                    // SAFETY: read(2) into the capacity of our own buffer.
+                    let n = unsafe { libc::read(self.output.as_raw_fd(), buf.as_mut_ptr().cast(), buf.capacity()) };
                     if n > 0 {
                         let n = n as usize;
-                        let text = decoder.decode(&buf[..n]);
+                        // SAFETY: read(2) initialised the first n bytes.
+                        unsafe { buf.set_len(n) };
+                        let text = decoder.decode(&buf);
                         totals.bytes += text.len() as u64;
                         totals.chars += text.chars().count() as u64;
                         log.write(&text);
@@ -359,13 +365,14 @@ impl Running {
 
     /// Sleep until output or SIGCHLD arrives, or `timeout`.
     fn wait_readable(&self, eof: bool, timeout: Duration) {
-        let mut fds = vec![libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
-        if !eof {
-            fds.push(libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-        }
-        // SAFETY: poll(2) on our own array.
+        let mut fds = [
+            libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+            libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 },
+        ];
+        let count: libc::nfds_t = if eof { 1 } else { 2 };
+        // SAFETY: poll(2) on the first `count` entries of our own array.
         unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as libc::c_int);
+            libc::poll(fds.as_mut_ptr(), count, timeout.as_millis() as libc::c_int);
         }
         let mut sink = [0u8; 64];
         // SAFETY: draining our own non-blocking pipe.
