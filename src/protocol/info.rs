@@ -86,6 +86,9 @@ pub(crate) enum McpState {
     Waiting,
     Starting,
     Ready,
+    /// Connected, but a call timed out and a ping got no answer either (a hung server);
+    /// calls still go to it, and an answer to one, or to a later ping, makes it ready.
+    Unresponsive,
     /// Did not start, exited, or its connection closed; `last_error` says why.
     Failed,
 }
@@ -97,6 +100,7 @@ impl McpState {
             McpState::Waiting => "waiting",
             McpState::Starting => "starting",
             McpState::Ready => "ready",
+            McpState::Unresponsive => "unresponsive",
             McpState::Failed => "failed",
         }
     }

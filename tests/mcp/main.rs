@@ -52,6 +52,7 @@ fn main() {
         stdio_interrupt_and_redirect_cancel_a_call,
         http_interrupt_and_redirect_cancel_a_call,
         a_call_past_tool_timeout_is_an_error_and_the_turn_goes_on,
+        a_hung_server_is_unresponsive_until_it_answers_or_restarts,
         stdio_crash_mid_call_then_restart,
         http_crash_mid_call_names_the_server,
         stdio_list_changed_updates_the_tools,
@@ -473,6 +474,80 @@ async fn a_call_past_tool_timeout_is_an_error_and_the_turn_goes_on() {
     let status = mcp_command(&mut run, McpCmd::List, "t · ").await;
     assert!(status.contains("last error: MCP server 't' did not answer 'slow'"), "{status}");
     run.shutdown().await;
+}
+
+/// A server that hangs with its connection open (stopped with SIGSTOP): the call times
+/// out, a ping gets no answer either, and `/mcp` says `unresponsive`. An answered call
+/// makes it ready again; so does a ping once it answers; `/mcp restart` replaces it.
+async fn a_hung_server_is_unresponsive_until_it_answers_or_restarts() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(Vec::<ScriptedResponse>::new()).await.expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let cfg = server.config("t", 0, "trust = true\ntool_timeout_s = 1.5");
+    let mut run = engine(home.path(), &model, &cfg, PromptPolicy::DenyUnattended).await;
+    wait_state(&mut run, "t", "ready").await;
+    let thaw = || {
+        let pid: i32 = std::fs::read_to_string(server.marker("pid")).expect("pid").trim().parse().expect("pid");
+        std::fs::remove_file(server.marker("frozen")).expect("reset frozen");
+        nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGCONT).expect("SIGCONT");
+    };
+    let mut turn = 0;
+    let mut call = |run: &mut inproc::Running, tool: &str, args: Value| {
+        turn += 1;
+        let id = format!("c{turn}");
+        model.push(tool_call(&id, tool, args));
+        model.push(ScriptedResponse::text("ok"));
+        run.send(Op::Submit { text: format!("turn {turn}"), mode: None });
+        id
+    };
+    let freeze = json!({"freeze": true});
+
+    // 1. Hung: the call times out, the ping too → unresponsive; an answered call → ready.
+    let started = Instant::now();
+    let id = call(&mut run, "t__slow", freeze.clone());
+    server.wait_marker("frozen").await;
+    run.turn_finished().await;
+    assert!(tool_result(&model.chat_requests(), &id)["error"].as_str().unwrap().contains("did not answer 'slow'"));
+    let status = wait_state(&mut run, "t", "unresponsive").await;
+    let unresponsive_ms = started.elapsed().as_millis();
+    assert!(status.contains("t · unresponsive · 7 tools"), "{status}");
+    notice_seen_or_next(&mut run, "MCP server 't' is unresponsive: no answer to a ping within 1.5 s").await;
+    thaw();
+    let id = call(&mut run, "t__echo", json!({"text": "are you back?"}));
+    run.turn_finished().await;
+    assert_eq!(tool_result(&model.chat_requests(), &id)["output"], "echo: are you back?");
+    wait_state(&mut run, "t", "ready").await;
+    notice_seen_or_next(&mut run, "MCP server 't' answers again").await;
+
+    // 2. Hung again; this time it comes back with no call: the next ping finds it.
+    let id = call(&mut run, "t__slow", freeze.clone());
+    server.wait_marker("frozen").await;
+    run.turn_finished().await;
+    assert!(tool_result(&model.chat_requests(), &id)["error"].is_string());
+    wait_state(&mut run, "t", "unresponsive").await;
+    let thawed = Instant::now();
+    thaw();
+    wait_state(&mut run, "t", "ready").await;
+    println!(
+        "mcp: hung call -> unresponsive after {unresponsive_ms} ms (tool_timeout_s 1.5 + ping 1.5); thawed -> ready by ping after {} ms",
+        thawed.elapsed().as_millis()
+    );
+
+    // 3. Hung for good: /mcp restart replaces it (the stopped process is killed).
+    let id = call(&mut run, "t__slow", freeze);
+    server.wait_marker("frozen").await;
+    run.turn_finished().await;
+    assert!(tool_result(&model.chat_requests(), &id)["error"].is_string());
+    wait_state(&mut run, "t", "unresponsive").await;
+    let frozen: i32 = std::fs::read_to_string(server.marker("pid")).expect("pid").trim().parse().expect("pid");
+    mcp_command(&mut run, McpCmd::Restart("t".into()), "restarting MCP server 't'").await;
+    wait_state(&mut run, "t", "ready").await;
+    wait_until("the hung server to be killed by the restart", || is_zombie(frozen)).await;
+    let id = call(&mut run, "t__echo", json!({"text": "new"}));
+    run.turn_finished().await;
+    assert_eq!(tool_result(&model.chat_requests(), &id)["output"], "echo: new");
+    run.shutdown().await;
+    assert!(server.processes().is_empty(), "left behind: {:?}", server.processes());
 }
 
 /// A server that dies mid-call: the call is an error naming the server, a notice says it

@@ -1,7 +1,8 @@
 //! The MCP test server, written with rmcp's server side. The test binary runs as this
 //! server when `TALARIA_MCP_TEST_SERVER` is `stdio` or `http`:
 //! - tools with arguments (`add`, `echo`), an erroring tool (`fail`), a slow tool for
-//!   cancel and timeout (`slow`), one that crashes the server mid-call (`crash`), one that
+//!   cancel and timeout (`slow`; with `freeze: true` the whole server stops, a hung
+//!   server with its connection open, until SIGCONT), one that crashes the server mid-call (`crash`), one that
 //!   adds a tool and sends `tools/list_changed` (`grow`), one returning an image (`picture`);
 //! - `TALARIA_MCP_TEST_DIR`: where it writes what happened (`up`, `slow-started`,
 //!   `slow-cancelled`), so tests wait for states instead of sleeping;
@@ -90,6 +91,14 @@ impl ServerHandler for TestServer {
                 {"type": "text", "text": "a picture:"},
                 {"type": "image", "mimeType": "image/png", "data": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk"}
             ]})),
+            "slow" if args["freeze"] == json!(true) => {
+                // A hung server: the whole process stops, its connection stays open.
+                std::fs::write(self.dir.join("pid"), std::process::id().to_string()).expect("write pid");
+                self.mark("frozen");
+                // SAFETY: stopping ourselves; the test sends SIGCONT or kills us.
+                unsafe { libc::raise(libc::SIGSTOP) };
+                result(json!({"content": [{"type": "text", "text": "thawed"}]}))
+            }
             "slow" => {
                 self.mark("slow-started");
                 let secs = args["seconds"].as_f64().unwrap_or(600.0);

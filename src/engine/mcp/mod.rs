@@ -65,6 +65,8 @@ struct Slot {
     stop: CancellationToken,
     /// Bumped by each (re)start; a task of an older generation changes nothing.
     generation: u64,
+    /// A ping task watches this server (after a call timed out).
+    pinging: bool,
 }
 
 /// One exposed tool: which server, which of its tools.
@@ -117,6 +119,7 @@ impl McpHandle {
                     peer: None,
                     stop: CancellationToken::new(),
                     generation: 0,
+                    pinging: false,
                 };
                 (name.clone(), slot)
             })
@@ -187,6 +190,7 @@ impl McpHandle {
             slot.generation += 1;
             slot.state = ServerState::Starting;
             slot.peer = None;
+            slot.pinging = false;
             (slot.generation, slot.stop.clone(), slot.cfg.clone())
         };
         self.bump();
@@ -208,7 +212,7 @@ impl McpHandle {
         loop {
             let running = lock(&self.inner.servers)
                 .values()
-                .any(|s| matches!(s.state, ServerState::Starting | ServerState::Ready));
+                .any(|s| matches!(s.state, ServerState::Starting | ServerState::Ready | ServerState::Unresponsive));
             if !running {
                 return;
             }
@@ -342,7 +346,10 @@ impl McpHandle {
                 return ToolResult::error(format!("MCP server '{server}' is no longer configured"));
             };
             match (&slot.peer, slot.state) {
-                (Some(peer), ServerState::Ready) => (peer.clone(), Duration::from_secs_f64(slot.cfg.tool_timeout_s)),
+                // An unresponsive server still gets the call: an answer is how it comes back.
+                (Some(peer), ServerState::Ready | ServerState::Unresponsive) => {
+                    (peer.clone(), Duration::from_secs_f64(slot.cfg.tool_timeout_s))
+                }
                 _ => return ToolResult::error(unavailable(server, slot)),
             }
         };
@@ -389,11 +396,18 @@ impl McpHandle {
                 }
             }
             Some(Ok(Ok(answer))) => {
+                self.answered(server);
                 let value = serde_json::to_value(&answer).unwrap_or(Value::Null);
                 let (value, ok) = result::to_model(server, tool, &value, self.inner.config.tool_output.max_chars);
                 ToolResult { value, ok, exit_code: None, status: None }
             }
-            Some(Ok(Err(e))) => ToolResult::error(format!("MCP server '{server}', tool '{tool}': {e}")),
+            Some(Ok(Err(e))) => {
+                if matches!(e, rmcp::ServiceError::McpError(_)) {
+                    // An error it sent is an answer too.
+                    self.answered(server);
+                }
+                ToolResult::error(format!("MCP server '{server}', tool '{tool}': {e}"))
+            }
             Some(Err(_)) => ToolResult::error(format!(
                 "MCP server '{server}' closed the connection during the call to '{tool}' (it may have crashed; /mcp shows its state)"
             )),
@@ -412,7 +426,89 @@ impl McpHandle {
             }
         }
         self.notice(NoticeLevel::Warn, text.clone());
+        self.probe(server, timeout);
         ToolResult::error(text)
+    }
+
+    /// A call timed out: is the server still there? Ping it (bounded by `PING_TIMEOUT` and
+    /// the call's own timeout); no answer makes it unresponsive, and it is pinged again
+    /// every `REPING` until it answers (ready again), is restarted or goes.
+    fn probe(&self, server: &str, call_timeout: Duration) {
+        let (peer, generation) = {
+            let mut servers = lock(&self.inner.servers);
+            let Some(slot) = servers.get_mut(server) else { return };
+            let Some(peer) = slot.peer.clone() else { return };
+            if slot.pinging || !matches!(slot.state, ServerState::Ready | ServerState::Unresponsive) {
+                return;
+            }
+            slot.pinging = true;
+            (peer, slot.generation)
+        };
+        let within = call_timeout.min(PING_TIMEOUT);
+        let me = self.clone();
+        let server = server.to_string();
+        tokio::spawn(async move {
+            loop {
+                let answered = ping(&peer, within).await;
+                let mut became = None;
+                let keep_on = me.update(&server, generation, |slot| match (answered, slot.state) {
+                    (false, ServerState::Ready) => {
+                        slot.state = ServerState::Unresponsive;
+                        became = Some(ServerState::Unresponsive);
+                    }
+                    (true, ServerState::Unresponsive) => {
+                        slot.state = ServerState::Ready;
+                        became = Some(ServerState::Ready);
+                    }
+                    (_, ServerState::Disabled | ServerState::Waiting | ServerState::Starting)
+                    | (_, ServerState::Ready | ServerState::Unresponsive | ServerState::Failed) => {}
+                });
+                let still = keep_on
+                    && !answered
+                    && !me.inner.shut_down.load(Ordering::SeqCst)
+                    && lock(&me.inner.servers).get(&server).is_some_and(|s| s.state == ServerState::Unresponsive);
+                match became {
+                    Some(ServerState::Unresponsive) => me.notice(
+                        NoticeLevel::Warn,
+                        format!(
+                            "MCP server '{server}' is unresponsive: no answer to a ping within {} s after a call timed out; its calls will likely time out too (/mcp restart {server} starts it again)",
+                            fmt_secs(within)
+                        ),
+                    ),
+                    Some(ServerState::Ready) => {
+                        me.notice(NoticeLevel::Info, format!("MCP server '{server}' answers again"))
+                    }
+                    Some(
+                        ServerState::Disabled
+                        | ServerState::Waiting
+                        | ServerState::Starting
+                        | ServerState::Failed,
+                    )
+                    | None => {}
+                }
+                if !still {
+                    break;
+                }
+                tokio::time::sleep(REPING).await;
+            }
+            me.update(&server, generation, |slot| slot.pinging = false);
+        });
+    }
+
+    /// The server answered a call: an unresponsive one is ready again.
+    fn answered(&self, server: &str) {
+        let generation = lock(&self.inner.servers).get(server).map(|s| s.generation);
+        let Some(generation) = generation else { return };
+        let mut revived = false;
+        self.update(server, generation, |slot| {
+            if slot.state == ServerState::Unresponsive {
+                slot.state = ServerState::Ready;
+                revived = true;
+            }
+        });
+        if revived {
+            self.notice(NoticeLevel::Info, format!("MCP server '{server}' answers again"));
+        }
     }
 
     /// May this call run? Asks once per server and tool unless the server is trusted.
@@ -434,6 +530,24 @@ fn interrupted(server: &str, tool: &str) -> ToolResult {
     }
 }
 
+/// How long a ping after a timed-out call may take at most.
+const PING_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an unresponsive server is pinged again.
+const REPING: Duration = Duration::from_secs(5);
+
+/// Does the server answer a ping within `within`? Any answer counts, an error too (a
+/// 2026-07-28 server has no `ping` and says so: it is there).
+async fn ping(peer: &rmcp::Peer<rmcp::RoleClient>, within: Duration) -> bool {
+    let request = ClientRequest::PingRequest(rmcp::model::PingRequest {
+        method: Default::default(),
+        extensions: Default::default(),
+    });
+    matches!(
+        tokio::time::timeout(within, peer.send_request(request)).await,
+        Ok(Ok(_) | Err(rmcp::ServiceError::McpError(_) | rmcp::ServiceError::UnexpectedResponse))
+    )
+}
+
 /// Send `notifications/cancelled` without holding up the turn (bounded, in the background).
 fn cancel_in_background(handle: rmcp::service::RequestHandle<rmcp::RoleClient>, reason: &'static str) {
     tokio::spawn(async move {
@@ -446,7 +560,7 @@ fn unavailable(server: &str, slot: &Slot) -> String {
     let state = match slot.state {
         ServerState::Starting | ServerState::Waiting => "is still starting".to_string(),
         ServerState::Disabled => "is disabled".to_string(),
-        ServerState::Ready | ServerState::Failed => format!("is not running{why}"),
+        ServerState::Ready | ServerState::Unresponsive | ServerState::Failed => format!("is not running{why}"),
     };
     format!("MCP server '{server}' {state}; its tools answer with this error until it is back (/mcp restart {server})")
 }
