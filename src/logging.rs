@@ -11,11 +11,20 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tracing_appender::non_blocking::WorkerGuard;
 use tracing_subscriber::EnvFilter;
 
+/// Log lines waiting for the writer thread at most.
+const LOG_QUEUE_LINES: usize = 8_192;
+
 /// Start file logging. Keep the guard alive until exit so buffered lines are flushed.
 /// `TALARIA_LOG` sets the filter (default `info`).
 pub fn init(logs_dir: &Path) -> anyhow::Result<WorkerGuard> {
     let file = PrivateDailyFile { dir: logs_dir.to_path_buf(), day: None, file: None };
-    let (writer, guard) = tracing_appender::non_blocking(file);
+    // The default queue (128,000 lines) is a channel whose slots are all written when it is
+    // made: 4 MiB of resident memory for a log of a few lines a minute. 8,192 lines take 256
+    // KiB; a burst beyond them while the file is slow is dropped (lossy), never waited for.
+    let (writer, guard) = tracing_appender::non_blocking::NonBlockingBuilder::default()
+        .buffered_lines_limit(LOG_QUEUE_LINES)
+        .lossy(true)
+        .finish(file);
     let filter = EnvFilter::try_from_env("TALARIA_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
