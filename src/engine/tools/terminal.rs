@@ -151,17 +151,7 @@ impl Tool for TerminalTool {
             Err(e) => return ToolResult::error(e.to_string()),
         };
         if background {
-            let mut value = json!({
-                "output": "Background process started",
-                "session_id": spawned.id,
-                "pid": spawned.pid,
-                "exit_code": null,
-                "error": null,
-            });
-            if let Some(note) = &approval {
-                value["approval"] = json!(note);
-            }
-            return ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Background) };
+            return started_in_background(&spawned.id, spawned.pid, approval.as_deref(), None);
         }
 
         let mut guard =
@@ -236,16 +226,7 @@ impl Tool for TerminalTool {
             Ending::Yielded => {
                 guard.armed = false;
                 let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
-                let value = json!({
-                    "status": "yielded_to_background",
-                    "session_id": spawned.id,
-                    "pid": spawned.pid,
-                    "output": output,
-                    "exit_code": null,
-                    "error": null,
-                    "note": YIELD_NOTE,
-                });
-                ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Yielded) }
+                yielded(&spawned.id, spawned.pid, output, None)
             }
         }
     }
@@ -317,18 +298,7 @@ async fn remote_call(
         Err(e) => return ToolResult::error(e.to_string()),
     };
     if background {
-        let mut value = json!({
-            "output": "Background process started",
-            "session_id": spawned.id,
-            "pid": spawned.pid,
-            "exit_code": null,
-            "error": null,
-            "backend": backend.label(),
-        });
-        if let Some(note) = &approval {
-            value["approval"] = json!(note);
-        }
-        return ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Background) };
+        return started_in_background(&spawned.id, spawned.pid, approval.as_deref(), Some(&backend.label()));
     }
     let mut guard =
         ForegroundGuard { jobs: ctx.jobs.clone(), id: spawned.id.clone(), pgid: spawned.pid as i32, armed: true };
@@ -400,17 +370,7 @@ async fn remote_call(
         }
         Ending::Yielded => {
             let output = ctx.jobs.output_for_model(&id).await.unwrap_or_default();
-            let value = json!({
-                "status": "yielded_to_background",
-                "session_id": id,
-                "pid": spawned.pid,
-                "output": output,
-                "exit_code": null,
-                "error": null,
-                "backend": backend.label(),
-                "note": YIELD_NOTE,
-            });
-            ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Yielded) }
+            yielded(&id, spawned.pid, output, Some(&backend.label()))
         }
     }
 }
@@ -514,6 +474,41 @@ impl Drop for ForegroundGuard {
             }
         }
     }
+}
+
+/// A command started as a background job: its id at once. `backend`: where a remote one runs.
+fn started_in_background(id: &str, pid: u32, approval: Option<&str>, backend: Option<&str>) -> ToolResult {
+    let mut value = json!({
+        "output": "Background process started",
+        "session_id": id,
+        "pid": pid,
+        "exit_code": null,
+        "error": null,
+    });
+    if let Some(backend) = backend {
+        value["backend"] = json!(backend);
+    }
+    if let Some(note) = approval {
+        value["approval"] = json!(note);
+    }
+    ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Background) }
+}
+
+/// A foreground command the user moved to the background: it goes on as job `id`.
+fn yielded(id: &str, pid: u32, output: String, backend: Option<&str>) -> ToolResult {
+    let mut value = json!({
+        "status": "yielded_to_background",
+        "session_id": id,
+        "pid": pid,
+        "output": output,
+        "exit_code": null,
+        "error": null,
+        "note": YIELD_NOTE,
+    });
+    if let Some(backend) = backend {
+        value["backend"] = json!(backend);
+    }
+    ToolResult { value, ok: true, exit_code: None, status: Some(ToolStatus::Yielded) }
 }
 
 #[cfg(test)]
