@@ -93,7 +93,7 @@ async fn run(runs: usize, talaria: PathBuf) {
         let took_ssh = t.elapsed();
         // The remote side alone: the start script over the master, no supervisor.
         let prefix = remote::job_dir_expr(&remote_dir, &format!("bench-{i}"));
-        let script = remote::start_script(&prefix, "true", "", false, "bash");
+        let script = remote::start_script(&prefix, "true", "", false, "bash", 600);
         let start_argv = jobs.backends().transport_argv(&backend, &script);
         let t = Instant::now();
         let out = std::process::Command::new(&start_argv[0]).args(&start_argv[1..]).output().expect("ssh");

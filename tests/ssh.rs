@@ -535,3 +535,39 @@ async fn a_remote_job_whose_host_stays_away_or_whose_files_are_gone_is_lost_with
     running.turn_finished().await;
     running.shutdown().await;
 }
+
+/// Processes on this machine (the test's sshd serves it) whose command line matches.
+fn local_pgrep(pattern: &str) -> usize {
+    let out = std::process::Command::new("pgrep").args(["-f", pattern]).output().expect("pgrep");
+    String::from_utf8_lossy(&out.stdout).lines().count()
+}
+
+/// Leases reach the host: while talaria renews a remote job's lease the job outlives it many
+/// times over; once talaria is gone (kill -9) and the host unreachable — so its supervisor's
+/// kill over ssh cannot get there when the grace expires — the job's remote watchdog kills it
+/// when the lease runs out.
+#[tokio::test]
+async fn a_remote_job_dies_by_its_remote_lease_when_talaria_is_gone_and_the_host_unreachable() {
+    let mut sshd = Sshd::start();
+    let home = Home::new();
+    home.write_config(&format!("{}\n[jobs]\norphan_grace_s = 3\n", sshd.talaria_config(3)));
+    let mark = marker(9);
+    let args = json!({ "command": format!("exec sleep {mark}"), "background": true }).to_string();
+    let server =
+        ScriptedServer::start([ScriptedResponse::tool_call("bg", "terminal", &args), slow_stream()]).await.unwrap();
+    let url = server.base_url();
+    let (mut exec, mut lines) = spawn_json(&home, &["--yes", "--base-url", url.as_str(), "start the job"]);
+    wait_event(&mut lines, "JobStarted", |_| true).await;
+    tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+    let pattern = format!("^sleep {mark}$");
+    wait_until("the remote job", || sshd.pgrep(&pattern).len() == 1).await;
+    // Three leases long: talaria renews it (every second), so it lives on.
+    tokio::time::sleep(Duration::from_secs(9)).await;
+    assert_eq!(sshd.pgrep(&pattern).len(), 1, "a renewed lease keeps the remote job alive");
+
+    sshd.stop();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(exec.id().unwrap() as i32), nix::sys::signal::Signal::SIGKILL)
+        .unwrap();
+    let _ = exec.wait().await;
+    wait_until("the remote watchdog's kill", || local_pgrep(&pattern) == 0).await;
+}

@@ -102,9 +102,16 @@ exit $__tr
 /// until the job ends, relays stdin into the FIFO for a background job, prints the end
 /// marker (exit code and final cwd) on stderr, removes the job's files and exits with the
 /// job's code. Public for `examples/ssh_overhead`.
-pub fn start_script(prefix: &str, command: &str, cwd: &str, background: bool, shell: &str) -> String {
+///
+/// `lease_s`: a watchdog (a subshell of this script, outside the job's group, which outlives
+/// a dropped connection) kills the job's group when talaria has not renewed `<prefix>.lease`
+/// for that long (`lease_script`) — talaria gone and the host unreachable when its grace
+/// expired, so its own kill could not get there.
+pub fn start_script(prefix: &str, command: &str, cwd: &str, background: bool, shell: &str, lease_s: u64) -> String {
     let body = format!("trap 'pwd -P > \"$__TALARIA_D.cwd\" 2>/dev/null' EXIT\n{command}\n");
     let bg = if background { "1" } else { "0" };
+    let lease_s = lease_s.max(2);
+    let step = (lease_s / 5).clamp(1, 10);
     format!(
         r#"d={prefix}; r=${{d%/*}}; BG={bg}
 [ -d "$r" ] || mkdir -p "$r" || {{ echo "talaria: cannot create the remote job directory $r" >&2; exit 1; }}
@@ -115,6 +122,18 @@ if [ $BG = 1 ]; then rm -f "$d.stdin"; mkfifo "$d.stdin" || exit 1; IN=$d.stdin;
 setsid "$S" -c {wrapper} talaria "$d" {cwd} {body} < "$IN" >> "$d.log" 2>&1 &
 J=$!
 echo $J > "$d.pid"
+echo 0 > "$d.lease"
+( trap '' HUP; left={lease_s}; last=0
+  while sleep {step}; do
+    [ -s "$d.exit" ] && exit 0
+    kill -0 $J 2>/dev/null || exit 0
+    n=; read -r n < "$d.lease"
+    if [ "$n" != "$last" ]; then last=$n; left={lease_s}; continue; fi
+    left=$((left - {step}))
+    [ $left -gt 0 ] && continue
+    echo "its remote lease expired: talaria did not reach it for {lease_s}s, so it was killed there" > "$d.killed"
+    kill -TERM -$J 2>/dev/null; sleep 2; kill -KILL -$J 2>/dev/null; exit 0
+  done ) </dev/null >/dev/null 2>&1 &
 echo "{STARTED} $J" >&2
 if [ $BG = 1 ]; then exec 3<&0; cat <&3 > "$d.stdin" 2>/dev/null & CATPID=$!; fi
 exec 0</dev/null
@@ -140,7 +159,7 @@ echo "{END} $code $cwd" >&2
 if [ $BG = 1 ]; then kill $CATPID 2>/dev/null; fi
 {orphaned}
 # A follower that lost its connection leaves the files to the one that re-attaches.
-if [ ! -e "$d.follower" ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" & fi
+if [ ! -e "$d.follower" ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.lease" & fi
 exit $code
 "#,
         shell = sh_quote(shell),
@@ -205,6 +224,7 @@ fi
 wait $W
 [ -n "$CATPID" ] && kill $CATPID 2>/dev/null
 if [ -s "$d.exit" ]; then read -r code < "$d.exit"
+elif [ -s "$d.killed" ]; then read -r why < "$d.killed"; echo "{GONE} the remote job $why" >&2; exit 1
 elif [ -f "$d.killed" ]; then code=137
 else echo "{GONE} the remote job ended without an exit record (killed from outside, or the host restarted)" >&2; exit 1
 fi
@@ -213,13 +233,19 @@ cwd=
 echo "{END} $code $cwd" >&2
 {orphaned}
 read -r f < "$d.follower"
-if [ "$f" = $$ ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.follower" & fi
+if [ "$f" = $$ ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.lease" "$d.follower" & fi
 exit $code
 "#,
         tail_kind = TAIL_KIND,
         poll = POLL_LOG,
         orphaned = ORPHANED,
     )
+}
+
+/// Renew a remote job's lease (its watchdog kills it when talaria stops doing this): `n`
+/// must differ from the last value written.
+pub(crate) fn lease_script(prefix: &str, n: u64) -> String {
+    format!("d={prefix}\n[ -e \"$d.pid\" ] && echo {n} > \"$d.lease\"\nexit 0\n")
 }
 
 /// Kill a remote job's process group: SIGTERM, up to `grace_s`, SIGKILL, then wait (up to
@@ -305,6 +331,7 @@ mod tests {
             "/tmp",
             false,
             "bash",
+            600,
         );
         let out = sh(&script, &[]);
         assert_eq!(String::from_utf8_lossy(&out.stdout), "hi\nerr\n");
@@ -326,6 +353,22 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the job's files are removed: {:?}", left());
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+    }
+
+    /// Nobody renews the lease: the watchdog kills the job's group after `lease_s`.
+    #[test]
+    fn the_watchdog_kills_a_job_whose_lease_is_not_renewed() {
+        let root = tempfile::tempdir().unwrap();
+        let prefix = root.path().join("wd");
+        let mark = format!("{}", 3_000_000 + std::process::id() % 1_000_000);
+        let script = start_script(&sh_quote(&prefix.to_string_lossy()), &format!("sleep {mark}"), "", false, "bash", 2);
+        let started = std::time::Instant::now();
+        let out = sh(&script, &[]);
+        let took = started.elapsed();
+        let m = markers(&String::from_utf8_lossy(&out.stderr));
+        assert_eq!(m.end, Some(143), "killed by SIGTERM: {m:?}");
+        assert!(took >= std::time::Duration::from_secs(2), "not before the lease ran out: {took:?}");
+        assert!(took < std::time::Duration::from_secs(30), "{took:?}");
     }
 
     /// Re-attaching streams the log from the given offset and reports the real exit; a job

@@ -722,6 +722,29 @@ impl Registry {
         }
     }
 
+    /// Renew a remote job's lease on its host until it ends (DESIGN §4b): its remote watchdog
+    /// kills it when this stops — talaria gone, and the host unreachable when the grace
+    /// expired, so the supervisor's own kill could not get there.
+    async fn keep_remote_lease(self: Arc<Self>, job: Arc<Job>, lease_s: f64) {
+        use crate::engine::backend::remote;
+        let Some(remote) = job.remote.clone() else { return };
+        let prefix = remote::job_dir_expr(&remote.remote_dir, &remote.tag);
+        let every = Duration::from_secs_f64((lease_s / 4.0).clamp(1.0, 60.0));
+        let limit = Duration::from_secs(self.config.terminal.ssh.connect_timeout_s + 10);
+        let mut done = job.done.subscribe();
+        loop {
+            tokio::select! {
+                _ = tokio::time::sleep(every) => {}
+                _ = async { drop(done.wait_for(Option::is_some).await) } => return,
+                _ = job.forgotten.cancelled() => return,
+            }
+            let script = remote::lease_script(&prefix, now_ms());
+            if let Err(d) = self.backends.run_script(&remote.backend, &script, None, limit).await {
+                tracing::debug!(id = %job.id, reason = %d.reason, "cannot renew the remote lease");
+            }
+        }
+    }
+
     async fn kill_job(&self, job: &Job) -> ExitInfo {
         self.kill_job_because(job, "").await
     }

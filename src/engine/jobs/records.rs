@@ -270,6 +270,10 @@ impl Registry {
             ended_away,
         });
         lock(&self.jobs).insert(num, job.clone());
+        if job.remote.is_some() && !ended_away {
+            let lease_s = spec.as_ref().map_or(self.config.jobs.orphan_grace_s, |s| s.orphan_grace_s);
+            tokio::spawn(self.clone().keep_remote_lease(job.clone(), lease_s));
+        }
         self.next_num.fetch_max(num + 1, Ordering::SeqCst);
         self.make_background(&job);
         let reader = LogReader::open(&jd);

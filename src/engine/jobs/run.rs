@@ -182,6 +182,10 @@ pub(super) async fn spawn(
         ended_away: false,
     });
     lock(&reg.jobs).insert(num, job.clone());
+    if job.remote.is_some() {
+        let lease_s = spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s);
+        tokio::spawn(reg.clone().keep_remote_lease(job.clone(), lease_s));
+    }
     if spec.background {
         // Announce before following, so even a job that ends at once is seen starting.
         reg.make_background(&job);
@@ -295,7 +299,9 @@ fn transport_script(
     jd: &JobDir,
 ) -> Transport {
     let prefix = remote::job_dir_expr(&job.remote_dir, &job.tag);
-    let start = remote::start_script(&prefix, &spec.command, &target.cwd, spec.background, &reg.config.terminal.shell);
+    let lease_s = spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s).ceil() as u64;
+    let start =
+        remote::start_script(&prefix, &spec.command, &target.cwd, spec.background, &reg.config.terminal.shell, lease_s);
     let start_argv = reg.backends.transport_argv(&target.backend, &start);
     let mut attach_argv = reg.backends.transport_argv(&target.backend, &remote::attach_script(&prefix));
     // `$0` of the attach script; the offset follows at run time.
