@@ -571,3 +571,60 @@ async fn a_remote_job_dies_by_its_remote_lease_when_talaria_is_gone_and_the_host
     let _ = exec.wait().await;
     wait_until("the remote watchdog's kill", || local_pgrep(&pattern) == 0).await;
 }
+
+/// A foreground remote command moved to the background re-attaches after a dropped
+/// connection too, resuming at what its log holds (its output was not counted on the way in).
+#[tokio::test]
+async fn a_yielded_remote_command_reattaches_after_the_connection_drops() {
+    let mut sshd = Sshd::start();
+    let home = Home::new();
+    let mark = marker(10);
+    let go = sshd.dir.path().join(format!("go-{mark}"));
+    let command = format!(
+        "echo before-{mark}; while [ ! -e {go} ]; do sleep 0.05; done; echo after-{mark}; exit 5",
+        go = go.display()
+    );
+    let server = ScriptedServer::start([
+        call("c1", &command),
+        ScriptedResponse::text("moved it"),
+        ScriptedResponse::text("ok"),
+        ScriptedResponse::text("noted"),
+        ScriptedResponse::text("noted"),
+    ])
+    .await
+    .unwrap();
+    let cfg = sshd.talaria_config(5).replace("[approvals]", "reconnect_timeout_s = 300\n\n[approvals]");
+    let mut running = start(home.path(), &server, &cfg, SessionChoice::New).await;
+    running.send(Op::Submit { text: "run it".into(), mode: None });
+    let before = format!("before-{mark}");
+    running.wait_for("its output", |e| matches!(e, Event::ToolOutput { chunk, .. } if chunk.contains(&before))).await;
+    running.send(Op::Submit { text: "meanwhile, something else".into(), mode: None });
+    let (result, status) = tool_result(&mut running, "c1").await;
+    assert_eq!(status, Some(ToolStatus::Yielded), "{result}");
+    let id = result["session_id"].as_str().unwrap().to_string();
+    running.turn_finished().await;
+
+    sshd.stop();
+    running
+        .wait_for(
+            "the job reconnecting",
+            |e| matches!(e, Event::JobUpdated { id: i, status: JobStatus::Reconnecting, .. } if *i == id),
+        )
+        .await;
+    std::fs::write(&go, "").unwrap();
+    let exit_file = || remote_files(&sshd, &id).into_iter().any(|p| p.extension().is_some_and(|x| x == "exit"));
+    wait_until("the remote exit record", exit_file).await;
+    assert!(!finished(&running, &id), "not finished while the host is unreachable");
+    sshd.restart();
+    let ev = running
+        .wait_for(&format!("{id} finished"), |e| matches!(e, Event::JobFinished { id: i, .. } if *i == id))
+        .await;
+    assert!(matches!(&ev, Event::JobFinished { status: JobStatus::Exited(5), .. }), "{ev:?}");
+    running.send(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: None } });
+    let Event::JobLog { text, .. } = running.wait_for("the log", |e| matches!(e, Event::JobLog { .. })).await else {
+        unreachable!()
+    };
+    assert_eq!(text.matches(&before).count(), 1, "resumed where its log stopped: {text:?}");
+    assert_eq!(text.matches(&format!("after-{mark}")).count(), 1, "{text:?}");
+    running.shutdown().await;
+}
