@@ -13,7 +13,7 @@ pub mod group;
 pub mod jobdir;
 pub mod log;
 pub mod output;
-mod pages;
+pub(crate) mod pages;
 pub(crate) mod records;
 mod run;
 pub mod supervisor;
