@@ -355,6 +355,28 @@ mod tests {
         }
     }
 
+    /// Where `tail` is not GNU's (busybox), the follower polls the log instead: same output,
+    /// exit code and cwd.
+    #[test]
+    fn the_polling_follower_works_without_gnu_tail() {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(root.path().join(".tail-posix"), "").unwrap();
+        let prefix = root.path().join("p1");
+        let script = start_script(
+            &sh_quote(&prefix.to_string_lossy()),
+            "echo one; sleep 0.3; printf two; cd /; exit 4",
+            "",
+            false,
+            "bash",
+            600,
+        );
+        let out = sh(&script, &[]);
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "one\ntwo");
+        assert_eq!(out.status.code(), Some(4));
+        let m = markers(&String::from_utf8_lossy(&out.stderr));
+        assert_eq!((m.end, m.cwd.as_deref()), (Some(4), Some("/")));
+    }
+
     /// Nobody renews the lease: the watchdog kills the job's group after `lease_s`.
     #[test]
     fn the_watchdog_kills_a_job_whose_lease_is_not_renewed() {
