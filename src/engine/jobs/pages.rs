@@ -83,6 +83,16 @@ pub(crate) fn drop_read_only_pages() {
 #[cfg(not(target_os = "linux"))]
 pub(crate) fn drop_read_only_pages() {}
 
+/// Return the heap memory start-up freed (the spec, the sandbox's path lists) to the kernel:
+/// glibc keeps freed memory for reuse unless asked.
+pub(crate) fn trim_heap() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only releases free heap memory.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;

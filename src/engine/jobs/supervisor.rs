@@ -46,6 +46,7 @@ pub fn run(dir: &Path) -> ! {
     let code = match start(&jd) {
         Ok(job) => {
             // Start-up is over: give back the code and constants it faulted in.
+            super::pages::trim_heap();
             super::pages::drop_read_only_pages();
             job.supervise();
             0
@@ -257,6 +258,8 @@ impl Running {
         let mut group_gone: Option<Instant> = None;
         let mut last_group_check = Instant::now();
         let mut last_lease_check = Instant::now();
+        let mut lease = Lease::new(&self.jd);
+        let stdin_eof = self.jd.stdin_eof();
         let mut orphaned_at: Option<Instant> = None;
         let mut own_kill: Option<String> = None;
         // Not zeroed: an idle job's supervisor never touches the pages of a buffer that
@@ -302,13 +305,13 @@ impl Running {
                     leader = Leader::Exited { code, signal, at: Instant::now() };
                 }
             }
-            if self.stdin_writer.is_some() && self.jd.stdin_eof().exists() {
+            if self.stdin_writer.is_some() && stdin_eof.exists() {
                 self.stdin_writer = None;
             }
             if last_lease_check.elapsed() >= LEASE_POLL && own_kill.is_none() {
                 last_lease_check = Instant::now();
                 // No owner file counts as no owner.
-                let held = self.jd.read_owner().is_some_and(|o| o.holds());
+                let held = lease.held();
                 if !self.jd.path.exists() {
                     // The job directory was deleted (its TALARIA_HOME is gone): no record
                     // can point to this job any more, so no grace either.
@@ -402,6 +405,82 @@ impl Running {
     }
 }
 
+/// The lease as the supervisor follows it, every `LEASE_POLL`. The answer is today's
+/// (`owner.json` read, the owner process checked by pid and start time) whenever it is "not
+/// held"; a "held" answer may come from what was read before, while `owner.json` is the same
+/// file (talaria replaces it with a rename) and the owner process has not exited, which a
+/// pidfd tells without reading /proc. So an idle supervisor's check is a `stat` and a `poll`:
+/// no file read, no JSON, no /proc parsing, and none of their code in its memory.
+struct Lease {
+    path: std::path::PathBuf,
+    /// (device, inode, ctime, mtime, size) of `owner.json` when it was last read.
+    seen: Option<(u64, u64, i64, i64, i64, i64, u64)>,
+    /// The owner read then, and a pidfd of it when it was alive (None: no pidfd support).
+    held_by: Option<(jobdir::Owner, Option<OwnedFd>)>,
+}
+
+impl Lease {
+    fn new(jd: &JobDir) -> Lease {
+        Lease { path: jd.owner(), seen: None, held_by: None }
+    }
+
+    fn held(&mut self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        let Ok(meta) = std::fs::metadata(&self.path) else {
+            // No owner file counts as no owner.
+            self.held_by = None;
+            return false;
+        };
+        let id =
+            (meta.dev(), meta.ino(), meta.ctime(), meta.ctime_nsec(), meta.mtime(), meta.mtime_nsec(), meta.size());
+        if self.seen == Some(id) {
+            let still = match &self.held_by {
+                Some((jobdir::Owner::Detached, _)) => true,
+                Some((jobdir::Owner::Process { .. }, Some(pidfd))) => !exited(pidfd),
+                _ => false,
+            };
+            if still {
+                return true;
+            }
+        }
+        self.seen = Some(id);
+        self.held_by = None;
+        // As before the cache: read the file, check the process.
+        let Some(owner) = jobdir::read_json::<jobdir::Owner>(&self.path) else { return false };
+        if !owner.holds() {
+            return false;
+        }
+        let pidfd = match &owner {
+            jobdir::Owner::Process { pid, .. } => open_pidfd(*pid as i32).filter(|_| owner.holds()),
+            jobdir::Owner::Detached => None,
+        };
+        self.held_by = Some((owner, pidfd));
+        true
+    }
+}
+
+/// A pidfd of `pid` (Linux 5.3+; close-on-exec), None where there is none. The caller checks
+/// the process's identity after opening it, so it refers to the process it checked.
+#[cfg(target_os = "linux")]
+fn open_pidfd(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open(2) with a pid and no flags; the fd is owned from here on.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    // SAFETY: a fresh descriptor nobody else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn open_pidfd(_pid: i32) -> Option<OwnedFd> {
+    None
+}
+
+/// Has the process of this pidfd exited? (It polls readable once it has.)
+fn exited(pidfd: &OwnedFd) -> bool {
+    let mut fd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+    // SAFETY: poll(2) on one descriptor we own, without waiting.
+    unsafe { libc::poll(&mut fd, 1, 0) != 0 }
+}
+
 /// waitpid on our one child only (never -1); None while it runs.
 fn reap(pid: i32) -> Option<(Option<i32>, Option<i32>)> {
     let mut status = 0;
@@ -452,4 +531,38 @@ fn run_on_kill(hook: Option<&str>) {
     }
     let _ = child.kill();
     let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::jobs::jobdir::Owner;
+
+    #[test]
+    fn the_lease_follows_owner_json_and_the_owner_process() {
+        let dir = tempfile::tempdir().unwrap();
+        let jd = JobDir { path: dir.path().to_path_buf() };
+        let mut lease = Lease::new(&jd);
+        assert!(!lease.held(), "no owner file");
+        jd.write_owner(&Owner::Detached).unwrap();
+        assert!(lease.held());
+        assert!(lease.held());
+        // A live owner process, then the same process gone (its pidfd tells).
+        let mut child = std::process::Command::new("sleep").arg("3004417").spawn().unwrap();
+        let pid = child.id();
+        let start = group::proc_stat(pid as i32).map(|s| s.start_ticks);
+        jd.write_owner(&Owner::Process { pid, start }).unwrap();
+        assert!(lease.held());
+        assert!(lease.held());
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert!(!lease.held());
+        // A pid that is alive but started at another time is not the owner.
+        jd.write_owner(&Owner::Process { pid: std::process::id(), start: Some(1) }).unwrap();
+        assert!(!lease.held());
+        jd.write_owner(&Owner::me()).unwrap();
+        assert!(lease.held());
+        std::fs::remove_file(jd.owner()).unwrap();
+        assert!(!lease.held());
+    }
 }
