@@ -64,8 +64,9 @@ async fn run() -> anyhow::Result<()> {
         row_ms("  then `JobsHandle::log(id, None, Some(200))` on its 64 MB log (ms)", &flood.log_view);
     }
     if let Some(sup) = &sup {
-        row_f64("Supervisor VmRSS per job, `sleep` job (MiB)", &sup.rss_mib);
+        row_f64("Supervisor VmRSS per job, idle `sleep` job after 3 s (MiB)", &sup.rss_mib);
         row_f64("  same supervisors, RssAnon (private memory, MiB)", &sup.anon_mib);
+        row_f64("  same supervisors, RssFile (mapped file pages, MiB)", &sup.file_mib);
         row_f64("  same supervisors, Pss (shared pages split among them, MiB)", &sup.pss_mib);
         row_ms("First output, direct `bash -c 'echo first'` through a pipe (ms, the old path)", &sup.first_direct);
         row_ms("First output, `JobsHandle::spawn` to its `ToolOutput` event (ms)", &sup.first_job);
@@ -247,6 +248,7 @@ fn spec(command: &str) -> SpawnSpec {
 struct Supervised {
     rss_mib: Vec<f64>,
     anon_mib: Vec<f64>,
+    file_mib: Vec<f64>,
     pss_mib: Vec<f64>,
     first_direct: Vec<Duration>,
     first_job: Vec<Duration>,
@@ -300,11 +302,14 @@ async fn supervised(tmp: &Path, config: Arc<Config>) -> anyhow::Result<Supervise
     for _ in 0..SUPERVISORS {
         ids.push(jobs.spawn(spec("sleep 300")).await?.id);
     }
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Idle, after a few lease checks: what the supervisor's loop keeps mapped (start-up's
+    // pages are given back once the job runs, see jobs/pages.rs).
+    tokio::time::sleep(Duration::from_secs(3)).await;
     for id in &ids {
         let pid = supervisor_of(&paths.jobs_dir, id).context("no supervisor found")?;
         out.rss_mib.push(pid_status_mib(pid, "VmRSS").context("no VmRSS")?);
         out.anon_mib.push(pid_status_mib(pid, "RssAnon").context("no RssAnon")?);
+        out.file_mib.push(pid_status_mib(pid, "RssFile").context("no RssFile")?);
         out.pss_mib.push(pss_mib(pid).context("no Pss")?);
     }
     for id in &ids {

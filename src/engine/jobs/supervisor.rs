@@ -45,9 +45,6 @@ pub fn run(dir: &Path) -> ! {
     let jd = JobDir { path: dir.to_path_buf() };
     let code = match start(&jd) {
         Ok(job) => {
-            // Start-up is over: give back the code and constants it faulted in.
-            super::pages::trim_heap();
-            super::pages::drop_read_only_pages();
             job.supervise();
             0
         }
@@ -265,6 +262,12 @@ impl Running {
         // Not zeroed: an idle job's supervisor never touches the pages of a buffer that
         // read(2) has not filled (a zeroed one would be 64 KiB of private memory at once).
         let mut buf: Vec<u8> = Vec::with_capacity(64 * 1024);
+        // Read owner.json once now, so the loop's checks only stat it.
+        lease.held();
+        // Start-up is over: give back the heap it freed and the code and constant pages it
+        // touched; the loop refaults what it uses.
+        super::pages::trim_heap();
+        super::pages::drop_read_only_pages();
         loop {
             self.wait_readable(eof, Duration::from_millis(if matches!(leader, Leader::Running) { 500 } else { 50 }));
             if !eof {
