@@ -530,7 +530,7 @@ async fn a_panic_in_talaria_leaves_no_orphan_and_the_database_intact() {
 #[tokio::test]
 async fn resume_inside_a_running_talaria_reattaches_the_other_sessions_jobs() {
     let home = Home::new();
-    let mark = marker(21);
+    let mark = marker(23);
     let command = format!("echo from-the-other-session-{mark}; exec sleep {mark}");
     let server = ScriptedServer::start([background_call(&command), slow_stream()]).await.unwrap();
     let (mut exec, id) = exec_with_job(&home, &server, &[]).await;
@@ -569,7 +569,7 @@ async fn keep_running_at_quit_kills_a_running_goal_gate_but_keeps_the_jobs() {
     use talaria::protocol::commands::{GateCmd, GoalCmd};
     use talaria::protocol::SlashCommand;
     let home = Home::new();
-    let mark = marker(22);
+    let mark = marker(24);
     let server = ScriptedServer::start([
         background_call(&format!("sleep {mark}")),
         ScriptedResponse::text("Started; done."),
@@ -591,7 +591,17 @@ async fn keep_running_at_quit_kills_a_running_goal_gate_but_keeps_the_jobs() {
     // "keep running" at quit: LeaveJobs { detach } then Shutdown, as the quit dialog sends.
     running.send(Op::LeaveJobs { detach: true });
     running.shutdown().await;
-    assert!(pids_with(&format!("gate-{mark}")).is_empty(), "the gate went with its owner");
+    let left = pids_with(&format!("gate-{mark}"));
+    let about: Vec<String> = left
+        .iter()
+        .map(|p| {
+            let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+            let cmd = std::fs::read(format!("/proc/{p}/cmdline")).unwrap_or_default();
+            format!("{stat} :: {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
+        })
+        .collect();
+    let rows = jobs_list(&home).await;
+    assert!(left.is_empty(), "the gate went with its owner: {about:#?}\n{rows:#?}");
     let kept = pids_with(&format!("sleep {mark}"));
     assert!(!kept.is_empty(), "the job is kept");
     let rows = jobs_list(&home).await;

@@ -192,7 +192,13 @@ pub(super) async fn spawn(
     }
     let (exit_tx, exit_rx) = oneshot::channel();
     let reader = LogReader::open(&jd);
-    tokio::spawn(follow(reg.clone(), job, reader, Some(exit_tx)));
+    tokio::spawn(follow(reg.clone(), job.clone(), reader, Some(exit_tx)));
+    // A shutdown that began while this job was starting collected the running jobs without
+    // it (it sets the flag first, then reads the jobs): the job must not escape it.
+    if reg.shutting_down.load(Ordering::SeqCst) && (!reg.leave.load(Ordering::SeqCst) || job.dies_with_owner) {
+        reg.kill_job_because(&job, super::records::QUIT_REASON).await;
+        return Err(SpawnError::ShuttingDown);
+    }
     Ok(Spawned { id, pid: pgid as u32, exit: exit_rx })
 }
 
