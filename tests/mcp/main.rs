@@ -892,6 +892,19 @@ async fn the_guard_kills_the_group_whenever_its_owner_goes() {
     wait_until("the group to go when the guard's parent dies", || !alive(3) && !alive(4)).await;
     drop(socket);
 
+    // The server exits by itself: what it left running goes too, talaria or not.
+    let go = tempfile::tempdir().expect("tempdir");
+    let flag = go.path().join("exit");
+    let inner = format!("sleep {marker}7 & while [ ! -e {} ]; do sleep 0.05; done; exit 3", flag.display());
+    let (mut socket, mut bash) = start_guard(script, &inner);
+    assert!(guard_report(&mut socket, WAIT).starts_with("ok "));
+    wait_until("the server's own child", || alive(7)).await;
+    std::fs::write(&flag, b"").expect("flag");
+    wait_until("the child the exited server left behind to go", || !alive(7)).await;
+    bash.stdin.take().expect("stdin").write_all(b"go\n").expect("tell bash to exit");
+    let _ = bash.wait();
+    drop(socket);
+
     // The parent is gone before the guard runs: the getppid check starts nothing.
     let (mut socket, mut bash) = start_guard(
         "(while kill -0 $$ 2>/dev/null; do sleep 0.01; done; exec setsid \"$0\" __mcp-guard $$ bash -c \"$1\" </dev/null) & exit 0",

@@ -10,8 +10,8 @@
 //! when a SIGTERM comes (the death signal, or talaria stopping the server), the guard
 //! kills the whole group — the server and whatever it started, an `npx` wrapper's
 //! `node` say — with SIGTERM, then SIGKILL after a grace, itself included. When the
-//! server exits by itself, the guard exits the same way (talaria then kills what is left
-//! of the group).
+//! server exits by itself, the guard ends what it left running in the group, then exits
+//! the same way as the server.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -133,6 +133,9 @@ fn watch(pid: i32, signals: RawFd) -> ! {
             }
         }
         if let Some(status) = reap(pid) {
+            // What the server left running goes with it (talaria would kill the group next,
+            // but it may be gone by then).
+            end_the_others();
             exit_like(status);
         }
     }
@@ -192,6 +195,40 @@ fn kill_group_and_exit(pid: i32) -> ! {
     // SAFETY: our own group, ourselves included.
     unsafe { libc::kill(-pgid, libc::SIGKILL) };
     std::process::exit(0)
+}
+
+/// SIGTERM to the rest of the group, a grace, SIGKILL to whoever is left, one by one (a
+/// group SIGKILL would end the guard before it can pass on the server's exit status).
+fn end_the_others() {
+    let me = std::process::id() as i32;
+    // SAFETY: getpgrp has no preconditions.
+    let pgid = unsafe { libc::getpgrp() };
+    if pgid != me || !others_in_group(pgid, me) {
+        return;
+    }
+    // SAFETY: our own group; the guard blocks SIGTERM.
+    unsafe { libc::kill(-pgid, libc::SIGTERM) };
+    let deadline = Instant::now() + GRACE;
+    while Instant::now() < deadline && others_in_group(pgid, me) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for pid in members(pgid, me) {
+        // SAFETY: a member of our own group.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+}
+
+/// The live processes other than `me` in group `pgid`.
+fn members(pgid: i32, me: i32) -> Vec<i32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()))
+        .filter(|pid| {
+            *pid != me
+                && matches!(group::proc_stat(*pid), Some(s) if s.pgrp == pgid && s.state != 'Z' && s.state != 'X')
+        })
+        .collect()
 }
 
 /// Is any live process other than `me` in group `pgid`?
