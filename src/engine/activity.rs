@@ -66,7 +66,7 @@ impl Activity {
 
     fn lock(&self) -> MutexGuard<'_, Clock> {
         // The clock is plain data; a panic elsewhere cannot leave it inconsistent.
-        self.clock.lock().unwrap_or_else(|p| p.into_inner())
+        crate::util::lock(&self.clock)
     }
 
     /// Record activity now.

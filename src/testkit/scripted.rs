@@ -12,7 +12,7 @@
 //! ```
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -22,6 +22,7 @@ use crate::loopback::chunks::{chunk, split_chars};
 pub use crate::loopback::chunks::{finish_chunk, text_chunks, tool_call_chunks, usage_chunk, DONE};
 use crate::loopback::Server;
 pub use crate::loopback::{Reply as ScriptedResponse, Request as RecordedRequest, SseStream, StreamEnd};
+use crate::util::lock;
 
 /// Requests kept in memory; older ones are dropped (the count keeps going).
 const MAX_RECORDED: usize = 1000;
@@ -125,10 +126,6 @@ struct RequestLog {
     requests: VecDeque<RecordedRequest>,
     total: usize,
     recording: bool,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The server. Dropping it stops it and closes every connection it holds.

@@ -240,6 +240,9 @@ pub struct App {
     pub(crate) log_area: Rect,
     /// The whole frame in the last draw (the help's size).
     pub(crate) frame_area: Rect,
+    /// How far the help could scroll when it was last drawn (the view writes it, as a
+    /// stateful widget would; End and the clamp of the other scroll keys read it).
+    pub(crate) help_max_scroll: std::cell::Cell<usize>,
     /// The jobs and tools panes were on screen in the last frame (not at narrow widths).
     pub(crate) panes_shown: bool,
     /// `@path` completion: the event loop lists the paths starting with this, then calls
@@ -278,7 +281,7 @@ impl App {
             on_quit: config.jobs.on_quit,
             notify_after: Duration::from_secs(config.ui.notify_after_s),
             now: Instant::now(),
-            wall_ms: unix_ms(),
+            wall_ms: crate::util::now_ms(),
             transcript: Transcript::default(),
             input: TextArea::default(),
             history: Vec::new(),
@@ -309,6 +312,7 @@ impl App {
             transcript_area: Rect::new(0, 0, 80, 20),
             log_area: Rect::new(0, 0, 80, 20),
             frame_area: Rect::new(0, 0, 80, 24),
+            help_max_scroll: std::cell::Cell::new(0),
             panes_shown: true,
             input_hint: None,
             in_tmux: false,
@@ -555,12 +559,4 @@ impl App {
             NotifyMode::Off => None,
         };
     }
-}
-
-/// Now as unix milliseconds.
-pub(crate) fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-        .unwrap_or(0)
 }

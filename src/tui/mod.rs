@@ -240,7 +240,7 @@ pub fn render(app: &mut App, frame: &mut Frame<'_>) {
 
 fn draw(terminal: &mut Term, app: &mut App) -> anyhow::Result<()> {
     app.now = Instant::now();
-    app.wall_ms = app::unix_ms();
+    app.wall_ms = crate::util::now_ms();
     queue!(terminal.backend_mut(), BeginSynchronizedUpdate)?;
     terminal.draw(|f| render(app, f))?;
     execute!(terminal.backend_mut(), EndSynchronizedUpdate)?;
@@ -298,7 +298,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let mut next_tick: Option<tokio::time::Instant> = None;
     loop {
         app.now = Instant::now();
-        app.wall_ms = app::unix_ms();
+        app.wall_ms = crate::util::now_ms();
         if next_tick.is_none() {
             next_tick = app.tick_interval().map(|d| tokio::time::Instant::now() + d);
         }
@@ -485,7 +485,8 @@ async fn edit_in_editor(terminal: &mut Term, mouse: bool, text: &str) -> anyhow:
         .filter_map(|v| std::env::var(v).ok())
         .find(|v| !v.trim().is_empty())
         .unwrap_or_else(|| "vi".to_string());
-    let path = std::env::temp_dir().join(format!("talaria-message-{}-{}.md", std::process::id(), app::unix_ms()));
+    let path =
+        std::env::temp_dir().join(format!("talaria-message-{}-{}.md", std::process::id(), crate::util::now_ms()));
     if let Err(e) = std::fs::write(&path, text) {
         return Ok(Err(format!("cannot write {} for the editor: {e}", path.display())));
     }

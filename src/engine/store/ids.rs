@@ -8,9 +8,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// Titles derived from the first user message are cut to this many characters.
 pub(crate) const TITLE_MAX_CHARS: usize = 60;
 
-/// Unix time in milliseconds.
+/// Unix time in milliseconds, as SQLite stores it.
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as i64).unwrap_or(0)
+    i64::try_from(crate::util::now_ms()).unwrap_or(i64::MAX)
 }
 
 /// A short, sortable session id: UTC time to the second plus four hex digits,

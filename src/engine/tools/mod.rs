@@ -48,7 +48,7 @@ pub struct ToolCtx {
 
 impl ToolCtx {
     pub(crate) fn cwd(&self) -> PathBuf {
-        self.cwd.lock().map(|c| c.clone()).unwrap_or_else(|p| p.into_inner().clone())
+        crate::util::lock(&self.cwd).clone()
     }
 
     /// Resolve a path argument against the session's working directory (`~` expanded).

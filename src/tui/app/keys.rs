@@ -209,7 +209,7 @@ impl App {
                     | Action::Top
                     | Action::Follow,
                 ) => {
-                    let max = crate::tui::view::help_max_scroll(self, self.frame_area);
+                    let max = self.help_max_scroll.get();
                     let scroll = scroll.min(max);
                     let scroll = match action {
                         Action::LineUp => scroll.saturating_sub(1),

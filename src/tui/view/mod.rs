@@ -7,7 +7,6 @@ mod transcript;
 
 #[cfg(test)]
 pub(crate) use overlay::help_lines;
-pub(crate) use overlay::help_max_scroll;
 
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Modifier, Style};

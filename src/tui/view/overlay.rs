@@ -367,18 +367,14 @@ pub(crate) fn help_rect(area: Rect) -> (Rect, u16) {
     (rect, rect.width.saturating_sub(4).max(1))
 }
 
-/// How far the help can scroll in a frame of `area`.
-pub(crate) fn help_max_scroll(app: &App, area: Rect) -> usize {
-    let (rect, width) = help_rect(area);
-    help_lines(app, width).len().saturating_sub(usize::from(rect.height.saturating_sub(2)))
-}
-
 fn draw_help(frame: &mut Frame<'_>, area: Rect, app: &App, scroll: usize) {
     let (rect, width) = help_rect(area);
     frame.render_widget(Clear, rect);
     let lines = help_lines(app, width);
     let rows = usize::from(rect.height.saturating_sub(2));
-    let scroll = scroll.min(lines.len().saturating_sub(rows));
+    let max = lines.len().saturating_sub(rows);
+    app.help_max_scroll.set(max);
+    let scroll = scroll.min(max);
     let key = |action: Action| app.keymap.hint(Context::Help, action);
     let footer =
         format!(" ↑↓ PgUp PgDn {}/{} scroll · {} close ", key(Action::Top), key(Action::Follow), key(Action::Close));
