@@ -14,6 +14,7 @@ use super::watches::WatchOwner;
 use super::{lock, Job, JobsHandle};
 use crate::engine::args::lenient;
 use crate::engine::signals::ToolSignals;
+use crate::engine::store::jobs::RecordStatus;
 use crate::protocol::{Event, JobAction, JobId, JobStatus, NoticeLevel};
 
 /// Lines `process log` shows by default, and at most.
@@ -154,6 +155,16 @@ pub(crate) fn format_duration(d: Duration) -> String {
 pub(crate) async fn bumped(rx: &mut watch::Receiver<u64>) {
     if rx.changed().await.is_err() {
         std::future::pending::<()>().await;
+    }
+}
+
+/// The status a job's record keeps once it has this live status.
+pub(crate) fn record_status(status: &JobStatus) -> RecordStatus {
+    match status {
+        JobStatus::Running | JobStatus::Reconnecting => RecordStatus::Running,
+        JobStatus::Exited(_) => RecordStatus::Exited,
+        JobStatus::Killed => RecordStatus::Killed,
+        JobStatus::Lost => RecordStatus::Lost,
     }
 }
 

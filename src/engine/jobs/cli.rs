@@ -13,7 +13,7 @@ use super::output::memchr_count;
 use super::records::{end_from_exit, group_is_ours, kill_remains, lost_end, supervisor_alive};
 use super::{group, jobdir, now_ms};
 use crate::config::Config;
-use crate::engine::store::jobs::JobRow;
+use crate::engine::store::jobs::{JobRow, RecordStatus};
 use crate::engine::store::Store;
 use crate::paths::Paths;
 
@@ -56,15 +56,15 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
             } else if !view.text.is_empty() {
                 println!("{}", view.text);
             }
-            if follow && row.status == "running" {
+            if follow && row.status == RecordStatus::Running {
                 follow_log(&jd, &index)?;
             }
             Ok(0)
         }
         JobsCli::Kill { id } => {
             let Some(row) = find(store, &id).await? else { return not_found(&id) };
-            let killed = row.status == "running" && kill_row(paths, store, &row, grace).await?;
-            let status = store.job_get(row.num).await?.map(|r| r.status).unwrap_or_default();
+            let killed = row.status == RecordStatus::Running && kill_row(paths, store, &row, grace).await?;
+            let status = store.job_get(row.num).await?.map(|r| r.status.as_str()).unwrap_or_default();
             if json {
                 println!("{}", json!({ "session_id": row.id(), "killed": killed, "status": status }));
             } else if killed {

@@ -29,7 +29,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::engine::store::jobs::JobEnd;
+use crate::engine::store::jobs::{JobEnd, RecordStatus};
 use crate::engine::store::Store;
 use crate::engine::EventSink;
 use crate::paths::Paths;
@@ -39,7 +39,7 @@ use self::jobdir::{JobDir, Owner};
 use self::log::LogIndex;
 use self::output::OutputBuf;
 
-pub(crate) use self::actions::{bumped, format_duration, status_str, ProcessAction, ProcessArgs};
+pub(crate) use self::actions::{bumped, format_duration, ProcessAction, ProcessArgs};
 pub use self::follow::LogReader;
 pub(crate) use self::run::{sh_quote, SpawnError};
 
@@ -498,7 +498,7 @@ impl JobsHandle {
             let fate = match live {
                 Some(JobStatus::Running) => JobFate::Running,
                 // This talaria saw it end but its record is not written yet.
-                Some(status) if row.status == "running" => {
+                Some(status) if row.status == RecordStatus::Running => {
                     let away = self.inner.get(&row.id()).is_some_and(|j| j.ended_away);
                     match JobFate::of_status(&status) {
                         JobFate::Finished { code, .. } if away => JobFate::Finished { code, while_away: true },
@@ -824,7 +824,7 @@ impl Registry {
         });
         if let Some(store) = &self.store {
             let end = JobEnd {
-                status: status_str(&status).to_string(),
+                status: actions::record_status(&status),
                 exit_code: exit.code.map(i64::from),
                 signal: exit.signal.map(i64::from),
                 reason: exit.reason.clone(),

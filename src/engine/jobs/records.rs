@@ -15,8 +15,8 @@ use tokio_util::sync::CancellationToken;
 use super::follow::{follow, LogReader};
 use super::jobdir::{ExitRecord, JobDir, Owner};
 use super::output::OutputBuf;
-use super::{actions, group, lock, now_ms, status_str, ExitInfo, Job, JobState, Registry};
-use crate::engine::store::jobs::{JobEnd, JobRow};
+use super::{actions, group, lock, now_ms, ExitInfo, Job, JobState, Registry};
+use crate::engine::store::jobs::{JobEnd, JobRow, RecordStatus};
 use crate::protocol::{JobFate, JobStatus};
 
 /// What talaria writes as the kill reason when it kills its jobs because it quits.
@@ -34,8 +34,8 @@ pub(super) fn fate_of_row(dir: &Path, row: &JobRow, boot_id: &str) -> JobFate {
         _ => JobFate::Killed,
     };
     let code = |code: Option<i64>, signal: Option<i64>| code.unwrap_or_else(|| 128 + signal.unwrap_or(0)) as i32;
-    match row.status.as_str() {
-        "running" => {
+    match row.status {
+        RecordStatus::Running => {
             let jd = JobDir::new(dir, &row.id());
             match jd.read_exit() {
                 Some(exit) if !exit.killed && super::run::remote_lost(&jd).is_some() => JobFate::Lost,
@@ -49,9 +49,9 @@ pub(super) fn fate_of_row(dir: &Path, row: &JobRow, boot_id: &str) -> JobFate {
                 None => JobFate::Lost,
             }
         }
-        "exited" => ended(false, code(row.exit_code, row.signal), None, !row.notified),
-        "killed" => ended(true, 0, row.reason.as_deref(), false),
-        _ => JobFate::Lost,
+        RecordStatus::Exited => ended(false, code(row.exit_code, row.signal), None, !row.notified),
+        RecordStatus::Killed => ended(true, 0, row.reason.as_deref(), false),
+        RecordStatus::Lost => JobFate::Lost,
     }
 }
 
@@ -114,7 +114,7 @@ pub(super) fn end_from_exit(dir: &Path, row: &JobRow, exit: &ExitRecord) -> JobE
         None => actions::notice_text(&row.id(), &status, runtime, &row.command, &tail),
     };
     JobEnd {
-        status: status_str(&status).to_string(),
+        status: actions::record_status(&status),
         exit_code: exit.code.map(i64::from).filter(|_| gave_up.is_none()),
         signal: exit.signal.map(i64::from),
         reason: info.reason.clone(),
@@ -142,7 +142,7 @@ pub(super) fn log_tail(jd: &JobDir) -> String {
 
 pub(super) fn lost_end() -> JobEnd {
     JobEnd {
-        status: "lost".into(),
+        status: RecordStatus::Lost,
         exit_code: None,
         signal: None,
         reason: Some("supervisor gone".into()),
@@ -200,7 +200,7 @@ impl Registry {
         match store.jobs_recent(Some(&session), self.config.jobs.max_jobs.max(1)).await {
             Ok(rows) => {
                 for row in rows {
-                    if row.status != "running" && !row.notified && row.notice.is_some() {
+                    if row.status != RecordStatus::Running && !row.notified && row.notice.is_some() {
                         mine.push(row);
                     }
                 }
@@ -219,7 +219,7 @@ impl Registry {
     async fn attach_row(self: &Arc<Self>, row: JobRow) {
         let jd = JobDir::new(&self.dir, &row.id());
         let num = row.num as u64;
-        let running = row.status == "running";
+        let running = row.status == RecordStatus::Running;
         let ended_away = !running || jd.read_exit().is_some();
         if !ended_away {
             if let Err(e) = jd.write_owner(&Owner::me()) {

@@ -2,13 +2,61 @@
 //! and re-attach the jobs of any session. The supervisor never opens the database: its
 //! truth is `jobs/<id>/exit.json`, folded into the row by whichever talaria sees it first.
 
-use rusqlite::{params, Connection, Row};
+use rusqlite::types::{FromSql, FromSqlError, FromSqlResult, ToSqlOutput, ValueRef};
+use rusqlite::{params, Connection, Row, ToSql};
 use serde::Serialize;
 
 use super::{Store, StoreError};
 
 /// `display_kind` of a job's exit notice; appending one marks its job `notified`.
 pub(crate) const NOTICE_KIND: &str = "job_notice";
+
+/// What a job's record says of it. Stored as its lower-case name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RecordStatus {
+    /// Started and not seen ending (a remote job reconnecting is still running).
+    Running,
+    Exited,
+    Killed,
+    /// Its supervisor or host went away without an exit record.
+    Lost,
+}
+
+impl RecordStatus {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            RecordStatus::Running => "running",
+            RecordStatus::Exited => "exited",
+            RecordStatus::Killed => "killed",
+            RecordStatus::Lost => "lost",
+        }
+    }
+}
+
+impl std::fmt::Display for RecordStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ToSql for RecordStatus {
+    fn to_sql(&self) -> rusqlite::Result<ToSqlOutput<'_>> {
+        Ok(ToSqlOutput::from(self.as_str()))
+    }
+}
+
+impl FromSql for RecordStatus {
+    fn column_result(value: ValueRef<'_>) -> FromSqlResult<Self> {
+        match value.as_str()? {
+            "running" => Ok(RecordStatus::Running),
+            "exited" => Ok(RecordStatus::Exited),
+            "killed" => Ok(RecordStatus::Killed),
+            "lost" => Ok(RecordStatus::Lost),
+            other => Err(FromSqlError::Other(format!("unknown job status {other:?}").into())),
+        }
+    }
+}
 
 /// A job row.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -25,8 +73,7 @@ pub struct JobRow {
     pub supervisor_pid: Option<i64>,
     pub(crate) supervisor_start: Option<i64>,
     pub(crate) boot_id: String,
-    /// `running`, `exited`, `killed` or `lost`.
-    pub(crate) status: String,
+    pub(crate) status: RecordStatus,
     pub(crate) exit_code: Option<i64>,
     pub(crate) signal: Option<i64>,
     pub(crate) reason: Option<String>,
@@ -68,7 +115,7 @@ pub struct JobPids {
 /// How a job ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct JobEnd {
-    pub(crate) status: String,
+    pub(crate) status: RecordStatus,
     pub(crate) exit_code: Option<i64>,
     pub(crate) signal: Option<i64>,
     pub(crate) reason: Option<String>,
