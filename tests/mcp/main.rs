@@ -978,13 +978,14 @@ async fn pty_first_frame_and_first_answer_do_not_wait_for_a_slow_server() {
     })
     .await
     .expect("pty baseline");
-    let (first_frame_ms, answered_ms, up_before_answer) = tokio::task::spawn_blocking({
+    let (first_frame_ms, up_before_first_frame, answered_ms, up_before_answer) = tokio::task::spawn_blocking({
         let up = server.marker("up");
         move || {
             let started = Instant::now();
             let mut p = pty::Pty::spawn(&home_path, &work, &["--base-url", &url, "--model", "m"], 120, 36);
             p.wait_for(" message ", WAIT);
             let first = started.elapsed().as_millis();
+            let up_before_first = up.exists();
             p.type_text("ping\r");
             p.wait_for("pong from the model", WAIT);
             let answered = started.elapsed().as_millis();
@@ -1005,7 +1006,7 @@ async fn pty_first_frame_and_first_answer_do_not_wait_for_a_slow_server() {
             }
             p.send(b"\x04");
             let _ = p.wait_exit(WAIT);
-            (first, answered, up_before)
+            (first, up_before_first, answered, up_before)
         }
     })
     .await
@@ -1014,6 +1015,8 @@ async fn pty_first_frame_and_first_answer_do_not_wait_for_a_slow_server() {
         "mcp pty: first frame {first_frame_ms} ms (no MCP server: {baseline_ms} ms), answer {answered_ms} ms, server up after ~5000 ms"
     );
     assert!(!up_before_answer, "the answer came only after the server was up ({answered_ms} ms)");
-    assert!(first_frame_ms < 5_000, "first frame after {first_frame_ms} ms");
+    // Not a time bound (speed is BENCHMARKS.md's): the first frame came while the server
+    // was still starting, so nothing of its start-up stands before the frame.
+    assert!(!up_before_first_frame, "the first frame came only after the server was up ({first_frame_ms} ms)");
     wait_until("the server to be killed at quit", || server.processes().is_empty()).await;
 }
