@@ -387,6 +387,74 @@ fn quitting_with_keep_leaves_the_job_and_talaria_c_takes_it_back() {
     assert!(!listed.contains("running"), "{listed}");
 }
 
+/// Start `sleep <secs>` as a background job and wait until talaria is idle again;
+/// returns the job's pid.
+fn start_a_background_sleep(p: &Pty, secs: &str) -> i32 {
+    p.wait_for(" message ", WAIT);
+    p.type_text("start the long thing in the background");
+    p.send(b"\r");
+    p.wait_for("Started it in the background.", WAIT);
+    p.wait_for("job_1", WAIT);
+    let pids = pids_with_cmdline(&["sleep", secs]);
+    assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
+    p.wait_for(" message ", WAIT);
+    pids[0]
+}
+
+fn background_sleep_model(secs: &str) -> Model {
+    Model::start(vec![
+        ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}","background":true}}"#)),
+        ScriptedResponse::text("Started it in the background."),
+    ])
+}
+
+#[test]
+fn on_quit_kill_quits_without_asking_and_kills_the_job() {
+    let home = Home::new();
+    home.write_config("[jobs]\non_quit = \"kill\"\n");
+    let secs = unique_secs(305);
+    let model = background_sleep_model(&secs);
+    let mut p = spawn(&home, &model, &[]);
+    let job = start_a_background_sleep(&p, &secs);
+    // Ctrl+D alone: nothing answers a dialog, so exiting means none was shown.
+    p.send(b"\x04");
+    assert_eq!(p.wait_exit(WAIT), Some(0), "talaria quit without asking; screen:\n{}", p.contents());
+    assert!(!p.raw_text().contains("keep them running"), "no quit dialog");
+    wait_until("the job to be killed", || !alive(job));
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+    let listed = run_talaria(&home, &["jobs", "list"]);
+    assert!(listed.contains("job_1") && listed.contains("killed (talaria quit)"), "{listed}");
+}
+
+#[test]
+fn on_quit_keep_quits_without_asking_and_keeps_the_job() {
+    let home = Home::new();
+    // A short grace, which a kept job does not wait out.
+    home.write_config("[jobs]\non_quit = \"keep\"\norphan_grace_s = 1\n");
+    let secs = unique_secs(306);
+    let model = background_sleep_model(&secs);
+    let mut p = spawn(&home, &model, &[]);
+    let job = start_a_background_sleep(&p, &secs);
+    p.send(b"\x04");
+    assert_eq!(p.wait_exit(WAIT), Some(0), "talaria quit without asking; screen:\n{}", p.contents());
+    assert!(!p.raw_text().contains("keep them running"), "no quit dialog");
+    assert!(alive(job), "the kept job runs on after talaria quit");
+    // Twice the grace: a kept job has no deadline.
+    let watched = Instant::now();
+    while watched.elapsed() < Duration::from_secs(2) {
+        assert!(alive(job), "the kept job was killed after the orphan grace");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let owner = std::fs::read_to_string(home.path().join("jobs/job_1/owner.json")).expect("owner.json");
+    assert_eq!(owner.trim(), r#""Detached""#, "kept on purpose, not waiting for a new owner");
+    let listed = run_talaria(&home, &["jobs", "list"]);
+    assert!(listed.contains("job_1") && listed.contains("running") && listed.contains(&secs), "{listed}");
+    let killed = run_talaria(&home, &["jobs", "kill", "job_1"]);
+    assert!(killed.contains("job_1: killed"), "{killed}");
+    wait_until("the kept job to be killed", || !alive(job));
+    wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+}
+
 #[test]
 fn quitting_prints_the_resume_hint_and_the_run_summary() {
     let home = Home::new();

@@ -616,3 +616,281 @@ async fn keep_running_at_quit_kills_a_running_goal_gate_but_keeps_the_jobs() {
     }
     wait_until("the kept job killed", || pids_with(&format!("sleep {mark}")).is_empty()).await;
 }
+
+/// The next line a child prints (None at the end of its output), within the deadline.
+async fn next_line(lines: &mut common::JsonLines) -> Option<String> {
+    tokio::time::timeout(DEADLINE, lines.next_line()).await.expect("a line within the deadline").expect("read stdout")
+}
+
+/// Pids of live processes whose command line is exactly `args`.
+fn pids_exact(args: &[&str]) -> Vec<i32> {
+    let want: Vec<u8> = args.iter().flat_map(|a| a.bytes().chain(std::iter::once(0))).collect();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else { continue };
+        if std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|c| c == want) && group::process_alive(pid, None) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// `talaria jobs log` from another shell: the tail (all of it, `--lines`, `--json`), then
+/// `--follow` prints what comes next (the unfinished last line goes on where it stopped)
+/// and ends when the job does; `jobs kill --json`.
+#[tokio::test]
+async fn jobs_log_shows_the_tail_follows_to_the_end_and_log_and_kill_speak_json() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    let mark = marker(25);
+    let go = home.path().join(format!("go-{mark}"));
+    let command = format!(
+        "for i in 1 2 3 4 5; do echo line-$i-{mark}; done; printf half-{mark}; \
+         while [ ! -e {go} ]; do sleep 0.05; done; echo -after-{mark}; exit 4",
+        go = go.display()
+    );
+    let (jobs, _events) = handle(&paths, false);
+    let spawned = jobs.spawn(spec(&command, &home.work())).await.unwrap();
+    let id = spawned.id.clone();
+    let mut lines: Vec<String> = (1..=5).map(|i| format!("line-{i}-{mark}")).collect();
+    let half = format!("half-{mark}");
+
+    // The whole log so far, as plain text (the supervisor writes it as the job prints).
+    let mut text = String::new();
+    for _ in 0..1500 {
+        let out = home.run(&["jobs", "log", &id]).await;
+        assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+        text = common::stdout(&out);
+        if text.contains(&half) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(text, format!("{}\n{half}\n", lines.join("\n")), "the log, line by line");
+    let out = home.run(&["jobs", "log", &id, "--lines", "2"]).await;
+    assert_eq!(common::stdout(&out), format!("{}\n{half}\n", lines[4]));
+
+    let out = home.run(&["jobs", "log", &id, "--lines", "2", "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let log: Value = serde_json::from_str(&common::stdout(&out)).expect("jobs log --json");
+    assert_eq!(
+        log,
+        json!({
+            "session_id": id, "status": "running", "output": format!("{}\n{half}", lines[4]),
+            "first_line": 1, "from": 5, "to": 6,
+        })
+    );
+
+    // --follow: the tail, then what the job writes, until it ends.
+    let mut follow = home
+        .command()
+        .args(["jobs", "log", &id, "--follow"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("jobs log --follow");
+    let mut followed = {
+        use tokio::io::AsyncBufReadExt;
+        tokio::io::BufReader::new(follow.stdout.take().expect("stdout")).lines()
+    };
+    for want in &lines {
+        assert_eq!(next_line(&mut followed).await.as_deref(), Some(want.as_str()));
+    }
+    std::fs::write(&go, "").unwrap();
+    let finished = format!("{half}-after-{mark}");
+    assert_eq!(next_line(&mut followed).await, Some(finished.clone()), "the half line, finished");
+    assert_eq!(next_line(&mut followed).await, None, "--follow ends with the job");
+    let status = tokio::time::timeout(DEADLINE, follow.wait()).await.expect("--follow exits").unwrap();
+    assert_eq!(status.code(), Some(0));
+    let _ = tokio::time::timeout(DEADLINE, spawned.exit).await.expect("the job ends");
+
+    // A finished job: --follow prints the log and returns at once; --json says how it ended.
+    let out = home.run(&["jobs", "log", &id, "--follow"]).await;
+    lines.push(finished.clone());
+    assert_eq!(common::stdout(&out), format!("{}\n", lines.join("\n")));
+    let out = home.run(&["jobs", "log", &id, "--json", "--lines", "1"]).await;
+    let log: Value = serde_json::from_str(&common::stdout(&out)).expect("jobs log --json");
+    assert_eq!(log["status"], json!("exited"), "{log}");
+    assert_eq!(log["output"], json!(finished), "{log}");
+    assert_eq!((log["from"].clone(), log["to"].clone()), (json!(6), json!(6)), "{log}");
+
+    // jobs kill --json: a running job, then the same one again, then one that never was.
+    let sleeper = jobs.spawn(spec(&format!("sleep {mark}"), &home.work())).await.unwrap();
+    wait_until("the sleeper", || !pids_with(&format!("sleep {mark}")).is_empty()).await;
+    let out = home.run(&["jobs", "kill", &sleeper.id, "--json"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let killed: Value = serde_json::from_str(&common::stdout(&out)).expect("jobs kill --json");
+    assert_eq!(killed, json!({ "session_id": sleeper.id, "killed": true, "status": "killed" }));
+    assert!(pids_with(&format!("sleep {mark}")).is_empty(), "the sleeper is gone");
+    let out = home.run(&["jobs", "kill", &sleeper.id, "--json"]).await;
+    let again: Value = serde_json::from_str(&common::stdout(&out)).expect("jobs kill --json");
+    assert_eq!(again, json!({ "session_id": sleeper.id, "killed": false, "status": "killed" }));
+    let out = home.run(&["jobs", "kill", "job_99", "--json"]).await;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(common::stderr(&out).contains("no job with id job_99"), "{}", common::stderr(&out));
+    jobs.shutdown().await;
+}
+
+/// `jobs log --follow` on a job whose supervisor is SIGKILLed: no exit record will ever
+/// come, so it ends (non-zero, saying why) instead of waiting forever.
+#[tokio::test]
+async fn jobs_log_follow_ends_when_the_supervisor_is_gone() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    let mark = marker(28);
+    let (jobs, _events) = handle(&paths, false);
+    let spawned = jobs.spawn(spec(&format!("echo started-{mark}; exec sleep {mark}"), &home.work())).await.unwrap();
+    let mut follow = home
+        .command()
+        .args(["jobs", "log", &spawned.id, "--follow"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("jobs log --follow");
+    let mut followed = {
+        use tokio::io::AsyncBufReadExt;
+        tokio::io::BufReader::new(follow.stdout.take().expect("stdout")).lines()
+    };
+    assert_eq!(next_line(&mut followed).await, Some(format!("started-{mark}")));
+    let store = Store::open(&paths.state_db).unwrap();
+    let num: i64 = spawned.id.trim_start_matches("job_").parse().unwrap();
+    let supervisor = store.job_get(num).await.unwrap().unwrap().supervisor_pid.unwrap() as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert_eq!(next_line(&mut followed).await, None, "--follow ends");
+    let out = tokio::time::timeout(DEADLINE, follow.wait_with_output()).await.expect("--follow exits").unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = common::stderr(&out);
+    assert!(err.contains(&format!("{}'s supervisor is gone", spawned.id)) && err.contains("lost"), "{err}");
+    wait_until("the job's leader gone with its supervisor", || pids_with(&format!("sleep {mark}")).is_empty()).await;
+    jobs.shutdown().await;
+}
+
+/// A job leaves a member of its group behind (`sleep A &`) when its supervisor is
+/// SIGKILLed with no talaria alive: the leader dies with the supervisor, the member
+/// lives on. The next start-up sweep kills what is left of the group and marks it lost.
+#[tokio::test]
+async fn the_start_up_sweep_kills_a_leftover_group_member_and_marks_the_record_lost() {
+    let home = Home::new();
+    let mark = marker(26);
+    let (left, last) = (format!("{mark}.1"), format!("{mark}.2"));
+    let server =
+        ScriptedServer::start([background_call(&format!("sleep {left} & sleep {last}")), slow_stream()]).await.unwrap();
+    let (mut exec, id) = exec_with_job(&home, &server, &[]).await;
+    let both = || pids_exact(&["sleep", &left]).len() == 1 && pids_exact(&["sleep", &last]).len() == 1;
+    wait_until("both sleeps", both).await;
+    sigkill(&exec);
+    let _ = exec.wait().await;
+    let rows = jobs_list(&home).await;
+    let job = row(&rows, &id).clone();
+    assert_eq!(job["status"], json!("running"), "{job}");
+    let (pgid, supervisor) = (job["pgid"].as_i64().unwrap() as i32, job["supervisor_pid"].as_i64().unwrap() as i32);
+    let member = pids_exact(&["sleep", &left])[0];
+    assert_eq!(group::proc_stat(member).map(|s| s.pgrp), Some(pgid), "the member is in the job's group");
+
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(supervisor), nix::sys::signal::Signal::SIGKILL).unwrap();
+    wait_until("the leader to die with its supervisor", || !group::process_alive(pgid, None)).await;
+    assert_eq!(pids_exact(&["sleep", &left]), vec![member], "the member outlived the leader");
+
+    // Start-up: the registry's sweep (not `jobs list`, which would clean up as well).
+    let paths = Paths::under(home.path());
+    let (jobs, _events) = handle(&paths, true);
+    let store = Store::open(&paths.state_db).unwrap();
+    let num: i64 = id.trim_start_matches("job_").parse().unwrap();
+    let mut record = Value::Null;
+    for _ in 0..1500 {
+        record = serde_json::to_value(store.job_get(num).await.unwrap().expect("the record")).unwrap();
+        if record["status"] != json!("running") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!((&record["status"], &record["reason"]), (&json!("lost"), &json!("supervisor gone")), "{record}");
+    wait_until("the leftover member killed", || pids_with(&format!("sleep {mark}")).is_empty()).await;
+    assert!(!group::group_alive(pgid), "nothing is left of the group");
+    jobs.shutdown().await;
+}
+
+/// Two jobs end while no talaria runs (one folded into its record by `talaria jobs list`
+/// meanwhile, one only in its exit record): `talaria -c` tells the model of both in one
+/// turn, and never again after more restarts.
+#[tokio::test]
+async fn two_jobs_that_ended_while_talaria_was_dead_are_told_in_one_turn_exactly_once() {
+    let home = Home::new();
+    let mark = marker(27);
+    let go = |n: u32| home.path().join(format!("go{n}-{mark}"));
+    let job = |n: u32| {
+        let command = format!(
+            "while [ ! -e {go} ]; do sleep 0.05; done; echo ended-{n}-{mark}; exit {n} # {mark}",
+            go = go(n).display()
+        );
+        ScriptedResponse::tool_call(
+            &format!("call_bg{n}"),
+            "terminal",
+            &json!({ "command": command, "background": true }).to_string(),
+        )
+    };
+    let server = ScriptedServer::start([job(1), job(2), slow_stream()]).await.unwrap();
+    let url = server.base_url();
+    let (mut exec, mut lines) = spawn_json(&home, &["--yes", "--base-url", &url, "start two jobs"]);
+    let first = wait_event(&mut lines, "JobStarted", |_| true).await["data"]["job"]["id"].as_str().unwrap().to_string();
+    let second = wait_event(&mut lines, "JobStarted", |e| e["data"]["job"]["id"] != json!(first)).await["data"]["job"]
+        ["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    sigkill(&exec);
+    let _ = exec.wait().await;
+
+    let exit = |id: &str| home.path().join("jobs").join(id).join("exit.json");
+    std::fs::write(go(1), "").unwrap();
+    wait_until("the first exit record", || exit(&first).exists()).await;
+    // `jobs list` from a shell folds the first exit into its record (notice not yet told).
+    assert_eq!(row(&jobs_list(&home).await, &first)["status"], json!("exited"));
+    std::fs::write(go(2), "").unwrap();
+    wait_until("the second exit record", || exit(&second).exists()).await;
+    assert!(pids_with(&format!("# {mark}")).is_empty());
+
+    let server2 = ScriptedServer::start([ScriptedResponse::text("noted both")]).await.unwrap();
+    for round in 0..3 {
+        let mut running = inproc::start(home.path(), &server2.base_url(), SessionChoice::Continue).await;
+        if round == 0 {
+            running
+                .wait_for("the notice turn", |e| {
+                    matches!(e, Event::TurnStarted { trigger: TurnTrigger::JobNotification })
+                })
+                .await;
+            running.turn_finished().await;
+        }
+        let events = running.collect_for(Duration::from_millis(1500)).await;
+        assert!(
+            !events.iter().any(|e| matches!(e, Event::TurnStarted { .. })),
+            "round {round}: no other turn: {events:?}"
+        );
+        let rows = running.store.load_messages(&running.session_id()).await.unwrap();
+        let notices: Vec<String> = rows
+            .iter()
+            .filter(|m| m.display_kind.as_deref() == Some("job_notice"))
+            .map(|m| m.content.clone().unwrap_or_default())
+            .collect();
+        assert_eq!(notices.len(), 2, "round {round}: {notices:?}");
+        for (id, n) in [(&first, 1), (&second, 2)] {
+            assert_eq!(
+                notices.iter().filter(|t| t.contains(&format!("{id} exited with code {n}"))).count(),
+                1,
+                "round {round}: {notices:?}"
+            );
+        }
+        running.shutdown().await;
+    }
+    let requests = server2.chat_requests();
+    assert_eq!(requests.len(), 1, "one turn in all");
+    for (id, n) in [(&first, 1), (&second, 2)] {
+        assert!(requests[0].raw_body.contains(&format!("{id} exited with code {n}")), "{}", requests[0].raw_body);
+        assert!(requests[0].raw_body.contains(&format!("ended-{n}-{mark}")), "{}", requests[0].raw_body);
+    }
+    let rows = jobs_list(&home).await;
+    for id in [&first, &second] {
+        assert_eq!(row(&rows, id)["notified"], json!(true), "{rows:?}");
+    }
+}

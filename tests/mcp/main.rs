@@ -58,7 +58,9 @@ fn main() {
         stdio_list_changed_updates_the_tools,
         http_list_changed_updates_the_tools,
         approvals_ask_once_per_server_and_tool,
+        approval_once_asks_again_next_call,
         exec_without_yes_denies_an_untrusted_server,
+        exec_yes_allows_an_untrusted_server,
         servers_that_fail_to_start_are_noticed_and_listed,
         kill_9_leaves_no_server_behind,
         the_sweep_kills_what_a_killed_guard_left,
@@ -666,6 +668,38 @@ async fn approvals_ask_once_per_server_and_tool() {
     run.shutdown().await;
 }
 
+/// "Once" allows that call only: the next call of the same tool asks again, and nothing
+/// is remembered in the config file.
+async fn approval_once_asks_again_next_call() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__echo", json!({"text": "one"})),
+        tool_call("c2", "t__echo", json!({"text": "two"})),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .expect("model");
+    let home = tempfile::tempdir().expect("home");
+    let mut run = engine(home.path(), &model, &server.config("t", 0, ""), PromptPolicy::Ask).await;
+    wait_state(&mut run, "t", "ready").await;
+    run.send(Op::Submit { text: "echo twice".into(), mode: None });
+    let mut asked = Vec::new();
+    for _ in 0..2 {
+        let event = run.wait_for("an approval", |e| matches!(e, Event::ApprovalNeeded { .. })).await;
+        let Event::ApprovalNeeded { id, command, .. } = event else { unreachable!() };
+        asked.push(command);
+        run.send(Op::Approve { id, decision: Approval::Once });
+    }
+    run.turn_finished().await;
+    assert_eq!(asked, ["t › echo  text=one", "t › echo  text=two"], "each call asked");
+    let requests = model.chat_requests();
+    assert_eq!(tool_result(&requests, "c1")["output"], "echo: one");
+    assert_eq!(tool_result(&requests, "c2")["output"], "echo: two");
+    let saved = std::fs::read_to_string(home.path().join("config.toml")).unwrap_or_default();
+    assert!(!saved.contains("mcp:t/"), "\"once\" saves nothing:\n{saved}");
+    run.shutdown().await;
+}
+
 /// `talaria exec` without `--yes`: a call to a server without `trust` is denied.
 async fn exec_without_yes_denies_an_untrusted_server() {
     let server = TestServer::start(Transport::Stdio, 0).await;
@@ -683,6 +717,27 @@ async fn exec_without_yes_denies_an_untrusted_server() {
     let error = result["error"].as_str().unwrap();
     assert!(error.contains("needs approval") && error.contains("--yes"), "{error}");
     assert!(!server.marker("slow-started").exists());
+}
+
+/// `talaria exec --yes`: a call to a server without `trust` runs, and its result reaches
+/// the model.
+async fn exec_yes_allows_an_untrusted_server() {
+    let server = TestServer::start(Transport::Stdio, 0).await;
+    let model = ScriptedServer::start(vec![
+        tool_call("c1", "t__echo", json!({"text": "hi"})),
+        ScriptedResponse::text("echoed"),
+    ])
+    .await
+    .expect("model");
+    let home = common::Home::new();
+    home.write_config(&server.config("t", 0, ""));
+    let out = home.run(&["exec", "--yes", "--base-url", &model.base_url(), "--model", "m", "say hi"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    assert_eq!(tool_result(&model.chat_requests(), "c1")["output"], "echo: hi");
+    assert!(common::stdout(&out).contains("echoed"), "{}", common::stdout(&out));
+    assert!(common::stderr(&out).contains("t › echo"), "{}", common::stderr(&out));
+    let saved = std::fs::read_to_string(home.path().join("config.toml")).expect("config");
+    assert!(!saved.contains("mcp:t/"), "--yes saves nothing:\n{saved}");
 }
 
 /// A missing program, a server slower than its `startup_timeout_s`, a disabled server:

@@ -47,6 +47,7 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
             let jd = JobDir::new(&paths.jobs_dir, &row.id());
             let index = disk_index(&jd);
             let view = read_lines(&index, None, lines.max(1));
+            let following = follow && row.status == RecordStatus::Running;
             if json {
                 let value = json!({
                     "session_id": row.id(), "status": row.status, "output": view.text,
@@ -54,10 +55,14 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
                 });
                 println!("{value}");
             } else if !view.text.is_empty() {
-                println!("{}", view.text);
+                // Following a line the job has not finished: the rest comes next, on it.
+                let unfinished = following && ends_mid_line(&index);
+                print!("{}{}", view.text, if unfinished { "" } else { "\n" });
+                std::io::stdout().flush()?;
             }
-            if follow && row.status == RecordStatus::Running {
-                follow_log(&jd, &index)?;
+            if following && !follow_log(&jd, &index, &row)? {
+                eprintln!("talaria: {}'s supervisor is gone without recording an exit: the job is lost", row.id());
+                return Ok(1);
             }
             Ok(0)
         }
@@ -172,6 +177,14 @@ pub(super) fn disk_index(jd: &JobDir) -> LogIndex {
     LogIndex { segments, dropped_bytes: saved.dropped_bytes, end_line }
 }
 
+/// The log's last byte is not a newline: its last line is not finished yet.
+fn ends_mid_line(index: &LogIndex) -> bool {
+    let Some(last) = index.segments.iter().rev().find(|s| s.bytes > 0) else { return false };
+    let Ok(mut file) = std::fs::File::open(&last.path) else { return false };
+    let mut byte = [0u8; 1];
+    file.seek(SeekFrom::Start(last.bytes - 1)).is_ok() && file.read_exact(&mut byte).is_ok() && byte[0] != b'\n'
+}
+
 fn count_newlines(path: &std::path::Path, bytes: u64) -> (u64, bool) {
     let Ok(file) = std::fs::File::open(path) else { return (0, true) };
     let mut reader = file.take(bytes);
@@ -187,8 +200,9 @@ fn count_newlines(path: &std::path::Path, bytes: u64) -> (u64, bool) {
     (n, last == b'\n')
 }
 
-/// Print what the job writes from the end of `index` on, until its exit record appears.
-fn follow_log(jd: &JobDir, index: &LogIndex) -> anyhow::Result<()> {
+/// Print what the job writes from the end of `index` on, until its exit record appears
+/// (true), or until its supervisor is gone without one (false: nothing will ever end it).
+fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow) -> anyhow::Result<bool> {
     let mut n: u64 = index
         .segments
         .last()
@@ -219,7 +233,12 @@ fn follow_log(jd: &JobDir, index: &LogIndex) -> anyhow::Result<()> {
             continue;
         }
         if exited && !got_any {
-            return Ok(());
+            return Ok(true);
+        }
+        // The supervisor records the exit before it exits: gone with none on disk, lost.
+        let gone = row.supervisor_pid.is_some() && !supervisor_alive(row);
+        if !exited && !got_any && gone && !jd.exit().exists() {
+            return Ok(false);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
