@@ -313,7 +313,8 @@ impl App {
             }
             Event::JobsKilled { jobs } => {
                 let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-                self.log_say(NoticeLevel::Info, format!("killed {} running job(s): {}", jobs.len(), ids.join(", ")));
+                let noun = if ids.len() == 1 { "job" } else { "jobs" };
+                self.log_say(NoticeLevel::Info, format!("killed {} running {noun}: {}", ids.len(), ids.join(", ")));
             }
             Event::ShutdownComplete => self.exit = ExitState::Done,
         }

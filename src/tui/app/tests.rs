@@ -682,3 +682,28 @@ fn a_session_switch_forgets_the_earlier_page_of_the_previous_session() {
     assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), Vec::<Op>::new());
     assert_eq!(cell_text(&app, 0), "b 0");
 }
+
+fn notice_texts(app: &App) -> Vec<String> {
+    app.transcript
+        .cells()
+        .iter()
+        .filter_map(|c| match &c.body {
+            CellBody::Notice { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn jobs_killed_at_quit_are_counted_in_words_not_job_s() {
+    let mut app = app();
+    let killed = |ids: &[&str]| Event::JobsKilled {
+        jobs: ids
+            .iter()
+            .map(|id| crate::protocol::KilledJob { id: (*id).into(), command: "sleep 9".into(), awaited: false })
+            .collect(),
+    };
+    app.update(AppEvent::Engine(killed(&["job_1"])));
+    app.update(AppEvent::Engine(killed(&["job_2", "job_3"])));
+    assert_eq!(notice_texts(&app), vec!["killed 1 running job: job_1", "killed 2 running jobs: job_2, job_3"]);
+}
