@@ -1093,3 +1093,45 @@ fn an_ambiguous_resume_opens_a_picker() {
     assert!(ops(&mut app, KeyCode::Esc).is_empty());
     assert!(app.modal.is_none());
 }
+
+#[test]
+fn a_paused_goal_stays_in_the_status_line_at_narrow_widths() {
+    let mut app = app();
+    let goal = GoalInfo {
+        text: "make the whole test suite pass".into(),
+        state: GoalState::Paused,
+        turns_used: 3,
+        max_turns: 20,
+        pause_reason: Some("the turn failed".into()),
+        last_verdict: None,
+        gates: Vec::new(),
+        gate_max_retries: 3,
+        running_gate: None,
+    };
+    feed(
+        &mut app,
+        Event::Status(StatusInfo {
+            model: "a-long-model-name-v2".into(),
+            session_id: "20261129-173000-3f2a".into(),
+            busy_mode: Some(BusyMode::Redirect),
+            heartbeat: Some(heartbeat_every_10m_next_in_4m()),
+            goal: Some(Box::new(goal)),
+            context_pct: Some(3),
+            ..StatusInfo::default()
+        }),
+    );
+    for width in [140, 80, 60, 40] {
+        let out = screen(&mut app, width, 12);
+        let status = out.lines().last().unwrap_or_default().to_string();
+        assert!(status.contains("goal paused 3/20"), "{width} columns: {status:?}");
+        assert!(status.contains("? help"), "the key hint stays too at {width} columns: {status:?}");
+    }
+    // The goal outlasts the model and session names, which go first.
+    let status = screen(&mut app, 40, 12).lines().last().unwrap_or_default().to_string();
+    assert!(!status.contains("a-long-model-name"), "{status:?}");
+    // With the PAUSED badge as well, at the narrowest width.
+    let paused = StatusInfo { paused: true, ..app.status.clone() };
+    feed(&mut app, Event::Status(paused));
+    let status = screen(&mut app, 40, 12).lines().last().unwrap_or_default().to_string();
+    assert!(status.contains("PAUSED") && status.contains("goal paused"), "{status:?}");
+}
