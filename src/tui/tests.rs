@@ -1095,6 +1095,23 @@ fn an_ambiguous_resume_opens_a_picker() {
 }
 
 #[test]
+fn a_failed_turn_advises_retry_and_never_an_enter_that_does_nothing() {
+    let mut app = app();
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    feed(
+        &mut app,
+        Event::UserMessage { text: "hello".into(), trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput },
+    );
+    feed(&mut app, Event::notice(NoticeLevel::Error, "model request failed: HTTP 500: upstream error"));
+    feed(&mut app, Event::TurnFinished { outcome: TurnOutcome::Failed });
+    let out = screen(&mut app, 100, 16);
+    assert!(out.contains("✗ the turn failed · your message is kept: /retry sends it again"), "{out}");
+    // Enter on an empty input sends nothing: the advice must not offer it.
+    let advice: Vec<&str> = out.lines().filter(|l| l.contains("failed")).collect();
+    assert!(advice.iter().all(|l| !l.contains("Enter")), "{advice:?}");
+}
+
+#[test]
 fn a_paused_goal_stays_in_the_status_line_at_narrow_widths() {
     let mut app = app();
     let goal = GoalInfo {
@@ -1134,4 +1151,24 @@ fn a_paused_goal_stays_in_the_status_line_at_narrow_widths() {
     feed(&mut app, Event::Status(paused));
     let status = screen(&mut app, 40, 12).lines().last().unwrap_or_default().to_string();
     assert!(status.contains("PAUSED") && status.contains("goal paused"), "{status:?}");
+}
+
+#[test]
+fn the_log_view_of_a_running_job_without_stdin_offers_no_write() {
+    let mut app = app();
+    let mut running = job(&app, "job_4", "python serve.py", JobStatus::Running);
+    running.has_stdin = false;
+    feed(&mut app, Event::JobStarted { job: running });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    feed(
+        &mut app,
+        Event::JobLog { id: "job_4".into(), text: "serving".into(), first_line: 1, total_lines: 1, from: 1, to: 1 },
+    );
+    let out = screen(&mut app, 100, 20);
+    let footer = out.lines().nth(15).unwrap_or_default().to_string();
+    assert!(footer.contains("kill") && footer.contains("watch"), "a running job offers kill and watch: {footer}");
+    assert!(!footer.contains("write"), "no stdin, no write: {footer}");
+    key(&mut app, KeyCode::Char('i'), KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("job_4 has no stdin"), "i says why instead");
 }

@@ -707,3 +707,18 @@ fn jobs_killed_at_quit_are_counted_in_words_not_job_s() {
     app.update(AppEvent::Engine(killed(&["job_2", "job_3"])));
     assert_eq!(notice_texts(&app), vec!["killed 1 running job: job_1", "killed 2 running jobs: job_2, job_3"]);
 }
+
+#[test]
+fn enter_on_the_kill_confirmation_keeps_the_job() {
+    let mut app = app();
+    app.update(AppEvent::Engine(Event::JobStarted { job: running_job("job_3") }));
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    assert_eq!(app.modal, Some(Modal::KillConfirm { id: "job_3".into() }));
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![], "Enter is the safe answer: no kill");
+    assert_eq!(app.modal, None);
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    assert_eq!(key(&mut app, KeyCode::Char('n'), KeyModifiers::NONE), vec![]);
+    assert_eq!(app.modal, None);
+    assert!(app.jobs.iter().any(|j| j.info.id == "job_3" && j.info.status == JobStatus::Running));
+}
