@@ -1172,3 +1172,66 @@ fn the_log_view_of_a_running_job_without_stdin_offers_no_write() {
     key(&mut app, KeyCode::Char('i'), KeyModifiers::NONE);
     assert!(screen(&mut app, 100, 20).contains("job_4 has no stdin"), "i says why instead");
 }
+
+/// The screen with its styles (the input draws its cursor as a styled cell) and where the
+/// terminal's cursor is: what a person sees change when a key does something.
+fn seen(app: &mut App, width: u16, height: u16) -> (ratatui::buffer::Buffer, ratatui::layout::Position) {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test backend");
+    terminal.draw(|f| render(app, f)).expect("draw");
+    let cursor = terminal.get_cursor_position().expect("cursor position");
+    (terminal.backend().buffer().clone(), cursor)
+}
+
+#[test]
+fn every_key_in_the_help_does_something_visible_on_an_idle_app() {
+    use super::keymap::{Action, Context};
+    // Keys that edit text are pressed with text to edit, the cursor inside a word.
+    let editing = [
+        Action::LineStart,
+        Action::LineEnd,
+        Action::KillToEnd,
+        Action::KillToStart,
+        Action::DeleteWord,
+        Action::WordBack,
+        Action::WordForward,
+    ];
+    let prepared = |action: Action| {
+        let mut app = app();
+        if editing.contains(&action) {
+            for c in "one two three".chars() {
+                key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+            }
+            for _ in 0.."o three".len() {
+                key(&mut app, KeyCode::Left, KeyModifiers::NONE);
+            }
+        }
+        seen(&mut app, 100, 24);
+        app
+    };
+    // The comparison means something: a key bound to nothing changes nothing.
+    let mut control = prepared(Action::Help);
+    let before = seen(&mut control, 100, 24);
+    key(&mut control, KeyCode::F(12), KeyModifiers::NONE);
+    assert_eq!(seen(&mut control, 100, 24), before, "an unbound key changed the screen");
+
+    let help_keys: Vec<_> = app()
+        .keymap
+        .bindings()
+        .iter()
+        .filter(|b| matches!(b.context, Context::Global | Context::Input))
+        .flat_map(|b| b.keys.iter().map(move |k| (b.action, b.name, *k)))
+        .collect();
+    assert!(help_keys.len() > 30, "{help_keys:?}");
+    let mut silent = Vec::new();
+    for (action, name, chord) in help_keys {
+        let mut app = prepared(action);
+        let before = seen(&mut app, 100, 24);
+        let ops = app.update(AppEvent::Key(KeyEvent::new(chord.code, chord.mods)));
+        let after = seen(&mut app, 100, 24);
+        // Suspending and the editor hand the terminal over: visible too.
+        if before == after && app.terminal_request.is_none() {
+            silent.push(format!("{chord} ({name}), ops {ops:?}"));
+        }
+    }
+    assert!(silent.is_empty(), "keys in the help that show nothing on an idle app:\n{}", silent.join("\n"));
+}
