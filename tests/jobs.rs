@@ -460,7 +460,7 @@ async fn unknown_ids_and_actions() {
 async fn a_user_asking_for_a_missing_job_is_told_which_jobs_there_are() {
     use talaria::protocol::{JobAction, NoticeLevel};
     let env = setup(|_| {});
-    let notice = |text: &str| Event::Notice { level: NoticeLevel::Warn, text: text.to_string() };
+    let notice = |text: &str| Event::Notice { level: NoticeLevel::Error, text: text.to_string() };
     assert_eq!(
         env.jobs.ui_action("job_9", JobAction::Poll).await,
         notice("No job_9 here: this session has no background jobs.")

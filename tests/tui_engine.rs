@@ -181,3 +181,32 @@ async fn model_warns_when_the_provider_does_not_list_the_name() {
     assert!(out.contains("does not list a model named gamma-3"), "{out}");
     tui.engine.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_command_the_engine_refuses_comes_back_to_the_input_selected() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("unused")]).await.unwrap();
+    let mut tui = Tui::start(home.path(), &server).await;
+    for (command, error) in [
+        ("/goal gate remove 9", "no gate 9: no gates are waiting for a goal"),
+        ("/jobs kill job_9", "No job_9 here: this session has no background jobs."),
+    ] {
+        tui.enter(command);
+        tui.notice(error).await;
+        let out = tui.screen();
+        let input: Vec<&str> = out.lines().filter(|l| l.contains(command)).collect();
+        assert!(!input.is_empty(), "{command} is back in the input:\n{out}");
+        assert!(out.contains("typing replaces the command"), "{out}");
+        // Typing replaces it: Ctrl+U would otherwise be needed first.
+        for c in "/help".chars() {
+            tui.key(KeyCode::Char(c));
+        }
+        let out = tui.screen();
+        assert!(!out.contains(&format!("{command}/help")), "typing appended:\n{out}");
+        tui.key(KeyCode::Esc);
+        for _ in 0.."/help".len() {
+            tui.key(KeyCode::Backspace);
+        }
+    }
+    tui.engine.shutdown().await;
+}

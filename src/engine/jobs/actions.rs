@@ -506,7 +506,8 @@ impl JobsHandle {
     /// the UI is not seen by the model: it gets the usual notification.
     pub async fn ui_action(&self, id: &str, action: JobAction) -> Event {
         let Some(job) = self.inner.get(id) else {
-            return Event::notice(NoticeLevel::Warn, self.no_such_job(id));
+            // An error: the request failed (the TUI gives a typed command back to fix).
+            return Event::notice(NoticeLevel::Error, self.no_such_job(id));
         };
         match action {
             JobAction::Poll => {

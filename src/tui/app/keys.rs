@@ -596,21 +596,31 @@ impl App {
                 Ok(command) => {
                     self.push_history(text.trim());
                     self.reset_input(String::new());
+                    let sent = ops.len();
                     self.run_command(command, ops);
+                    // The engine answers it; an error gives the text back (`answer_command`).
+                    let to_engine = ops[sent..].iter().any(|op| matches!(op, Op::Command(_)));
+                    self.awaiting_command = to_engine.then(|| text.trim().to_string());
                 }
                 Err(message) => {
                     self.transcript.push(CellBody::Notice { level: NoticeLevel::Error, text: message });
-                    // Kept to fix, and selected: typing replaces it, an arrow key keeps it.
-                    self.input.select_all();
-                    self.input_hint = Some("typing replaces the command · ← → keep it to edit".to_string());
+                    self.select_bad_command();
                 }
             }
             return;
         }
+        self.awaiting_command = None;
         self.push_history(&text);
         self.reset_input(String::new());
         self.transcript.follow();
         ops.push(Op::Submit { text, mode });
+    }
+
+    /// A command that failed stays in the input to fix, selected: typing replaces it, an
+    /// arrow key keeps it to edit.
+    pub(super) fn select_bad_command(&mut self) {
+        self.input.select_all();
+        self.input_hint = Some("typing replaces the command · ← → keep it to edit".to_string());
     }
 
     fn run_command(&mut self, command: Command, ops: &mut Vec<Op>) {
