@@ -70,6 +70,10 @@ async fn a_client_error_fails_with_one_line_and_keeps_the_message() {
     assert_eq!(out.status.code(), Some(1));
     let err = stderr(&out);
     assert!(err.contains("model 'nope' does not exist"), "{err}");
+    // Advice for the TUI (Enter, /retry) means nothing to a script.
+    for tui_advice in ["Enter", "/retry"] {
+        assert!(!err.contains(tui_advice), "exec offers TUI advice {tui_advice:?}: {err}");
+    }
     assert_eq!(server.chat_requests().len(), 1, "a 4xx is not retried");
 
     let search = home.run(&["sessions", "search", "remember"]).await;
@@ -406,4 +410,22 @@ async fn a_prompt_larger_than_the_context_window_is_refused_before_it_is_sent_or
     assert_eq!(server.chat_requests().len(), 0, "nothing was sent");
     let search = home.run(&["sessions", "search", "lorem"]).await;
     assert!(stdout(&search).contains("No matches"), "nothing was stored: {}", stdout(&search));
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn two_replies_are_set_apart_by_a_blank_line() {
+    use talaria::testkit::scripted::{finish_chunk, text_chunks, tool_call_chunks, DONE};
+    let home = Home::new();
+    std::fs::write(home.work().join("notes.txt"), "alpha\n").unwrap();
+    // A reply that also calls a tool, then the reply after the tool's result.
+    let mut first = text_chunks("Let me read it.", 4);
+    first.extend(tool_call_chunks(0, "call_1", "read_file", r#"{"path":"notes.txt"}"#, 8));
+    first.push(finish_chunk("tool_calls"));
+    first.push(DONE.to_string());
+    let server =
+        ScriptedServer::start([ScriptedResponse::sse(first), ScriptedResponse::text("It says alpha.")]).await.unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), "read notes.txt"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    assert_eq!(stdout(&out), "Let me read it.\n\nIt says alpha.\n");
+    assert_eq!(server.chat_requests().len(), 2);
 }

@@ -84,6 +84,19 @@ async fn a_goal_gate_fails_the_model_fixes_it_and_the_judge_says_done() {
     engine.notice("gate 1/1 ✓ $ test -f done.txt").await;
     let achieved = engine.notice("goal achieved").await;
     assert_eq!(achieved, "✓ goal achieved: create done.txt — ok");
+    // One notice per gate run, its result: none for "running", none repeated.
+    let gate_notices: Vec<String> = engine.seen[mark..]
+        .iter()
+        .filter_map(|e| match e {
+            Event::Notice { text, .. } if text.contains("$ test -f done.txt") && !text.contains("added") => {
+                Some(text.clone())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(gate_notices.len(), 2, "two gate runs: {gate_notices:#?}");
+    assert!(gate_notices[0].starts_with("gate 1/1 ✗ $ test -f done.txt — exit 1"), "{gate_notices:#?}");
+    assert_eq!(gate_notices[1], "gate 1/1 ✓ $ test -f done.txt");
     engine
         .wait_for(
             "the goal row showing it achieved",

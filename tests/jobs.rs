@@ -460,22 +460,22 @@ async fn unknown_ids_and_actions() {
 async fn a_user_asking_for_a_missing_job_is_told_which_jobs_there_are() {
     use talaria::protocol::{JobAction, NoticeLevel};
     let env = setup(|_| {});
-    let notice = |text: &str| Event::Notice { level: NoticeLevel::Warn, text: text.to_string() };
+    let notice = |text: &str| Event::Notice { level: NoticeLevel::Error, text: text.to_string() };
     assert_eq!(
         env.jobs.ui_action("job_9", JobAction::Poll).await,
-        notice("There is no job job_9: no background jobs in this session.")
+        notice("No job_9 here: this session has no background jobs.")
     );
     let r = env.terminal(json!({"command": "sleep 3002331", "background": true})).await;
     let id = str_of(&r.value, "session_id").to_string();
     assert_eq!(
         env.jobs.ui_action("job_9", JobAction::Kill).await,
-        notice(&format!("There is no job job_9; the only job is {id} (/jobs lists it)."))
+        notice(&format!("No job_9 here; the only job is {id} (/jobs lists it)."))
     );
     let r = env.terminal(json!({"command": "sleep 3002332", "background": true})).await;
     let second = str_of(&r.value, "session_id").to_string();
     assert_eq!(
         env.jobs.ui_action("7x", JobAction::Poll).await,
-        notice(&format!("There is no job 7x; the jobs are {id}, {second} (/jobs lists them)."))
+        notice(&format!("No job 7x here; jobs: {id}, {second} (/jobs lists them)."))
     );
     let killed = env.jobs.shutdown().await;
     assert_eq!(killed.len(), 2);

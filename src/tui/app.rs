@@ -268,6 +268,9 @@ pub struct App {
     pub(crate) earlier: Option<i64>,
     /// `Op::LoadEarlier` is on its way; its answer clears this.
     earlier_requested: bool,
+    /// The slash command sent to the engine whose answer has not come yet: an error gives
+    /// it back to the input, selected.
+    awaiting_command: Option<String>,
 }
 
 impl App {
@@ -325,6 +328,7 @@ impl App {
             pastes: Vec::new(),
             earlier: None,
             earlier_requested: false,
+            awaiting_command: None,
         };
         app.reset_input(String::new());
         app

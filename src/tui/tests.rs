@@ -1093,3 +1093,145 @@ fn an_ambiguous_resume_opens_a_picker() {
     assert!(ops(&mut app, KeyCode::Esc).is_empty());
     assert!(app.modal.is_none());
 }
+
+#[test]
+fn a_failed_turn_advises_retry_and_never_an_enter_that_does_nothing() {
+    let mut app = app();
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    feed(
+        &mut app,
+        Event::UserMessage { text: "hello".into(), trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput },
+    );
+    feed(&mut app, Event::notice(NoticeLevel::Error, "model request failed: HTTP 500: upstream error"));
+    feed(&mut app, Event::TurnFinished { outcome: TurnOutcome::Failed });
+    let out = screen(&mut app, 100, 16);
+    assert!(out.contains("✗ the turn failed · your message is kept: /retry sends it again"), "{out}");
+    // Enter on an empty input sends nothing: the advice must not offer it.
+    let advice: Vec<&str> = out.lines().filter(|l| l.contains("failed")).collect();
+    assert!(advice.iter().all(|l| !l.contains("Enter")), "{advice:?}");
+}
+
+#[test]
+fn a_paused_goal_stays_in_the_status_line_at_narrow_widths() {
+    let mut app = app();
+    let goal = GoalInfo {
+        text: "make the whole test suite pass".into(),
+        state: GoalState::Paused,
+        turns_used: 3,
+        max_turns: 20,
+        pause_reason: Some("the turn failed".into()),
+        last_verdict: None,
+        gates: Vec::new(),
+        gate_max_retries: 3,
+        running_gate: None,
+    };
+    feed(
+        &mut app,
+        Event::Status(StatusInfo {
+            model: "a-long-model-name-v2".into(),
+            session_id: "20261129-173000-3f2a".into(),
+            busy_mode: Some(BusyMode::Redirect),
+            heartbeat: Some(heartbeat_every_10m_next_in_4m()),
+            goal: Some(Box::new(goal)),
+            context_pct: Some(3),
+            ..StatusInfo::default()
+        }),
+    );
+    for width in [140, 80, 60, 40] {
+        let out = screen(&mut app, width, 12);
+        let status = out.lines().last().unwrap_or_default().to_string();
+        assert!(status.contains("goal paused 3/20"), "{width} columns: {status:?}");
+        assert!(status.contains("? help"), "the key hint stays too at {width} columns: {status:?}");
+    }
+    // The goal outlasts the model and session names, which go first.
+    let status = screen(&mut app, 40, 12).lines().last().unwrap_or_default().to_string();
+    assert!(!status.contains("a-long-model-name"), "{status:?}");
+    // With the PAUSED badge as well, at the narrowest width.
+    let paused = StatusInfo { paused: true, ..app.status.clone() };
+    feed(&mut app, Event::Status(paused));
+    let status = screen(&mut app, 40, 12).lines().last().unwrap_or_default().to_string();
+    assert!(status.contains("PAUSED") && status.contains("goal paused"), "{status:?}");
+}
+
+#[test]
+fn the_log_view_of_a_running_job_without_stdin_offers_no_write() {
+    let mut app = app();
+    let mut running = job(&app, "job_4", "python serve.py", JobStatus::Running);
+    running.has_stdin = false;
+    feed(&mut app, Event::JobStarted { job: running });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    feed(
+        &mut app,
+        Event::JobLog { id: "job_4".into(), text: "serving".into(), first_line: 1, total_lines: 1, from: 1, to: 1 },
+    );
+    let out = screen(&mut app, 100, 20);
+    let footer = out.lines().nth(15).unwrap_or_default().to_string();
+    assert!(footer.contains("kill") && footer.contains("watch"), "a running job offers kill and watch: {footer}");
+    assert!(!footer.contains("write"), "no stdin, no write: {footer}");
+    key(&mut app, KeyCode::Char('i'), KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("job_4 has no stdin"), "i says why instead");
+}
+
+/// The screen with its styles (the input draws its cursor as a styled cell) and where the
+/// terminal's cursor is: what a person sees change when a key does something.
+fn seen(app: &mut App, width: u16, height: u16) -> (ratatui::buffer::Buffer, ratatui::layout::Position) {
+    let mut terminal = Terminal::new(TestBackend::new(width, height)).expect("test backend");
+    terminal.draw(|f| render(app, f)).expect("draw");
+    let cursor = terminal.get_cursor_position().expect("cursor position");
+    (terminal.backend().buffer().clone(), cursor)
+}
+
+#[test]
+fn every_key_in_the_help_does_something_visible_on_an_idle_app() {
+    use super::keymap::{Action, Context};
+    // Keys that edit text are pressed with text to edit, the cursor inside a word.
+    let editing = [
+        Action::LineStart,
+        Action::LineEnd,
+        Action::KillToEnd,
+        Action::KillToStart,
+        Action::DeleteWord,
+        Action::WordBack,
+        Action::WordForward,
+    ];
+    let prepared = |action: Action| {
+        let mut app = app();
+        if editing.contains(&action) {
+            for c in "one two three".chars() {
+                key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+            }
+            for _ in 0.."o three".len() {
+                key(&mut app, KeyCode::Left, KeyModifiers::NONE);
+            }
+        }
+        seen(&mut app, 100, 24);
+        app
+    };
+    // The comparison means something: a key bound to nothing changes nothing.
+    let mut control = prepared(Action::Help);
+    let before = seen(&mut control, 100, 24);
+    key(&mut control, KeyCode::F(12), KeyModifiers::NONE);
+    assert_eq!(seen(&mut control, 100, 24), before, "an unbound key changed the screen");
+
+    let help_keys: Vec<_> = app()
+        .keymap
+        .bindings()
+        .iter()
+        .filter(|b| matches!(b.context, Context::Global | Context::Input))
+        .flat_map(|b| b.keys.iter().map(move |k| (b.action, b.name, *k)))
+        .collect();
+    assert!(help_keys.len() > 30, "{help_keys:?}");
+    let mut silent = Vec::new();
+    for (action, name, chord) in help_keys {
+        let mut app = prepared(action);
+        let before = seen(&mut app, 100, 24);
+        let ops = app.update(AppEvent::Key(KeyEvent::new(chord.code, chord.mods)));
+        let after = seen(&mut app, 100, 24);
+        // Suspending and the editor hand the terminal over: visible too.
+        if before == after && app.terminal_request.is_none() {
+            silent.push(format!("{chord} ({name}), ops {ops:?}"));
+        }
+    }
+    assert!(silent.is_empty(), "keys in the help that show nothing on an idle app:\n{}", silent.join("\n"));
+}

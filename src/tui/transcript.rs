@@ -444,6 +444,11 @@ impl Transcript {
         }
     }
 
+    /// True when every cell fits in a view of `width`×`rows` (scrolling shows nothing new).
+    pub(crate) fn fits(&mut self, width: u16, rows: usize, theme: &Theme) -> bool {
+        self.cells.is_empty() || self.fits_from((0, 0), width, rows, theme)
+    }
+
     pub(crate) fn scroll_top(&mut self) {
         if !self.cells.is_empty() {
             self.scroll = Scroll::Anchor { cell: 0, line: 0 };

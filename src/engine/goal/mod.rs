@@ -372,7 +372,12 @@ impl GoalMachine {
             }
             GateCmd::Remove(n) => {
                 if *n == 0 || *n > g.gates.len() {
-                    return vec![error(format!("no gate {n}: there are {} waiting for a goal", g.gates.len()))];
+                    let have = match g.gates.len() {
+                        0 => "no gates are".to_string(),
+                        1 => "1 gate is".to_string(),
+                        k => format!("{k} gates are"),
+                    };
+                    return vec![error(format!("no gate {n}: {have} waiting for a goal"))];
                 }
                 let gate = g.gates.remove(n - 1);
                 vec![info(format!("◎ gate {n} removed: $ {}", gate.cmd)), GoalEffect::Save]

@@ -504,10 +504,12 @@ impl JobsHandle {
         jobs.sort_by_key(|j| j.num);
         let ids: Vec<String> = jobs.iter().filter(|j| j.state().background).map(|j| j.id.to_string()).collect();
         let id = id.trim();
+        // `job_9` reads as a name already; anything else is named as what it was meant to be.
+        let what = if id.starts_with("job_") { id.to_string() } else { format!("job {id}") };
         match ids.as_slice() {
-            [] => format!("There is no job {id}: no background jobs in this session."),
-            [one] => format!("There is no job {id}; the only job is {one} (/jobs lists it)."),
-            many => format!("There is no job {id}; the jobs are {} (/jobs lists them).", many.join(", ")),
+            [] => format!("No {what} here: this session has no background jobs."),
+            [one] => format!("No {what} here; the only job is {one} (/jobs lists it)."),
+            many => format!("No {what} here; jobs: {} (/jobs lists them).", many.join(", ")),
         }
     }
 
@@ -515,7 +517,8 @@ impl JobsHandle {
     /// the UI is not seen by the model: it gets the usual notification.
     pub async fn ui_action(&self, id: &str, action: JobAction) -> Event {
         let Some(job) = self.inner.get(id) else {
-            return Event::notice(NoticeLevel::Warn, self.no_such_job(id));
+            // An error: the request failed (the TUI gives a typed command back to fix).
+            return Event::notice(NoticeLevel::Error, self.no_such_job(id));
         };
         match action {
             JobAction::Poll => {

@@ -87,7 +87,8 @@ impl Engine {
                     self.env.jobs.attach_session(&s.id);
                 }
                 let title = s.title.as_deref().map(|t| format!("\"{t}\" ")).unwrap_or_default();
-                let text = format!("resumed {title}({} · {} messages)", s.id, s.message_count);
+                let noun = if s.message_count == 1 { "message" } else { "messages" };
+                let text = format!("resumed {title}({} · {} {noun})", s.id, s.message_count);
                 self.notice(NoticeLevel::Info, text);
             }
             Err(e) => self.notice(NoticeLevel::Error, format!("could not resume: {e}")),

@@ -46,6 +46,7 @@ pub(crate) fn log_lines(text: &str) -> Vec<Line<'static>> {
 
 impl App {
     pub(super) fn on_engine(&mut self, event: Event, ops: &mut Vec<Op>) {
+        self.answer_command(&event);
         match event {
             Event::SessionReady {
                 session_id,
@@ -313,9 +314,60 @@ impl App {
             }
             Event::JobsKilled { jobs } => {
                 let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-                self.log_say(NoticeLevel::Info, format!("killed {} running job(s): {}", jobs.len(), ids.join(", ")));
+                let noun = if ids.len() == 1 { "job" } else { "jobs" };
+                self.log_say(NoticeLevel::Info, format!("killed {} running {noun}: {}", ids.len(), ids.join(", ")));
             }
             Event::ShutdownComplete => self.exit = ExitState::Done,
+        }
+    }
+
+    /// The engine's answer to the slash command last sent: the first event that is not
+    /// progress of work already running. When it is an error, the command comes back to
+    /// the (still empty) input selected, as a command the TUI itself rejects does.
+    fn answer_command(&mut self, event: &Event) {
+        let Some(command) = self.awaiting_command.take() else { return };
+        let failed = match event {
+            Event::Notice { level: NoticeLevel::Error, .. } => true,
+            Event::SessionList { sessions, matching: Some(_) } => sessions.is_empty(),
+            Event::AssistantDelta(_)
+            | Event::ReasoningDelta(_)
+            | Event::AssistantDone { .. }
+            | Event::ToolStarted { .. }
+            | Event::ToolOutput { .. }
+            | Event::ToolFinished { .. }
+            | Event::ApprovalNeeded { .. }
+            | Event::JobStarted { .. }
+            | Event::JobUpdated { .. }
+            | Event::JobFinished { .. }
+            | Event::WatchMatched { .. }
+            | Event::PendingChanged { .. }
+            | Event::Status(_)
+            | Event::Usage { .. }
+            | Event::Context { .. } => {
+                self.awaiting_command = Some(command);
+                return;
+            }
+            Event::Notice { .. }
+            | Event::SessionList { .. }
+            | Event::SessionReady { .. }
+            | Event::EarlierHistory { .. }
+            | Event::TurnStarted { .. }
+            | Event::UserMessage { .. }
+            | Event::RestoreInput { .. }
+            | Event::TurnFinished { .. }
+            | Event::JobLog { .. }
+            | Event::JobWatches { .. }
+            | Event::JobList { .. }
+            | Event::McpStatus { .. }
+            | Event::HeartbeatStatus { .. }
+            | Event::GoalStatus { .. }
+            | Event::SessionChoices { .. }
+            | Event::JobsKilled { .. }
+            | Event::ShutdownComplete => false,
+        };
+        if failed && self.input_is_empty() {
+            self.reset_input(command);
+            self.select_bad_command();
         }
     }
 

@@ -8,8 +8,8 @@ use super::{App, ExitState, Focus, Layer, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
 use crate::config::OnQuit;
 use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
-use crate::tui::keymap::{Action, Context};
-use crate::tui::transcript::CellBody;
+use crate::tui::keymap::{Action, Context, KeyChord};
+use crate::tui::transcript::{CellBody, Scroll};
 
 impl App {
     pub(super) fn on_key(&mut self, key: KeyEvent, ops: &mut Vec<Op>) {
@@ -450,13 +450,20 @@ impl App {
                 Action::FocusPanes if panes && (empty || key.code != KeyCode::Tab) => {
                     self.focus = self.next_focus();
                 }
+                // A dedicated key with no panes to go to says so (Tab's hint comes below).
+                Action::FocusPanes if key.code != KeyCode::Tab => {
+                    self.input_hint = Some(self.no_panes_hint(&KeyChord::from_event(&key).to_string()));
+                }
                 Action::Newline => self.input.insert_newline(),
                 Action::Interrupt if !self.busy && !self.completions().is_empty() => self.dismiss_completions(),
                 Action::Interrupt => {
                     if self.busy {
                         ops.push(Op::Interrupt);
-                    } else {
+                    } else if self.transcript.scroll != Scroll::Follow {
                         self.transcript.follow();
+                    } else {
+                        // Every key answers, even with nothing to do.
+                        self.input_hint = Some("nothing to stop: Talaria is idle".to_string());
                     }
                 }
                 Action::Quit if empty => self.request_quit(ops),
@@ -469,10 +476,17 @@ impl App {
                 }
                 Action::HistoryPrev if empty || self.browsing_history() => self.history_prev(),
                 Action::HistoryNext if self.browsing_history() => self.history_next(),
-                Action::ScrollUp => self.scroll_transcript_up(self.page_rows()),
-                Action::ScrollDown => self.scroll_transcript_down(self.page_rows()),
-                Action::ScrollTop if empty || ctrl => self.transcript.scroll_top(),
-                Action::ScrollBottom if empty || ctrl => self.transcript.follow(),
+                Action::HistoryNext if empty => self.input_hint = Some("no later message".to_string()),
+                Action::ScrollUp => {
+                    self.scroll_transcript_up(self.page_rows());
+                    self.hint_if_all_shown();
+                }
+                Action::ScrollDown => self.scroll_to_end_or_say_so(|app| app.scroll_transcript_down(app.page_rows())),
+                Action::ScrollTop if empty || ctrl => {
+                    self.transcript.scroll_top();
+                    self.hint_if_all_shown();
+                }
+                Action::ScrollBottom if empty || ctrl => self.scroll_to_end_or_say_so(|app| app.transcript.follow()),
                 Action::LineStart => self.input.move_cursor(CursorMove::Head),
                 Action::LineEnd => self.input.move_cursor(CursorMove::End),
                 Action::KillToEnd => {
@@ -513,15 +527,41 @@ impl App {
         // Short: the border it is shown in may be 40 columns wide.
         if !empty {
             "Tab: nothing to complete".to_string()
-        } else if self.jobs.is_empty() && self.tools.is_empty() {
-            "Tab: no jobs or tools to focus".to_string()
         } else {
-            "Tab: no panes at this width; /jobs".to_string()
+            self.no_panes_hint("Tab")
+        }
+    }
+
+    /// Why `key` did not focus the panes.
+    fn no_panes_hint(&self, key: &str) -> String {
+        if self.jobs.is_empty() && self.tools.is_empty() {
+            format!("{key}: no jobs or tools to focus")
+        } else {
+            format!("{key}: no panes at this width; /jobs")
+        }
+    }
+
+    /// After a scroll up: when the whole transcript fits, nothing moved; say so.
+    fn hint_if_all_shown(&mut self) {
+        let a = self.transcript_area;
+        // With older history still to load the scroll asks for it instead.
+        if self.earlier.is_none() && self.transcript.fits(a.width, usize::from(a.height), &self.theme) {
+            self.input_hint = Some("all of the transcript is on screen".to_string());
+        }
+    }
+
+    /// Scroll down with `scroll`, or say that the view already follows the end.
+    fn scroll_to_end_or_say_so(&mut self, scroll: impl FnOnce(&mut App)) {
+        if self.transcript.scroll == Scroll::Follow {
+            self.input_hint = Some("at the end already: new output shows as it comes".to_string());
+        } else {
+            scroll(self);
         }
     }
 
     fn history_prev(&mut self) {
         if self.history.is_empty() {
+            self.input_hint = Some("no earlier messages to recall".to_string());
             return;
         }
         let i = match self.history_pos {
@@ -548,6 +588,7 @@ impl App {
     fn submit(&mut self, mode: Option<BusyMode>, ops: &mut Vec<Op>) {
         let text = self.expanded_input();
         if text.trim().is_empty() {
+            self.input_hint = Some("nothing to send: type a message first".to_string());
             return;
         }
         if commands::is_command(&text) {
@@ -555,21 +596,31 @@ impl App {
                 Ok(command) => {
                     self.push_history(text.trim());
                     self.reset_input(String::new());
+                    let sent = ops.len();
                     self.run_command(command, ops);
+                    // The engine answers it; an error gives the text back (`answer_command`).
+                    let to_engine = ops[sent..].iter().any(|op| matches!(op, Op::Command(_)));
+                    self.awaiting_command = to_engine.then(|| text.trim().to_string());
                 }
                 Err(message) => {
                     self.transcript.push(CellBody::Notice { level: NoticeLevel::Error, text: message });
-                    // Kept to fix, and selected: typing replaces it, an arrow key keeps it.
-                    self.input.select_all();
-                    self.input_hint = Some("typing replaces the command · ← → keep it to edit".to_string());
+                    self.select_bad_command();
                 }
             }
             return;
         }
+        self.awaiting_command = None;
         self.push_history(&text);
         self.reset_input(String::new());
         self.transcript.follow();
         ops.push(Op::Submit { text, mode });
+    }
+
+    /// A command that failed stays in the input to fix, selected: typing replaces it, an
+    /// arrow key keeps it to edit.
+    pub(super) fn select_bad_command(&mut self) {
+        self.input.select_all();
+        self.input_hint = Some("typing replaces the command · ← → keep it to edit".to_string());
     }
 
     fn run_command(&mut self, command: Command, ops: &mut Vec<Op>) {

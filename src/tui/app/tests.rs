@@ -682,3 +682,90 @@ fn a_session_switch_forgets_the_earlier_page_of_the_previous_session() {
     assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), Vec::<Op>::new());
     assert_eq!(cell_text(&app, 0), "b 0");
 }
+
+fn notice_texts(app: &App) -> Vec<String> {
+    app.transcript
+        .cells()
+        .iter()
+        .filter_map(|c| match &c.body {
+            CellBody::Notice { text, .. } => Some(text.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn jobs_killed_at_quit_are_counted_in_words_not_job_s() {
+    let mut app = app();
+    let killed = |ids: &[&str]| Event::JobsKilled {
+        jobs: ids
+            .iter()
+            .map(|id| crate::protocol::KilledJob { id: (*id).into(), command: "sleep 9".into(), awaited: false })
+            .collect(),
+    };
+    app.update(AppEvent::Engine(killed(&["job_1"])));
+    app.update(AppEvent::Engine(killed(&["job_2", "job_3"])));
+    assert_eq!(notice_texts(&app), vec!["killed 1 running job: job_1", "killed 2 running jobs: job_2, job_3"]);
+}
+
+#[test]
+fn enter_on_the_kill_confirmation_keeps_the_job() {
+    let mut app = app();
+    app.update(AppEvent::Engine(Event::JobStarted { job: running_job("job_3") }));
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    assert_eq!(app.modal, Some(Modal::KillConfirm { id: "job_3".into() }));
+    assert_eq!(key(&mut app, KeyCode::Enter, KeyModifiers::NONE), vec![], "Enter is the safe answer: no kill");
+    assert_eq!(app.modal, None);
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    assert_eq!(key(&mut app, KeyCode::Char('n'), KeyModifiers::NONE), vec![]);
+    assert_eq!(app.modal, None);
+    assert!(app.jobs.iter().any(|j| j.info.id == "job_3" && j.info.status == JobStatus::Running));
+}
+
+#[test]
+fn a_command_the_engine_refuses_comes_back_selected_so_typing_replaces_it() {
+    use crate::protocol::commands::{GateCmd, GoalCmd};
+    let mut app = app();
+    type_text(&mut app, "/goal gate remove 9");
+    assert_eq!(
+        key(&mut app, KeyCode::Enter, KeyModifiers::NONE),
+        vec![Op::Command(SlashCommand::Goal(GoalCmd::Gate(GateCmd::Remove(9))))]
+    );
+    assert!(app.input_is_empty());
+    // Progress of a turn already running is not the answer.
+    app.update(AppEvent::Engine(Event::AssistantDelta("still streaming".into())));
+    app.update(AppEvent::Engine(Event::notice(NoticeLevel::Error, "no gate 9: no gates are waiting for a goal")));
+    assert_eq!(app.input_text(), "/goal gate remove 9");
+    assert!(app.input_hint.as_deref().is_some_and(|h| h.contains("typing replaces")));
+    type_text(&mut app, "/goal status");
+    assert_eq!(app.input_text(), "/goal status", "typing replaced it");
+
+    // A command that worked leaves the input alone, and a later error is not its answer.
+    app.reset_input(String::new());
+    type_text(&mut app, "/title parser");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    app.update(AppEvent::Engine(Event::notice(NoticeLevel::Info, "session titled \"parser\"")));
+    app.update(AppEvent::Engine(Event::notice(NoticeLevel::Error, "model request failed: HTTP 500")));
+    assert!(app.input_is_empty());
+
+    // Nor is an error after a message; and what the user typed meanwhile is never replaced.
+    type_text(&mut app, "hello");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    app.update(AppEvent::Engine(Event::notice(NoticeLevel::Error, "model request failed: HTTP 500")));
+    assert!(app.input_is_empty());
+    type_text(&mut app, "/jobs kill job_9");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    type_text(&mut app, "draft");
+    app.update(AppEvent::Engine(Event::notice(
+        NoticeLevel::Error,
+        "No job_9 here: this session has no background jobs.",
+    )));
+    assert_eq!(app.input_text(), "draft");
+    // An empty /resume match is a failure too.
+    app.reset_input(String::new());
+    type_text(&mut app, "/resume nothing like it");
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    app.update(AppEvent::Engine(Event::SessionList { sessions: Vec::new(), matching: Some("nothing like it".into()) }));
+    assert_eq!(app.input_text(), "/resume nothing like it");
+}

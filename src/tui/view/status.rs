@@ -12,6 +12,9 @@ use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::SPINNER;
 use crate::tui::wrap::{str_width, truncate_spans};
 
+/// The fewest columns a kept fact is shortened to before it is dropped after all.
+const KEPT_MIN: usize = 12;
+
 fn state(app: &App) -> (String, bool) {
     let spin = SPINNER[app.spinner_frame() % SPINNER.len()];
     if !matches!(app.exit, ExitState::Running) {
@@ -72,35 +75,37 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
             Style::default().fg(app.theme.paused).add_modifier(Modifier::REVERSED | Modifier::BOLD),
         ));
     }
-    let mut facts: Vec<String> = Vec::new();
+    // (text, kept): a kept fact is dropped last when the line is narrow.
+    let mut facts: Vec<(String, bool)> = Vec::new();
     if !app.status.model.is_empty() {
-        facts.push(app.status.model.clone());
+        facts.push((app.status.model.clone(), false));
     }
     if let Some(session) = session_label(app) {
-        facts.push(session);
+        facts.push((session, false));
     }
-    // A paused goal stays in view: it waits for the user, so it is kept before the rest.
+    // A paused goal stays in view: it waits for the user, so it is kept before the rest
+    // and is the last fact to go when the line is narrow.
     let goal = app.status.goal.as_deref().and_then(crate::present::goal_row);
     let goal_paused = app.status.goal.as_ref().is_some_and(|g| g.state == GoalState::Paused);
     if let Some(goal) = goal.as_ref().filter(|_| goal_paused) {
-        facts.push(goal.clone());
+        facts.push((goal.clone(), true));
     }
     if let Some(sandbox) = &app.status.sandbox {
-        facts.push(sandbox.clone());
+        facts.push((sandbox.clone(), false));
     }
     if let Some(backend) = &app.status.backend {
-        facts.push(backend.clone());
+        facts.push((backend.clone(), false));
     }
-    facts.push(format!("busy:{}", app.busy_mode().as_str()));
+    facts.push((format!("busy:{}", app.busy_mode().as_str()), false));
     // Before the heartbeat and goal: those can be long and are dropped first when narrow.
     if let Some(pct) = app.status.context_pct {
-        facts.push(format!("ctx {pct}%"));
+        facts.push((format!("ctx {pct}%"), false));
     }
     if let Some(hb) = &app.status.heartbeat {
-        facts.push(crate::present::heartbeat_row(hb));
+        facts.push((crate::present::heartbeat_row(hb), false));
     }
     if let Some(goal) = goal.filter(|_| !goal_paused) {
-        facts.push(goal);
+        facts.push((goal, false));
     }
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);
@@ -117,12 +122,23 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let width = usize::from(area.width);
     let hints_w = str_width(&hints);
     let fixed_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
-    // The key hints matter more than the facts: drop facts from the end to make room.
-    let fact_w = |f: &String| 3 + str_width(f);
-    while !facts.is_empty() && fixed_w + facts.iter().map(fact_w).sum::<usize>() + 2 + hints_w > width {
-        facts.pop();
+    // The key hints matter more than the facts: drop facts from the end to make room,
+    // a kept one (a paused goal) last of all.
+    let facts_w = |facts: &[(String, bool)]| facts.iter().map(|(f, _)| 3 + str_width(f)).sum::<usize>();
+    while fixed_w + facts_w(&facts) + 2 + hints_w > width {
+        let Some(i) = facts.iter().rposition(|(_, kept)| !kept).or(facts.len().checked_sub(1)) else { break };
+        if facts[i].1 {
+            // Alone and still too wide: a kept fact is shortened, not dropped.
+            let room = width.saturating_sub(fixed_w + 3 + 2 + hints_w);
+            if room >= KEPT_MIN {
+                let short = truncate_spans(vec![Span::raw(facts[i].0.clone())], room);
+                facts[i].0 = short.spans.iter().map(|s| s.content.as_ref()).collect();
+                break;
+            }
+        }
+        facts.remove(i);
     }
-    for fact in facts {
+    for (fact, _) in facts {
         left.push(sep.clone());
         left.push(Span::styled(fact.replace('\n', " "), fg));
     }
