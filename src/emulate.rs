@@ -297,6 +297,39 @@ mod tests {
         assert!(raw.len() > 8_000, "the raw stream is {} bytes", raw.len());
     }
 
+    /// Progress displays recorded from real programs with `script`
+    /// (tests/fixtures/progress/README.md): the model gets each display's final state.
+    #[test]
+    fn recorded_progress_displays_collapse_to_their_final_state() {
+        let fixture = |name: &str| -> String {
+            let path = format!("{}/tests/fixtures/progress/{name}", env!("CARGO_MANIFEST_DIR"));
+            std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+        };
+        // docker-pull style: three coloured layer lines redrawn 20 times (cursor-up, erase-line).
+        let raw = fixture("docker-style-layers.typescript");
+        assert_eq!(raw.matches("\x1b[3A").count(), 20, "the recording redraws");
+        let out = plain(&raw);
+        assert_eq!(
+            out,
+            "Pulling from library/demo\na1b2c3: Pull complete\nd4e5f6: Pull complete\n0718ab: Pull complete\n\
+             Status: Downloaded newer image for demo:latest\n"
+        );
+        assert!(out.len() * 10 < raw.len(), "{} of {} characters", out.len(), raw.len());
+        // curl -#: one bar redrawn with \r, every state the same width.
+        let raw = fixture("curl-progress-bar.typescript");
+        let states: Vec<&str> = raw.trim_end().split('\r').filter(|s| !s.is_empty()).collect();
+        assert!(states.len() > 20, "{} states", states.len());
+        let last = states.last().unwrap();
+        assert!(last.starts_with("####") && last.ends_with("100.0%"), "{last:?}");
+        assert_eq!(plain(&raw), format!("{last}\n"));
+        // curl's meter: two header lines kept, one line redrawn with \r.
+        let raw = fixture("curl-meter.typescript");
+        let header: Vec<&str> = raw.split("\r\n").take(2).collect();
+        let last = raw.trim_end().rsplit('\r').next().unwrap();
+        assert!(last.starts_with("100 ") && header[0].contains("% Total"), "{last:?}");
+        assert_eq!(plain(&raw), format!("{}\n{}\n{last}\n", header[0], header[1]));
+    }
+
     #[test]
     fn colours_stay_in_the_styled_text_and_go_from_the_plain_text() {
         let raw = "\x1b[31merror\x1b[0m: bad\nok\n";

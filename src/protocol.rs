@@ -443,7 +443,7 @@ pub struct StatusInfo {
     pub(crate) title: Option<String>,
     /// The sandbox in a few characters (`sandbox`, `sandbox:ro`, `NO SANDBOX`), DESIGN §6.
     #[serde(default)]
-    pub(crate) sandbox: Option<String>,
+    pub sandbox: Option<String>,
     /// A remote backend and its state (`ssh:box connected`); None when local (DESIGN §4b).
     #[serde(default)]
     pub backend: Option<String>,

@@ -126,3 +126,57 @@ async fn listings_and_standing_status_arrive_as_data() {
     assert_eq!(goal, Event::GoalStatus { goal: None, gates_only: false });
     engine.shutdown().await;
 }
+
+/// `/permissions` through the engine names the sandbox mode, the writable roots and
+/// whether the kernel sandbox is active; the status event carries the short label.
+#[tokio::test(flavor = "multi_thread")]
+async fn permissions_name_the_mode_the_roots_and_whether_the_sandbox_is_active() {
+    use talaria::config::Config;
+    let home = tempfile::tempdir().unwrap();
+    let extra = home.path().join("extra-root");
+    std::fs::create_dir_all(&extra).unwrap();
+    let extra = std::fs::canonicalize(extra).unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("unused")]).await.unwrap();
+    let config = |toml: &str| Config::from_toml(toml, &home.path().join("config.toml")).expect("config");
+
+    let cases = [
+        (
+            format!("[sandbox]\nnetwork = false\nwritable_roots = [{:?}]\n", extra.display().to_string()),
+            "sandbox:offline",
+            vec!["sandbox: workspace-write", "Landlock ABI", "active; network off", "approvals: auto (sandboxed"],
+        ),
+        (
+            "[sandbox]\nmode = \"read-only\"\n".to_string(),
+            "sandbox:ro",
+            vec!["sandbox: read-only", "active; network on", "writable: nothing but talaria's job files"],
+        ),
+        (
+            "[sandbox]\nmode = \"off\"\n".to_string(),
+            "NO SANDBOX",
+            vec!["sandbox: off (commands run with your full permissions)", "approvals: auto, acting as prompt"],
+        ),
+    ];
+    for (toml, label, needles) in cases {
+        let mut engine = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config(&toml)).await;
+        let work = std::fs::canonicalize(&engine.work).unwrap().display().to_string();
+        engine
+            .wait_since(
+                0,
+                "the sandbox label",
+                |e| matches!(e, Event::Status(s) if s.sandbox.as_deref() == Some(label)),
+            )
+            .await;
+        engine.send(Op::Command(SlashCommand::Permissions));
+        let text = engine.notice("sandbox:").await;
+        for needle in needles {
+            assert!(text.contains(needle), "{toml}: {needle:?} missing from\n{text}");
+        }
+        let roots = text.lines().next().unwrap_or_default();
+        if label == "sandbox:offline" {
+            assert!(roots.contains(&work) && roots.contains(&extra.display().to_string()), "{roots}");
+        } else {
+            assert!(!roots.contains(&work), "{toml}: the working directory is no root here: {roots}");
+        }
+        engine.shutdown().await;
+    }
+}

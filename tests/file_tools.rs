@@ -231,6 +231,60 @@ async fn write_into_ssh_dir_asks_and_respects_a_denial() {
     assert_eq!(fs::read_to_string(&path).unwrap(), "key");
 }
 
+/// DESIGN §6: inside the writable roots a write just happens; outside them (and not under
+/// any protected path) it asks, and a denial leaves the disk alone. The roots are set
+/// explicitly: the default policy counts the temp dir, where these tests live, as a root.
+#[tokio::test]
+async fn a_write_outside_the_writable_roots_asks() {
+    use talaria::config::SandboxMode;
+    use talaria::engine::sandbox::Policy;
+    let dir = temp();
+    let base = fs::canonicalize(dir.path()).unwrap();
+    let (root, elsewhere) = (base.join("root"), base.join("elsewhere"));
+    fs::create_dir_all(&root).unwrap();
+    let policy = Policy {
+        mode: SandboxMode::WorkspaceWrite,
+        network: true,
+        writable_roots: vec![root.clone()],
+        deny_read: vec![],
+        deny_write: vec![],
+        job_dirs: vec![],
+        git_guard: None,
+    };
+    let (approvals, mut rx) = approver(PromptPolicy::Ask);
+    approvals.set_sandbox_policy(policy.clone());
+    let stop = CancellationToken::new();
+
+    let inside = root.join("src/notes.txt");
+    assert_eq!(ok(&write_file_at(&inside, "in\n", &approvals, &stop).await)["created"], true);
+    assert!(rx.try_recv().is_err(), "a write inside a root asks nothing");
+
+    let outside = elsewhere.join("notes.txt");
+    let write = |content: &'static str| {
+        let (approvals, path) = (approvals.clone(), outside.clone());
+        tokio::spawn(async move { write_file_at(&path, content, &approvals, &CancellationToken::new()).await })
+    };
+    let task = write("out\n");
+    let (command, reason) = answer_next(&mut rx, &approvals, Approval::Deny).await;
+    assert_eq!(command, format!("write {}", outside.display()));
+    assert_eq!(reason, "outside the writable roots");
+    let r = task.await.unwrap();
+    assert_eq!(r.value["status"], "denied", "{:?}", r.value);
+    assert!(!outside.exists() && !elsewhere.exists(), "a denied write creates nothing");
+
+    let task = write("out\n");
+    answer_next(&mut rx, &approvals, Approval::Once).await;
+    assert_eq!(ok(&task.await.unwrap())["approval"], "approved by the user");
+    assert_eq!(fs::read_to_string(&outside).unwrap(), "out\n");
+
+    // Unattended (exec without --yes), the same write is denied without a prompt.
+    let (unattended, _rx) = approver(PromptPolicy::DenyUnattended);
+    unattended.set_sandbox_policy(policy);
+    let r = write_file_at(&elsewhere.join("other.txt"), "x", &unattended, &stop).await;
+    assert_eq!(r.value["status"], "denied", "{:?}", r.value);
+    assert!(!elsewhere.join("other.txt").exists());
+}
+
 #[tokio::test]
 async fn a_symlink_into_a_protected_place_is_judged_by_its_target() {
     let dir = temp();

@@ -412,13 +412,22 @@ fn git_repo(home: &Home) -> PathBuf {
 /// Run `command` as the model's one `terminal` call through `talaria exec` (no --yes);
 /// returns the tool result the model got.
 async fn run_in_repo(home: &Home, fake: &FakeHome, command: &str, env: &[(&str, &str)]) -> Value {
+    run_terminal(home, fake, command, &[], env).await
+}
+
+/// The same with more `exec` flags (`--yes`).
+async fn run_terminal(home: &Home, fake: &FakeHome, command: &str, flags: &[&str], env: &[(&str, &str)]) -> Value {
     let args = serde_json::json!({ "command": command, "timeout": 30 }).to_string();
     let server =
         ScriptedServer::start([ScriptedResponse::tool_call("c1", "terminal", &args), ScriptedResponse::text("done")])
             .await
             .unwrap();
     let mut cmd = home.command();
-    cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).args(["exec", "--base-url", &server.base_url(), "go"]);
+    cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).arg("exec").args(flags).args([
+        "--base-url",
+        &server.base_url(),
+        "go",
+    ]);
     for (k, v) in env {
         cmd.env(k, v);
     }
@@ -501,4 +510,72 @@ async fn without_a_mount_namespace_the_file_tools_still_ask_for_hooks() {
         assert!(result["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{tool} {args}: {result}");
     }
     assert!(!work.join(".git/hooks/pre-commit").exists());
+}
+
+/// `sandbox.mode = "read-only"`: a command runs without asking, and its write is refused by
+/// the kernel, in the working directory too.
+#[tokio::test(flavor = "multi_thread")]
+async fn read_only_mode_refuses_a_write_by_a_command() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    home.write_config("[sandbox]\nmode = \"read-only\"\n");
+    let result = run_terminal(&home, &fake, "echo ran-4417; touch made-here", &[], &[]).await;
+    let output = result["output"].as_str().unwrap_or_default();
+    assert!(output.contains("ran-4417"), "it ran without asking: {result}");
+    assert_ne!(result["exit_code"], 0, "{result}");
+    assert!(result["sandbox"].as_str().is_some_and(|n| n.contains("blocked by the sandbox")), "{result}");
+    assert!(!home.work().join("made-here").exists());
+    fake.survived().unwrap();
+}
+
+/// `sandbox.mode = "off"`: nothing contains a command, so `auto` asks for what is not
+/// known safe (denied without --yes); approved, it writes where no root reaches.
+#[tokio::test(flavor = "multi_thread")]
+async fn with_the_sandbox_off_commands_ask_and_run_unconfined() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    home.write_config("[sandbox]\nmode = \"off\"\n");
+    let write = "touch made-here && echo x > \"$HOME/outside-every-root\" && echo wrote-4418";
+    let asked = run_terminal(&home, &fake, write, &[], &[]).await;
+    let error = asked["error"].as_str().unwrap_or_default();
+    assert!(error.contains("needs approval"), "{asked}");
+    assert!(!home.work().join("made-here").exists());
+    fake.survived().unwrap();
+    let safe = run_terminal(&home, &fake, "ls -a", &[], &[]).await;
+    assert_eq!(safe["exit_code"], 0, "known safe runs: {safe}");
+    let approved = run_terminal(&home, &fake, write, &["--yes"], &[]).await;
+    assert_eq!(approved["exit_code"], 0, "{approved}");
+    assert!(approved["output"].as_str().is_some_and(|o| o.contains("wrote-4418")), "{approved}");
+    assert!(home.work().join("made-here").exists() && fake.home.join("outside-every-root").exists());
+}
+
+/// `sandbox.network = false` in config.toml: a command cannot connect to a listener on
+/// 127.0.0.1 (which it reaches with the default config: the test bites).
+#[tokio::test(flavor = "multi_thread")]
+async fn network_off_in_config_blocks_a_loopback_connection() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let connect = format!(
+        "python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=10); print('connected-' + str(4419))\""
+    );
+    let accepted = |listener: &std::net::TcpListener| match listener.accept() {
+        Ok(_) => true,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        Err(e) => panic!("accept: {e}"),
+    };
+
+    let home = Home::new();
+    let fake = FakeHome::new();
+    let open = run_terminal(&home, &fake, &connect, &[], &[]).await;
+    assert!(open["output"].as_str().is_some_and(|o| o.contains("connected-4419")), "network on: {open}");
+    // The connection is queued on the listener before the command prints.
+    assert!(accepted(&listener), "the default config let it connect");
+
+    home.write_config("[sandbox]\nnetwork = false\n");
+    let blocked = run_terminal(&home, &fake, &connect, &[], &[]).await;
+    let output = blocked["output"].as_str().unwrap_or_default();
+    assert_ne!(blocked["exit_code"], 0, "{blocked}");
+    assert!(!output.contains("connected-4419") && output.contains("Permission denied"), "{blocked}");
+    assert!(!accepted(&listener), "a connection reached the listener: {blocked}");
 }

@@ -255,6 +255,21 @@ async fn background_job_wait_log_and_kill() {
     assert!(env.jobs.take_notices("s1").await.is_empty(), "the model saw both exits through process");
 }
 
+/// `process list` (and the jobs pane, which shows the same `JobInfo`) gives a job's last line
+/// as a terminal shows it: a `\r` progress bar at its final state, a spinner erased at the
+/// end gone.
+#[tokio::test]
+async fn process_list_shows_the_last_line_as_a_terminal_shows_it() {
+    let env = setup(|_| {});
+    let command = r"printf 'Downloading\n[#   ]  10%%\r[##  ]  55%%\r[####] 100%%\n\342\240\213 unpacking\r\033[K'";
+    let r = env.terminal(json!({"command": command, "background": true})).await;
+    let id = str_of(&r.value, "session_id").to_string();
+    let v = env.process(json!({"action": "wait", "session_id": id, "timeout": 60})).await;
+    assert_eq!(v["status"], json!("exited"), "{v}");
+    let list = env.process(json!({"action": "list"})).await;
+    assert_eq!(list["jobs"][0]["last_line"], json!("[####] 100%"), "{list}");
+}
+
 #[tokio::test]
 async fn write_and_close_reach_a_job_reading_stdin() {
     let env = setup(|_| {});

@@ -557,9 +557,9 @@ impl App {
     fn notify(&mut self, text: &str) {
         self.notification = match self.notify_mode {
             NotifyMode::Bell => Some("\x07".to_string()),
-            NotifyMode::Osc9 => {
-                Some(format!("\x1b]9;{}\x07", crate::text::strip_ansi(text).replace(['\x07', '\n'], " ")))
-            }
+            // Every escape sequence and control character removed, C1 controls (a string
+            // terminator would end the OSC early) and bidi overrides neutralised.
+            NotifyMode::Osc9 => Some(format!("\x1b]9;{}\x07", crate::text::for_terminal(text).replace('\n', " "))),
             NotifyMode::Off => None,
         };
     }

@@ -21,7 +21,11 @@ use crate::protocol::{
 const BANNER: &str = "Demo mode: no model is configured, so a scripted demo model answers.\nSet OPENAI_API_KEY or model.base_url in config.toml to use a real one.";
 
 fn app() -> App {
-    let mut app = App::new(&Config::default(), Keymap::builtin(), Theme::default(), Some(BANNER.into()));
+    app_with(&Config::default())
+}
+
+fn app_with(config: &Config) -> App {
+    let mut app = App::new(config, Keymap::builtin(), Theme::default(), Some(BANNER.into()));
     app.wall_ms = 1_700_000_000_000;
     feed(
         &mut app,
@@ -205,6 +209,31 @@ fn the_status_line_names_the_session_and_offers_stop_only_while_busy() {
     let busy = screen(&mut app, 100, 12);
     let status = busy.lines().last().unwrap_or_default().to_string();
     assert!(status.contains("fix the flaky test") && status.contains("Esc stop · Ctrl+B background"), "{status}");
+}
+
+/// The sandbox label the engine sends (`Policy::short_label`) is on the status line, before
+/// the busy mode; the narrowest terminal drops it before the key hints.
+#[test]
+fn the_status_line_shows_the_sandbox_label() {
+    let mut app = app();
+    for label in ["sandbox", "sandbox:offline", "sandbox:ro", "NO SANDBOX"] {
+        let status = StatusInfo {
+            model: "demo".into(),
+            session_id: "s_20240101_abc".into(),
+            sandbox: Some(label.into()),
+            ..StatusInfo::default()
+        };
+        feed(&mut app, Event::Status(status));
+        let out = screen(&mut app, 100, 12);
+        let line = out.lines().last().unwrap_or_default().to_string();
+        assert!(line.contains(&format!(" · {label} · busy:")), "{label:?} on the status line:\n{line}");
+        if label == "sandbox" {
+            insta::assert_snapshot!("status_line_with_sandbox", line);
+        }
+    }
+    let narrow = screen(&mut app, 40, 12);
+    let line = narrow.lines().last().unwrap_or_default().to_string();
+    assert!(line.contains("? help") && !line.contains("NO SANDBOX"), "{line}");
 }
 
 #[test]
@@ -909,6 +938,44 @@ fn w_in_a_job_log_watches_for_a_pattern_and_a_match_is_shown_and_rings() {
     // The prompt lists the watch and how to stop it.
     key(&mut app, KeyCode::Char('w'), KeyModifiers::NONE);
     assert!(screen(&mut app, 100, 20).contains("You watch /READY/; an empty pattern stops them."));
+}
+
+/// With `ui.notify = osc9` a match of the user's watch becomes one OSC 9 desktop
+/// notification naming the job, the pattern and the line: what the job printed cannot end
+/// the sequence early or smuggle its own (ESC, BEL, C1 string terminators, bidi overrides).
+#[test]
+fn a_user_watch_match_sends_an_osc9_notification_when_configured() {
+    let mut config = Config::default();
+    config.ui.notify = crate::config::NotifyMode::Osc9;
+    let mut app = app_with(&config);
+    let running = job(&app, "job_1", "make", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: running });
+    feed(&mut app, Event::JobWatches { id: "job_1".into(), patterns: vec!["READY".into()] });
+    assert_eq!(app.notification, None);
+    let matched = |pattern: &str, line: &str| Event::WatchMatched {
+        id: "job_1".into(),
+        pattern: pattern.into(),
+        line: line.into(),
+        more: 0,
+        ended: false,
+    };
+    feed(&mut app, matched("READY", "server \x1b[1mREADY\x1b[0m on :8080"));
+    assert_eq!(app.notification.as_deref(), Some("\x1b]9;job_1 matched /READY/: server READY on :8080\x07"));
+    app.notification = None;
+    // The line and the pattern (typed, or pasted, by the user) carry disguises.
+    let hostile = "READY \x07\x1b]52;c;cm0gLXJmIH4=\x07 \u{9c}\x1b]9;fake\x1b\\ \u{202e}txt.exe";
+    feed(&mut app, matched("RE\u{202e}ADY\u{9c}", hostile));
+    let note = app.notification.take().expect("a notification");
+    assert!(note.starts_with("\x1b]9;job_1 matched /READY/: READY ") && note.ends_with('\x07'), "{note:?}");
+    let inner = &note["\x1b]9;".len()..note.len() - 1];
+    assert!(!inner.chars().any(|c| c.is_control()), "a control character inside the OSC 9 text: {note:?}");
+    assert!(!inner.contains('\u{202e}') && inner.contains("txt.exe") && !inner.contains("52;"), "{note:?}");
+    // ui.notify = off: nothing is sent.
+    let mut config = Config::default();
+    config.ui.notify = crate::config::NotifyMode::Off;
+    let mut app = app_with(&config);
+    feed(&mut app, matched("READY", "READY"));
+    assert_eq!(app.notification, None);
 }
 
 #[test]

@@ -267,14 +267,23 @@ fn split_args<'a>(args: &'a [String], with_value: &[&str]) -> (Vec<&'a str>, Vec
     (opts, operands)
 }
 
-/// A short-option cluster (`-rf`) containing `flag`, or the long option itself.
+/// A short-option cluster (`-rf`) containing `flag`, or the long option (see `has_long`).
 fn has_flag(opts: &[&str], short: char, long: &str) -> bool {
+    has_long(opts, long)
+        || opts.iter().any(|o| {
+            !o.starts_with("--") && o[1..].chars().all(|c| c.is_ascii_alphanumeric()) && o[1..].contains(short)
+        })
+}
+
+/// The long option `--long`, whole or abbreviated: GNU getopt and git's parse-options take any
+/// unambiguous prefix (`rm --rec`, `git push --force-w` for `--force-with-lease`). A prefix that
+/// is ambiguous for the tool is refused by the tool itself, so counting every prefix here costs
+/// at most a question, and needs no list of each tool's other options (which changes by version).
+fn has_long(opts: &[&str], long: &str) -> bool {
     opts.iter().any(|o| {
-        if let Some(l) = o.strip_prefix("--") {
-            !long.is_empty() && (l == long || l.strip_prefix(long).is_some_and(|r| r.starts_with('=')))
-        } else {
-            o[1..].chars().all(|c| c.is_ascii_alphanumeric()) && o[1..].contains(short)
-        }
+        let Some(l) = o.strip_prefix("--") else { return false };
+        let name = l.split_once('=').map_or(l, |(name, _)| name);
+        !long.is_empty() && !name.is_empty() && long.starts_with(name)
     })
 }
 
@@ -498,13 +507,14 @@ fn classify_git(args: &[String]) -> Classification {
     match sub.as_str() {
         "push" => {
             let force = has_flag(&opts, 'f', "force")
-                || opts.iter().any(|o| o.starts_with("--force-with-lease") || *o == "--mirror")
+                || has_long(&opts, "force-with-lease")
+                || has_long(&opts, "mirror")
                 || operands.iter().skip(1).any(|r| r.starts_with('+'));
             if force {
                 return dangerous("force push", "git push --force rewrites history on the remote");
             }
         }
-        "reset" if opts.contains(&"--hard") => {
+        "reset" if has_long(&opts, "hard") => {
             return dangerous("hard reset", "git reset --hard discards uncommitted changes");
         }
         "clean" => {
@@ -912,6 +922,20 @@ mod tests {
             ("find . -type d -exec rm -rf {} +", d("recursive delete")),
             ("ls | xargs rm", d("xargs delete")),
             ("git push origin main --force", d("force push")),
+            // Long options abbreviated as GNU getopt and git accept them.
+            ("git push --force-w origin feature", d("force push")),
+            ("git push --force-with origin feature", d("force push")),
+            ("git push --force-wi=main:abc123 origin main", d("force push")),
+            ("git push --mirr backup", d("force push")),
+            ("git push --m backup", d("force push")),
+            ("git push --forc origin main", d("force push")), // ambiguous: git refuses it anyway
+            ("git -C repo push origin main --force-w", d("force push")),
+            ("git clean --forc", d("git clean")),
+            ("git reset --ha HEAD~1", d("hard reset")),
+            ("git branch --del --forc feature", d("branch delete")),
+            ("rm --rec --force ~", HARD),
+            ("rm --recur build", d("recursive delete")),
+            ("chmod --rec 000 /", HARD),
             ("echo deb x | sudo tee /etc/apt/sources.list", d("system file write")),
             ("> /etc/passwd", d("system file write")),
             ("sudo sh -c 'echo 1 > /proc/sys/vm/drop_caches'", d("system file write")),
@@ -931,6 +955,11 @@ mod tests {
             ("git push origin main", SAFE),
             ("git reset --soft HEAD~1", SAFE),
             ("git clean -n", SAFE),
+            ("git clean -f --dry", SAFE),
+            ("git push --follow-tags origin main", SAFE),
+            ("git push --force-if-includes origin main", SAFE), // without a lease it forces nothing
+            ("git push --no-force-with-lease origin main", SAFE),
+            ("git push --fo-bar origin main", SAFE),
             ("git branch -d merged", SAFE),
             ("cat /etc/hosts", SAFE),
             ("cp /etc/hosts /tmp/hosts", SAFE),

@@ -90,8 +90,9 @@ impl Approver {
         }
     }
 
-    /// Judge file writes against the session's sandbox policy (set when the session starts).
-    pub(crate) fn set_sandbox_policy(&self, policy: Policy) {
+    /// Judge file writes against the session's sandbox policy (set when the session starts;
+    /// public for tests that need roots of their own).
+    pub fn set_sandbox_policy(&self, policy: Policy) {
         *lock(&self.inner.sandbox) = Some(policy);
     }
 

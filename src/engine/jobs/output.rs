@@ -151,11 +151,13 @@ impl OutputBuf {
         self.newlines + u64::from(self.total_bytes > 0 && !self.ends_with_newline)
     }
 
-    /// The last non-empty line, ANSI stripped, at most `max` characters.
+    /// The last non-empty line as a terminal shows it (`process list`, the jobs pane): the
+    /// recent output run through the emulator, so a `\r` progress bar, an erased spinner or
+    /// a cursor-up redraw give their final state; colours dropped; at most `max` characters.
     pub(crate) fn last_line(&self, max: usize) -> String {
-        let tail = crate::text::tail_chars(&self.tail, 4096);
-        let clean = crate::text::strip_ansi(tail);
-        let line = clean.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end();
+        // A tail cut inside an escape sequence garbles only its first line.
+        let shown = crate::emulate::plain(crate::text::tail_chars(&self.tail, 4096));
+        let line = shown.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end();
         crate::text::tail_chars(line, max).to_string()
     }
 
@@ -247,6 +249,26 @@ mod tests {
         assert_eq!(b.model_text(1000), "one\ntwo");
         assert_eq!(b.total_lines(), 2);
         assert_eq!(b.last_line(80), "two");
+    }
+
+    #[test]
+    fn the_last_line_is_what_a_terminal_shows() {
+        let mut b = OutputBuf::new(100, 4096);
+        b.push("Downloading x.tar.gz\n");
+        for pct in [10, 55, 100] {
+            b.push(&format!("\r\x1b[32m[{:<10}]\x1b[0m {pct:>3}%", "#".repeat(pct / 10)));
+        }
+        assert_eq!(b.last_line(80), "[##########] 100%");
+        // A shorter rewrite leaves the end of the longer line, as on a terminal.
+        b.push("\rok");
+        assert_eq!(b.last_line(80), "ok#########] 100%");
+        // A spinner erased at the end: the line above is the last one shown.
+        b.push("\nsaved x.tar.gz\n\u{280b} unpacking\r\x1b[K");
+        assert_eq!(b.last_line(80), "saved x.tar.gz");
+        // A two-line display where only the top line was redrawn: the bottom line is last.
+        b.push("layer a: 1/2\nlayer b: 2/2\n\x1b[2A\x1b[2Klayer a: 2/2\x1b[2B\r");
+        assert_eq!(b.last_line(80), "layer b: 2/2");
+        assert_eq!(b.last_line(5), ": 2/2");
     }
 
     #[test]

@@ -49,8 +49,13 @@ pub struct Policy {
 }
 
 /// Credential stores under the home directory: never readable by a job.
-const HOME_SECRETS: &[&str] =
-    &[".ssh", ".gnupg", ".aws", ".netrc", ".docker/config.json", ".config/gh", ".config/gcloud", ".config/talaria"];
+#[rustfmt::skip]
+const HOME_SECRETS: &[&str] = &[
+    ".ssh", ".gnupg", ".aws", ".netrc", ".docker/config.json", ".config/gh", ".config/gcloud", ".config/talaria",
+    // git's credential store, kubeconfig tokens, npm/PyPI/crates.io publish tokens.
+    ".git-credentials", ".config/git/credentials", ".kube/config", ".npmrc", ".pypirc",
+    ".cargo/credentials.toml", ".cargo/credentials",
+];
 
 impl Policy {
     /// The policy for this session. `workspace` is the session's starting directory (not
@@ -367,7 +372,12 @@ mod tests {
         let p = Policy::from_config(&config, &work, &paths, Some(&home));
         assert!(p.writable_roots.contains(&work));
         assert!(p.writable_roots.contains(&home.join("extra")));
-        for secret in [".ssh", ".aws", ".gnupg", ".netrc", "private"] {
+        #[rustfmt::skip]
+        let secrets = [
+            ".ssh", ".aws", ".gnupg", ".netrc", "private", ".git-credentials", ".config/git/credentials",
+            ".kube/config", ".npmrc", ".pypirc", ".cargo/credentials.toml", ".cargo/credentials",
+        ];
+        for secret in secrets {
             assert!(p.deny_read.contains(&home.join(secret)), "{secret}");
             assert!(p.deny_write.contains(&home.join(secret)), "{secret}");
         }
