@@ -185,7 +185,7 @@ async fn run_one(command: &str, mode: &str) -> (Outcome, Value, FakeHome) {
     assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
     let requests = server.chat_requests();
     let messages = requests[1].body["messages"].as_array().unwrap().clone();
-    let result: Value = serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap();
+    let result: Value = last_result(&messages);
     let error = result["error"].as_str().unwrap_or("");
     let output = result["output"].as_str().unwrap_or("");
     let outcome = if error.contains("never allowed") {
@@ -304,7 +304,7 @@ async fn no_job_finds_the_provider_key() {
     assert_eq!(requests[0].header("authorization"), Some(format!("Bearer {key}").as_str()));
     for (i, request) in requests.iter().enumerate().skip(1) {
         let messages = request.body["messages"].as_array().unwrap();
-        let result: Value = serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap();
+        let result: Value = last_result(messages);
         let output = result["output"].as_str().unwrap();
         assert!(output.contains("talaria="), "{result}");
         assert!(output.contains("HOME="), "the job's own environment was printed: {output}");
@@ -344,7 +344,7 @@ async fn a_destructive_line_written_to_a_background_shell_is_contained_or_asked(
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     let result = |i: usize| -> Value {
         let messages = server.chat_requests()[i].body["messages"].as_array().unwrap().clone();
-        serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+        last_result(&messages)
     };
     assert_eq!(result(2)["status"], "ok", "a sandboxed job's input needs no approval: {}", result(2));
     let waited = result(4);
@@ -380,7 +380,7 @@ async fn without_a_kernel_sandbox_auto_acts_like_prompt() {
     assert_eq!(stderr(&out).matches("no kernel sandbox").count(), 1, "said once: {}", stderr(&out));
     let result = |i: usize| -> Value {
         let messages = server.chat_requests()[i].body["messages"].as_array().unwrap().clone();
-        serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+        last_result(&messages)
     };
     assert!(result(1)["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{}", result(1));
     assert!(!home.work().join("made-here").exists());
@@ -434,7 +434,7 @@ async fn run_terminal(home: &Home, fake: &FakeHome, command: &str, flags: &[&str
     let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
     assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
     let messages = server.chat_requests()[1].body["messages"].as_array().unwrap().clone();
-    serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap()
+    last_result(&messages)
 }
 
 /// DESIGN §6: `.git/hooks` (and `.git/config`, which can point core.hooksPath or
@@ -506,7 +506,7 @@ async fn without_a_mount_namespace_the_file_tools_still_ask_for_hooks() {
         let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
         assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
         let messages = server.chat_requests()[1].body["messages"].as_array().unwrap().clone();
-        let result: Value = serde_json::from_str(messages.last().unwrap()["content"].as_str().unwrap()).unwrap();
+        let result: Value = last_result(&messages);
         assert!(result["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{tool} {args}: {result}");
     }
     assert!(!work.join(".git/hooks/pre-commit").exists());
@@ -578,4 +578,11 @@ async fn network_off_in_config_blocks_a_loopback_connection() {
     assert_ne!(blocked["exit_code"], 0, "{blocked}");
     assert!(!output.contains("connected-4419") && output.contains("Permission denied"), "{blocked}");
     assert!(!accepted(&listener), "a connection reached the listener: {blocked}");
+}
+
+/// The tool result the model got: the last message of the request after the tool call.
+fn last_result(messages: &[Value]) -> Value {
+    let content = messages.last().and_then(|m| m["content"].as_str()).unwrap_or_default();
+    serde_json::from_str(content)
+        .unwrap_or_else(|e| panic!("the last message is not a JSON tool result ({e}): {messages:#?}"))
 }

@@ -853,7 +853,10 @@ async fn two_jobs_that_ended_while_talaria_was_dead_are_told_in_one_turn_exactly
 
     let server2 = ScriptedServer::start([ScriptedResponse::text("noted both")]).await.unwrap();
     for round in 0..3 {
-        let mut running = inproc::start(home.path(), &server2.base_url(), SessionChoice::Continue).await;
+        // The two notices are queued by two followers, one after a SQLite write; a wide
+        // window keeps a loaded machine from splitting them (the default 0.3 s is for people).
+        let config = Config::from_toml("[jobs]\nnotice_window_s = 5\n", Path::new("test")).unwrap();
+        let mut running = inproc::start_with(home.path(), &server2.base_url(), SessionChoice::Continue, config).await;
         if round == 0 {
             running
                 .wait_for("the notice turn", |e| {
@@ -893,4 +896,71 @@ async fn two_jobs_that_ended_while_talaria_was_dead_are_told_in_one_turn_exactly
     for id in [&first, &second] {
         assert_eq!(row(&rows, id)["notified"], json!(true), "{rows:?}");
     }
+}
+
+/// A re-attach (`/resume`, or the start-up sweep) that reads the records while this process
+/// is still starting a job leaves that job to its spawn. It used to adopt it: a second
+/// follower, the foreground command announced as a background job and its end told to the
+/// model twice (seen under load in tests/hostile.rs).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_reattach_while_a_job_is_starting_leaves_that_job_to_its_spawn() {
+    let home = Home::new();
+    let paths = Paths::under(home.path());
+    let (waiting, go) = (home.path().join("supervisor-waiting"), home.path().join("go"));
+    // The supervisor starts only once the test says so: the record is written by then.
+    let wrapper = home.path().join("slow-supervisor");
+    std::fs::write(
+        &wrapper,
+        format!(
+            "#!/bin/sh\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.01; done\nexec '{}' \"$@\"\n",
+            waiting.display(),
+            go.display(),
+            env!("CARGO_BIN_EXE_talaria")
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (sink, mut events) = EventSink::channel();
+    let options = JobsOptions { supervisor: SupervisorExe::Exe(wrapper), sweep: false, attach: None };
+    let (jobs, _finished) = JobsHandle::start_with(&paths, Arc::new(Config::default()), sink, options);
+
+    let mut foreground = spec("echo started-once", &home.work());
+    foreground.background = false;
+    let spawn = tokio::spawn({
+        let jobs = jobs.clone();
+        async move { jobs.spawn(foreground).await }
+    });
+    wait_until("the job's record and its waiting supervisor", || waiting.exists()).await;
+    let store = Store::open(&paths.state_db).unwrap();
+    let row = store.job_get(1).await.unwrap();
+    assert!(row.is_some(), "the record is there before the job is registered");
+
+    jobs.attach_session("s");
+    let attach_done = {
+        let jobs = jobs.clone();
+        async move {
+            while jobs.list().await.is_empty() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    // Before the fix the re-attach registered the job at once; now it waits for the spawn.
+    let adopted = tokio::time::timeout(Duration::from_secs(1), attach_done).await.is_ok();
+    assert!(!adopted, "the re-attach took a job that was still starting: {:?}", jobs.list().await);
+
+    std::fs::write(&go, "").unwrap();
+    let spawned = tokio::time::timeout(DEADLINE, spawn).await.unwrap().unwrap().unwrap();
+    let exit = tokio::time::timeout(DEADLINE, spawned.exit).await.unwrap().unwrap();
+    assert_eq!(exit.code, Some(0));
+    let listed = jobs.list().await;
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert!(!listed[0].background, "the foreground command stays foreground: {listed:?}");
+    // Nothing announced it as a background job, and the re-attach added no follower.
+    let mut announced = 0;
+    while let Ok(e) = events.try_recv() {
+        if matches!(&e, Event::JobStarted { job } if job.id == spawned.id) {
+            announced += 1;
+        }
+    }
+    assert_eq!(announced, 0, "a foreground command is not announced as a background job");
 }

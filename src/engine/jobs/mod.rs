@@ -214,6 +214,11 @@ struct Registry {
     leave: AtomicBool,
     /// Remote backends: connections, the session's choice (DESIGN §4b).
     backends: crate::engine::backend::Backends,
+    /// Spawns hold it shared from their record's insert until the job is registered; a
+    /// sweep or re-attach holds it alone, so it never takes a job this process is still
+    /// starting for one to adopt (it did under load: a second follower, a foreground
+    /// command announced as background and its notice told twice).
+    records_gate: tokio::sync::RwLock<()>,
 }
 
 struct Job {
@@ -366,6 +371,7 @@ impl JobsHandle {
             shutting_down: AtomicBool::new(false),
             leave: AtomicBool::new(false),
             sandbox: Mutex::new(sandbox),
+            records_gate: tokio::sync::RwLock::new(()),
             backends: crate::engine::backend::Backends::new(
                 config_for_backends,
                 paths.jobs_dir.parent().map(|p| p.join("ssh")).unwrap_or_else(|| PathBuf::from("ssh")),
@@ -547,7 +553,7 @@ impl JobsHandle {
     /// `talaria --resume` does at start: its live jobs appear in the pane with their whole
     /// log, and those that ended while nobody watched are noticed once. Jobs followed here
     /// already, and jobs another live talaria owns, are left alone.
-    pub(crate) fn attach_session(&self, session_id: &str) {
+    pub fn attach_session(&self, session_id: &str) {
         let reg = self.inner.clone();
         let session = session_id.to_string();
         tokio::spawn(async move { reg.sweep_and_attach(false, Some(session)).await });

@@ -156,6 +156,7 @@ impl Registry {
     /// Start-up: sweep every unfinished record, then re-attach the jobs of `attach`.
     pub(super) async fn sweep_and_attach(self: Arc<Self>, sweep: bool, attach: Option<String>) {
         let Some(store) = self.store.clone() else { return };
+        let _no_spawn_in_flight = self.records_gate.write().await;
         let rows = match store.jobs_running().await {
             Ok(rows) => rows,
             Err(e) => {
@@ -200,7 +201,8 @@ impl Registry {
         match store.jobs_recent(Some(&session), self.config.jobs.max_jobs.max(1)).await {
             Ok(rows) => {
                 for row in rows {
-                    if row.status != RecordStatus::Running && !row.notified && row.notice.is_some() {
+                    let known = lock(&self.jobs).contains_key(&(row.num as u64));
+                    if row.status != RecordStatus::Running && !row.notified && row.notice.is_some() && !known {
                         mine.push(row);
                     }
                 }

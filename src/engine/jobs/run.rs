@@ -83,6 +83,8 @@ pub(super) async fn spawn(
         return Err(SpawnError::ShuttingDown);
     }
     let exe = reg.exe.clone().ok_or(SpawnError::NoSupervisor)?;
+    // Until the job is in `reg.jobs`, a sweep must not see its record (it would adopt it).
+    let records_gate = reg.records_gate.read().await;
     reg.make_room()?;
     let started_at_ms = now_ms();
     let num = match &reg.store {
@@ -182,6 +184,7 @@ pub(super) async fn spawn(
         ended_away: false,
     });
     lock(&reg.jobs).insert(num, job.clone());
+    drop(records_gate);
     if job.remote.is_some() {
         let lease_s = spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s);
         tokio::spawn(reg.clone().keep_remote_lease(job.clone(), lease_s));
