@@ -194,6 +194,9 @@ pub struct JobsHandle {
     inner: Arc<Registry>,
 }
 
+/// How long a shutdown waits for jobs still starting to be registered.
+const SPAWNS_SETTLE: Duration = Duration::from_secs(2);
+
 struct Registry {
     config: Arc<Config>,
     dir: PathBuf,
@@ -577,7 +580,12 @@ impl JobsHandle {
     pub async fn shutdown(&self) -> Vec<KilledJob> {
         self.inner.shutting_down.store(true, Ordering::SeqCst);
         let leave = self.inner.leave.load(Ordering::SeqCst);
+        // Jobs still starting are registered first, so they are collected below (a spawn
+        // that begins from now on refuses). Bounded: a supervisor that hangs in its start
+        // is killed by the spawn's own check once it answers.
+        let in_flight = tokio::time::timeout(SPAWNS_SETTLE, self.inner.records_gate.write()).await;
         let running: Vec<Arc<Job>> = self.inner.all().into_iter().filter(|j| j.is_running()).collect();
+        drop(in_flight);
         // Leaving jobs running still kills those nobody could take over (goal gates).
         let kills = running
             .iter()

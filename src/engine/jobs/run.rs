@@ -85,6 +85,10 @@ pub(super) async fn spawn(
     let exe = reg.exe.clone().ok_or(SpawnError::NoSupervisor)?;
     // Until the job is in `reg.jobs`, a sweep must not see its record (it would adopt it).
     let records_gate = reg.records_gate.read().await;
+    if reg.shutting_down.load(Ordering::SeqCst) {
+        // The shutdown collected the jobs while this spawn waited.
+        return Err(SpawnError::ShuttingDown);
+    }
     reg.make_room()?;
     let started_at_ms = now_ms();
     let num = match &reg.store {
