@@ -408,6 +408,13 @@ fn background_sleep_model(secs: &str) -> Model {
     ])
 }
 
+/// Ctrl+D alone: nothing answers a dialog, so exiting means none was shown.
+fn quits_without_a_dialog(p: &mut Pty) {
+    p.send(b"\x04");
+    assert_eq!(p.wait_exit(WAIT), Some(0), "talaria quit without asking; screen:\n{}", p.contents());
+    assert!(!p.raw_text().contains("keep them running"), "no quit dialog");
+}
+
 #[test]
 fn on_quit_kill_quits_without_asking_and_kills_the_job() {
     let home = Home::new();
@@ -416,10 +423,7 @@ fn on_quit_kill_quits_without_asking_and_kills_the_job() {
     let model = background_sleep_model(&secs);
     let mut p = spawn(&home, &model, &[]);
     let job = start_a_background_sleep(&p, &secs);
-    // Ctrl+D alone: nothing answers a dialog, so exiting means none was shown.
-    p.send(b"\x04");
-    assert_eq!(p.wait_exit(WAIT), Some(0), "talaria quit without asking; screen:\n{}", p.contents());
-    assert!(!p.raw_text().contains("keep them running"), "no quit dialog");
+    quits_without_a_dialog(&mut p);
     wait_until("the job to be killed", || !alive(job));
     wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
     let listed = run_talaria(&home, &["jobs", "list"]);
@@ -435,9 +439,7 @@ fn on_quit_keep_quits_without_asking_and_keeps_the_job() {
     let model = background_sleep_model(&secs);
     let mut p = spawn(&home, &model, &[]);
     let job = start_a_background_sleep(&p, &secs);
-    p.send(b"\x04");
-    assert_eq!(p.wait_exit(WAIT), Some(0), "talaria quit without asking; screen:\n{}", p.contents());
-    assert!(!p.raw_text().contains("keep them running"), "no quit dialog");
+    quits_without_a_dialog(&mut p);
     assert!(alive(job), "the kept job runs on after talaria quit");
     // Twice the grace: a kept job has no deadline.
     let watched = Instant::now();
