@@ -812,6 +812,15 @@ fn describe(pid: i32) -> String {
     format!("{pid} {fields:?} {}", String::from_utf8_lossy(&cmd).replace('\0', " "))
 }
 
+/// Every thread of `pid` is stopped (state `T`).
+fn all_threads_stopped(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return false };
+    tasks.flatten().all(|task| {
+        let stat = std::fs::read_to_string(task.path().join("stat")).unwrap_or_default();
+        stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().next()) == Some("T")
+    })
+}
+
 fn kill_9(pid: i32) {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).expect("kill -9");
 }
@@ -855,8 +864,13 @@ async fn the_sweep_kills_what_a_killed_guard_left() {
         .into_iter()
         .find(|p| processes_with_cmdline("__mcp-guard").contains(p))
         .expect("the server's guard");
+    // Both die at once: talaria, stopped first, cannot see the guard go and clean up after it
+    // (under load it did, between the two kills, and the grandchild went too).
+    let talaria = child.id().expect("pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(talaria), nix::sys::signal::Signal::SIGSTOP).expect("stop");
+    wait_until("every thread of talaria stopped", || all_threads_stopped(talaria)).await;
     kill_9(guard);
-    kill_9(child.id().expect("pid") as i32);
+    kill_9(talaria);
     let _ = child.wait().await;
     wait_until("the server to die with its guard", || {
         server.processes().iter().all(|p| processes_with_cmdline(&format!("sleep {marker}")).contains(p))
