@@ -912,9 +912,11 @@ async fn a_reattach_while_a_job_is_starting_leaves_that_job_to_its_spawn() {
     std::fs::write(
         &wrapper,
         format!(
-            "#!/bin/sh\ntouch '{}'\nwhile [ ! -e '{}' ]; do sleep 0.01; done\nexec '{}' \"$@\"\n",
+            // Gone with the test's home if the test fails before it says go.
+            "#!/bin/sh\ntouch '{}'\nwhile [ ! -e '{}' ]; do [ -d '{}' ] || exit 1; sleep 0.01; done\nexec '{}' \"$@\"\n",
             waiting.display(),
             go.display(),
+            home.path().display(),
             env!("CARGO_BIN_EXE_talaria")
         ),
     )
