@@ -42,19 +42,6 @@ async fn start(home: &Path, server: &ScriptedServer, cfg: &str, session: Session
     inproc::start_with(home, &server.base_url(), session, config(cfg)).await
 }
 
-/// The result JSON of tool call `call_id`.
-async fn tool_result(running: &mut inproc::Running, call_id: &str) -> (Value, Option<ToolStatus>) {
-    let id = call_id.to_string();
-    let ev = running
-        .wait_for(
-            &format!("{call_id} finished"),
-            |e| matches!(e, Event::ToolFinished { call_id, .. } if *call_id == id),
-        )
-        .await;
-    let Event::ToolFinished { outcome, .. } = ev else { unreachable!() };
-    (serde_json::from_str(&outcome.result).expect("result JSON"), outcome.status)
-}
-
 async fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let start = Instant::now();
     while !cond() {
@@ -87,14 +74,14 @@ async fn a_remote_command_returns_its_output_exit_code_and_carries_the_cwd_over(
     let mut running = start(home.path(), &server, &sshd.talaria_config(10), SessionChoice::New).await;
     running.send(Op::Submit { text: "run it remotely".into(), mode: None });
 
-    let (first, _) = tool_result(&mut running, "c1").await;
+    let (first, _) = running.tool_result("c1").await;
     assert_eq!(first["exit_code"], json!(3), "the remote exit code (SSH_CONNECTION is set): {first}");
     let out = first["output"].as_str().unwrap();
     assert!(out.contains(&format!("out-{mark}")) && out.contains(&format!("err-{mark}")), "{first}");
     assert!(!out.contains("__talaria"), "no transport markers in the output: {first}");
     assert_eq!(first["backend"], json!(format!("ssh:{}", sshd::HOST)));
 
-    let (second, _) = tool_result(&mut running, "c2").await;
+    let (second, _) = running.tool_result("c2").await;
     assert_eq!(second["exit_code"], json!(1), "{second}");
     let canon = there.canonicalize().unwrap();
     assert_eq!(
@@ -103,7 +90,7 @@ async fn a_remote_command_returns_its_output_exit_code_and_carries_the_cwd_over(
         "the cwd carried over: {second}"
     );
 
-    let (third, _) = tool_result(&mut running, "c3").await;
+    let (third, _) = running.tool_result("c3").await;
     assert_eq!(third["exit_code"], json!(127), "command not found is the command's own failure: {third}");
     assert!(third.get("status").is_none_or(|s| s != "degraded"), "{third}");
     running.turn_finished().await;
@@ -131,7 +118,7 @@ async fn a_long_remote_command_yields_on_a_typed_message_and_is_killed_from_the_
     assert_eq!(sshd.pgrep(&pattern).len(), 1, "the command runs on the server");
 
     running.send(Op::Submit { text: "meanwhile, something else".into(), mode: None });
-    let (result, status) = tool_result(&mut running, "c1").await;
+    let (result, status) = running.tool_result("c1").await;
     assert_eq!(status, Some(ToolStatus::Yielded), "{result}");
     assert_eq!(result["status"], json!("yielded_to_background"));
     let id = result["session_id"].as_str().unwrap().to_string();
@@ -224,7 +211,7 @@ async fn a_stopped_sshd_gives_degraded_and_a_restarted_one_works_with_no_user_ac
     .unwrap();
     let mut running = start(home.path(), &server, &sshd.talaria_config(5), SessionChoice::New).await;
     running.send(Op::Submit { text: "one".into(), mode: None });
-    let (first, _) = tool_result(&mut running, "c1").await;
+    let (first, _) = running.tool_result("c1").await;
     assert_eq!(first["exit_code"], json!(0), "{first}");
     running.turn_finished().await;
     running
@@ -238,7 +225,7 @@ async fn a_stopped_sshd_gives_degraded_and_a_restarted_one_works_with_no_user_ac
     sshd.stop();
     running.send(Op::Submit { text: "two".into(), mode: None });
     let asked = Instant::now();
-    let (second, _) = tool_result(&mut running, "c2").await;
+    let (second, _) = running.tool_result("c2").await;
     assert_eq!(second["status"], json!("degraded"), "{second}");
     assert_eq!(second["exit_code"], json!(-1), "{second}");
     assert!(second["reason"].as_str().is_some_and(|r| !r.is_empty()), "{second}");
@@ -255,7 +242,7 @@ async fn a_stopped_sshd_gives_degraded_and_a_restarted_one_works_with_no_user_ac
 
     sshd.restart();
     running.send(Op::Submit { text: "three".into(), mode: None });
-    let (third, _) = tool_result(&mut running, "c3").await;
+    let (third, _) = running.tool_result("c3").await;
     assert_eq!(third["exit_code"], json!(0), "recovered with no user action: {third}");
     assert!(third["output"].as_str().unwrap().contains(&format!("third-{mark}")), "{third}");
     running.turn_finished().await;
@@ -288,7 +275,7 @@ async fn a_wrong_port_or_a_silent_host_gives_degraded_within_the_connect_timeout
         let mut running = start(&home.path().join(format!("h{n}")), &server, &cfg, SessionChoice::New).await;
         let asked = Instant::now();
         running.send(Op::Submit { text: "try".into(), mode: None });
-        let (result, _) = tool_result(&mut running, "c1").await;
+        let (result, _) = running.tool_result("c1").await;
         let took = asked.elapsed();
         assert_eq!(result["status"], json!("degraded"), "port {port}: {result}");
         if n == 2 {
@@ -327,19 +314,19 @@ async fn the_file_tools_act_on_the_remote_host_in_its_working_directory() {
     .unwrap();
     let mut running = start(home.path(), &server, &sshd.talaria_config(10), SessionChoice::New).await;
     running.send(Op::Submit { text: "files over there".into(), mode: None });
-    let (cd, _) = tool_result(&mut running, "c1").await;
+    let (cd, _) = running.tool_result("c1").await;
     assert_eq!(cd["exit_code"], json!(0), "{cd}");
-    let (write, _) = tool_result(&mut running, "c2").await;
+    let (write, _) = running.tool_result("c2").await;
     assert_eq!(write["status"], json!("ok"), "{write}");
     assert_eq!(write["created"], json!(true), "{write}");
-    let (edit, _) = tool_result(&mut running, "c3").await;
+    let (edit, _) = running.tool_result("c3").await;
     assert_eq!(edit["replacements"], json!(1), "{edit}");
-    let (read, _) = tool_result(&mut running, "c4").await;
+    let (read, _) = running.tool_result("c4").await;
     assert!(read["content"].as_str().unwrap().contains("│gamma"), "{read}");
     assert_eq!(read["total_lines"], json!(2), "{read}");
-    let (search, _) = tool_result(&mut running, "c5").await;
+    let (search, _) = running.tool_result("c5").await;
     assert!(search["matches"].as_str().unwrap().contains(&format!("{name}:2:gamma")), "{search}");
-    let (missing, _) = tool_result(&mut running, "c6").await;
+    let (missing, _) = running.tool_result("c6").await;
     assert!(missing["error"].as_str().unwrap().contains("does not exist"), "{missing}");
     running.turn_finished().await;
     // The file is in the remote working directory, not in talaria's own.
@@ -407,7 +394,7 @@ async fn a_background_remote_job_reattaches_after_the_connection_drops_and_repor
     let cfg = sshd.talaria_config(5).replace("[approvals]", "reconnect_timeout_s = 300\n\n[approvals]");
     let mut running = start(home.path(), &server, &cfg, SessionChoice::New).await;
     running.send(Op::Submit { text: "start it in the background".into(), mode: None });
-    let (result, _) = tool_result(&mut running, "bg").await;
+    let (result, _) = running.tool_result("bg").await;
     let id = result["session_id"].as_str().expect("a job id").to_string();
     running.turn_finished().await;
     let before = format!("before-{mark}");
@@ -489,7 +476,7 @@ async fn a_remote_job_whose_host_stays_away_or_whose_files_are_gone_is_lost_with
 
     // 1. The host does not come back within the bound.
     running.send(Op::Submit { text: "one".into(), mode: None });
-    let (first, _) = tool_result(&mut running, "bg1").await;
+    let (first, _) = running.tool_result("bg1").await;
     let id1 = first["session_id"].as_str().unwrap().to_string();
     running.turn_finished().await;
     let up = format!("up-{mark}-1");
@@ -509,7 +496,7 @@ async fn a_remote_job_whose_host_stays_away_or_whose_files_are_gone_is_lost_with
     assert_eq!(sshd.pgrep(&format!("^sleep {mark}1$")).len(), 1, "the lost job still runs over there");
     drop(sshd.ssh(&format!("pkill -f '^sleep {mark}1$'")));
     running.send(Op::Submit { text: "two".into(), mode: None });
-    let (second, _) = tool_result(&mut running, "bg2").await;
+    let (second, _) = running.tool_result("bg2").await;
     let id2 = second["session_id"].as_str().unwrap().to_string();
     running.turn_finished().await;
     let up = format!("up-{mark}-2");
@@ -599,7 +586,7 @@ async fn a_yielded_remote_command_reattaches_after_the_connection_drops() {
     let before = format!("before-{mark}");
     running.wait_for("its output", |e| matches!(e, Event::ToolOutput { chunk, .. } if chunk.contains(&before))).await;
     running.send(Op::Submit { text: "meanwhile, something else".into(), mode: None });
-    let (result, status) = tool_result(&mut running, "c1").await;
+    let (result, status) = running.tool_result("c1").await;
     assert_eq!(status, Some(ToolStatus::Yielded), "{result}");
     let id = result["session_id"].as_str().unwrap().to_string();
     running.turn_finished().await;
