@@ -513,6 +513,8 @@ fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
         assert!(p.wait_exit(WAIT).is_some(), "talaria exits on {signal}");
         wait_until("the job to be killed", || !alive(pids[0]));
         wait_until("no process of this talaria left", || processes_of_home(home.path()).is_empty());
+        // The reader thread may still be taking talaria's last bytes from the terminal.
+        wait_until("the alternate screen left", || p.raw_text().contains("\x1b[?1049l"));
         let raw = p.raw_text();
         let left = raw.rfind("\x1b[?1049l").expect("the alternate screen was left");
         assert!(raw.rfind("\x1b[?1049h").unwrap() < left, "{signal}: the terminal was restored last");
