@@ -146,7 +146,10 @@ impl Plan {
             seen.push(git.clone());
             let hooks = git.join("hooks");
             if std::fs::symlink_metadata(&hooks).is_err() {
-                std::fs::create_dir(&hooks)?;
+                // Fails when a job starting at the same moment made it first (then it is
+                // there to protect) or when talaria may not write here (then neither may
+                // the job, which runs as the same user with less).
+                let _ = std::fs::create_dir(&hooks);
             }
             binds.push(Bind::writable(&git));
             for protected in [hooks, git.join("config")] {
@@ -245,4 +248,37 @@ unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> 
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two jobs started at once in the same root both find `.git/hooks` missing; the one
+    /// that loses the race to create it must still start (a gate once failed with EEXIST).
+    #[test]
+    fn concurrent_plans_for_one_root_all_succeed() {
+        const THREADS: usize = 8;
+        for _ in 0..40 {
+            let dir = tempfile::tempdir().unwrap();
+            std::fs::create_dir(dir.path().join(".git")).unwrap();
+            let roots = vec![dir.path().to_path_buf()];
+            let barrier = std::sync::Barrier::new(THREADS);
+            let results: Vec<_> = std::thread::scope(|s| {
+                let handles: Vec<_> = (0..THREADS)
+                    .map(|_| {
+                        s.spawn(|| {
+                            barrier.wait();
+                            Plan::for_roots(Namespace::Mount, &roots).map(|p| p.map(|p| p.binds.len()))
+                        })
+                    })
+                    .collect();
+                handles.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            for r in results {
+                // `.git` writable, `hooks` read-only; no config here.
+                assert_eq!(r.unwrap(), Some(2));
+            }
+        }
+    }
 }
