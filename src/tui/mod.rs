@@ -70,6 +70,9 @@ fn list_paths(prefix: &str) -> Vec<String> {
 
 /// How long quitting waits for the engine's `ShutdownComplete`.
 const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
+/// After the first frame, how long start-up (store, session, provider) gets before the
+/// pages only it needed are given back (see `event_loop`).
+const SETTLE_AFTER: Duration = Duration::from_secs(1);
 
 pub struct TuiOptions {
     pub config: Arc<Config>,
@@ -288,6 +291,16 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     draw(terminal, app)?;
     // Start-up work that must not delay the first frame (MCP servers) may begin now.
     let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
+    // Start-up touches code it never runs again (argument and config parsing, opening the
+    // store, building the provider) and frees heap it will not reuse soon. Once it has
+    // settled, give both back as a job supervisor does (engine/jobs/pages.rs): clean,
+    // shared file pages leave this process's page tables and fault back in from the page
+    // cache when touched again; free heap goes back to the kernel.
+    tokio::spawn(async {
+        tokio::time::sleep(SETTLE_AFTER).await;
+        crate::engine::jobs::pages::trim_heap();
+        crate::engine::jobs::pages::drop_read_only_pages();
+    });
     // SIGTERM and SIGINT from outside never ask: shut the engine down (it kills every job's
     // process group); SIGHUP leaves jobs to their lease. Then the caller restores the
     // terminal and exits.
