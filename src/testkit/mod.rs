@@ -2,4 +2,5 @@
 //! tests and with the `testkit` feature, which the dev-dependency on itself turns on; a
 //! release build has none of it).
 
+pub mod fuzz;
 pub mod scripted;
