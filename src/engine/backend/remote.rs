@@ -4,12 +4,17 @@
 //! (`__talaria_end <code> <cwd>`).
 //!
 //! A remote job's files sit side by side in `remote_dir`, named after its tag (`<tag>.log`,
-//! `.pid`, `.exit`, `.cwd`, `.stdin`, `.killed`, `.follower`): no directory to create per
-//! command. The scripts are written for few processes per command (DESIGN §4b, BENCHMARKS
-//! "Remote backends"): the follower starts the job as its own child (so `wait` has its
-//! end at once), streams the log with GNU `tail -f --pid` (inotify for the output; it looks
-//! for the job's end every 10 ms, a syscall, no process), and only the rarely taken paths
-//! (re-attach, kill, a host without GNU tail) poll with `sleep`.
+//! `.pid`, `.exit`, `.cwd`, `.stdin`, `.killed`, `.follower`, `.bell`): no directory to
+//! create per command. The scripts are written for few processes per command (DESIGN §4b,
+//! BENCHMARKS "Remote backends"): the follower starts the job as its own child (so `wait`
+//! has its end at once). A command that ends within 50 ms is not followed at all: its log
+//! is printed once it ended (an inotify instance, as `tail -f` makes, takes ~5 ms to tear
+//! down). A longer one is streamed with GNU `tail -f --pid` (inotify), started when the
+//! watchdog's USR1 interrupts the follower's `wait`. tail looks for the job's end only when
+//! woken, so once `wait` returns the follower truncates the empty `.bell` that tail also
+//! follows: that wakes it at once, it finds the job gone and exits — no polling interval on
+//! the path of a command. Only the rarely taken paths (re-attach, kill, a host without GNU
+//! tail) poll with `sleep`.
 
 use crate::engine::jobs::sh_quote;
 
@@ -123,7 +128,11 @@ setsid "$S" -c {wrapper} talaria "$d" {cwd} {body} < "$IN" >> "$d.log" 2>&1 &
 J=$!
 echo $J > "$d.pid"
 echo 0 > "$d.lease"
+{tail_kind}
+GO=0
+if [ $GT = 1 ]; then trap 'GO=1' USR1; fi
 ( trap '' HUP; left={lease_s}; last=0
+  if [ $GT = 1 ]; then sleep 0.05; kill -USR1 $$ 2>/dev/null; fi
   while sleep {step}; do
     [ -s "$d.exit" ] && exit 0
     kill -0 $J 2>/dev/null || exit 0
@@ -137,12 +146,29 @@ echo 0 > "$d.lease"
 echo "{STARTED} $J" >&2
 if [ $BG = 1 ]; then exec 3<&0; cat <&3 > "$d.stdin" 2>/dev/null & CATPID=$!; fi
 exec 0</dev/null
-{tail_kind}
 if [ $GT = 1 ]; then
-  tail -c +1 -f --pid=$J -s 0.01 "$d.log" &
-  T=$!
+  # A command that ends within 50 ms (most do) is waited for and its log printed once: no
+  # tail, whose inotify instance takes ~5 ms to tear down. A longer one is streamed: the
+  # watchdog's USR1 interrupts the wait, and tail follows the log from its start.
+  T=
   wait $J; code=$?
-  wait $T
+  while kill -0 $J 2>/dev/null; do
+    if [ -z "$T" ]; then
+      : > "$d.bell"
+      tail -q -c +1 -f --pid=$J -s 1 "$d.log" "$d.bell" &
+      T=$!
+    fi
+    wait $J; code=$?
+  done
+  # The exit record, not `wait`: a wait the signal interrupted just as the job ended may
+  # have reaped it and still said 138.
+  [ -s "$d.exit" ] && read -r code < "$d.exit"
+  if [ -n "$T" ]; then
+    : > "$d.bell"
+    wait $T
+  else
+    cat "$d.log"
+  fi
 else
   off=0
   while :; do
@@ -159,7 +185,10 @@ echo "{END} $code $cwd" >&2
 if [ $BG = 1 ]; then kill $CATPID 2>/dev/null; fi
 {orphaned}
 # A follower that lost its connection leaves the files to the one that re-attaches.
-if [ ! -e "$d.follower" ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.lease" & fi
+# In the background, holding nothing of the connection's: sshd ends the session without it.
+if [ ! -e "$d.follower" ] && ! orphaned; then
+  rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.lease" "$d.bell" </dev/null >/dev/null 2>&1 &
+fi
 exit $code
 "#,
         shell = sh_quote(shell),
@@ -233,7 +262,9 @@ cwd=
 echo "{END} $code $cwd" >&2
 {orphaned}
 read -r f < "$d.follower"
-if [ "$f" = $$ ] && ! orphaned; then rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.lease" "$d.follower" & fi
+if [ "$f" = $$ ] && ! orphaned; then
+  rm -f "$d.log" "$d.pid" "$d.exit" "$d.cwd" "$d.stdin" "$d.killed" "$d.lease" "$d.bell" "$d.follower" </dev/null >/dev/null 2>&1 &
+fi
 exit $code
 "#,
         tail_kind = TAIL_KIND,
@@ -353,6 +384,44 @@ mod tests {
             assert!(std::time::Instant::now() < deadline, "the job's files are removed: {:?}", left());
             std::thread::sleep(std::time::Duration::from_millis(20));
         }
+    }
+
+    /// A command that runs on is streamed: its first line arrives while it still runs (it
+    /// waits for a file that the test creates only after reading that line), then the rest,
+    /// its exit code and its cwd.
+    #[test]
+    fn a_longer_command_is_streamed_while_it_runs() {
+        use std::io::{BufRead, BufReader, Read};
+        let root = tempfile::tempdir().unwrap();
+        let stop = root.path().join("stop");
+        let prefix = root.path().join("s1");
+        let command = format!(
+            "echo first; while [ ! -e {stop} ]; do sleep 0.02; done; echo second; cd /; exit 5",
+            stop = sh_quote(&stop.to_string_lossy())
+        );
+        let script = start_script(&sh_quote(&prefix.to_string_lossy()), &command, "", false, "bash", 600);
+        let mut child = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(&script)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        out.read_line(&mut line).unwrap();
+        assert_eq!(line, "first\n");
+        std::fs::write(&stop, "").unwrap();
+        let mut rest = String::new();
+        out.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "second\n");
+        let status = child.wait().unwrap();
+        assert_eq!(status.code(), Some(5));
+        let mut err = String::new();
+        child.stderr.take().unwrap().read_to_string(&mut err).unwrap();
+        let m = markers(&err);
+        assert_eq!((m.end, m.cwd.as_deref()), (Some(5), Some("/")), "{err}");
     }
 
     /// Where `tail` is not GNU's (busybox), the follower polls the log instead: same output,
