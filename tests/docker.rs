@@ -97,10 +97,16 @@ fn docker_cli_present() -> bool {
     Command::new("docker").arg("--version").output().is_ok_and(|o| o.status.success())
 }
 
-/// A local image with a POSIX shell, if the daemon has one (no pulls: network is loopback only).
-fn local_image() -> Option<String> {
+/// The container engine to run the round trip with: docker where its daemon answers, else
+/// podman where it can run containers (`.ci/run` installs it when it works on the machine).
+fn engine() -> Option<&'static str> {
+    ["docker", "podman"].into_iter().find(|e| Command::new(e).arg("info").output().is_ok_and(|o| o.status.success()))
+}
+
+/// A local image with a POSIX shell, if the engine has one (no pulls: network is loopback only).
+fn local_image(engine: &str) -> Option<String> {
     for image in ["busybox", "alpine", "debian", "ubuntu"] {
-        let ok = Command::new("docker").args(["image", "inspect", image]).output().is_ok_and(|o| o.status.success());
+        let ok = Command::new(engine).args(["image", "inspect", image]).output().is_ok_and(|o| o.status.success());
         if ok {
             return Some(image.to_string());
         }
@@ -110,39 +116,46 @@ fn local_image() -> Option<String> {
 
 #[tokio::test]
 async fn a_real_container_round_trip_where_a_daemon_is_available() {
-    let daemon = Command::new("docker").arg("info").output().is_ok_and(|o| o.status.success());
-    if !daemon {
+    let Some(engine) = engine() else {
         eprintln!(
-            "docker round trip: NOT RUN — no docker daemon is reachable on this machine \
+            "container round trip: NOT RUN — neither a docker daemon nor podman answers on this machine \
              (the degraded paths above ran; this test passes without checking a container)"
         );
         return;
-    }
-    let Some(image) = local_image() else {
+    };
+    let Some(image) = local_image(engine) else {
         eprintln!(
-            "docker round trip: NOT RUN — the daemon has none of busybox/alpine/debian/ubuntu locally \
+            "container round trip: NOT RUN — {engine} has none of busybox/alpine/debian/ubuntu locally \
              (tests do not pull images)"
         );
         return;
     };
     let mark = marker(3);
     let name = format!("talaria-test-{mark}");
-    let started =
-        Command::new("docker").args(["run", "-d", "--rm", "--init", "--name", &name, &image, "sleep", "600"]).output();
-    assert!(started.is_ok_and(|o| o.status.success()), "docker run {image}");
-    struct Cleanup(String);
+    let started = Command::new(engine)
+        .args(["run", "-d", "--rm", "--init", "--network", "none", "--name", &name, &image, "sleep", "600"])
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{engine} run {image}: {}", String::from_utf8_lossy(&started.stderr));
+    struct Cleanup(&'static str, String);
     impl Drop for Cleanup {
         fn drop(&mut self) {
-            let _ = Command::new("docker").args(["rm", "-f", &self.0]).output();
+            // podman waits 10 s for `sleep` to stop unless told not to; docker has no -t.
+            let args: &[&str] = if self.0 == "podman" { &["rm", "-f", "-t", "0"] } else { &["rm", "-f"] };
+            let _ = Command::new(self.0).args(args).arg(&self.1).output();
         }
     }
-    let _cleanup = Cleanup(name.clone());
+    let _cleanup = Cleanup(engine, name.clone());
     let home = Home::new();
-    let text = format!("[terminal]\nbackend = \"docker:{name}\"\n\n[approvals]\nmode = \"off\"\n");
+    let text = format!(
+        "[terminal]\nbackend = \"docker:{name}\"\n\n[terminal.docker]\ncommand = \"{engine}\"\n\n[approvals]\nmode = \"off\"\n"
+    );
     let config = Config::from_toml(&text, Path::new("t.toml")).unwrap();
     let server = ScriptedServer::start([
         call("c1", &format!("cd /tmp; echo in-{mark}; exit 4")),
         call("c2", "pwd"),
+        // Runs longer than the follower's 50 ms: streamed, not printed at the end.
+        call("c3", &format!("for i in 1 2 3; do echo n$i-{mark}; sleep 0.1; done")),
         ScriptedResponse::text("ok"),
     ])
     .await
@@ -154,7 +167,10 @@ async fn a_real_container_round_trip_where_a_daemon_is_available() {
     assert!(first["output"].as_str().unwrap().contains(&format!("in-{mark}")), "{first}");
     let second = running.tool_result("c2").await.0;
     assert_eq!(second["output"].as_str().unwrap().trim(), "/tmp", "{second}");
-    eprintln!("docker round trip: RAN in {name} ({image})");
+    let third = running.tool_result("c3").await.0;
+    assert_eq!(third["exit_code"], json!(0), "{third}");
+    assert_eq!(third["output"].as_str().unwrap().trim(), format!("n1-{mark}\nn2-{mark}\nn3-{mark}"), "{third}");
+    eprintln!("container round trip: RAN with {engine} in {name} ({image})");
     running.turn_finished().await;
     running.shutdown().await;
 }
