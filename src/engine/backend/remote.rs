@@ -132,7 +132,8 @@ echo 0 > "$d.lease"
 GO=0
 if [ $GT = 1 ]; then trap 'GO=1' USR1; fi
 ( trap '' HUP; left={lease_s}; last=0
-  if [ $GT = 1 ]; then sleep 0.05; kill -USR1 $$ 2>/dev/null; fi
+  # Not once the job has ended: its follower may be gone and its pid taken.
+  if [ $GT = 1 ]; then sleep 0.05; [ -s "$d.exit" ] || kill -USR1 $$ 2>/dev/null; fi
   while sleep {step}; do
     [ -s "$d.exit" ] && exit 0
     kill -0 $J 2>/dev/null || exit 0
