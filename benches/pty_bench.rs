@@ -47,6 +47,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use portable_pty::{native_pty_system, CommandBuilder, PtySize};
 
+#[path = "pty_bench/server.rs"]
+mod server;
+
 /// Environment variables passed through to the measured program; everything else (API keys,
 /// tokens, CI markers, the caller's config dirs) is dropped.
 const ENV_ALLOW: &[&str] = &["PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "SHELL", "TMPDIR"];
@@ -77,6 +80,23 @@ usage: cargo bench --bench pty_bench -- [options]
                                       (default /var/tmp; not /tmp, where Codex prints a warning)
   --save-output DIR                   keep each run's raw terminal output as DIR/NAME-RUN.out and
                                       the final screen as DIR/NAME-RUN.screen (for diagnosis)
+
+Keystroke latency while a model streams (instead of the RSS sample and idle window):
+  --keystrokes N                      after the first frame, type a prompt + Enter, wait until the
+                                      answer (streamed by a scripted server on 127.0.0.1) is on
+                                      screen, then type N times a character found nowhere else
+                                      ('\u{2ac}') and time each from the write to the first output
+                                      chunk after which the screen shows it (default 0: off)
+  --key-interval-ms MS                pause between an echo (or its timeout) and the next key (default 75)
+  --key-timeout-ms MS                 give up on one key's echo after MS (default 2000)
+  --stream-secs S                     how long the scripted answer streams (default 30)
+  --stream-interval-ms MS             one piece of the answer every MS (default 20)
+  --words-per-piece W                 words in each piece (default 3)
+  --driver NAME=KIND                  how to point NAME at the server: talaria (OpenAI chat
+                                      completions), talaria-anthropic (Messages API), codex
+                                      (Responses API, custom provider in a temporary CODEX_HOME),
+                                      claude (ANTHROPIC_BASE_URL, temporary HOME/.claude.json);
+                                      default: guessed from NAME, then from the command
 ";
 
 fn main() {
@@ -142,6 +162,14 @@ struct Options {
     save_output: Option<PathBuf>,
     reuse_home: bool,
     scratch_dir: PathBuf,
+    /// Keystrokes per run; 0 = the start-up measurement only.
+    keystrokes: usize,
+    key_interval: Duration,
+    key_timeout: Duration,
+    stream_secs: f64,
+    stream_interval: Duration,
+    words_per_piece: usize,
+    drivers: HashMap<String, Driver>,
 }
 
 fn default_talaria() -> ProgramSpec {
@@ -166,6 +194,13 @@ impl Options {
             save_output: None,
             reuse_home: false,
             scratch_dir: default_scratch_dir(),
+            keystrokes: 0,
+            key_interval: Duration::from_millis(75),
+            key_timeout: Duration::from_millis(2000),
+            stream_secs: 30.0,
+            stream_interval: Duration::from_millis(20),
+            words_per_piece: 3,
+            drivers: HashMap::new(),
         };
         let mut filters: Vec<String> = Vec::new();
         let mut it = args.iter();
@@ -212,6 +247,18 @@ impl Options {
                 "--reuse-home" => o.reuse_home = true,
                 "--scratch-dir" => o.scratch_dir = PathBuf::from(value()?),
                 "--save-output" => o.save_output = Some(PathBuf::from(value()?)),
+                "--keystrokes" => o.keystrokes = parse_num(flag, &value()?)?,
+                "--key-interval-ms" => o.key_interval = Duration::from_millis(parse_num(flag, &value()?)?),
+                "--key-timeout-ms" => o.key_timeout = Duration::from_millis(parse_num(flag, &value()?)?),
+                "--stream-secs" => o.stream_secs = parse_num(flag, &value()?)?,
+                "--stream-interval-ms" => o.stream_interval = Duration::from_millis(parse_num(flag, &value()?)?),
+                "--words-per-piece" => o.words_per_piece = parse_num(flag, &value()?)?,
+                "--driver" => {
+                    let v = value()?;
+                    let (name, kind) =
+                        v.split_once('=').ok_or_else(|| format!("--driver wants NAME=KIND, got {v:?}"))?;
+                    o.drivers.insert(name.to_string(), Driver::parse(kind)?);
+                }
                 // criterion's quick mode, for `cargo bench -- --quick` over every bench
                 "--quick" => {
                     o.runs = 3;
@@ -231,6 +278,9 @@ impl Options {
         }
         if o.runs == 0 || o.cols == 0 || o.rows == 0 {
             return Err("--runs, --cols and --rows must be at least 1".into());
+        }
+        if o.keystrokes > 0 && (o.words_per_piece == 0 || !(o.stream_secs > 0.0) || o.stream_interval.is_zero()) {
+            return Err("--stream-secs, --stream-interval-ms and --words-per-piece must be above 0".into());
         }
         let mut seen = HashSet::new();
         for p in &o.programs {
@@ -279,6 +329,145 @@ fn parse_program(spec: &str) -> Result<ProgramSpec, String> {
             Ok(ProgramSpec { name: name.to_string(), argv })
         }
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pointing each program at the scripted server (`--keystrokes`)
+
+/// How a program is pointed at the scripted model server.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Driver {
+    /// `--base-url …/v1 --model M`: OpenAI chat completions.
+    Talaria,
+    /// `--provider anthropic --base-url …/v1 --model M`: the native Messages client.
+    TalariaAnthropic,
+    /// A custom `[model_providers.pty_bench]` (Responses API) in a temporary `CODEX_HOME`.
+    Codex,
+    /// `ANTHROPIC_BASE_URL` and a temporary `HOME/.claude.json`.
+    Claude,
+}
+
+impl Driver {
+    fn parse(kind: &str) -> Result<Driver, String> {
+        match kind {
+            "talaria" => Ok(Driver::Talaria),
+            "talaria-anthropic" => Ok(Driver::TalariaAnthropic),
+            "codex" => Ok(Driver::Codex),
+            "claude" => Ok(Driver::Claude),
+            other => Err(format!("unknown driver {other:?} (talaria, talaria-anthropic, codex, claude)")),
+        }
+    }
+
+    /// `--driver` first, then the program's name, then its command.
+    fn of(spec: &ProgramSpec, opts: &Options) -> Option<Driver> {
+        if let Some(d) = opts.drivers.get(&spec.name) {
+            return Some(*d);
+        }
+        let guess = |s: &str| {
+            let s = s.to_ascii_lowercase();
+            if s.contains("codex") {
+                Some(Driver::Codex)
+            } else if s.contains("claude") {
+                Some(Driver::Claude)
+            } else if s.contains("talaria") {
+                Some(if s.contains("anthropic") { Driver::TalariaAnthropic } else { Driver::Talaria })
+            } else {
+                None
+            }
+        };
+        guess(&spec.name).or_else(|| guess(&spec.argv.join(" ")))
+    }
+}
+
+/// The dummy key the peers send to the scripted server.
+const DUMMY_KEY: &str = "sk-pty-bench-0000000000000000000000000000";
+/// The variable Codex reads the key from (`env_key`).
+const CODEX_KEY_ENV: &str = "PTY_BENCH_API_KEY";
+
+/// Points one run of `spec` at the server: arguments, environment and files in its temporary
+/// HOME. Returns how, for the report.
+fn drive(driver: Driver, s: &Scratch, base: &str, cmd: &mut CommandBuilder) -> Result<String, String> {
+    let write = |path: &Path, content: &str| {
+        path.parent()
+            .map_or(Ok(()), std::fs::create_dir_all)
+            .and_then(|_| std::fs::write(path, content))
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    };
+    // Anything that is not loopback goes to the server's proxy side, which refuses and logs it.
+    for key in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy"] {
+        cmd.env(key, base);
+    }
+    for key in ["NO_PROXY", "no_proxy"] {
+        cmd.env(key, "127.0.0.1,localhost");
+    }
+    let work = s.work.canonicalize().unwrap_or_else(|_| s.work.clone());
+    let work = work.display().to_string();
+    Ok(match driver {
+        Driver::Talaria | Driver::TalariaAnthropic => {
+            if driver == Driver::TalariaAnthropic {
+                cmd.args(["--provider", "anthropic"]);
+            }
+            cmd.args(["--base-url", &format!("{base}/v1"), "--model", server::MODEL]);
+            format!(
+                "`{}--base-url {base}/v1 --model {}` ({}), fresh TALARIA_HOME",
+                if driver == Driver::TalariaAnthropic { "--provider anthropic " } else { "" },
+                server::MODEL,
+                if driver == Driver::TalariaAnthropic { "Anthropic Messages" } else { "OpenAI chat completions" }
+            )
+        }
+        Driver::Codex => {
+            let codex_home = s.home.join(".codex");
+            let config = format!(
+                "model = \"{model}\"\nmodel_provider = \"pty_bench\"\ncheck_for_update_on_startup = false\n\n\
+                 [model_providers.pty_bench]\nname = \"pty_bench\"\nbase_url = \"{base}/v1\"\n\
+                 wire_api = \"responses\"\nenv_key = \"{CODEX_KEY_ENV}\"\n\n\
+                 [projects.\"{work}\"]\ntrust_level = \"trusted\"\n",
+                model = server::MODEL
+            );
+            write(&codex_home.join("config.toml"), &config)?;
+            cmd.env("CODEX_HOME", &codex_home);
+            cmd.env(CODEX_KEY_ENV, DUMMY_KEY);
+            format!(
+                "temporary CODEX_HOME/config.toml: `model_provider = \"pty_bench\"`, \
+                 `[model_providers.pty_bench] base_url = \"{base}/v1\", wire_api = \"responses\", \
+                 env_key = \"{CODEX_KEY_ENV}\"` (set to a dummy key), the working folder `trust_level = \"trusted\"`, \
+                 `check_for_update_on_startup = false`"
+            )
+        }
+        Driver::Claude => {
+            let path = s.home.join(".claude.json");
+            // Merge into what `--home-file` wrote, if anything.
+            let mut v: serde_json::Value = std::fs::read_to_string(&path)
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .filter(serde_json::Value::is_object)
+                .unwrap_or_else(|| serde_json::json!({}));
+            let tail: String = DUMMY_KEY.chars().skip(DUMMY_KEY.chars().count() - 20).collect();
+            v["hasCompletedOnboarding"] = true.into();
+            if v.get("theme").is_none() {
+                v["theme"] = "dark".into();
+            }
+            v["customApiKeyResponses"] = serde_json::json!({"approved": [tail], "rejected": []});
+            v["projects"][&work] = serde_json::json!({"hasTrustDialogAccepted": true, "allowedTools": []});
+            write(&path, &v.to_string())?;
+            cmd.env("ANTHROPIC_BASE_URL", base);
+            cmd.env("ANTHROPIC_API_KEY", DUMMY_KEY);
+            for key in [
+                "DISABLE_AUTOUPDATER",
+                "DISABLE_TELEMETRY",
+                "DISABLE_ERROR_REPORTING",
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC",
+            ] {
+                cmd.env(key, "1");
+            }
+            format!(
+                "`ANTHROPIC_BASE_URL={base}`, `ANTHROPIC_API_KEY` a dummy key, DISABLE_AUTOUPDATER / \
+                 DISABLE_TELEMETRY / DISABLE_ERROR_REPORTING / CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC = 1; \
+                 temporary HOME/.claude.json: `hasCompletedOnboarding`, the key approved in \
+                 `customApiKeyResponses`, `projects.<cwd>.hasTrustDialogAccepted`"
+            )
+        }
+    })
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -533,6 +722,12 @@ fn self_check() -> Result<(), String> {
     if date != "2000-02-29 01:01 UTC" {
         return Err(format!("utc_string gave {date}"));
     }
+    server::self_check().map_err(|e| format!("scripted server: {e}"))?;
+    let sorted = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0, 10.0];
+    let p = (percentile(&sorted, 50.0), percentile(&sorted, 99.0), percentile(&sorted[..1], 99.0));
+    if p != (5.0, 10.0, 1.0) {
+        return Err(format!("percentiles of 1..10 gave {p:?}"));
+    }
     let spec = parse_program("bash=/bin/bash --norc -i")?;
     if spec.name != "bash" || spec.argv != ["/bin/bash", "--norc", "-i"] {
         return Err(format!("parse_program gave {spec:?}"));
@@ -680,6 +875,24 @@ struct RunResult {
     exited: Option<(f64, String)>,
     excerpt: String,
     answered: BTreeSet<String>,
+    /// With `--keystrokes`: what typing during a streamed answer gave.
+    keys: Option<KeyFigures>,
+    /// With `--keystrokes`: how the program was pointed at the server.
+    driven: Option<String>,
+    /// With `--keystrokes`: the requests the server saw during the run.
+    requests: Vec<String>,
+}
+
+struct KeyFigures {
+    /// Write → first output chunk after which the screen shows the key, per echoed key (ms).
+    latencies: Vec<f64>,
+    sent: usize,
+    /// Keys written while the server was still streaming the answer.
+    while_streaming: usize,
+    /// Enter → the answer's opening words on screen (ms); None if they never showed.
+    answer_on_screen_ms: Option<f64>,
+    rss_mib: f64,
+    members: String,
 }
 
 struct StartFigures {
@@ -703,6 +916,11 @@ enum ReaderEvent {
     Closed {
         at: Instant,
         excerpt: String,
+    },
+    /// With `--keystrokes`, after the first frame: the screen after each output chunk.
+    Screen {
+        at: Instant,
+        contents: String,
     },
 }
 
@@ -770,7 +988,13 @@ struct ReaderEnd {
 const SAVE_CAP: usize = 16 << 20;
 
 /// One run in `shared` (with `--reuse-home`) or in fresh directories; `run` 0 is a warm-up.
-fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scratch>) -> Result<RunResult, String> {
+fn run_once(
+    spec: &ProgramSpec,
+    opts: &Options,
+    run: usize,
+    shared: Option<&Scratch>,
+    srv: Option<&server::Server>,
+) -> Result<RunResult, String> {
     let fresh;
     let scratch = match shared {
         Some(s) => s,
@@ -783,13 +1007,27 @@ fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scra
     let size = PtySize { rows: opts.rows, cols: opts.cols, pixel_width: opts.cols * 10, pixel_height: opts.rows * 20 };
     let pair = native_pty_system().openpty(size).map_err(|e| format!("openpty: {e}"))?;
     let mut reader = pair.master.try_clone_reader().map_err(|e| format!("pty reader: {e}"))?;
-    let mut writer = pair.master.take_writer().map_err(|e| format!("pty writer: {e}"))?;
+    let writer = Arc::new(std::sync::Mutex::new(pair.master.take_writer().map_err(|e| format!("pty writer: {e}"))?));
 
+    let mut cmd = command(spec, scratch, &marker);
+    let mut driven = None;
+    if let Some(srv) = srv {
+        let driver = Driver::of(spec, opts).ok_or_else(|| {
+            format!(
+                "no way to point {} at the scripted server: pass --driver {}=talaria|talaria-anthropic|codex|claude",
+                spec.name, spec.name
+            )
+        })?;
+        driven = Some(drive(driver, scratch, &srv.base(), &mut cmd)?);
+        // A stream the previous run left behind must not count for this one.
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while srv.streams_active.load(Ordering::Relaxed) > 0 && Instant::now() < deadline {
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+    let log_from = srv.map_or(0, |s| s.log_len());
     let spawned = Instant::now();
-    let mut child = pair
-        .slave
-        .spawn_command(command(spec, scratch, &marker))
-        .map_err(|e| format!("cannot start {}: {e}", spec.argv[0]))?;
+    let mut child = pair.slave.spawn_command(cmd).map_err(|e| format!("cannot start {}: {e}", spec.argv[0]))?;
     drop(pair.slave);
     let root = child.process_id().map(|p| p as i32).ok_or("the child has no pid")?;
 
@@ -798,6 +1036,8 @@ fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scra
     let (end_tx, end_rx) = mpsc::channel();
     let reader_thread = {
         let bytes = bytes.clone();
+        let writer = writer.clone();
+        let watch = srv.is_some();
         let (rows, cols, min_chars, keep) = (opts.rows, opts.cols, opts.min_chars, opts.save_output.is_some());
         thread::spawn(move || {
             let mut term = Terminal::new(rows, cols);
@@ -815,12 +1055,17 @@ fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scra
                     raw.extend_from_slice(&buf[..n.min(SAVE_CAP - raw.len())]);
                 }
                 let reply = term.feed(&buf[..n]);
-                if !reply.is_empty() && writer.write_all(&reply).and_then(|_| writer.flush()).is_err() {
-                    break;
+                if !reply.is_empty() {
+                    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+                    if w.write_all(&reply).and_then(|_| w.flush()).is_err() {
+                        break;
+                    }
                 }
                 if !framed && term.visible_chars() >= min_chars {
                     framed = true;
                     let _ = tx.send(ReaderEvent::FirstFrame { at, excerpt: term.excerpt(false) });
+                } else if framed && watch {
+                    let _ = tx.send(ReaderEvent::Screen { at, contents: term.screen.screen().contents() });
                 }
             }
             let _ = tx.send(ReaderEvent::Closed { at: Instant::now(), excerpt: term.excerpt(true) });
@@ -830,7 +1075,10 @@ fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scra
     };
 
     let tracked = Tracked { root, marker: format!("{MARKER_ENV}={marker}").into_bytes() };
-    let outcome = measure(&tracked, spawned, &rx, &bytes, opts);
+    let outcome = match srv {
+        Some(srv) => measure_keys(&tracked, spawned, &rx, &writer, srv, opts),
+        None => measure(&tracked, spawned, &rx, &bytes, opts),
+    };
     kill_tree(&tracked);
     let _ = child.kill();
     let _ = child.wait();
@@ -849,7 +1097,11 @@ fn run_once(spec: &ProgramSpec, opts: &Options, run: usize, shared: Option<&Scra
             eprintln!("cannot save output under {}: {e}", dir.display());
         }
     }
+    let requests: Vec<String> =
+        srv.map(|s| s.log_since(log_from)).unwrap_or_default().into_iter().map(|l| l.line).collect();
     outcome.map(|mut r| {
+        r.driven = driven;
+        r.requests = requests;
         r.answered = end.answered;
         r
     })
@@ -867,7 +1119,7 @@ fn measure(
         Ok(ReaderEvent::Closed { excerpt, .. }) => {
             return Err(format!("exited before a first frame; screen: {excerpt:?}"));
         }
-        Err(_) => {
+        Ok(ReaderEvent::Screen { .. }) | Err(_) => {
             return Err(format!(
                 "no first frame within {} s ({} bytes written)",
                 opts.timeout.as_secs_f64(),
@@ -882,6 +1134,9 @@ fn measure(
         exited: None,
         excerpt,
         answered: BTreeSet::new(),
+        keys: None,
+        driven: None,
+        requests: Vec::new(),
     };
     // A program that exits after its first frame (a peer that cannot reach its servers) still
     // has a first-frame time; what comes after is left out and the report says why.
@@ -918,6 +1173,178 @@ fn measure(
     Ok(result)
 }
 
+/// The character typed in `--keystrokes` runs: on no program's screen otherwise.
+const KEY: char = '\u{2ac}';
+/// What is typed before Enter, and the words that show it arrived.
+const PROMPT: &str = "Write a very long story about a keeper";
+const PROMPT_SEEN: &str = "long story about";
+
+/// What the main thread knows of the screen while it drives a run.
+struct ScreenWatch<'a> {
+    rx: &'a mpsc::Receiver<ReaderEvent>,
+    last: String,
+}
+
+impl ScreenWatch<'_> {
+    /// Waits until `pred` holds for the screen after some output chunk; returns that chunk's
+    /// read time, or None at the deadline. Err if the program exits.
+    fn until(&mut self, deadline: Instant, pred: impl Fn(&str) -> bool) -> Result<Option<Instant>, String> {
+        if pred(&self.last) {
+            return Ok(Some(Instant::now()));
+        }
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.rx.recv_timeout(left) {
+                Ok(ReaderEvent::Screen { at, contents }) => {
+                    let hit = pred(&contents);
+                    self.last = contents;
+                    if hit {
+                        return Ok(Some(at));
+                    }
+                }
+                Ok(ReaderEvent::Closed { excerpt, .. }) => return Err(format!("exited; its last screen: {excerpt:?}")),
+                Ok(ReaderEvent::FirstFrame { .. }) => {}
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// Waits until no output came for `quiet`, at most until `deadline`.
+    fn settle(&mut self, quiet: Duration, deadline: Instant) -> Result<(), String> {
+        while Instant::now() < deadline {
+            match self.rx.recv_timeout(quiet) {
+                Ok(ReaderEvent::Screen { contents, .. }) => self.last = contents,
+                Ok(ReaderEvent::Closed { excerpt, .. }) => return Err(format!("exited; its last screen: {excerpt:?}")),
+                Ok(ReaderEvent::FirstFrame { .. }) => {}
+                Err(_) => return Ok(()),
+            }
+        }
+        Ok(())
+    }
+
+    fn excerpt(&self) -> String {
+        let lines: Vec<&str> = self.last.lines().map(str::trim).filter(|l| !l.is_empty()).collect();
+        let s = lines[lines.len().saturating_sub(6)..].join(" / ");
+        s.chars().rev().take(400).collect::<Vec<_>>().into_iter().rev().collect()
+    }
+}
+
+fn send(writer: &std::sync::Mutex<Box<dyn Write + Send>>, bytes: &[u8]) -> Result<(), String> {
+    let mut w = writer.lock().unwrap_or_else(|e| e.into_inner());
+    w.write_all(bytes).and_then(|_| w.flush()).map_err(|e| format!("cannot write to the terminal: {e}"))
+}
+
+/// `--keystrokes`: first frame, prompt + Enter, the answer streaming on screen, then N keys, each
+/// timed from its write to the first output chunk after which the screen shows it.
+fn measure_keys(
+    tracked: &Tracked,
+    spawned: Instant,
+    rx: &mpsc::Receiver<ReaderEvent>,
+    writer: &std::sync::Mutex<Box<dyn Write + Send>>,
+    srv: &server::Server,
+    opts: &Options,
+) -> Result<RunResult, String> {
+    let (frame_at, excerpt) = match rx.recv_timeout(opts.timeout) {
+        Ok(ReaderEvent::FirstFrame { at, excerpt }) => (at, excerpt),
+        Ok(ReaderEvent::Closed { excerpt, .. }) => {
+            return Err(format!("exited before a first frame; screen: {excerpt:?}"))
+        }
+        Ok(ReaderEvent::Screen { .. }) | Err(_) => {
+            return Err(format!("no first frame within {} s", opts.timeout.as_secs_f64()));
+        }
+    };
+    let mut w = ScreenWatch { rx, last: String::new() };
+    // Start-up screens draw in several steps; type once the screen has been still for a while.
+    w.settle(Duration::from_millis(1000), Instant::now() + Duration::from_secs(20))?;
+    send(writer, PROMPT.as_bytes())?;
+    if w.until(Instant::now() + Duration::from_secs(10), |s| s.contains(PROMPT_SEEN))?.is_none() {
+        return Err(format!("the typed prompt never showed on screen; screen: {:?}", w.excerpt()));
+    }
+    // Not at once: some programs take Enter right after a burst of characters for a pasted newline.
+    w.settle(Duration::from_millis(400), Instant::now() + Duration::from_secs(3))?;
+    let before = srv.streams_started.load(Ordering::Relaxed);
+    let mut entered = Instant::now();
+    let mut asked = false;
+    for attempt in 0..3 {
+        if attempt > 0 {
+            eprintln!("  no model request {} s after Enter; pressing Enter again", 10 * attempt);
+        }
+        entered = Instant::now();
+        send(writer, b"\r")?;
+        let deadline = entered + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if srv.streams_started.load(Ordering::Relaxed) > before {
+                asked = true;
+                break;
+            }
+            w.settle(Duration::from_millis(10), Instant::now() + Duration::from_millis(10))?;
+        }
+        if asked {
+            break;
+        }
+    }
+    if !asked {
+        let seen: Vec<String> = srv.log_since(0).into_iter().rev().take(8).map(|l| l.line).collect();
+        return Err(format!(
+            "no streamed model request after the prompt and Enter (three tries); screen: {:?}; last requests: {seen:?}",
+            w.excerpt()
+        ));
+    }
+    let answer_at = w.until(Instant::now() + Duration::from_secs(15), |s| s.contains(server::ANSWER_OPENING))?;
+    let answer_on_screen_ms = answer_at.map(|at| ms(at.saturating_duration_since(entered)));
+    let mut key_buf = [0u8; 4];
+    let key = KEY.encode_utf8(&mut key_buf).as_bytes().to_vec();
+    let count = |s: &str| s.chars().filter(|&c| c == KEY).count();
+    let base = count(&w.last);
+    let mut latencies = Vec::new();
+    let mut while_streaming = 0;
+    for k in 1..=opts.keystrokes {
+        w.settle(opts.key_interval, Instant::now() + opts.key_interval)?;
+        if srv.streams_active.load(Ordering::Relaxed) > 0 {
+            while_streaming += 1;
+        }
+        let t0 = Instant::now();
+        send(writer, &key)?;
+        if let Some(at) = w.until(t0 + opts.key_timeout, |s| count(s) >= base + k)? {
+            latencies.push(ms(at.saturating_duration_since(t0)));
+        }
+    }
+    let sample = sample_tree(tracked);
+    if latencies.is_empty() {
+        return Err(format!("none of {} keys showed on screen; screen: {:?}", opts.keystrokes, w.excerpt()));
+    }
+    Ok(RunResult {
+        first_frame_ms: ms(frame_at - spawned),
+        start: None,
+        idle: None,
+        exited: None,
+        excerpt,
+        answered: BTreeSet::new(),
+        keys: Some(KeyFigures {
+            latencies,
+            sent: opts.keystrokes,
+            while_streaming,
+            answer_on_screen_ms,
+            rss_mib: sample.rss_kib as f64 / 1024.0,
+            members: sample.members,
+        }),
+        driven: None,
+        requests: Vec::new(),
+    })
+}
+
+fn key_percentile(r: &RunResult, p: f64) -> Option<f64> {
+    let mut v = r.keys.as_ref()?.latencies.clone();
+    v.sort_by(f64::total_cmp);
+    Some(percentile(&v, p))
+}
+
+/// Nearest-rank percentile of sorted values.
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    let rank = ((p / 100.0) * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -939,6 +1366,33 @@ struct Figure {
 }
 
 fn figures(opts: &Options) -> Vec<Figure> {
+    if opts.keystrokes > 0 {
+        return vec![
+            Figure { label: "time to first frame (ms)".into(), value: |r| Some(r.first_frame_ms), decimals: 1 },
+            Figure {
+                label: "Enter to the answer on screen (ms)".into(),
+                value: |r| r.keys.as_ref()?.answer_on_screen_ms,
+                decimals: 0,
+            },
+            Figure { label: "keystroke p50 of the run (ms)".into(), value: |r| key_percentile(r, 50.0), decimals: 2 },
+            Figure { label: "keystroke p99 of the run (ms)".into(), value: |r| key_percentile(r, 99.0), decimals: 2 },
+            Figure {
+                label: "keys echoed".into(),
+                value: |r| r.keys.as_ref().map(|k| k.latencies.len() as f64),
+                decimals: 0,
+            },
+            Figure {
+                label: "keys sent while the answer streamed".into(),
+                value: |r| r.keys.as_ref().map(|k| k.while_streaming as f64),
+                decimals: 0,
+            },
+            Figure {
+                label: "RSS after the keys, answer streaming (MiB)".into(),
+                value: |r| r.keys.as_ref().map(|k| k.rss_mib),
+                decimals: 1,
+            },
+        ];
+    }
     let idle = fmt_secs(opts.idle);
     let delay = fmt_secs(opts.rss_delay);
     vec![
@@ -1005,6 +1459,11 @@ fn progress_line(r: &RunResult, figs: &[Figure]) -> String {
     if let Some((after, screen)) = &r.exited {
         parts.push(format!("exited on its own {after:.0} ms after the first frame, showing {screen:?}"));
     }
+    if let Some(k) = &r.keys {
+        let mut v = k.latencies.clone();
+        v.sort_by(f64::total_cmp);
+        parts.push(format!("keys min {:.2} max {:.2} ms", v[0], v[v.len() - 1]));
+    }
     parts.join("; ")
 }
 
@@ -1017,11 +1476,26 @@ fn run(opts: &Options, args: &[String]) -> Result<(), String> {
     let started = SystemTime::now();
     let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let figs = figures(opts);
+    let srv = match opts.keystrokes {
+        0 => None,
+        _ => {
+            let interval = opts.stream_interval.as_secs_f64();
+            let config = server::StreamConfig {
+                pieces: ((opts.stream_secs / interval).ceil() as usize).max(1),
+                words_per_piece: opts.words_per_piece,
+                interval: opts.stream_interval,
+            };
+            let srv = server::Server::start(config).map_err(|e| format!("cannot start the scripted server: {e}"))?;
+            eprintln!("scripted model server on {}", srv.base());
+            Some(srv)
+        }
+    };
+    let srv = srv.as_ref();
     let mut homes = Vec::new();
     if opts.reuse_home {
         for spec in &opts.programs {
             let home = scratch(spec, opts)?;
-            match run_once(spec, opts, 0, Some(&home)) {
+            match run_once(spec, opts, 0, Some(&home), srv) {
                 Ok(r) => eprintln!("{} warm-up run: {}", spec.name, progress_line(&r, &figs)),
                 Err(e) => eprintln!("{} warm-up run: FAILED: {e}", spec.name),
             }
@@ -1030,7 +1504,7 @@ fn run(opts: &Options, args: &[String]) -> Result<(), String> {
     }
     for i in 0..opts.runs {
         for (p, (spec, res)) in opts.programs.iter().zip(results.iter_mut()).enumerate() {
-            match run_once(spec, opts, i + 1, homes.get(p)) {
+            match run_once(spec, opts, i + 1, homes.get(p), srv) {
                 Ok(r) => {
                     eprintln!("{} run {}/{}: {}", spec.name, i + 1, opts.runs, progress_line(&r, &figs));
                     res.runs.push(r);
@@ -1078,14 +1552,41 @@ fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: 
         if opts.reuse_home { "per program, kept across its runs after one unmeasured warm-up run" } else { "per run" },
         ENV_ALLOW.join(", ")
     );
-    let _ = writeln!(
-        out,
-        "- figures cover the whole process tree: descendants, the program's session, and daemons that \
-         carry the run's {MARKER_ENV} variable; the idle window starts at the RSS sample, {} s after the \
-         first frame, with no input; CPU time is counted in clock ticks of {:.0} ms",
-        fmt_secs(opts.rss_delay),
-        1000.0 / ticks_per_sec()
-    );
+    if opts.keystrokes > 0 {
+        let _ = writeln!(
+            out,
+            "- keystrokes: after the first frame and 1 s without output, the driver types `{PROMPT}`, waits \
+             0.4 s without output, presses Enter, waits for the scripted server to start streaming and \
+             for the answer's opening words (`{}`) on screen, then types '{KEY}' (U+{:04X}) {} times, each \
+             {} ms after the previous one's echo; a key's latency runs from its write to the PTY to the \
+             read of the first output chunk after which the screen shows that many '{KEY}' (at most {} \
+             ms, else it counts as not echoed); the process tree's RSS is sampled after the last key",
+            server::ANSWER_OPENING,
+            KEY as u32,
+            opts.keystrokes,
+            opts.key_interval.as_millis(),
+            opts.key_timeout.as_millis()
+        );
+        let _ = writeln!(
+            out,
+            "- scripted server: HTTP/1.1 on 127.0.0.1, the same answer to every program in its wire format \
+             (OpenAI chat completions, OpenAI Responses, Anthropic Messages; all SSE), {} words every {} ms \
+             for {} s; it is also every program's HTTP(S)_PROXY (NO_PROXY=127.0.0.1,localhost) and refuses \
+             anything bound elsewhere, so nothing leaves the machine",
+            opts.words_per_piece,
+            opts.stream_interval.as_millis(),
+            opts.stream_secs
+        );
+    } else {
+        let _ = writeln!(
+            out,
+            "- figures cover the whole process tree: descendants, the program's session, and daemons that \
+             carry the run's {MARKER_ENV} variable; the idle window starts at the RSS sample, {} s after the \
+             first frame, with no input; CPU time is counted in clock ticks of {:.0} ms",
+            fmt_secs(opts.rss_delay),
+            1000.0 / ticks_per_sec()
+        );
+    }
 
     for (spec, res) in opts.programs.iter().zip(results) {
         let _ = writeln!(out, "\n## {}\n", spec.name);
@@ -1102,7 +1603,13 @@ fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: 
         for f in failures {
             let _ = writeln!(out, "- failure: {}", f.replace('`', "'"));
         }
-        let Some(first) = res.runs.first() else { continue };
+        let Some(first) = res.runs.first() else {
+            if opts.keystrokes > 0 {
+                let _ =
+                    writeln!(out, "- **not measured: no run got as far as the keystrokes (see the failures above)**");
+            }
+            continue;
+        };
         let _ = writeln!(out, "- first frame (run 1) shows: `{}`", first.excerpt);
         let answered: BTreeSet<&String> = res.runs.iter().flat_map(|r| &r.answered).collect();
         let answered: Vec<&str> = answered.into_iter().map(String::as_str).collect();
@@ -1110,6 +1617,48 @@ fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: 
         let _ = writeln!(out, "- terminal queries answered: {answered}");
         if let Some(start) = res.runs.iter().find_map(|r| r.start.as_ref()) {
             let _ = writeln!(out, "- process tree at the RSS sample (first such run): {}", start.members);
+        }
+        if let Some(driven) = res.runs.iter().find_map(|r| r.driven.as_ref()) {
+            let _ = writeln!(out, "- pointed at the scripted server with {driven}");
+        }
+        if let Some(k) = res.runs.iter().find_map(|r| r.keys.as_ref()) {
+            let _ = writeln!(out, "- process tree after the keys (first run): {}", k.members);
+        }
+        if opts.keystrokes > 0 {
+            let mut seen: Vec<(String, usize)> = Vec::new();
+            for line in res.runs.iter().flat_map(|r| &r.requests) {
+                match seen.iter_mut().find(|(l, _)| l == line) {
+                    Some((_, n)) => *n += 1,
+                    None => seen.push((line.clone(), 1)),
+                }
+            }
+            let seen: Vec<String> = seen.iter().map(|(l, n)| format!("{l} ×{n}")).collect();
+            let _ = writeln!(
+                out,
+                "- requests the server saw (all successful runs): {}",
+                if seen.is_empty() { "none".into() } else { seen.join(", ") }
+            );
+            let mut all: Vec<f64> =
+                res.runs.iter().filter_map(|r| r.keys.as_ref()).flat_map(|k| k.latencies.clone()).collect();
+            all.sort_by(f64::total_cmp);
+            let sent: usize = res.runs.iter().filter_map(|r| r.keys.as_ref()).map(|k| k.sent).sum();
+            if let (Some(first), Some(last)) = (all.first(), all.last()) {
+                let _ = writeln!(
+                    out,
+                    "- **keystroke to screen, all keys of all runs ({} of {sent} echoed): min {first:.2} / p50 {:.2} / \
+                     p99 {:.2} / max {last:.2} ms**",
+                    all.len(),
+                    percentile(&all, 50.0),
+                    percentile(&all, 99.0)
+                );
+            }
+            if res.runs.iter().any(|r| r.keys.as_ref().is_some_and(|k| k.answer_on_screen_ms.is_none())) {
+                let _ = writeln!(
+                    out,
+                    "- the answer's opening words never showed on screen within 15 s in some runs; their keys \
+                     were still typed while the server streamed"
+                );
+            }
         }
         let exits: Vec<&(f64, String)> = res.runs.iter().filter_map(|r| r.exited.as_ref()).collect();
         if let Some((_, screen)) = exits.last() {
@@ -1148,6 +1697,46 @@ fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: 
 
     if let Some(table) = comparison(opts, results, &figs) {
         out.push_str(&table);
+    }
+    if opts.keystrokes > 0 {
+        out.push_str(&key_table(opts, results));
+    }
+    out
+}
+
+/// Every program's keystroke latency over all its keys, side by side; a program without any
+/// says why.
+fn key_table(opts: &Options, results: &[ProgramResults]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "\n## Keystroke to screen while the answer streams (all keys of all runs)\n\n\
+         | program | runs | keys echoed / sent | min (ms) | p50 (ms) | p99 (ms) | max (ms) |\n\
+         | --- | ---: | ---: | ---: | ---: | ---: | ---: |"
+    );
+    for (spec, res) in opts.programs.iter().zip(results) {
+        let keys: Vec<&KeyFigures> = res.runs.iter().filter_map(|r| r.keys.as_ref()).collect();
+        let mut all: Vec<f64> = keys.iter().flat_map(|k| k.latencies.iter().copied()).collect();
+        all.sort_by(f64::total_cmp);
+        let sent: usize = keys.iter().map(|k| k.sent).sum();
+        let runs = format!("{} of {}", res.runs.len(), res.runs.len() + res.failures.len());
+        match (all.first(), all.last()) {
+            (Some(first), Some(last)) => {
+                let _ = writeln!(
+                    out,
+                    "| {} | {runs} | {} / {sent} | {first:.2} | {:.2} | {:.2} | {last:.2} |",
+                    spec.name,
+                    all.len(),
+                    percentile(&all, 50.0),
+                    percentile(&all, 99.0)
+                );
+            }
+            _ => {
+                let why = res.failures.first().map_or("no run".to_string(), |f| f.replace('|', "/").replace('`', "'"));
+                let why: String = why.chars().take(300).collect();
+                let _ = writeln!(out, "| {} | {runs} | not measured: {why} | — | — | — | — |", spec.name);
+            }
+        }
     }
     out
 }
