@@ -263,27 +263,38 @@ fn handle(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
         None => req.target.clone(),
     };
-    shared.log(format!("{} {path}", req.method));
     let route = path.split('?').next().unwrap_or("").trim_end_matches('/');
     let body: Value = serde_json::from_slice(&req.body).unwrap_or(Value::Null);
     // A body that is not JSON (compressed, say) is taken for a streaming request.
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(body.is_null());
     let model = body.get("model").and_then(Value::as_str).unwrap_or(MODEL).to_string();
+    let line = format!("{} {path}", req.method);
     let flavour = match (req.method.as_str(), route) {
         ("POST", r) if r.ends_with("/chat/completions") => Flavour::Chat,
         ("POST", r) if r.ends_with("/responses") => Flavour::Responses,
         ("POST", r) if r.ends_with("/messages/count_tokens") => {
+            shared.log(line);
             return respond_json(&mut conn, 200, &json!({"input_tokens": 12}));
         }
         ("POST", r) if r.ends_with("/messages") => Flavour::Messages,
-        ("GET", r) if r.ends_with("/models") => return respond_json(&mut conn, 200, &models_list()),
+        ("GET", r) if r.ends_with("/models") => {
+            shared.log(line);
+            return respond_json(&mut conn, 200, &models_list());
+        }
         _ => {
-            return respond_json(&mut conn, 404, &json!({"error": {"type": "not_found_error", "message": "not found"}}))
+            shared.log(format!("{line} (404)"));
+            return respond_json(
+                &mut conn,
+                404,
+                &json!({"error": {"type": "not_found_error", "message": "not found"}}),
+            );
         }
     };
     if !stream {
+        shared.log(format!("{line} (not streamed)"));
         return respond_json(&mut conn, 200, &flavour.whole(&model, "Saltmarsh."));
     }
+    shared.log(format!("{line} (streamed)"));
     shared.started.fetch_add(1, Ordering::Relaxed);
     shared.active.fetch_add(1, Ordering::Relaxed);
     let written = stream_answer(&mut conn, flavour, &model, &shared.config);
@@ -607,7 +618,7 @@ pub fn self_check() -> Result<(), String> {
         return Err(format!("proxy requests answered {status} and {status2}, want 403"));
     }
     let log: Vec<String> = server.log_since(0).into_iter().map(|l| l.line).collect();
-    if log.len() != 6 || log[2] != "POST /v1/messages?beta=true" || !log[4].ends_with("(refused)") {
+    if log.len() != 6 || log[2] != "POST /v1/messages?beta=true (streamed)" || !log[4].ends_with("(refused)") {
         return Err(format!("request log {log:?}"));
     }
     Ok(())
