@@ -2,7 +2,8 @@
 //!
 //! ```text
 //! cargo bench --bench pty_bench -- [--runs 10] [--idle-secs 10] [--program NAME[=COMMAND ARGS...]]...
-//! scripts/bench-peers.sh            # installs Codex CLI and Claude Code from npm, runs them all
+//! cargo bench --bench pty_bench -- --keystrokes 50 --runs 3 --program ...   # latency while streaming
+//! scripts/bench-peers.sh [--keystrokes 50] # installs Codex CLI and Claude Code from npm, runs them all
 //! ```
 //!
 //! Each run spawns the program in a fresh 120×40 PTY with a fresh temporary `HOME`, `XDG_*` dirs,
@@ -20,6 +21,17 @@
 //! 2. RSS (sum of VmRSS over the tree) `--rss-delay-secs` after the first frame;
 //! 3. CPU time (utime+stime, plus reaped children) and bytes written to the terminal during the
 //!    `--idle-secs` that follow that sample, with no input sent.
+//!
+//! With `--keystrokes N` the RSS sample and idle window give way to keystroke-to-screen latency
+//! while a model streams: a scripted server on 127.0.0.1 (`pty_bench/server.rs`) streams the same
+//! long answer to every program in its wire format (Talaria: `--base-url`, OpenAI chat completions
+//! or `--provider anthropic`; Codex CLI: a custom `[model_providers.pty_bench]` with
+//! `wire_api = "responses"` in a temporary `CODEX_HOME`, the folder trusted; Claude Code:
+//! `ANTHROPIC_BASE_URL` and a temporary `~/.claude.json` with onboarding, key and folder trust
+//! done); the driver types a prompt and Enter, waits for the answer on screen, then types a
+//! character found nowhere else on screen N times and times each from its write to the first
+//! output chunk after which the screen shows it (min / p50 / p99 / max per program). The server is
+//! also every program's HTTPS proxy and refuses anything not bound for loopback.
 //!
 //! Programs run round-robin (run 1 of each, then run 2 of each, ...) so load on a shared machine
 //! spreads evenly. The report is Markdown on stdout (and in `--out FILE`).
@@ -1763,6 +1775,10 @@ fn comparison(opts: &Options, results: &[ProgramResults], figs: &[Figure]) -> Op
     }
     let _ = writeln!(out, "{header}\n{rule}");
     for f in figs {
+        // Counts of keys are the same by design; a ratio of them says nothing.
+        if f.label.starts_with("keys ") {
+            continue;
+        }
         let median = |i: usize| stats(&values(&results[i].runs, f)).map(|s| s.median);
         let Some(b) = median(base) else { continue };
         let d = f.decimals;

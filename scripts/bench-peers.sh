@@ -16,6 +16,12 @@
 # report says so. Talaria runs with no API key, so it uses its built-in demo model. Codex CLI's
 # first start in a fresh HOME also installs its app-server daemon there; pass --reuse-home to
 # measure later starts instead (one unmeasured warm-up run, then the same HOME for every run).
+#
+# With --keystrokes N (e.g. `scripts/bench-peers.sh --runs 3 --keystrokes 50`) every program is
+# instead pointed at pty_bench's scripted model server on 127.0.0.1 (Codex through a custom
+# provider in a temporary CODEX_HOME, Claude Code through ANTHROPIC_BASE_URL and a prepared
+# ~/.claude.json, Talaria through --base-url) and the report gives keystroke-to-screen latency
+# while each streams the same answer; nothing reaches the network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +39,17 @@ else
   trap 'rm -rf "$prefix"' EXIT
 fi
 timeout_secs="${PEER_INSTALL_TIMEOUT:-300}"
+
+# --keystrokes N (N > 0) among the pty_bench options: the streaming keystroke measurement.
+keys=0
+prev=""
+for a in "$@"; do
+  case "$a" in
+    --keystrokes=*) [ "${a#--keystrokes=}" != 0 ] && keys=1 ;;
+    *) [ "$prev" = --keystrokes ] && [ "$a" != 0 ] && keys=1 ;;
+  esac
+  prev="$a"
+done
 
 # install PACKAGE: 0 when PACKAGE is (already) installed under $prefix.
 install() {
@@ -58,15 +75,21 @@ version() {
 
 args=()
 if [ "$with_talaria" = 1 ]; then
-  args+=(--program talaria --note "talaria=no API key: the built-in demo model")
+  if [ "$keys" = 1 ]; then
+    args+=(--program talaria --note "talaria=the release build, on the scripted server through --base-url")
+  else
+    args+=(--program talaria --note "talaria=no API key: the built-in demo model")
+  fi
 fi
 
 if install @openai/codex; then
   # The Node launcher users run; it starts the native binary, and both count.
   codex="$prefix/node_modules/.bin/codex"
   args+=(--program "codex=$codex"
-    --note "codex=@openai/codex $(version @openai/codex) from npm, started through its Node launcher"
-    --note "codex=no credentials: it opens on its sign-in screen (a fresh HOME also installs its app-server daemon first)")
+    --note "codex=@openai/codex $(version @openai/codex) from npm, started through its Node launcher")
+  if [ "$keys" = 0 ]; then
+    args+=(--note "codex=no credentials: it opens on its sign-in screen (a fresh HOME also installs its app-server daemon first)")
+  fi
 fi
 
 if install @anthropic-ai/claude-code; then
@@ -78,16 +101,19 @@ if install @anthropic-ai/claude-code; then
   fi
   if [ -n "$claude" ]; then
     v="@anthropic-ai/claude-code $(version @anthropic-ai/claude-code) from npm"
-    args+=(--program "claude=$claude"
-      --note "claude=$v"
-      --note "claude=no credentials: its first frame is the onboarding (welcome / theme) screen")
-    # Offline, Claude Code exits right after that screen when it cannot reach its API, which
-    # leaves no RSS or idle figures; with onboarding marked done it shows the folder-trust
-    # dialog instead and stays, so this second entry measures a running Claude Code.
-    args+=(--program "claude-onboarded=$claude"
-      --home-file 'claude-onboarded:.claude.json={"hasCompletedOnboarding":true,"theme":"dark"}'
-      --note "claude-onboarded=$v"
-      --note "claude-onboarded=no credentials, onboarding marked done: its first frame is the folder-trust dialog")
+    args+=(--program "claude=$claude" --note "claude=$v")
+    # With --keystrokes, pty_bench's claude driver writes ~/.claude.json itself (onboarding, key,
+    # folder trust), so the onboarded twin would only repeat it.
+    if [ "$keys" = 0 ]; then
+      args+=(--note "claude=no credentials: its first frame is the onboarding (welcome / theme) screen")
+      # Offline, Claude Code exits right after that screen when it cannot reach its API, which
+      # leaves no RSS or idle figures; with onboarding marked done it shows the folder-trust
+      # dialog instead and stays, so this second entry measures a running Claude Code.
+      args+=(--program "claude-onboarded=$claude"
+        --home-file 'claude-onboarded:.claude.json={"hasCompletedOnboarding":true,"theme":"dark"}'
+        --note "claude-onboarded=$v"
+        --note "claude-onboarded=no credentials, onboarding marked done: its first frame is the folder-trust dialog")
+    fi
   else
     echo "bench-peers: @anthropic-ai/claude-code installed but no claude binary was found; skipping it" >&2
   fi

@@ -269,6 +269,8 @@ fn handle(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let stream = body.get("stream").and_then(Value::as_bool).unwrap_or(body.is_null());
     let model = body.get("model").and_then(Value::as_str).unwrap_or(MODEL).to_string();
     let line = format!("{} {path}", req.method);
+    // Tells a program's main turn (with its tools) from side requests (titles, warm-ups).
+    let tools = body.get("tools").and_then(Value::as_array).map_or(0, Vec::len);
     let flavour = match (req.method.as_str(), route) {
         ("POST", r) if r.ends_with("/chat/completions") => Flavour::Chat,
         ("POST", r) if r.ends_with("/responses") => Flavour::Responses,
@@ -291,10 +293,10 @@ fn handle(mut conn: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
     };
     if !stream {
-        shared.log(format!("{line} (not streamed)"));
+        shared.log(format!("{line} (not streamed, {tools} tools)"));
         return respond_json(&mut conn, 200, &flavour.whole(&model, "Saltmarsh."));
     }
-    shared.log(format!("{line} (streamed)"));
+    shared.log(format!("{line} (streamed, {tools} tools)"));
     shared.started.fetch_add(1, Ordering::Relaxed);
     shared.active.fetch_add(1, Ordering::Relaxed);
     let written = stream_answer(&mut conn, flavour, &model, &shared.config);
@@ -618,7 +620,7 @@ pub fn self_check() -> Result<(), String> {
         return Err(format!("proxy requests answered {status} and {status2}, want 403"));
     }
     let log: Vec<String> = server.log_since(0).into_iter().map(|l| l.line).collect();
-    if log.len() != 6 || log[2] != "POST /v1/messages?beta=true (streamed)" || !log[4].ends_with("(refused)") {
+    if log.len() != 6 || log[2] != "POST /v1/messages?beta=true (streamed, 0 tools)" || !log[4].ends_with("(refused)") {
         return Err(format!("request log {log:?}"));
     }
     Ok(())
