@@ -291,7 +291,12 @@ impl Options {
         if o.runs == 0 || o.cols == 0 || o.rows == 0 {
             return Err("--runs, --cols and --rows must be at least 1".into());
         }
-        if o.keystrokes > 0 && (o.words_per_piece == 0 || !(o.stream_secs > 0.0) || o.stream_interval.is_zero()) {
+        if o.keystrokes > 0
+            && (o.words_per_piece == 0
+                || !o.stream_secs.is_finite()
+                || o.stream_secs <= 0.0
+                || o.stream_interval.is_zero())
+        {
             return Err("--stream-secs, --stream-interval-ms and --words-per-piece must be above 0".into());
         }
         let mut seen = HashSet::new();
