@@ -1561,13 +1561,18 @@ fn report(opts: &Options, args: &[String], results: &[ProgramResults], started: 
         out,
         "- settings: {}x{} PTY, {} runs per program (round-robin), first frame = first output chunk after \
          which the screen shows >= {} non-blank characters; HOME, XDG dirs, TALARIA_HOME and cwd \
-         {}; environment reduced to {} plus TERM=xterm-256color, COLORTERM=truecolor (no API keys)",
+         {}; environment reduced to {} plus TERM=xterm-256color, COLORTERM=truecolor ({})",
         opts.cols,
         opts.rows,
         opts.runs,
         opts.min_chars,
         if opts.reuse_home { "per program, kept across its runs after one unmeasured warm-up run" } else { "per run" },
-        ENV_ALLOW.join(", ")
+        ENV_ALLOW.join(", "),
+        if opts.keystrokes > 0 {
+            "no real API keys; what each driver adds is listed under its program"
+        } else {
+            "no API keys"
+        }
     );
     if opts.keystrokes > 0 {
         let _ = writeln!(
