@@ -1093,7 +1093,7 @@ fn run_once(
 
     let tracked = Tracked { root, marker: format!("{MARKER_ENV}={marker}").into_bytes() };
     let outcome = match srv {
-        Some(srv) => measure_keys(&tracked, spawned, &rx, &writer, srv, opts),
+        Some(srv) => measure_keys(&tracked, spawned, &rx, &writer, srv, log_from, opts),
         None => measure(&tracked, spawned, &rx, &bytes, opts),
     };
     kill_tree(&tracked);
@@ -1259,6 +1259,7 @@ fn measure_keys(
     rx: &mpsc::Receiver<ReaderEvent>,
     writer: &std::sync::Mutex<Box<dyn Write + Send>>,
     srv: &server::Server,
+    log_from: usize,
     opts: &Options,
 ) -> Result<RunResult, String> {
     let (frame_at, excerpt) = match rx.recv_timeout(opts.timeout) {
@@ -1301,9 +1302,9 @@ fn measure_keys(
         }
     }
     if !asked {
-        let seen: Vec<String> = srv.log_since(0).into_iter().rev().take(8).map(|l| l.line).collect();
+        let seen: Vec<String> = srv.log_since(log_from).into_iter().map(|l| l.line).collect();
         return Err(format!(
-            "no streamed model request after the prompt and Enter (three tries); screen: {:?}; last requests: {seen:?}",
+            "no streamed model request after the prompt and Enter (three tries); screen: {:?}; requests of this run: {seen:?}",
             w.excerpt()
         ));
     }
