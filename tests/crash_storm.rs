@@ -24,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
+use talaria::testkit::rng::Rng;
 use talaria::testkit::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 use tokio::io::AsyncBufReadExt;
 
@@ -45,22 +46,6 @@ enum Moment {
     Compacting(u64),
     /// This many ms after talaria was started (start-up: sweep, re-attach, resume).
     Startup(u64),
-}
-
-/// xorshift64*: a small deterministic generator, so a failing seed can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
 }
 
 fn moment(rng: &mut Rng) -> Moment {
@@ -360,7 +345,7 @@ async fn fifty_kill_9_at_random_moments_lose_nothing_and_leave_no_stray_process(
         u64::from(nanos) | 1
     });
     eprintln!("crash storm: {rounds} rounds, TALARIA_STORM_SEED={seed}");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let home = Home::new();
     let mark = format!("{}{}", std::process::id(), seed % 100_000);
     let script = Arc::new(Mutex::new(Script { mark: mark.clone(), ..Script::default() }));

@@ -15,6 +15,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
 use talaria::testkit::fuzz::TARGETS;
+use talaria::testkit::rng::Rng;
 
 const DEFAULT_SEED: u64 = 0x7a1a_2019;
 const DEFAULT_ITERS: usize = 20_000;
@@ -25,22 +26,6 @@ const TEXT_TARGETS: &[&str] = &["config", "known_safe", "markdown", "tool_args"]
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
-}
-
-/// xorshift64*: small, fast, reproducible.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
 }
 
 /// Inputs each target starts from: well-formed ones (so mutations land near the valid
@@ -145,8 +130,8 @@ const TOKENS: &[&str] = &[
 
 /// A random byte: mostly ASCII, since most targets give up at once on invalid UTF-8.
 fn byte(rng: &mut Rng) -> u8 {
-    let b = rng.next() as u8;
-    if rng.below(8) == 0 {
+    let b = rng.next_u64() as u8;
+    if rng.index(8) == 0 {
         b
     } else {
         b & 0x7f
@@ -154,47 +139,47 @@ fn byte(rng: &mut Rng) -> u8 {
 }
 
 fn mutate(rng: &mut Rng, pool: &[Vec<u8>], input: &mut Vec<u8>) {
-    for _ in 0..1 + rng.below(6) {
+    for _ in 0..1 + rng.index(6) {
         let len = input.len();
-        match rng.below(8) {
+        match rng.index(8) {
             0 if len > 0 => {
-                let i = rng.below(len);
-                let bits = if rng.below(8) == 0 { 8 } else { 7 };
-                input[i] ^= 1 << rng.below(bits);
+                let i = rng.index(len);
+                let bits = if rng.index(8) == 0 { 8 } else { 7 };
+                input[i] ^= 1 << rng.index(bits);
             }
             1 => {
-                let i = rng.below(len + 1);
+                let i = rng.index(len + 1);
                 let b = byte(rng);
                 input.insert(i, b);
             }
             2 if len > 0 => {
-                let from = rng.below(len);
-                let to = (from + 1 + rng.below(16)).min(len);
+                let from = rng.index(len);
+                let to = (from + 1 + rng.index(16)).min(len);
                 input.drain(from..to);
             }
             3 if len > 0 => {
-                let from = rng.below(len);
-                let to = (from + 1 + rng.below(32)).min(len);
+                let from = rng.index(len);
+                let to = (from + 1 + rng.index(32)).min(len);
                 let piece = input[from..to].to_vec();
-                let at = rng.below(len + 1);
-                for _ in 0..1 + rng.below(4) {
+                let at = rng.index(len + 1);
+                for _ in 0..1 + rng.index(4) {
                     input.splice(at..at, piece.iter().copied());
                 }
             }
             4 | 5 => {
-                let token = TOKENS[rng.below(TOKENS.len())].as_bytes();
-                let at = rng.below(len + 1);
+                let token = TOKENS[rng.index(TOKENS.len())].as_bytes();
+                let at = rng.index(len + 1);
                 input.splice(at..at, token.iter().copied());
             }
             6 => {
-                let other = &pool[rng.below(pool.len())];
+                let other = &pool[rng.index(pool.len())];
                 if !other.is_empty() {
-                    let from = rng.below(other.len());
-                    let at = rng.below(len + 1);
+                    let from = rng.index(other.len());
+                    let at = rng.index(len + 1);
                     input.splice(at..at, other[from..].iter().copied());
                 }
             }
-            _ if len > 0 => input.truncate(rng.below(len)),
+            _ if len > 0 => input.truncate(rng.index(len)),
             _ => {
                 let b = byte(rng);
                 input.push(b);
@@ -215,7 +200,7 @@ fn every_fuzz_target_survives_mutated_seed_inputs() {
     let cap = Duration::from_secs(env_or("TALARIA_FUZZ_SECS", DEFAULT_SECS));
     println!("fuzz pass: seed {seed}, up to {iters} inputs or {cap:?} per target");
     for (name, target) in TARGETS {
-        let mut rng = Rng(seed ^ (name.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1);
+        let mut rng = Rng::new(seed ^ (name.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let seeds = seeds(name);
         // Mutants are mutated further: the pool drifts away from the seeds over the pass.
         let mut pool = seeds.clone();
@@ -229,7 +214,7 @@ fn every_fuzz_target_survives_mutated_seed_inputs() {
             let input = if i < seeds.len() {
                 seeds[i].clone()
             } else {
-                let mut input = pool[rng.below(pool.len())].clone();
+                let mut input = pool[rng.index(pool.len())].clone();
                 mutate(&mut rng, &pool, &mut input);
                 input
             };
@@ -251,7 +236,7 @@ fn every_fuzz_target_survives_mutated_seed_inputs() {
             if pool.len() < 256 {
                 pool.push(input);
             } else {
-                let slot = rng.below(pool.len());
+                let slot = rng.index(pool.len());
                 pool[slot] = input;
             }
             ran += 1;

@@ -3,4 +3,5 @@
 //! release build has none of it).
 
 pub mod fuzz;
+pub mod rng;
 pub mod scripted;
