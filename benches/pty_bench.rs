@@ -900,6 +900,23 @@ struct RunResult {
     requests: Vec<String>,
 }
 
+impl RunResult {
+    /// A run that reached its first frame; the figures of each mode are filled in after.
+    fn framed(first_frame_ms: f64, excerpt: String) -> RunResult {
+        RunResult {
+            first_frame_ms,
+            start: None,
+            idle: None,
+            exited: None,
+            excerpt,
+            answered: BTreeSet::new(),
+            keys: None,
+            driven: None,
+            requests: Vec::new(),
+        }
+    }
+}
+
 struct KeyFigures {
     /// Write → first output chunk after which the screen shows the key, per echoed key (ms).
     latencies: Vec<f64>,
@@ -1144,17 +1161,7 @@ fn measure(
             ));
         }
     };
-    let mut result = RunResult {
-        first_frame_ms: ms(frame_at - spawned),
-        start: None,
-        idle: None,
-        exited: None,
-        excerpt,
-        answered: BTreeSet::new(),
-        keys: None,
-        driven: None,
-        requests: Vec::new(),
-    };
+    let mut result = RunResult::framed(ms(frame_at - spawned), excerpt);
     // A program that exits after its first frame (a peer that cannot reach its servers) still
     // has a first-frame time; what comes after is left out and the report says why.
     let exited = |result: &mut RunResult| match rx.try_recv() {
@@ -1332,12 +1339,6 @@ fn measure_keys(
         return Err(format!("none of {} keys showed on screen; screen: {:?}", opts.keystrokes, w.excerpt()));
     }
     Ok(RunResult {
-        first_frame_ms: ms(frame_at - spawned),
-        start: None,
-        idle: None,
-        exited: None,
-        excerpt,
-        answered: BTreeSet::new(),
         keys: Some(KeyFigures {
             latencies,
             sent: opts.keystrokes,
@@ -1346,8 +1347,7 @@ fn measure_keys(
             rss_mib: sample.rss_kib as f64 / 1024.0,
             members: sample.members,
         }),
-        driven: None,
-        requests: Vec::new(),
+        ..RunResult::framed(ms(frame_at - spawned), excerpt)
     })
 }
 
