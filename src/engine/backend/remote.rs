@@ -388,17 +388,21 @@ mod tests {
     }
 
     /// A command that runs on is streamed: its first line arrives while it still runs (it
-    /// waits for a file that the test creates only after reading that line), then the rest,
-    /// its exit code and its cwd.
+    /// waits for a file that the test creates only after reading that line; if nothing were
+    /// streamed it would give up after 30 s and mark that it ended), then the rest, its exit
+    /// code and its cwd.
     #[test]
     fn a_longer_command_is_streamed_while_it_runs() {
         use std::io::{BufRead, BufReader, Read};
         let root = tempfile::tempdir().unwrap();
         let stop = root.path().join("stop");
+        let ended = root.path().join("ended");
         let prefix = root.path().join("s1");
         let command = format!(
-            "echo first; while [ ! -e {stop} ]; do sleep 0.02; done; echo second; cd /; exit 5",
-            stop = sh_quote(&stop.to_string_lossy())
+            "echo first; n=0; while [ ! -e {stop} ] && [ $n -lt 1500 ]; do sleep 0.02; n=$((n+1)); done; \
+             : > {ended}; echo second; cd /; exit 5",
+            stop = sh_quote(&stop.to_string_lossy()),
+            ended = sh_quote(&ended.to_string_lossy()),
         );
         let script = start_script(&sh_quote(&prefix.to_string_lossy()), &command, "", false, "bash", 600);
         let mut child = std::process::Command::new("sh")
@@ -413,6 +417,7 @@ mod tests {
         let mut line = String::new();
         out.read_line(&mut line).unwrap();
         assert_eq!(line, "first\n");
+        assert!(!ended.exists(), "the first line came only once the command had ended: not streamed");
         std::fs::write(&stop, "").unwrap();
         let mut rest = String::new();
         out.read_to_string(&mut rest).unwrap();
