@@ -324,4 +324,20 @@ mod tests {
         let line = truncate_spans(vec![Span::raw("short")], 8);
         assert_eq!(texts(&[line]), vec!["short"]);
     }
+
+    /// A span cut before a wide character that no longer fits ends the line there: a narrow
+    /// character of the next span must not slip into the column the wide one left.
+    #[test]
+    fn truncation_stops_at_the_span_it_cut() {
+        let line = truncate_spans(vec![Span::raw("ab日"), Span::raw("c")], 4);
+        assert_eq!(texts(&[line]), vec!["ab…"]);
+    }
+
+    /// A character wider than the whole row goes on the row it starts (overflowing it), with
+    /// no empty row before it.
+    #[test]
+    fn a_character_wider_than_the_row_gets_no_empty_row_before_it() {
+        let line = RLine::plain("日本", Style::default());
+        assert_eq!(texts(&wrap_line(&line, 1)), vec!["日", "本"]);
+    }
 }
