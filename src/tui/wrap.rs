@@ -222,6 +222,8 @@ mod tests {
         let bold = Style::default().add_modifier(ratatui::style::Modifier::BOLD);
         let line = RLine::new(vec![Span::raw("type a "), Span::styled("message", bold), Span::raw(": it goes")]);
         assert_eq!(texts(&wrap_line(&line, 12)), vec!["type a", "message: it", "goes"]);
+        // "message" alone would end the first row exactly; with its colon it moves as one.
+        assert_eq!(texts(&wrap_line(&line, 14)), vec!["type a", "message: it", "goes"]);
     }
 
     #[test]
