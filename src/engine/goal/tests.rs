@@ -523,3 +523,41 @@ fn gates_added_before_a_goal_wait_for_it_and_survive_a_save() {
     assert_eq!(m.goal().unwrap().gates.len(), 1);
     assert_eq!(m.goal().unwrap().status, GoalStatus::Active);
 }
+
+#[test]
+fn removing_the_last_gate_by_its_number_works() {
+    let mut m = machine();
+    set(&mut m, "g", true);
+    add_gate(&mut m, "a");
+    add_gate(&mut m, "b");
+    let fx = m.command(&GoalCmd::Gate(GateCmd::Remove(2)), true);
+    assert_eq!(fx, vec![info("◎ gate 2 removed: $ b"), GoalEffect::Save]);
+    let fx = m.command(&GoalCmd::Gate(GateCmd::Remove(0)), true);
+    assert_eq!(fx, vec![error("no gate 0: there is 1 gate")]);
+}
+
+#[test]
+fn gates_waiting_for_a_goal_are_removed_by_their_number() {
+    let mut m = machine();
+    add_gate(&mut m, "a");
+    add_gate(&mut m, "b");
+    add_gate(&mut m, "c");
+    let remove = |m: &mut GoalMachine, n: usize| m.command(&GoalCmd::Gate(GateCmd::Remove(n)), true);
+    assert_eq!(remove(&mut m, 0), vec![error("no gate 0: 3 gates are waiting for a goal")]);
+    assert_eq!(remove(&mut m, 4), vec![error("no gate 4: 3 gates are waiting for a goal")]);
+    assert_eq!(remove(&mut m, 3), vec![info("◎ gate 3 removed: $ c"), GoalEffect::Save]);
+    assert_eq!(remove(&mut m, 1), vec![info("◎ gate 1 removed: $ a"), GoalEffect::Save]);
+    assert_eq!(remove(&mut m, 2), vec![error("no gate 2: 1 gate is waiting for a goal")]);
+    assert_eq!(remove(&mut m, 1), vec![info("◎ gate 1 removed: $ b"), GoalEffect::Save]);
+    assert_eq!(remove(&mut m, 1), vec![error("no gate 1: no gates are waiting for a goal")]);
+}
+
+#[test]
+fn pausing_a_goal_that_is_not_active_changes_nothing() {
+    let mut m = machine();
+    set(&mut m, "g", true);
+    assert!(paused(&m.command(&GoalCmd::Pause, true)).is_some());
+    let before = m.clone();
+    assert_eq!(m.command(&GoalCmd::Pause, true), vec![info("the goal is paused, not active")]);
+    assert_eq!(m.to_json().unwrap(), before.to_json().unwrap());
+}
