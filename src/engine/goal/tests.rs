@@ -561,3 +561,23 @@ fn pausing_a_goal_that_is_not_active_changes_nothing() {
     assert_eq!(m.command(&GoalCmd::Pause, true), vec![info("the goal is paused, not active")]);
     assert_eq!(m.to_json().unwrap(), before.to_json().unwrap());
 }
+
+#[test]
+fn a_gate_result_for_another_gate_or_a_goal_no_longer_active_is_dropped() {
+    let mut m = machine();
+    set(&mut m, "g", true);
+    add_gate(&mut m, "a");
+    add_gate(&mut m, "b");
+    m.on_turn_end(TurnOutcome::Completed, "");
+    assert_eq!(m.start_gates(None), vec![GoalEffect::RunGate { idx: 0, cmd: "a".into() }]);
+    // A late answer for a gate that is not the one running changes nothing…
+    assert_eq!(m.on_gate_result(1, &fail(1, "late")), vec![]);
+    assert!(m.goal().unwrap().gates[1].last.is_none());
+    // …and the running gate's own result still counts.
+    let fx = m.on_gate_result(0, &pass());
+    assert_eq!(fx, vec![info("gate 1/2 ✓ $ a"), GoalEffect::RunGate { idx: 1, cmd: "b".into() }]);
+    // The goal stopped being active while its gate ran: the result is dropped.
+    m.goal.as_mut().unwrap().status = GoalStatus::Paused;
+    assert_eq!(m.on_gate_result(1, &fail(1, "x")), vec![]);
+    assert!(m.goal().unwrap().gates[1].last.is_none());
+}
