@@ -162,6 +162,14 @@ fn without_gates_the_judge_decides() {
 }
 
 #[test]
+fn kickoff_prompt_is_exact() {
+    assert_eq!(
+        kickoff_prompt("fix it"),
+        "[Standing goal set by the user]\nGoal: fix it\n\nWork toward this goal. Take the next concrete step. If you believe the goal is complete, state so explicitly and stop. If you are blocked and need input from the user, say so clearly and stop."
+    );
+}
+
+#[test]
 fn continue_prompt_is_exact() {
     assert_eq!(
         continue_prompt("fix it"),
