@@ -457,4 +457,119 @@ mod tests {
         let segs = parse("$'\\x72\\155' x");
         assert_eq!(segs[0].words, vec!["rm".to_string(), "x".to_string()]);
     }
+    fn words(command: &str) -> Vec<Vec<String>> {
+        parse(command).into_iter().map(|s| s.words).collect()
+    }
+
+    fn strings(items: &[&str]) -> Vec<String> {
+        items.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn every_operator_ends_a_command_and_pipes_mark_the_next() {
+        let segs = parse("a && b || c ; d & e | f |& g\nh(i)j");
+        let w: Vec<Vec<String>> = segs.iter().map(|s| s.words.clone()).collect();
+        let expected: Vec<Vec<String>> =
+            ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"].iter().map(|x| strings(&[x])).collect();
+        assert_eq!(w, expected);
+        let piped: Vec<bool> = segs.iter().map(|s| s.piped).collect();
+        assert_eq!(piped, vec![false, false, false, false, false, true, true, false, false, false]);
+        assert_eq!(words("a&&b||c"), vec![strings(&["a"]), strings(&["b"]), strings(&["c"])]);
+        // Empty commands between operators leave nothing behind.
+        assert_eq!(words(";; (a) ; ;b"), vec![strings(&["a"]), strings(&["b"])]);
+    }
+
+    #[test]
+    fn redirections_are_collected_with_their_targets() {
+        let segs = parse("cmd > out 2>err >> app < in &> all &>> both 2>&1 <> rw >| clob <<< here");
+        assert_eq!(segs.len(), 1);
+        assert_eq!(segs[0].words, strings(&["cmd"]));
+        let expected: Vec<(String, String)> = [
+            (">", "out"),
+            (">", "err"),
+            (">>", "app"),
+            ("<", "in"),
+            ("&>", "all"),
+            ("&>>", "both"),
+            (">&", "1"),
+            ("<>", "rw"),
+            (">|", "clob"),
+        ]
+        .iter()
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+        .collect();
+        assert_eq!(segs[0].redirects, expected);
+        assert_eq!(segs[0].stdin_docs, strings(&["here"]));
+        // Digits right before the operator name a descriptor; anything else is a word.
+        let segs = parse("echo 2 > f; echo 2>f; echo a2>f; a>b");
+        let w: Vec<Vec<String>> = segs.iter().map(|s| s.words.clone()).collect();
+        assert_eq!(w, vec![strings(&["echo", "2"]), strings(&["echo"]), strings(&["echo", "a2"]), strings(&["a"])]);
+        assert!(segs.iter().all(|s| s.redirects.len() == 1 && s.redirects[0].0 == ">"));
+        // A command that is only a redirection is still a command.
+        assert_eq!(parse("> f")[0].redirects, vec![(">".to_string(), "f".to_string())]);
+    }
+
+    #[test]
+    fn quotes_and_backslashes_are_removed_as_the_shell_does() {
+        let w = words(r#"echo 'a "b"' "c 'd' \$e \"f\" \\g \h" x\ y\"z"#);
+        assert_eq!(w, vec![strings(&["echo", r#"a "b""#, r#"c 'd' $e "f" \g \h"#, r#"x y"z"#])]);
+        // A backslash before a newline joins the lines, quoted or not; a lone one at the end
+        // is dropped.
+        assert_eq!(words("ec\\\nho \"a\\\nb\" c\\"), vec![strings(&["echo", "ab", "c"])]);
+        assert_eq!(words("\\rm x"), vec![strings(&["rm", "x"])]);
+        assert_eq!(words("''"), vec![strings(&[""])]);
+    }
+
+    #[test]
+    fn comments_run_to_the_end_of_the_line_only_at_a_word_start() {
+        assert_eq!(words("echo a # rm -rf /\necho b"), vec![strings(&["echo", "a"]), strings(&["echo", "b"])]);
+        assert_eq!(words("echo a#b"), vec![strings(&["echo", "a#b"])]);
+    }
+
+    #[test]
+    fn substitutions_keep_their_inner_text_with_nesting_and_quotes() {
+        let segs = parse(r#"echo $(a $(b) 'c)' "d)" \)) x"#);
+        assert_eq!(segs[0].words, strings(&["echo", r#"$(a $(b) 'c)' "d)" \))"#, "x"]));
+        assert_eq!(segs[0].substitutions, strings(&[r#"a $(b) 'c)' "d)" \)"#]));
+        let segs = parse(r#"echo `a \` \$ \\ \x`"#);
+        assert_eq!(segs[0].substitutions, strings(&[r#"a ` $ \ \x"#]));
+        let segs = parse("diff <(ls a) >(cat) \"$(id) `pwd`\"");
+        assert_eq!(segs[0].words, strings(&["diff", "<(ls a)", ">(cat)", "$(id) `pwd`"]));
+        assert_eq!(segs[0].substitutions, strings(&["ls a", "cat", "id", "pwd"]));
+        // An unclosed substitution takes the rest of the line.
+        assert_eq!(parse("echo $(rm -rf x")[0].substitutions, strings(&["rm -rf x"]));
+        assert_eq!(parse("echo `rm x")[0].substitutions, strings(&["rm x"]));
+    }
+
+    #[test]
+    fn ansi_c_quotes_decode_every_escape() {
+        assert_eq!(words(r"$'a\nb\tc\x41\101\'\q' z"), vec![strings(&["a\nb\tcAA'q", "z"])]);
+        assert_eq!(words(r"$'\x4g\7'"), vec![strings(&["\u{4}g\u{7}"])]);
+        assert_eq!(words(r"$'unclosed\"), vec![strings(&["unclosed"])]);
+    }
+
+    #[test]
+    fn heredocs_read_their_bodies_in_order_and_strip_tabs_when_asked() {
+        let segs = parse("cat <<-EOF\n\tline\n\tEOF\necho after");
+        assert_eq!(segs[0].stdin_docs, strings(&["line\n"]));
+        assert_eq!(segs[1].words, strings(&["echo", "after"]));
+        let segs = parse("cat <<A <<B\na1\nA\nb1\nB\nnext");
+        assert_eq!(segs[0].stdin_docs, strings(&["a1\n", "b1\n"]));
+        assert_eq!(segs[1].words, strings(&["next"]));
+        // A tab before the delimiter ends a `<<-` body only.
+        let segs = parse("cat <<EOF\n\tEOF\nEOF");
+        assert_eq!(segs[0].stdin_docs, strings(&["\tEOF\n"]));
+        // An unterminated body runs to the end.
+        assert_eq!(parse("cat <<EOF\nabc")[0].stdin_docs, strings(&["abc\n"]));
+        // A double-quoted delimiter does not expand either.
+        assert!(parse("cat <<\"EOF\"\n$(x)\nEOF")[0].substitutions.is_empty());
+    }
+
+    #[test]
+    fn an_expanding_heredoc_yields_only_real_substitutions() {
+        assert!(substitutions_in("a $HOME b ${x} $").is_empty());
+        assert_eq!(substitutions_in("\\$(no) $(yes)"), strings(&["yes"]));
+        assert_eq!(substitutions_in("\\`no\\` `id` $(date)"), strings(&["id", "date"]));
+        assert!(parse("cat <<EOF\n$HOME\nEOF")[0].substitutions.is_empty());
+    }
 }
