@@ -505,8 +505,9 @@ mod tests {
         let w: Vec<Vec<String>> = segs.iter().map(|s| s.words.clone()).collect();
         assert_eq!(w, vec![strings(&["echo", "2"]), strings(&["echo"]), strings(&["echo", "a2"]), strings(&["a"])]);
         assert!(segs.iter().all(|s| s.redirects.len() == 1 && s.redirects[0].0 == ">"));
-        // A command that is only a redirection is still a command.
+        // A command that is only a redirection or a here-string is still a command.
         assert_eq!(parse("> f")[0].redirects, vec![(">".to_string(), "f".to_string())]);
+        assert_eq!(parse("<<< x")[0].stdin_docs, strings(&["x"]));
     }
 
     #[test]
