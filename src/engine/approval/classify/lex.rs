@@ -475,6 +475,8 @@ mod tests {
         let piped: Vec<bool> = segs.iter().map(|s| s.piped).collect();
         assert_eq!(piped, vec![false, false, false, false, false, true, true, false, false, false]);
         assert_eq!(words("a&&b||c"), vec![strings(&["a"]), strings(&["b"]), strings(&["c"])]);
+        // `&&` is read as one operator: its second `&` does not start `&>`.
+        assert_eq!(parse("a &&> f")[1].redirects, vec![(">".to_string(), "f".to_string())]);
         // Empty commands between operators leave nothing behind.
         assert_eq!(words(";; (a) ; ;b"), vec![strings(&["a"]), strings(&["b"])]);
     }
