@@ -562,8 +562,10 @@ mod tests {
         // A tab before the delimiter ends a `<<-` body only.
         let segs = parse("cat <<EOF\n\tEOF\nEOF");
         assert_eq!(segs[0].stdin_docs, strings(&["\tEOF\n"]));
-        // An unterminated body runs to the end.
+        // An unterminated body runs to the end, a final newline included once.
         assert_eq!(parse("cat <<EOF\nabc")[0].stdin_docs, strings(&["abc\n"]));
+        assert_eq!(parse("cat <<EOF\nabc\n")[0].stdin_docs, strings(&["abc\n"]));
+        assert_eq!(parse("cat <<EOF\n")[0].stdin_docs, strings(&[""]));
         // A double-quoted delimiter does not expand either.
         assert!(parse("cat <<\"EOF\"\n$(x)\nEOF")[0].substitutions.is_empty());
     }
