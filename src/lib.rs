@@ -11,7 +11,8 @@
 //! engine::tools     the model's tools; they start processes only through engine::jobs
 //! engine::jobs      every spawned process: job registry, process groups, logs, notices
 //! engine::{llm, store, approval, goal, heartbeat}  providers, SQLite, approvals, standing work
-//! config, paths, text, util, logging, loopback  leaves used by all above (loopback: the demo model's HTTP)
+//! config, paths, text, util, logging, loopback, memory  leaves used by all above (loopback: the demo
+//!                   model's HTTP; memory: giving back pages start-up touched once)
 //! testkit           tests only (`testkit` feature): the scripted model server, built on loopback
 //! ```
 
@@ -25,6 +26,7 @@ pub mod engine;
 pub mod exec;
 pub mod logging;
 pub(crate) mod loopback;
+pub(crate) mod memory;
 pub mod paths;
 pub mod present;
 pub mod protocol;

@@ -293,13 +293,13 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
     // Start-up touches code it never runs again (argument and config parsing, opening the
     // store, building the provider) and frees heap it will not reuse soon. Once it has
-    // settled, give both back as a job supervisor does (engine/jobs/pages.rs): clean,
+    // settled, give both back as a job supervisor does (`memory.rs`): clean,
     // shared file pages leave this process's page tables and fault back in from the page
     // cache when touched again; free heap goes back to the kernel.
     tokio::spawn(async {
         tokio::time::sleep(SETTLE_AFTER).await;
-        crate::engine::jobs::pages::trim_heap();
-        crate::engine::jobs::pages::drop_read_only_pages();
+        crate::memory::trim_heap();
+        crate::memory::drop_read_only_pages();
     });
     // SIGTERM and SIGINT from outside never ask: shut the engine down (it kills every job's
     // process group); SIGHUP leaves jobs to their lease. Then the caller restores the

@@ -13,7 +13,6 @@ pub mod group;
 pub mod jobdir;
 pub mod log;
 pub mod output;
-pub(crate) mod pages;
 pub(crate) mod records;
 mod run;
 pub mod supervisor;

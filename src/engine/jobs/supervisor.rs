@@ -266,8 +266,8 @@ impl Running {
         lease.held();
         // Start-up is over: give back the heap it freed and the code and constant pages it
         // touched; the loop refaults what it uses.
-        super::pages::trim_heap();
-        super::pages::drop_read_only_pages();
+        crate::memory::trim_heap();
+        crate::memory::drop_read_only_pages();
         loop {
             self.wait_readable(eof, Duration::from_millis(if matches!(leader, Leader::Running) { 500 } else { 50 }));
             if !eof {

@@ -93,7 +93,7 @@ pub fn run(args: Vec<OsString>) -> ! {
     let _ = writeln!(owner_socket, "ok {pid}");
     // Start-up is over: give back the code and constants it faulted in (like a job's
     // supervisor; what the loop touches comes back from the page cache).
-    crate::engine::jobs::pages::drop_read_only_pages();
+    crate::memory::drop_read_only_pages();
     watch(pid, signals)
 }
 

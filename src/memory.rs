@@ -1,4 +1,5 @@
-//! A supervisor's memory after start-up (DESIGN §4: < 2 MiB RSS).
+//! Memory after start-up: a job supervisor (DESIGN §4: < 2 MiB RSS), an MCP server's guard
+//! and the TUI once it has settled give back the pages only their start-up needed.
 //!
 //! A supervisor is the talaria binary, so starting one faults in pages it never needs again:
 //! the dynamic loader reads the whole relocation table (`.rela.dyn`, MiBs in a large PIE),
@@ -68,7 +69,8 @@ pub(crate) fn read_only_segments() -> Vec<(usize, usize)> {
 }
 
 /// Unmap this process's clean code and constant pages (see the module comment). Called by a
-/// supervisor once its job runs; a failure only leaves the memory figure as it was.
+/// supervisor once its job runs, by an MCP guard once its server runs, and by the TUI a
+/// second after its first frame; a failure only leaves the memory figure as it was.
 #[cfg(target_os = "linux")]
 pub(crate) fn drop_read_only_pages() {
     for (start, end) in read_only_segments() {
