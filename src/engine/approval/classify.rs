@@ -1045,6 +1045,49 @@ mod tests {
         assert_eq!(kind(&classify_command(&cmd)), d("obfuscated command"));
     }
 
+    /// Every way one command reaches another counts as one level of nesting: with
+    /// `MAX_DEPTH` levels the inner command is still judged on its own, with one more the whole
+    /// is "obfuscated". The route under test wraps the outside; `eval` makes up the rest.
+    #[test]
+    fn every_nesting_route_counts_one_level_up_to_the_limit() {
+        type Wrap = fn(&str) -> String;
+        let routes: [(&str, Wrap, usize); 8] = [
+            ("eval", |x| format!("eval {}", shell_quote(x)), 1),
+            ("watch", |x| format!("watch -n 1 {}", shell_quote(x)), 1),
+            ("bash -c", |x| format!("bash -c {}", shell_quote(x)), 1),
+            ("heredoc to a shell", |x| format!("bash <<'END'\n{x}\nEND"), 1),
+            ("$(...)", |x| format!("echo $({x})"), 1),
+            ("backticks", |x| format!("echo `{x}`"), 1),
+            ("echo | sh", |x| format!("echo {} | sh", shell_quote(x)), 1),
+            // The -exec command is one level, the `eval` it runs another.
+            ("find -exec", |x| format!("find . -exec eval {} ;", shell_quote(x)), 2),
+        ];
+        for (route, wrap, levels) in routes {
+            for (depth, want) in [(MAX_DEPTH, d("recursive delete")), (MAX_DEPTH + 1, d("obfuscated command"))] {
+                let mut cmd = "rm -rf build".to_string();
+                for _ in levels..depth {
+                    cmd = format!("eval {}", shell_quote(&cmd));
+                }
+                let cmd = wrap(&cmd);
+                assert_eq!(kind(&classify_command(&cmd)), want, "{route} at depth {depth}: {cmd}");
+            }
+        }
+    }
+
+    /// Of two reasons of the same rank, the first in the command is the one reported.
+    #[test]
+    fn the_first_reason_of_the_worst_kind_is_reported() {
+        assert_eq!(kind(&classify_command("git push -f; rm -rf build")), d("force push"));
+        assert_eq!(kind(&classify_command("rm -rf build; git push -f")), d("recursive delete"));
+        assert_eq!(kind(&classify_command("git push -f; rm -rf /; rm -rf ~")), HARD);
+        for (command, want) in [
+            ("reboot; rm -rf /", "reboot stops or restarts the machine"),
+            ("rm -rf /; reboot", "recursive delete of / or the home directory"),
+        ] {
+            assert_eq!(classify_command(command), Classification::Hardline { reason: want.into() }, "{command}");
+        }
+    }
+
     fn shell_quote(s: &str) -> String {
         format!("'{}'", s.replace('\'', "'\\''"))
     }
