@@ -1224,10 +1224,12 @@ mod tests {
     #[test]
     fn find_checks_every_exec_command() {
         for (command, want) in [
-            ("find . -exec echo {} + -exec rm -rf build ;", "rm -r deletes build and everything under it"),
-            ("find . -name x -execdir rm -rf out {} ;", "rm -r deletes out {} and everything under it"),
-            ("find . -ok rm -rf / ;", "recursive delete of / or the home directory"),
-            ("find . -type f -okdir echo {} ;", "safe"),
+            ("find . -exec echo {} + -exec rm -rf build \\;", "rm -r deletes build and everything under it"),
+            ("find . -exec rm -rf build \\; -print", "rm -r deletes build and everything under it"),
+            ("find . -name x -execdir rm -rf out {} ';' -print", "rm -r deletes out {} and everything under it"),
+            ("find . -exec rm -f {} + -exec echo {} \\;", "safe"),
+            ("find . -ok rm -rf / \\;", "recursive delete of / or the home directory"),
+            ("find . -type f -okdir echo {} \\;", "safe"),
             ("find . -delete", "find -delete deletes every file it matches"),
         ] {
             assert_eq!(reason(command), want, "{command}");
