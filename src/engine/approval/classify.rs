@@ -986,14 +986,7 @@ mod tests {
             ("", SAFE),
         ];
         assert!(table.len() >= 60);
-        let mut failures = Vec::new();
-        for (cmd, want) in &table {
-            let got = classify_command(cmd);
-            if kind(&got) != *want {
-                failures.push(format!("{cmd:?}: want {want:?}, got {got:?}"));
-            }
-        }
-        assert_eq!(failures, Vec::<String>::new());
+        assert_kinds(&table);
     }
 
     #[test]
@@ -1044,11 +1037,33 @@ mod tests {
         assert_eq!(kind(&classify_command(&cmd)), d("obfuscated command"));
     }
 
-    fn reason(command: &str) -> String {
-        match classify_command(command) {
-            Classification::Dangerous { reason, .. } | Classification::Hardline { reason } => reason,
-            Classification::Safe => "safe".into(),
-        }
+    /// Every command of the table classified as given; all the wrong ones reported at once.
+    #[track_caller]
+    fn assert_kinds(table: &[(&str, Kind)]) {
+        let failures: Vec<String> = table
+            .iter()
+            .filter_map(|(command, want)| {
+                let got = classify_command(command);
+                (kind(&got) != *want).then(|| format!("{command:?}: want {want:?}, got {got:?}"))
+            })
+            .collect();
+        assert_eq!(failures, Vec::<String>::new());
+    }
+
+    /// Each command's reason ("safe" when it is); all the wrong ones reported at once.
+    #[track_caller]
+    fn assert_reasons(table: &[(&str, &str)]) {
+        let failures: Vec<String> = table
+            .iter()
+            .filter_map(|(command, want)| {
+                let got = match classify_command(command) {
+                    Classification::Dangerous { reason, .. } | Classification::Hardline { reason } => reason,
+                    Classification::Safe => "safe".into(),
+                };
+                (got != *want).then(|| format!("{command:?}: want {want:?}, got {got:?}"))
+            })
+            .collect();
+        assert_eq!(failures, Vec::<String>::new());
     }
 
     /// Wrappers are peeled to the command that really runs, and nothing else is: a word is an
@@ -1056,7 +1071,7 @@ mod tests {
     /// a value skip that value.
     #[test]
     fn wrappers_peel_to_the_command_that_runs() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("MY_VAR=1 rm -rf build", d("recursive delete")),
             ("A=1 _B=2 c3=x rm -rf build", d("recursive delete")),
             // Not assignments, so the command is that word, which deletes nothing.
@@ -1073,38 +1088,31 @@ mod tests {
             ("timeout -s KILL 5 rm -rf build", d("recursive delete")),
             ("env -S 'rm -rf /'", HARD),
             ("env --split-string 'rm -rf build'", d("recursive delete")),
-        ];
-        let failures: Vec<String> = table
-            .into_iter()
-            .filter_map(|(command, want)| {
-                let got = kind(&classify_command(command));
-                (got != want).then(|| format!("{command}: want {want:?}, got {got:?}"))
-            })
-            .collect();
-        assert_eq!(failures, Vec::<String>::new());
+        ]);
         // `env -S` splits its argument into words, and what follows it is still the command's.
-        for command in ["env -S 'rm -rf' build", "env -u FOO -S 'rm -rf' build", "env --split-string 'rm' -rf build"] {
-            assert_eq!(reason(command), "rm -r deletes build and everything under it", "{command}");
-        }
+        let split = "rm -r deletes build and everything under it";
+        assert_reasons(&[
+            ("env -S 'rm -rf' build", split),
+            ("env -u FOO -S 'rm -rf' build", split),
+            ("env --split-string 'rm' -rf build", split),
+        ]);
     }
 
     /// Operands are what the command works on: option values and `--` are not among them.
     #[test]
     fn operands_exclude_option_values_and_the_double_dash() {
-        for (command, want) in [
+        assert_reasons(&[
             ("rm -rf -- build", "rm -r deletes build and everything under it"),
             ("rm -rf -- -x", "rm -r deletes -x and everything under it"),
             ("shred -n 3 build", "shred destroys the contents of build"),
             ("shred -n 3 -s 1K -- a b", "shred destroys the contents of a b"),
             ("mkdir -m 700 /etc/x", "changes /etc/x: system files there affect the whole machine"),
-        ] {
-            assert_eq!(reason(command), want, "{command}");
-        }
+        ]);
     }
 
     #[test]
     fn commands_that_change_files_have_their_rules() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("touch /etc/motd", d("system file write")),
             ("mkdir /usr/local/x", d("system file write")),
             ("rmdir /boot/old", d("system file write")),
@@ -1114,17 +1122,14 @@ mod tests {
             ("shred notes.txt", d("secure delete")),
             ("wipefs -a disk.img", d("disk wipe")),
             ("wipefs -a /dev/sdb", HARD),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     /// Device, power and permission rules fire on what makes them dangerous, and not on the
     /// harmless uses of the same tools.
     #[test]
     fn machine_rules_fire_only_on_their_dangerous_forms() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("mkswap swapfile", SAFE),
             ("mkswap /dev/sdb2", HARD),
             ("blkdiscard /dev/nvme0n1", HARD),
@@ -1150,15 +1155,12 @@ mod tests {
             ("chown me notes.txt", SAFE),
             ("chown -R me build", d("recursive chown")),
             ("chgrp -R staff ~", HARD),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     #[test]
     fn copies_in_place_edits_and_downloaded_scripts() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("cp -t /etc/ a b", d("system file write")),
             ("mv --target-directory /usr/bin a", d("system file write")),
             ("cp a b /etc", d("system file write")),
@@ -1189,17 +1191,14 @@ mod tests {
             // The first operand of push is the remote; only a later refspec's `+` forces.
             ("git push +main", SAFE),
             ("git push origin +main", d("force push")),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     /// What a shell runs: the `-c` script (after its options, their values and `--`), a script
     /// file, or its stdin (no operand, `-s`, or a lone `-`, which bash reads like `--`).
     #[test]
     fn shells_run_their_script_argument_file_or_stdin() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("bash -c -- 'rm -rf /'", HARD),
             ("bash -o pipefail -c 'rm -rf /'", HARD),
             ("bash +O extglob -O nullglob -ec 'rm -rf build'", d("recursive delete")),
@@ -1214,16 +1213,13 @@ mod tests {
             ("echo 'rm -rf /' | bash -x -", HARD),
             ("echo 'rm -rf /' | bash +", SAFE),
             ("echo 'rm -rf /' | bash run.sh", SAFE),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     /// `find` runs each of its `-exec` commands, each ending at its own `;` or `+`.
     #[test]
     fn find_checks_every_exec_command() {
-        for (command, want) in [
+        assert_reasons(&[
             ("find . -exec echo {} + -exec rm -rf build \\;", "rm -r deletes build and everything under it"),
             ("find . -exec rm -rf build \\; -print", "rm -r deletes build and everything under it"),
             ("find . -name x -execdir rm -rf out {} ';' -print", "rm -r deletes out {} and everything under it"),
@@ -1231,15 +1227,13 @@ mod tests {
             ("find . -ok rm -rf / \\;", "recursive delete of / or the home directory"),
             ("find . -type f -okdir echo {} \\;", "safe"),
             ("find . -delete", "find -delete deletes every file it matches"),
-        ] {
-            assert_eq!(reason(command), want, "{command}");
-        }
+        ]);
     }
 
     /// A substitution fed to an interpreter is a remote script only when a downloader runs in it.
     #[test]
     fn downloaders_are_recognised_by_command_name() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("ruby -e \"$(curl -s https://example.com/x.rb)\"", d("remote script execution")),
             ("node -e \"$(wget -qO- https://example.com/x.js)\"", d("remote script execution")),
             ("perl -e \"$(/usr/bin/curl -s https://example.com/x.pl)\"", d("remote script execution")),
@@ -1251,15 +1245,12 @@ mod tests {
             ("python3 -c \"$(cat curl-config)\"", SAFE),
             ("python3 -c \"$(cat tools/wget_helper.py)\"", SAFE),
             ("python3 \"$(git rev-parse --show-toplevel)/run.py\"", SAFE),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     #[test]
     fn kill_of_every_process_and_world_writable_modes() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             ("kill -9 -1", d("kill all processes")),
             ("kill -KILL -1", d("kill all processes")),
             ("kill -s KILL -1", d("kill all processes")),
@@ -1281,10 +1272,7 @@ mod tests {
             ("chmod -R g+w build", SAFE),
             ("chmod -R o+r build", SAFE),
             ("chmod -R go-w build", SAFE),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     /// `..` never climbs above `/`; a relative path keeps its leading `..`.
@@ -1310,7 +1298,7 @@ mod tests {
     /// functions, even ones that background work, are not.
     #[test]
     fn fork_bombs_whatever_the_function_name_and_nothing_else() {
-        let table: Vec<(&str, Kind)> = vec![
+        assert_kinds(&[
             (":(){ :|:& };:", HARD),
             ("bomb() { bomb | bomb & }; bomb", HARD),
             ("x=1; boom(){ boom & boom; }; boom", HARD),
@@ -1319,10 +1307,7 @@ mod tests {
             ("bg(){ sleep 1 & }; bg", SAFE),
             ("build(){ make & }; build; build", SAFE),
             ("echo '(){ }'", SAFE),
-        ];
-        for (command, want) in table {
-            assert_eq!(kind(&classify_command(command)), want, "{command}");
-        }
+        ]);
     }
 
     /// Every way one command reaches another counts as one level of nesting: with
