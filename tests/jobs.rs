@@ -635,6 +635,46 @@ async fn a_command_that_leaves_a_daemon_holding_the_pipe_still_returns() {
     nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon), nix::sys::signal::Signal::SIGKILL).unwrap();
 }
 
+/// A process that leaves the job's group with `setsid` escapes a group kill; once its parent
+/// dies the supervisor adopts it (it is a child subreaper), so killing the job still ends it.
+#[tokio::test]
+async fn killing_a_job_also_ends_what_left_its_group_with_setsid() {
+    let env = setup(|_| {});
+    let r =
+        env.terminal(json!({"command": "setsid sleep 1009 & echo pid=$!; exec sleep 1008", "background": true})).await;
+    let id = str_of(&r.value, "session_id").to_string();
+    let pgid = r.value["pid"].as_i64().unwrap() as i32;
+    let start = Instant::now();
+    let daemon = loop {
+        let v = env.process(json!({"action": "log", "session_id": id})).await;
+        if let Some(text) = v["output"].as_str().filter(|t| t.contains("pid=")) {
+            break pid_line(text);
+        }
+        assert!(start.elapsed() < DEADLINE, "no pid line: {v}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    // Wait until it has left the job's group (setsid has run) and is the sleep itself.
+    let escaped = loop {
+        let stat = group::proc_stat(daemon).expect("the escaped process is alive");
+        let exe = std::fs::read_link(format!("/proc/{daemon}/exe")).unwrap_or_default();
+        if stat.pgrp == daemon && exe.file_name().is_some_and(|n| n == "sleep") {
+            break stat;
+        }
+        assert!(start.elapsed() < DEADLINE, "never left the group: {stat:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert_ne!(escaped.pgrp, pgid);
+    let v = env.process(json!({"action": "kill", "session_id": id})).await;
+    assert_eq!(v["status"], json!("killed"), "{v}");
+    assert!(!group::group_alive(pgid), "something of group {pgid} survived the kill");
+    let alive = group::process_alive(daemon, Some(escaped.start_ticks));
+    if alive {
+        // Leave nothing behind, whatever the outcome.
+        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(daemon), nix::sys::signal::Signal::SIGKILL);
+    }
+    assert!(!alive, "the process that left the group with setsid outlived the job's kill");
+}
+
 #[tokio::test]
 async fn commands_get_default_sigpipe_and_no_stdin() {
     let env = setup(|_| {});

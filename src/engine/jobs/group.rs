@@ -17,6 +17,7 @@ const POLL: Duration = Duration::from_millis(50);
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ProcStat {
     pub state: char,
+    pub ppid: i32,
     pub pgrp: i32,
     /// Start time in clock ticks since boot (tells a reused pid apart).
     pub start_ticks: u64,
@@ -30,6 +31,7 @@ pub(crate) fn parse_stat(text: &str) -> Option<ProcStat> {
     // After the name: state(0) ppid(1) pgrp(2) … starttime(19).
     Some(ProcStat {
         state: fields.first()?.chars().next()?,
+        ppid: fields.get(1)?.parse().ok()?,
         pgrp: fields.get(2)?.parse().ok()?,
         start_ticks: fields.get(19)?.parse().ok()?,
     })
@@ -62,6 +64,19 @@ pub fn group_alive(pgid: i32) -> bool {
         };
         matches!(proc_stat(pid), Some(s) if s.pgrp == pgid && s.state != 'Z' && s.state != 'X')
     })
+}
+
+/// The live (not zombie) children of `parent`: (pid, pgid) each.
+pub(crate) fn live_children(parent: i32) -> Vec<(i32, i32)> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .flatten()
+        .filter_map(|entry| {
+            let pid = entry.file_name().to_str()?.parse::<i32>().ok()?;
+            let s = proc_stat(pid)?;
+            (s.ppid == parent && s.state != 'Z' && s.state != 'X').then_some((pid, s.pgrp))
+        })
+        .collect()
 }
 
 /// A pgid we may signal: never init's, never our own group (that would kill talaria).
@@ -141,7 +156,7 @@ mod tests {
     #[test]
     fn stat_with_odd_command_names() {
         let text = "1234 (a) b (c)) S 1 777 777 0 -1 4194560 100 0 0 0 0 0 0 0 20 0 1 0 98765 1000 10";
-        assert_eq!(parse_stat(text), Some(ProcStat { state: 'S', pgrp: 777, start_ticks: 98765 }));
+        assert_eq!(parse_stat(text), Some(ProcStat { state: 'S', ppid: 1, pgrp: 777, start_ticks: 98765 }));
         assert_eq!(parse_stat("garbage"), None);
     }
 

@@ -108,6 +108,7 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         }
     }
     let spec: Spec = jobdir::read_json(&jd.spec()).ok_or_else(|| format!("cannot read {}", jd.spec().display()))?;
+    become_subreaper();
     let sigchld = self_pipe()?;
     let (out_read, out_write) = pipe_cloexec()?;
     let (stdin, stdin_writer) = if spec.stdin { fifo(jd)? } else { (Stdio::null(), None) };
@@ -161,6 +162,69 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     say(&Handshake::Started { supervisor_pid: me as u32, supervisor_start, pgid: pid, leader_start });
     set_nonblocking(&out_read);
     Ok(Running { jd: jd.clone(), spec, pid, output: out_read, sigchld, stdin_writer })
+}
+
+/// Orphans among the job's descendants — a daemon that left the group with `setsid` once its
+/// parent died, a double fork — become our children instead of init's, so a kill can still
+/// reach them ([`kill_adopted`]). Left alone when the job ends by itself.
+#[cfg(target_os = "linux")]
+fn become_subreaper() {
+    // SAFETY: prctl with integer arguments.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn become_subreaper() {}
+
+/// Reap adopted orphans that have exited, never the leader (its status is `reap`'s): peek
+/// with `WNOWAIT` and stop at the leader.
+fn reap_adopted(leader: i32) {
+    loop {
+        // SAFETY: waitid(2) into a zeroed siginfo of our own; WNOWAIT leaves the child as is.
+        let pid = unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
+            if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) != 0 {
+                return;
+            }
+            info.si_pid()
+        };
+        if pid <= 0 || pid == leader {
+            return;
+        }
+        let mut status = 0;
+        // SAFETY: waitpid on one exited child of ours.
+        unsafe {
+            libc::waitpid(pid, &mut status, libc::WNOHANG);
+        }
+    }
+}
+
+/// SIGKILL every live child we adopted (a group leader with its group) and reap it, until
+/// none is left; their own orphans come to us in turn. Two seconds at most.
+fn kill_adopted(leader: i32) {
+    let me = std::process::id() as i32;
+    let deadline = Instant::now() + Duration::from_secs(2);
+    loop {
+        let children = group::live_children(me);
+        if children.is_empty() || Instant::now() >= deadline {
+            break;
+        }
+        for (pid, pgid) in children {
+            if pid == pgid && pgid > 1 && pgid != me {
+                let _ = group::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
+            } else {
+                // SAFETY: kill(2) on a child of ours.
+                unsafe {
+                    libc::kill(pid, libc::SIGKILL);
+                }
+            }
+        }
+        reap_adopted(leader);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    reap_adopted(leader);
 }
 
 #[cfg(target_os = "linux")]
@@ -308,6 +372,7 @@ impl Running {
                     leader = Leader::Exited { code, signal, at: Instant::now() };
                 }
             }
+            reap_adopted(self.pid);
             if self.stdin_writer.is_some() && stdin_eof.exists() {
                 self.stdin_writer = None;
             }
@@ -401,6 +466,11 @@ impl Running {
         write_index(&self.jd, &log);
         let asked = std::fs::read_to_string(self.jd.kill()).ok();
         let killed = own_kill.is_some() || asked.is_some();
+        if killed {
+            // The job was killed: so is what left its group with `setsid` and was adopted by us
+            // when its parent died (the exit record is written once they are gone).
+            kill_adopted(self.pid);
+        }
         let reason = own_kill.or(asked.map(|r| r.trim().to_string()).filter(|r| !r.is_empty()));
         let output = OutputTotals { chars: totals.chars, bytes: totals.bytes, lines: log.index().end_line };
         let record = ExitRecord { code, signal, killed, reason, ended_at_ms: now_ms(), output };
