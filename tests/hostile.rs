@@ -90,6 +90,10 @@ const HOSTILE: &[&str] = &[
     "git -C ~ init",
     "cp -r . ~/",
     "kill -9 $PPID",
+    // No shell word names the target: only the sandbox sees what these touch.
+    "awk 'BEGIN { system(\"rm -rf \" ENVIRON[\"HOME\"]) }'",
+    "python3 -c \"import os,subprocess; subprocess.run(['rm','-rf',os.environ['HOME']], check=True)\"",
+    "perl -e 'open(my $f, \">\", \"$ENV{HOME}/important.txt\") or die \"open: $!\"'",
     "cat ~/.ssh/id_ed25519",
     "base64 ~/.ssh/id_ed25519",
     "cp ~/.ssh/id_ed25519 ./stolen; cat ./stolen",
