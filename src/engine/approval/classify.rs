@@ -1037,33 +1037,32 @@ mod tests {
         assert_eq!(kind(&classify_command(&cmd)), d("obfuscated command"));
     }
 
-    /// Every command of the table classified as given; all the wrong ones reported at once.
+    /// Every command of the table judged as given; all the wrong ones reported at once.
     #[track_caller]
-    fn assert_kinds(table: &[(&str, Kind)]) {
+    fn assert_each<T: PartialEq + std::fmt::Debug>(table: &[(&str, T)], judge: impl Fn(&Classification) -> T) {
         let failures: Vec<String> = table
             .iter()
             .filter_map(|(command, want)| {
                 let got = classify_command(command);
-                (kind(&got) != *want).then(|| format!("{command:?}: want {want:?}, got {got:?}"))
+                (judge(&got) != *want).then(|| format!("{command:?}: want {want:?}, got {got:?}"))
             })
             .collect();
         assert_eq!(failures, Vec::<String>::new());
     }
 
-    /// Each command's reason ("safe" when it is); all the wrong ones reported at once.
+    #[track_caller]
+    fn assert_kinds(table: &[(&str, Kind)]) {
+        assert_each(table, kind);
+    }
+
+    /// Each command's reason ("safe" when it is).
     #[track_caller]
     fn assert_reasons(table: &[(&str, &str)]) {
-        let failures: Vec<String> = table
-            .iter()
-            .filter_map(|(command, want)| {
-                let got = match classify_command(command) {
-                    Classification::Dangerous { reason, .. } | Classification::Hardline { reason } => reason,
-                    Classification::Safe => "safe".into(),
-                };
-                (got != *want).then(|| format!("{command:?}: want {want:?}, got {got:?}"))
-            })
-            .collect();
-        assert_eq!(failures, Vec::<String>::new());
+        let reasons: Vec<(&str, String)> = table.iter().map(|(c, r)| (*c, r.to_string())).collect();
+        assert_each(&reasons, |c| match c {
+            Classification::Dangerous { reason, .. } | Classification::Hardline { reason } => reason.clone(),
+            Classification::Safe => "safe".into(),
+        });
     }
 
     /// Wrappers are peeled to the command that really runs, and nothing else is: a word is an
