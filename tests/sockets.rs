@@ -147,6 +147,19 @@ async fn a_tmux_server_outside_is_not_reached() {
         .status()
         .unwrap();
     assert!(started.success());
+    let up = std::process::Command::new("tmux").args(["-S", &s, "has-session", "-t", "t3004701"]).status();
+    assert!(
+        up.is_ok_and(|st| st.success()),
+        "tmux cannot keep a server running as this user here (outside any sandbox)"
+    );
+    // Stopped whatever the test's outcome.
+    struct KillServer(String);
+    impl Drop for KillServer {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("tmux").args(["-S", &self.0, "kill-server"]).status();
+        }
+    }
+    let _server = KillServer(s.clone());
     let tmux_env = format!("{s},1,0");
     let result = run(&home, &fake, &format!("tmux -S {s} run-shell 'rm -rf ~'"), &[], &[]).await;
     assert_ne!(result["exit_code"], 0, "{result}");
@@ -178,7 +191,6 @@ async fn a_tmux_server_outside_is_not_reached() {
     let out = tokio::time::timeout(Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     common::wait_until("the server ran the approved command", || probe.exists()).await;
-    let _ = std::process::Command::new("tmux").args(["-S", &s, "kill-server"]).status();
 }
 
 /// Abstract sockets (X11, dbus), talaria's own ssh ControlMaster directory and the temp
