@@ -348,6 +348,9 @@ pub struct SandboxConfig {
     pub network: bool,
     pub writable_roots: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
+    /// Unix sockets outside the sandbox commands may connect to (paths, `@name` abstract).
+    pub allow_unix_sockets: Vec<PathBuf>,
+    pub limits: crate::engine::sandbox::limits::Limits,
 }
 
 impl Default for SandboxConfig {
@@ -357,6 +360,8 @@ impl Default for SandboxConfig {
             network: true,
             writable_roots: Vec::new(),
             deny_read: Vec::new(),
+            allow_unix_sockets: Vec::new(),
+            limits: Default::default(),
         }
     }
 }
@@ -624,6 +629,17 @@ impl Config {
         }
         if self.terminal.shell.trim().is_empty() {
             return Err(invalid("terminal.shell", "expected a shell name such as \"bash\""));
+        }
+        for p in &self.sandbox.allow_unix_sockets {
+            let text = p.to_string_lossy();
+            if !(p.is_absolute() || text.starts_with("~/") || (text.starts_with('@') && text.len() > 1)) {
+                return Err(invalid(
+                    "sandbox.allow_unix_sockets",
+                    &format!(
+                        "{text:?}: expected an absolute path, one starting with ~/, or @name for an abstract socket"
+                    ),
+                ));
+            }
         }
         for (name, server) in &self.mcp.servers {
             server.check(name).map_err(|(key, message)| invalid(&key, &message))?;

@@ -250,6 +250,8 @@ async fn a_write_outside_the_writable_roots_asks() {
         deny_write: vec![],
         job_dirs: vec![],
         git_guard: None,
+        allow_unix_sockets: vec![],
+        limits: Default::default(),
     };
     let (approvals, mut rx) = approver(PromptPolicy::Ask);
     approvals.set_sandbox_policy(policy.clone());

@@ -438,6 +438,12 @@ impl JobsHandle {
         Some(text)
     }
 
+    /// The connections the sandbox stopped for job `id`, as its supervisor recorded them.
+    pub(crate) fn sandbox_denials(&self, id: &str) -> Vec<crate::engine::sandbox::notify::Denial> {
+        let Some(job) = self.inner.get(id) else { return Vec::new() };
+        crate::engine::sandbox::notify::read_denials(&job.dir.path.join(crate::engine::sandbox::notify::DENIALS_FILE))
+    }
+
     /// Stop awaiting: the job is a background job from now on (yield). Returns false when
     /// it has already finished (the caller should use its exit instead).
     pub(crate) async fn adopt(&self, id: &str) -> bool {

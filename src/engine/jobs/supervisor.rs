@@ -17,6 +17,7 @@ use super::jobdir::{self, ExitRecord, Handshake, IndexFile, JobDir, LeaderExit, 
 use super::log::LogWriter;
 use super::output::Utf8Decoder;
 use super::{group, now_ms};
+use crate::engine::sandbox;
 
 /// After the leader exits, how long output may still be drained before what is left of
 /// the group counts as a leftover (`cmd &`).
@@ -96,6 +97,10 @@ struct Running {
     /// The supervisor's own write end of the stdin FIFO: the job sees end of file only
     /// once talaria asks (`stdin.eof`) and this is dropped.
     stdin_writer: Option<OwnedFd>,
+    /// Serves the job's mediated socket calls (DESIGN §6a).
+    sockets: Option<sandbox::notify::Server>,
+    /// The job's own cgroup (`sandbox.limits.processes`), removed when it is gone.
+    cgroup: Option<sandbox::limits::JobCgroup>,
 }
 
 fn start(jd: &JobDir) -> Result<Running, String> {
@@ -126,8 +131,16 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         .stderr(Stdio::from(out_dup));
     let me = std::process::id() as libc::pid_t;
     // The sandbox is built here, before fork; the child only applies it.
-    let mut sandbox =
-        spec.sandbox.as_ref().map(crate::engine::sandbox::prepare).transpose().map_err(|e| e.to_string())?;
+    let cgroup = spec.sandbox.as_ref().and_then(|p| sandbox::limits::JobCgroup::create(&p.limits));
+    let mut prepared = match &spec.sandbox {
+        Some(policy) => Some(sandbox::prepare(policy).map_err(|e| e.to_string())?.with_cgroup(policy, cgroup.as_ref())),
+        None => None,
+    };
+    // The child hands its socket mediation listener over before exec; std's spawn blocks
+    // until then, so a short-lived thread takes it (see engine/sandbox/notify.rs).
+    let receiver =
+        prepared.as_mut().and_then(|p| p.take_notify()).map(|ends| std::thread::spawn(move || ends.receive()));
+    let mut sandbox = prepared;
     // SAFETY: only async-signal-safe calls between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -152,8 +165,24 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         });
     }
     // spawn() returns once the child has exec'd (or failed to): setsid has run.
-    let child = cmd.spawn().map_err(|e| format!("cannot start {}: {e}", spec.shell))?;
+    let spawned = cmd.spawn();
+    // Closes our copies of the child's handoff ends: a receiver still waiting sees end of file.
     drop(cmd);
+    let listener = receiver.map(|r| r.join().map_err(|_| "the socket mediation failed".to_string()));
+    let child = spawned.map_err(|e| {
+        if let Some(cg) = &cgroup {
+            cg.remove();
+        }
+        format!("cannot start {}: {e}", spec.shell)
+    })?;
+    // The child only execs once the listener is ours, so a spawned child means it is.
+    let sockets = match (listener, &spec.sandbox) {
+        (Some(Ok(Ok(listener))), Some(policy)) => Some(sandbox::notify::Server::new(
+            listener,
+            policy.notify_settings(jd.path.join(sandbox::notify::DENIALS_FILE)),
+        )),
+        _ => None,
+    };
     let pid = child.id() as i32;
     // The pid is reaped with waitpid(pid) below; std's handle is not needed.
     std::mem::forget(child);
@@ -161,7 +190,7 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     let supervisor_start = group::proc_stat(me).map(|s| s.start_ticks).unwrap_or(0);
     say(&Handshake::Started { supervisor_pid: me as u32, supervisor_start, pgid: pid, leader_start });
     set_nonblocking(&out_read);
-    Ok(Running { jd: jd.clone(), spec, pid, output: out_read, sigchld, stdin_writer })
+    Ok(Running { jd: jd.clone(), spec, pid, output: out_read, sigchld, stdin_writer, sockets, cgroup })
 }
 
 /// Orphans among the job's descendants — a daemon that left the group with `setsid` once its
@@ -434,16 +463,25 @@ impl Running {
         }
     }
 
-    /// Sleep until output or SIGCHLD arrives, or `timeout`.
-    fn wait_readable(&self, eof: bool, timeout: Duration) {
-        let mut fds = [
-            libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 },
-        ];
-        let count: libc::nfds_t = if eof { 1 } else { 2 };
-        // SAFETY: poll(2) on the first `count` entries of our own array.
+    /// Sleep until output, SIGCHLD or a socket call to mediate arrives, or `timeout`;
+    /// then serve the socket calls that are ready.
+    fn wait_readable(&mut self, eof: bool, timeout: Duration) {
+        let mut fds = vec![libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        if !eof {
+            fds.push(libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        }
+        let base = fds.len();
+        let mut timeout = timeout;
+        if let Some(server) = &self.sockets {
+            server.poll_fds(&mut fds);
+            timeout = server.poll_timeout().map_or(timeout, |t| t.min(timeout));
+        }
+        // SAFETY: poll(2) on our own array.
         unsafe {
-            libc::poll(fds.as_mut_ptr(), count, timeout.as_millis() as libc::c_int);
+            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as libc::c_int);
+        }
+        if let Some(server) = &mut self.sockets {
+            server.serve(&fds[base..]);
         }
         let mut sink = [0u8; 64];
         // SAFETY: draining our own non-blocking pipe.
@@ -474,6 +512,9 @@ impl Running {
         let reason = own_kill.or(asked.map(|r| r.trim().to_string()).filter(|r| !r.is_empty()));
         let output = OutputTotals { chars: totals.chars, bytes: totals.bytes, lines: log.index().end_line };
         let record = ExitRecord { code, signal, killed, reason, ended_at_ms: now_ms(), output };
+        if let Some(cg) = &self.cgroup {
+            cg.remove();
+        }
         let _ = jobdir::write_json(&self.jd.exit(), &record);
     }
 }

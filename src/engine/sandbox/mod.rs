@@ -6,11 +6,21 @@
 //!
 //! Files: Landlock is an allow-list, so a denied path is carved out by granting its
 //! siblings instead of its parent. Network (`sandbox.network = false`): a seccomp filter
-//! makes `socket(AF_INET | AF_INET6 | AF_PACKET)` fail. Landlock's own network rules only
+//! makes `socket` of every family but AF_UNIX fail. Landlock's own network rules only
 //! cover TCP bind/connect, which would leave UDP (DNS tunnels) and raw sockets open.
+//!
+//! Side doors (DESIGN §6a): unix sockets are mediated by the job's supervisor
+//! ([`notify`], [`sockets`]); abstract ones are also scoped by Landlock. Jobs keep no
+//! capability ([`caps`]), cannot change limits or priorities of other processes (the
+//! seccomp filter), and run under [`limits`]. In the child: mounts → limits → capabilities
+//! → Landlock → seccomp (and the listener handed to the supervisor) → exec.
 
+mod caps;
+pub mod limits;
 pub mod mounts;
+pub mod notify;
 mod seccomp;
+pub(crate) mod sockets;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -46,6 +56,13 @@ pub struct Policy {
     /// `.git/config` read-only; None where none can be created (they are then unprotected).
     #[serde(default)]
     pub git_guard: Option<mounts::Namespace>,
+    /// `sandbox.allow_unix_sockets`: sockets outside the job a command may still reach
+    /// (paths, `@name` for abstract ones); the rest are refused unless a process of the
+    /// job made them.
+    #[serde(default)]
+    pub allow_unix_sockets: Vec<PathBuf>,
+    #[serde(default)]
+    pub limits: limits::Limits,
 }
 
 /// Credential stores under the home directory: never readable by a job.
@@ -108,7 +125,35 @@ impl Policy {
                 (SandboxMode::WorkspaceWrite, mounts::GuardSupport::Available(ns)) => Some(*ns),
                 _ => None,
             },
+            allow_unix_sockets: config.allow_unix_sockets.iter().map(|p| expand(p)).collect(),
+            limits: config.limits,
         }
+    }
+
+    /// What a supervisor needs to serve this policy's socket mediation for one job.
+    pub fn notify_settings(&self, denials: PathBuf) -> notify::Settings {
+        notify::Settings { network: self.network, allow_unix_sockets: self.allow_unix_sockets.clone(), denials }
+    }
+
+    /// One line for `/permissions`: what commands may connect to.
+    pub(crate) fn describe_sockets(&self) -> String {
+        if !self.active() {
+            return "sockets: NOT mediated (no kernel sandbox)".into();
+        }
+        let allowed: Vec<String> = self.allow_unix_sockets.iter().map(|p| p.display().to_string()).collect();
+        format!(
+            "sockets: commands reach only unix sockets their own processes made{}; capabilities dropped; \
+             other processes' limits and priorities are out of reach",
+            if allowed.is_empty() { String::new() } else { format!(", plus {}", allowed.join(", ")) }
+        )
+    }
+
+    /// One line for `/permissions`: which limits hold and which could not be set.
+    pub(crate) fn describe_limits(&self) -> String {
+        if self.mode == SandboxMode::Off {
+            return "limits: none (sandbox off)".into();
+        }
+        limits::describe(&self.limits, nix::unistd::getuid().is_root(), limits::cgroup_support())
     }
 
     /// One line for `/permissions`: are git hooks safe from commands?
@@ -240,19 +285,51 @@ pub enum SandboxError {
 #[derive(Debug)]
 pub struct Prepared {
     ruleset: Option<RulesetCreated>,
-    network_filter: Option<seccomp::Filter>,
+    filter: Option<seccomp::Filter>,
     git_guard: Option<mounts::Plan>,
+    /// How the child hands the socket mediation's listener to its supervisor.
+    handoff: Option<notify::Handoff>,
+    caps: Option<caps::DropAll>,
+    limits: limits::Plan,
+}
+
+impl Prepared {
+    /// The supervisor's end of the socket mediation: it must [`notify::ParentEnds::receive`]
+    /// the listener while the spawn runs (in a thread) and serve it. A job whose filter
+    /// has nobody to serve it does not start.
+    pub fn take_notify(&mut self) -> Option<notify::ParentEnds> {
+        self.handoff.as_mut().and_then(|h| h.take_parent())
+    }
+
+    /// Bound the job's processes by its cgroup instead of RLIMIT_NPROC.
+    pub fn with_cgroup(mut self, policy: &Policy, cgroup: Option<&limits::JobCgroup>) -> Prepared {
+        if policy.mode != SandboxMode::Off {
+            self.limits = limits::Plan::new(&policy.limits).with_processes(&policy.limits, cgroup);
+        }
+        self
+    }
 }
 
 /// Build the ruleset in the parent: open every path, add every rule. Costs a directory
 /// listing per ancestor of a denied path (see BENCHMARKS.md for the time per command).
 pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
+    let mut prepared = Prepared {
+        ruleset: None,
+        filter: None,
+        git_guard: None,
+        handoff: None,
+        caps: None,
+        limits: limits::Plan::default(),
+    };
     if policy.mode == SandboxMode::Off {
-        return Ok(Prepared { ruleset: None, network_filter: None, git_guard: None });
+        return Ok(prepared);
     }
-    let network_filter = (!policy.network).then(seccomp::Filter::deny_ip_sockets);
+    prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: policy.network, mediate_sockets: true }));
+    prepared.handoff = Some(notify::Handoff::new()?);
+    prepared.caps = Some(caps::DropAll::new());
+    prepared.limits = limits::Plan::new(&policy.limits).with_processes(&policy.limits, None);
     if !matches!(support(), Support::Available { .. }) {
-        return Ok(Prepared { ruleset: None, network_filter, git_guard: None });
+        return Ok(prepared);
     }
     let all = AccessFs::from_all(TARGET_ABI);
     let read = AccessFs::ReadFile | AccessFs::ReadDir | AccessFs::Execute;
@@ -272,19 +349,22 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
         .handle_access(all)?
-        // A job may not signal processes outside its sandbox (talaria itself, the user's).
+        // A job may not signal processes outside its sandbox (talaria itself, the user's),
+        // nor connect to an abstract unix socket made outside it (X11, dbus, ...).
         .scope(Scope::Signal)?
+        .scope(Scope::AbstractUnixSocket)?
         .create()?
         // Names are listable everywhere (`ls ~` works); contents follow the rules below.
         .add_rules(path_beneath_rules(["/"], AccessFs::ReadDir))?
         .add_rules(path_beneath_rules(&readable, read))?
         .add_rules(path_beneath_rules(&writable, all))?
         .add_rules(path_beneath_rules(devices, all))?;
-    let git_guard = match policy.git_guard {
+    prepared.git_guard = match policy.git_guard {
         Some(ns) => mounts::Plan::for_roots(ns, &policy.writable_roots)?,
         None => None,
     };
-    Ok(Prepared { ruleset: Some(ruleset), network_filter, git_guard })
+    prepared.ruleset = Some(ruleset);
+    Ok(prepared)
 }
 
 /// What may be granted whole under `root` without granting anything under `holes`: `root`
@@ -313,18 +393,29 @@ fn grantable(root: &Path, holes: &[PathBuf], out: &mut Vec<PathBuf>, budget: &mu
 }
 
 /// Restrict the calling process. Call it between fork and exec (a `pre_exec` closure):
-/// it makes only async-signal-safe syscalls (`prctl`, `landlock_restrict_self`, `close`).
-/// A failure must abort the spawn: the command then never runs outside its sandbox.
+/// it makes only async-signal-safe syscalls (`prctl`, `capset`, `setrlimit`, `write`,
+/// `landlock_restrict_self`, `seccomp`, `read`, `close`). A failure must abort the spawn:
+/// the command then never runs outside its sandbox.
 pub fn apply_in_child(prepared: &mut Prepared) -> std::io::Result<()> {
     // Mounts first: once Landlock applies, no mount can be made or undone.
     if let Some(plan) = &prepared.git_guard {
         plan.apply()?;
     }
+    prepared.limits.apply()?;
+    if let Some(caps) = &prepared.caps {
+        caps.apply()?;
+    }
     if let Some(ruleset) = prepared.ruleset.take() {
         ruleset.restrict_self().map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM))?;
     }
-    if let Some(filter) = &prepared.network_filter {
-        filter.install()?;
+    if let Some(filter) = &prepared.filter {
+        let listener = filter.install()?;
+        if let (Some(listener), Some(handoff)) = (listener, &prepared.handoff) {
+            // A user namespace (the git guard) leaves the child non-dumpable, and the
+            // supervisor could not take the listener from it.
+            nix::sys::prctl::set_dumpable(true)?;
+            handoff.hand_over(listener)?;
+        }
     }
     Ok(())
 }
@@ -396,6 +487,10 @@ mod tests {
     fn run_sandboxed(policy: &Policy, script: &str) -> (i32, String) {
         use std::os::unix::process::CommandExt;
         let mut prepared = prepare(policy).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let server = prepared
+            .take_notify()
+            .map(|ends| notify::serve_in_thread(ends, policy.notify_settings(dir.path().join("denials.jsonl"))));
         let mut cmd = std::process::Command::new("sh");
         cmd.arg("-c").arg(script);
         // SAFETY: apply_in_child only makes async-signal-safe syscalls.
@@ -403,6 +498,10 @@ mod tests {
             cmd.pre_exec(move || apply_in_child(&mut prepared));
         }
         let out = cmd.output().unwrap();
+        drop(cmd);
+        if let Some(server) = server {
+            server.join().unwrap();
+        }
         let text = String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
         (out.status.code().unwrap_or(-1), text)
     }
@@ -427,6 +526,8 @@ mod tests {
             deny_write: vec![home.join(".ssh")],
             job_dirs: vec![],
             git_guard: None,
+            allow_unix_sockets: vec![],
+            limits: Default::default(),
         };
         let h = home.display();
         let (code, out) =
@@ -482,6 +583,8 @@ mod tests {
             deny_write: vec![],
             job_dirs: vec![],
             git_guard: None,
+            allow_unix_sockets: vec![],
+            limits: Default::default(),
         };
         let (code, out) =
             run_sandboxed(&policy, &format!("cd {} && p=.git/ho; echo x > ${{p}}oks/pre-commit", work.display()));
@@ -499,6 +602,8 @@ mod tests {
             deny_write: vec![],
             job_dirs: vec![],
             git_guard: Some(mounts::Namespace::User),
+            allow_unix_sockets: vec![],
+            limits: Default::default(),
         };
         let ok = mounts::GuardSupport::Available(mounts::Namespace::User);
         assert_eq!(
@@ -532,6 +637,8 @@ mod tests {
             deny_write: vec![],
             job_dirs: vec![],
             git_guard: Some(ns),
+            allow_unix_sockets: vec![],
+            limits: Default::default(),
         };
         let w = work.display();
         let env = "export GIT_AUTHOR_NAME=t GIT_AUTHOR_EMAIL=t@t GIT_COMMITTER_NAME=t GIT_COMMITTER_EMAIL=t@t";

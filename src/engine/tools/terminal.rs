@@ -175,8 +175,11 @@ impl Tool for TerminalTool {
                 }
                 let code = exit.exit_code();
                 let blocked = sandboxed && code != 0 && looks_blocked(&output);
+                let denials = if sandboxed { ctx.jobs.sandbox_denials(&spawned.id) } else { Vec::new() };
                 let mut value = base(output, Some(code), &new_cwd);
-                if blocked {
+                if !denials.is_empty() {
+                    value["sandbox"] = json!(denied_connections(&denials));
+                } else if blocked {
                     value["sandbox"] = json!(SANDBOX_NOTE);
                 }
                 if exit.leftover {
@@ -418,6 +421,20 @@ async fn wait_foreground(
 
 /// Told to the model when a sandboxed command failed on a permission error.
 pub(crate) const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): commands may write only under the working directory, the temp dir and sandbox.writable_roots, and cannot read credential stores (~/.ssh, ~/.aws, ...). If this command truly needs more, call terminal again with sandbox=false; the user will be asked.";
+
+/// What the model is told when the sandbox stopped connections: which, why, and the two
+/// ways on. The addresses come from the job (escaped by the supervisor): data, not words.
+fn denied_connections(denials: &[crate::engine::sandbox::notify::Denial]) -> String {
+    let list: Vec<String> =
+        denials.iter().take(5).map(|d| format!("{} to {}: {}", d.call, d.address, d.reason)).collect();
+    let more = if denials.len() > 5 { format!(" (and {} more)", denials.len() - 5) } else { String::new() };
+    format!(
+        "the sandbox stopped a connection: {}{more}. Commands may reach only sockets their own processes made. \
+         To allow one, the user can add its path to sandbox.allow_unix_sockets in config.toml; or call terminal \
+         again with sandbox=false (the user will be asked).",
+        list.join("; ")
+    )
+}
 
 /// A permission error of the kind Landlock and the network filter cause.
 fn looks_blocked(output: &str) -> bool {
