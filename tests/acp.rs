@@ -163,6 +163,27 @@ impl SdkClient {
     }
 }
 
+/// The process group of `pid` (field 5 of /proc/<pid>/stat).
+fn pgid_of(pid: u32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit(')').next()?.split_whitespace().nth(2)?.parse().ok()
+}
+
+/// Live (not zombie) processes in group `pgid`.
+fn group_members(pgid: i32) -> Vec<u32> {
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(rest) = stat.rsplit(')').next() else { continue };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() != Some(&"Z") && fields.get(2).and_then(|g| g.parse::<i32>().ok()) == Some(pgid) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
 /// Pids whose command line contains `marker` (the test's own unique sleep).
 fn pids_running(marker: &str) -> Vec<u32> {
     let mut pids = Vec::new();
@@ -276,6 +297,8 @@ async fn cancel_during_a_long_command_kills_its_process_group() {
     let session = client.new_session(&home).await;
     let tag = client.prompt(&session, "run the long command").await;
     wait_until("the long command to run", || !pids_running("3004412").is_empty()).await;
+    let pgid = pgid_of(pids_running("3004412")[0]).expect("the sleep's process group");
+    assert!(group_members(pgid).len() >= 2, "the shell and its sleep share the command's group");
     client
         .wait_for("its output to stream", |v| {
             v["params"]["update"]["sessionUpdate"] == "tool_call_update"
@@ -287,7 +310,7 @@ async fn cancel_during_a_long_command_kills_its_process_group() {
 
     client.notify("session/cancel", json!({ "sessionId": session })).await;
     assert_eq!(client.result(&tag).await, json!({ "stopReason": "cancelled" }));
-    wait_until("the command's process group to be gone", || pids_running("3004412").is_empty()).await;
+    wait_until("the command's process group to be gone", || group_members(pgid).is_empty()).await;
     assert_eq!(server.chat_requests().len(), 1, "a cancelled turn asks the model nothing more");
     client.close().await;
 }
@@ -460,7 +483,6 @@ async fn a_garbage_line_and_an_unknown_method_get_errors_and_the_session_goes_on
     };
     assert_eq!(answer["result"]["stopReason"], "end_turn", "{answer}");
     assert_eq!(text, "still here");
-    drop(send);
     drop(stdin);
     let status = tokio::time::timeout(Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
     assert_eq!(status.code(), Some(0), "closing stdin ends talaria acp cleanly");
@@ -497,4 +519,52 @@ async fn acpx_exec_prints_the_answer_and_acpx_sessions_lists_talarias() {
     assert!(stdout.contains("Answer for acpx."), "{stdout}");
     let sent = server.chat_requests()[0].body["messages"].to_string();
     assert!(sent.contains("say hi to acpx"), "{sent}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acpx_sessions_list_shows_talarias_sessions() {
+    let home = Home::new();
+    config(&home, "auto");
+    let server = ScriptedServer::start([ScriptedResponse::text("first")]).await.unwrap();
+    let agent = format!("{} acp --base-url {}", talaria(), server.base_url());
+    let out = home.run(&["exec", "--json", "--base-url", &server.base_url(), "a session to list"]).await;
+    assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
+    let out = run_acpx(&home, &agent, &["--format", "json", "sessions", "list"]).await;
+    let stdout = common::stdout(&out);
+    assert_eq!(out.status.code(), Some(0), "stdout: {stdout}\nstderr: {}", common::stderr(&out));
+    assert!(stdout.contains("a session to list"), "acpx lists the session by its first line: {stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn acpx_cancel_stops_a_long_command_of_acpx_prompt() {
+    let home = Home::new();
+    config(&home, "off");
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_x", "terminal", &terminal("sleep 3004415")),
+        ScriptedResponse::text("unused"),
+    ])
+    .await
+    .unwrap();
+    let agent = format!("{} acp --base-url {}", talaria(), server.base_url());
+    let out = run_acpx(&home, &agent, &["--ttl", "2", "sessions", "new"]).await;
+    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", common::stdout(&out), common::stderr(&out));
+    let prompt = tokio::process::Command::new(acpx())
+        .args(["--agent", &agent, "--ttl", "2", "--format", "json", "prompt", "run the long command"])
+        .env("HOME", home.path())
+        .env("TALARIA_HOME", home.path())
+        .env("TALARIA_TEST_GUARD", "1")
+        .current_dir(home.work())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    wait_until("the long command to run", || !pids_running("3004415").is_empty()).await;
+    let out = run_acpx(&home, &agent, &["cancel"]).await;
+    assert_eq!(out.status.code(), Some(0), "stdout: {}\nstderr: {}", common::stdout(&out), common::stderr(&out));
+    let prompted = tokio::time::timeout(Duration::from_secs(60), prompt.wait_with_output()).await.unwrap().unwrap();
+    let stdout = common::stdout(&prompted);
+    assert!(stdout.contains("cancelled"), "the prompt ends cancelled: {stdout}\nstderr: {}", common::stderr(&prompted));
+    wait_until("the command's process group to be gone", || pids_running("3004415").is_empty()).await;
 }
