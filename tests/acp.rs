@@ -508,7 +508,7 @@ async fn run_acpx(home: &Home, agent: &str, args: &[&str]) -> std::process::Outp
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn acpx_exec_prints_the_answer_and_acpx_sessions_lists_talarias() {
+async fn acpx_exec_prints_the_answer() {
     let home = Home::new();
     config(&home, "auto");
     let server = ScriptedServer::start([ScriptedResponse::text("Answer for acpx.")]).await.unwrap();
