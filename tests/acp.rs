@@ -568,3 +568,80 @@ async fn acpx_cancel_stops_a_long_command_of_acpx_prompt() {
     assert!(stdout.contains("cancelled"), "the prompt ends cancelled: {stdout}\nstderr: {}", common::stderr(&prompted));
     wait_until("the command's process group to be gone", || pids_running("3004415").is_empty()).await;
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_model_and_the_busy_mode_are_session_settings_and_the_approval_mode_is_shown() {
+    let home = Home::new();
+    config(&home, "auto");
+    let server =
+        ScriptedServer::start([ScriptedResponse::text("from m2"), ScriptedResponse::text("from m3")]).await.unwrap();
+    server.set_models(["m1", "m2"]);
+    let mut client = SdkClient::start(&home, &server.base_url()).await;
+    let tag = client.request("session/new", json!({ "cwd": home.work(), "mcpServers": [] })).await;
+    let created = client.result(&tag).await;
+    let session = created["sessionId"].as_str().unwrap().to_string();
+    assert_eq!(created["modes"]["currentModeId"], "auto");
+    let model = &created["configOptions"][0];
+    assert_eq!((model["id"].clone(), model["currentValue"].clone()), (json!("model"), json!("m1")));
+    let listed: Vec<&str> = model["options"].as_array().unwrap().iter().map(|o| o["value"].as_str().unwrap()).collect();
+    assert_eq!(listed, ["m1", "m2"], "the models the provider lists");
+
+    let params = json!({ "sessionId": session, "configId": "model", "value": "m2" });
+    let tag = client.request("session/set_config_option", params).await;
+    assert_eq!(client.result(&tag).await["configOptions"][0]["currentValue"], "m2");
+    let params = json!({ "sessionId": session, "configId": "busy_mode", "value": "queue" });
+    let tag = client.request("session/set_config_option", params).await;
+    assert_eq!(client.result(&tag).await["configOptions"][1]["currentValue"], "queue");
+    let tag = client.prompt(&session, "which model?").await;
+    client.result(&tag).await;
+    // The older method some clients still send.
+    let tag = client.request("session/set_model", json!({ "sessionId": session, "modelId": "m3" })).await;
+    client.result(&tag).await;
+    let tag = client.prompt(&session, "and now?").await;
+    client.result(&tag).await;
+    let models: Vec<Value> = server.chat_requests().iter().map(|r| r.body["model"].clone()).collect();
+    assert_eq!(models, [json!("m2"), json!("m3")]);
+
+    let tag = client.request("session/set_mode", json!({ "sessionId": session, "modeId": "auto" })).await;
+    client.result(&tag).await;
+    let tag = client.request("session/set_mode", json!({ "sessionId": session, "modeId": "off" })).await;
+    let refused = client.answer(&tag).await;
+    assert_eq!(refused["kind"], "error", "switching the approval mode is not supported yet: {refused}");
+    client.close().await;
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_background_jobs_exit_reaches_the_editor_as_a_line_with_talaria_fields() {
+    let home = Home::new();
+    config(&home, "off");
+    let background = json!({ "command": "echo done-3004416", "background": true }).to_string();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_bg", "terminal", &background),
+        ScriptedResponse::text("started it"),
+        ScriptedResponse::text("the job is done"),
+    ])
+    .await
+    .unwrap();
+    let mut client = SdkClient::start(&home, &server.base_url()).await;
+    let session = client.new_session(&home).await;
+    let tag = client.prompt(&session, "start a background job").await;
+    client.result(&tag).await;
+    let finished = client
+        .wait_for("the job's exit", |v| v["params"]["update"]["_meta"]["talaria"]["event"] == "job_finished")
+        .await;
+    let update = &finished["params"]["update"];
+    assert_eq!(update["sessionUpdate"], "agent_message_chunk");
+    let job = update["_meta"]["talaria"]["job"]["id"].as_str().unwrap();
+    assert_eq!(update["content"]["text"], format!("\n↳ {job} exited 0\n"));
+    assert_eq!(update["_meta"]["talaria"]["job"]["status"], "exited 0");
+    // The engine tells the model in a turn of its own; the editor sees that message too.
+    let notice = client
+        .wait_for("the exit notice the model got", |v| {
+            v["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+                && v["params"]["update"]["_meta"]["talaria"]["trigger"] == "job_notification"
+        })
+        .await;
+    assert!(notice["params"]["update"]["content"]["text"].as_str().unwrap().contains(job), "{notice}");
+    wait_until("the answer to the notice", || client.agent_text().contains("the job is done")).await;
+    client.close().await;
+}

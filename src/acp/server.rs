@@ -353,10 +353,15 @@ impl Server {
     ) -> Result<(), Error> {
         let id = req.session_id.to_string();
         let Some(live) = self.sessions.get_mut(&id) else { return responder.respond_with_error(unknown_session(&id)) };
+        // A select's value is `{"value": "<id>"}` once serialised (a boolean's has a type too).
         let value = serde_json::to_value(&req.value).unwrap_or(Value::Null);
-        let value = value.as_str().map(str::to_string).unwrap_or_default();
+        let value = value["value"].as_str().map(str::to_string).unwrap_or_default();
         match req.config_id.to_string().as_str() {
-            "model" => switch_model(live, &value),
+            "model" => {
+                if let Err(e) = switch_model(live, &value) {
+                    return responder.respond_with_error(e);
+                }
+            }
             "busy_mode" => match BusyMode::parse(&value) {
                 Some(mode) => {
                     live.busy_mode = mode;
@@ -382,8 +387,10 @@ impl Server {
         let Some(live) = self.sessions.get_mut(&req.session_id) else {
             return responder.respond_with_error(unknown_session(&req.session_id));
         };
-        switch_model(live, &req.model_id);
-        responder.respond(SetModelResponse {})
+        match switch_model(live, &req.model_id) {
+            Ok(()) => responder.respond(SetModelResponse {}),
+            Err(e) => responder.respond_with_error(e),
+        }
     }
 
     fn close(&mut self, req: CloseSessionRequest, responder: Responder<CloseSessionResponse>) -> Result<(), Error> {
@@ -506,11 +513,20 @@ fn approval_of(option: &str) -> Approval {
     }
 }
 
-fn switch_model(live: &mut Live, model: &str) {
-    if !model.is_empty() && !live.models.iter().any(|m| m == model) {
+/// `/model <name>`; the engine refuses it while a turn runs, and so does this, with words.
+fn switch_model(live: &mut Live, model: &str) -> Result<(), Error> {
+    if model.is_empty() {
+        return Err(Error::invalid_params().data(json!("a model needs a name")));
+    }
+    if live.state.busy() {
+        return Err(Error::invalid_params().data(json!("the model can change once the running turn ends")));
+    }
+    if !live.models.iter().any(|m| m == model) {
         live.models.push(model.to_string());
     }
+    live.state.model_chosen(model);
     let _ = live.ops.send(Op::Command(crate::protocol::SlashCommand::Model(Some(model.to_string()))));
+    Ok(())
 }
 
 fn mode_id(mode: ApprovalMode) -> &'static str {

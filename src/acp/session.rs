@@ -116,6 +116,11 @@ impl SessionState {
         &self.model
     }
 
+    /// The client switched the model: the engine's status will say the same.
+    pub(crate) fn model_chosen(&mut self, model: &str) {
+        self.model = model.to_string();
+    }
+
     /// A `session/prompt`: the ops to send and what to tell the client at once. Text that
     /// is a slash command runs as one; anything else is a message, handled by the engine's
     /// busy mode when a turn runs (redirect by default).
