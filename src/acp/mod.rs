@@ -8,6 +8,7 @@
 
 mod server;
 mod session;
+mod settings;
 mod updates;
 
 use std::path::PathBuf;

@@ -21,8 +21,9 @@ use tokio::signal::unix::{signal, SignalKind};
 use tokio::sync::mpsc;
 
 use super::session::{Answer, Out, PromptId, SessionState};
+use super::settings::{config_options, mode_id, modes, prompt_text};
 use super::{updates, AcpOptions, SetModelRequest, SetModelResponse};
-use crate::config::{ApprovalMode, OnQuit};
+use crate::config::OnQuit;
 use crate::engine::SessionChoice;
 use crate::protocol::{Approval, BusyMode, Event, HistoryItem, Op};
 
@@ -60,6 +61,12 @@ struct Live {
     loading: Option<Loading>,
     models: Vec<String>,
     busy_mode: BusyMode,
+}
+
+impl Live {
+    fn settings(&self) -> Value {
+        config_options(self.state.model(), &self.models, self.busy_mode)
+    }
 }
 
 pub(crate) struct Server {
@@ -271,7 +278,7 @@ impl Server {
         let Some(live) = self.sessions.get(id) else { return json!({}) };
         json!({
             "modes": modes(self.options.config.approvals.mode),
-            "configOptions": config_options(live),
+            "configOptions": live.settings(),
         })
     }
 
@@ -379,7 +386,7 @@ impl Server {
                 )
             }
         }
-        responder.respond(typed(json!({ "configOptions": config_options(live) }))?)
+        responder.respond(typed(json!({ "configOptions": live.settings() }))?)
     }
 
     /// The older `session/set_model` some clients still send.
@@ -436,7 +443,7 @@ impl Server {
                 Out::Model(_) => {
                     if let Some(live) = self.sessions.get(id) {
                         let update =
-                            json!({ "sessionUpdate": "config_option_update", "configOptions": config_options(live) });
+                            json!({ "sessionUpdate": "config_option_update", "configOptions": live.settings() });
                         self.send_update(id, update);
                     }
                 }
@@ -527,109 +534,4 @@ fn switch_model(live: &mut Live, model: &str) -> Result<(), Error> {
     live.state.model_chosen(model);
     let _ = live.ops.send(Op::Command(crate::protocol::SlashCommand::Model(Some(model.to_string()))));
     Ok(())
-}
-
-fn mode_id(mode: ApprovalMode) -> &'static str {
-    match mode {
-        ApprovalMode::Auto => "auto",
-        ApprovalMode::Prompt => "prompt",
-        ApprovalMode::Off => "off",
-    }
-}
-
-/// Talaria's approval modes as ACP session modes.
-fn modes(current: ApprovalMode) -> Value {
-    json!({
-        "currentModeId": mode_id(current),
-        "availableModes": [
-            { "id": "auto", "name": "Auto", "description": "sandboxed commands run; outside the sandbox, what is not known safe asks" },
-            { "id": "prompt", "name": "Prompt", "description": "everything that is not a known-safe read-only command asks" },
-            { "id": "off", "name": "Off", "description": "nothing asks (hardline commands are still refused; the sandbox still applies)" },
-        ],
-    })
-}
-
-/// The settings a client can change: the model and the busy mode.
-fn config_options(live: &Live) -> Value {
-    let current = live.state.model().to_string();
-    let mut models = live.models.clone();
-    if !current.is_empty() && !models.contains(&current) {
-        models.insert(0, current.clone());
-    }
-    let model_options: Vec<Value> = models.iter().map(|m| json!({ "value": m, "name": m })).collect();
-    json!([
-        { "id": "model", "name": "Model", "category": "model", "type": "select", "currentValue": current, "options": model_options },
-        {
-            "id": "busy_mode",
-            "name": "Typing while busy",
-            "description": "what a prompt sent while a turn runs does",
-            "type": "select",
-            "currentValue": live.busy_mode.as_str(),
-            "options": [
-                { "value": "redirect", "name": "Redirect", "description": "the running command moves to the background; the message reaches the model at once" },
-                { "value": "steer", "name": "Steer", "description": "delivered after the running tools finish" },
-                { "value": "queue", "name": "Queue", "description": "runs as the next turn" },
-            ],
-        },
-    ])
-}
-
-/// A prompt's content as the text Talaria reads: text blocks as they are, a linked or
-/// embedded resource by its URI (and an embedded one's text after it).
-pub(crate) fn prompt_text(blocks: &Value) -> String {
-    let mut parts = Vec::new();
-    for block in blocks.as_array().into_iter().flatten() {
-        match block["type"].as_str() {
-            Some("text") => parts.push(block["text"].as_str().unwrap_or_default().to_string()),
-            Some("resource_link") => parts.push(block["uri"].as_str().unwrap_or_default().to_string()),
-            Some("resource") => {
-                let r = &block["resource"];
-                let uri = r["uri"].as_str().unwrap_or_default();
-                match r["text"].as_str() {
-                    Some(text) => parts.push(format!("{uri}:\n```\n{text}\n```")),
-                    None => parts.push(uri.to_string()),
-                }
-            }
-            _ => {}
-        }
-    }
-    parts.join("\n")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use agent_client_protocol::v1::schema::{InitializeResponse, SessionConfigOption, SessionModeState};
-
-    #[test]
-    fn modes_and_settings_are_what_the_schema_reads() {
-        let _: SessionModeState = typed(modes(ApprovalMode::Auto)).unwrap();
-        let (ops, _) = mpsc::unbounded_channel();
-        let live = Live {
-            ops,
-            state: SessionState::new("m1"),
-            loading: None,
-            models: vec!["m2".into()],
-            busy_mode: BusyMode::Redirect,
-        };
-        let options: Vec<SessionConfigOption> = typed(config_options(&live)).unwrap();
-        assert_eq!(options.len(), 2);
-        let value = config_options(&live);
-        assert_eq!(
-            value[0]["options"].as_array().unwrap().len(),
-            2,
-            "the current model comes first, then the listed ones"
-        );
-        let _: InitializeResponse = typed(super::super::initialize_response(1)).unwrap();
-    }
-
-    #[test]
-    fn a_prompt_reads_text_links_and_embedded_files() {
-        let blocks = json!([
-            { "type": "text", "text": "look at" },
-            { "type": "resource_link", "uri": "file:///w/a.rs", "name": "a.rs" },
-            { "type": "resource", "resource": { "uri": "file:///w/b.rs", "text": "fn b() {}" } },
-        ]);
-        assert_eq!(prompt_text(&blocks), "look at\nfile:///w/a.rs\nfile:///w/b.rs:\n```\nfn b() {}\n```");
-    }
 }
