@@ -241,11 +241,14 @@ async fn an_approval_goes_to_request_permission_allowed_once_then_denied() {
         ScriptedResponse::text("made the first file"),
         ScriptedResponse::tool_call("call_b", "terminal", &terminal("touch denied_3004411")),
         ScriptedResponse::text("could not make the second"),
+        ScriptedResponse::tool_call("call_c", "terminal", &terminal("touch session_a_3004411")),
+        ScriptedResponse::tool_call("call_d", "terminal", &terminal("touch session_b_3004411")),
+        ScriptedResponse::text("made both"),
     ])
     .await
     .unwrap();
     let mut client = SdkClient::start(&home, &server.base_url()).await;
-    client.send(json!({ "op": "answers", "list": ["once", "deny"] })).await;
+    client.send(json!({ "op": "answers", "list": ["once", "deny", "session"] })).await;
     let session = client.new_session(&home).await;
 
     let first = client.prompt(&session, "make the first file").await;
@@ -253,10 +256,16 @@ async fn an_approval_goes_to_request_permission_allowed_once_then_denied() {
     let second = client.prompt(&session, "make the second file").await;
     assert_eq!(client.result(&second).await["stopReason"], "end_turn");
 
+    // "For this session": the next `touch` runs without asking.
+    let third = client.prompt(&session, "make two more").await;
+    assert_eq!(client.result(&third).await["stopReason"], "end_turn");
+
     assert!(home.work().join("allowed_3004411").exists(), "allowed once: the command ran");
     assert!(!home.work().join("denied_3004411").exists(), "denied: the command did not run");
+    assert!(home.work().join("session_a_3004411").exists() && home.work().join("session_b_3004411").exists());
     let asks: Vec<Value> = client.seen().into_iter().filter(|v| v["kind"] == "permission").collect();
-    assert_eq!(asks.len(), 2);
+    assert_eq!(asks.len(), 3, "the command after \"for this session\" did not ask");
+    assert_eq!(asks[2]["params"]["toolCall"]["toolCallId"], "call_c");
     assert_eq!(asks[0]["params"]["toolCall"]["toolCallId"], "call_a");
     assert_eq!(asks[0]["params"]["toolCall"]["title"], "touch allowed_3004411");
     let options: Vec<(&str, &str)> = asks[0]["params"]["options"]

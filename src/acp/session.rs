@@ -88,8 +88,9 @@ pub(crate) struct SessionState {
     prompts: Vec<Waiting>,
     /// A slash command sent as a prompt, answered by the engine's reply to it.
     command: Option<PromptId>,
-    /// Is a turn running? The one place this module tells busy from idle (the engine's
-    /// phase event replaces it once the protocol has one).
+    /// Between `TurnStarted` and `TurnFinished`. Read only by [`SessionState::busy`], the one
+    /// place this module tells busy from idle (the engine's phase event replaces it once the
+    /// protocol has one).
     turn_running: bool,
     /// Output so far of each running tool call.
     outputs: HashMap<String, String>,
@@ -107,9 +108,10 @@ impl SessionState {
         SessionState { model: model.to_string(), ..SessionState::default() }
     }
 
-    /// Is the engine working on a turn (so a cancel has something to stop)?
+    /// Is the engine working on a turn, or about to (a prompt sent, its turn not yet
+    /// started): a cancel then has something to stop, and a model switch waits.
     pub(crate) fn busy(&self) -> bool {
-        self.turn_running
+        self.turn_running || !self.prompts.is_empty()
     }
 
     pub(crate) fn model(&self) -> &str {
@@ -395,6 +397,14 @@ mod tests {
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Completed });
         assert_eq!(answers(&out), vec![(vec![1, 2], Answer::Stop(StopReason::EndTurn))]);
         assert!(!s.busy());
+    }
+
+    #[test]
+    fn a_prompt_not_yet_started_counts_as_busy_so_a_cancel_right_after_it_stops_it() {
+        let mut s = SessionState::new("m");
+        assert!(!s.busy());
+        s.prompt(1, "hi".into());
+        assert!(s.busy(), "the turn's start is still on its way from the engine");
     }
 
     #[test]
