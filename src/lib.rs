@@ -2,7 +2,7 @@
 //!
 //! Module map: front ends and engine import `protocol`, never each other; below it, imports point down.
 //! ```text
-//! main, exec, tui   front ends: parse args / draw / print; speak only `protocol` (Op out, Event in);
+//! main, exec, tui, acp  front ends: parse args / draw / print; speak only `protocol` (Op out, Event in);
 //!   + present       the plain text they share for data events (/jobs, /sessions, heartbeat, goal)
 //! protocol          Op, Event, slash commands, usage, EngineHandle: the types both sides share
 //! engine::session   the engine task: receives Op, performs the scheduler's effects, emits Event
@@ -19,6 +19,7 @@
 // A failure that can happen is handled; tests may unwrap (as in codex-rs).
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod acp;
 pub mod config;
 pub(crate) mod config_edit;
 pub mod emulate;

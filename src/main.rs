@@ -116,6 +116,12 @@ enum Command {
         #[command(subcommand)]
         action: Option<McpAction>,
     },
+    /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, Neovim,
+    /// JetBrains): `"command": "talaria", "args": ["acp"]` in the editor's agent settings.
+    Acp {
+        #[command(flatten)]
+        model: ModelArgs,
+    },
 }
 
 #[derive(Subcommand, Debug)]
@@ -222,6 +228,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     let mut config = config;
     let model = match &cli.command {
         Some(Command::Exec { model, .. }) => model.clone().or(&cli.model),
+        Some(Command::Acp { model }) => model.clone().or(&cli.model),
         _ => cli.model.clone(),
     };
     if let Some(provider) = &model.provider {
@@ -367,6 +374,11 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             mcp.shutdown().await;
             Ok(0)
         }
+        Some(Command::Acp { .. }) => {
+            let starter = AcpStarter::new(&model, &paths, &config, store.clone()).await?;
+            let options = talaria::acp::AcpOptions { config: config.clone(), store, starter: Arc::new(starter) };
+            talaria::acp::run(options).await
+        }
         Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
     }
 }
@@ -412,4 +424,68 @@ async fn start_engine(
         }
     });
     Ok((handle, resolved))
+}
+
+/// How `talaria acp` starts each session's engine: the provider is resolved once, and every
+/// engine asks its approvals of the front end (the editor), like the TUI's.
+struct AcpStarter {
+    paths: Paths,
+    config: Arc<Config>,
+    store: Store,
+    resolved: provider::ResolvedProvider,
+}
+
+impl AcpStarter {
+    async fn new(model: &ModelArgs, paths: &Paths, config: &Arc<Config>, store: Store) -> anyhow::Result<AcpStarter> {
+        let env = |name: &str| talaria::secrets::get(name);
+        let resolved =
+            provider::resolve(&config.model, model.model.as_deref(), model.base_url.as_deref(), &config.agent, &env)
+                .await?;
+        tracing::info!(provider = %resolved.label, model = %resolved.model, "acp: model resolved");
+        Ok(AcpStarter { paths: paths.clone(), config: config.clone(), store, resolved })
+    }
+}
+
+#[async_trait::async_trait]
+impl talaria::acp::EngineStarter for AcpStarter {
+    async fn start(&self, session: SessionChoice, cwd: PathBuf) -> anyhow::Result<talaria::protocol::EngineHandle> {
+        let options = EngineOptions {
+            config: self.config.clone(),
+            paths: self.paths.clone(),
+            provider: self.resolved.provider.clone(),
+            model: self.resolved.model.clone(),
+            provider_label: self.resolved.label.clone(),
+            demo: self.resolved.demo,
+            store: self.store.clone(),
+            session,
+            cwd,
+            approval_policy: PromptPolicy::Ask,
+            reaper: true,
+        };
+        let (handle, join) = talaria::engine::start(options).await?;
+        // An engine that asks its front end starts MCP servers after the first frame; an
+        // editor draws none, so they start now.
+        let _ = handle.ops.send(talaria::protocol::Op::FrontEndReady);
+        // A panic in an engine is fatal, as in the TUI; stdout is the protocol's, so the
+        // message goes to stderr and the log.
+        tokio::spawn(async move {
+            if let Err(e) = join.await {
+                if e.is_panic() {
+                    tracing::error!("acp: an engine crashed");
+                    eprintln!("talaria: the engine crashed; see the log. Exiting.");
+                    std::process::exit(101);
+                }
+            }
+        });
+        Ok(handle)
+    }
+
+    async fn models(&self) -> Vec<String> {
+        let listed =
+            tokio::time::timeout(std::time::Duration::from_secs(3), self.resolved.provider.list_models()).await;
+        match listed {
+            Ok(Ok(models)) => models,
+            Ok(Err(_)) | Err(_) => Vec::new(),
+        }
+    }
 }
