@@ -304,7 +304,7 @@ impl Printer {
             }
             Event::GoalStatus { goal, gates_only } => {
                 let text = if *gates_only {
-                    present::gate_list(goal.as_deref())
+                    present::gate_list_alone(goal.as_deref())
                 } else {
                     present::goal_status(goal.as_deref())
                 };
