@@ -289,7 +289,10 @@ mod tests {
     fn a_gate_list_on_its_own_starts_at_the_margin() {
         let waiting = goal(GoalState::Unset, vec![gate(None)]);
         assert_eq!(gate_list_alone(Some(&waiting)), "no goal yet; they apply to the next /goal <text>:\n  1. $ t");
-        assert_eq!(gate_list_alone(Some(&goal(GoalState::Active, vec![]))), "no gates; add one with /goal gate add <cmd>");
+        assert_eq!(
+            gate_list_alone(Some(&goal(GoalState::Active, vec![]))),
+            "no gates; add one with /goal gate add <cmd>"
+        );
     }
 
     #[test]

@@ -306,7 +306,10 @@ fn a_gate_not_rerun_is_not_a_failed_run_and_the_pause_says_what_happened() {
         assert_eq!(m.goal().unwrap().gates[0].attempts, 1, "turn {turn}: still one failed run");
         if turn == 3 {
             let why = paused(&fx).unwrap_or_default();
-            assert!(why.contains("gate 1 failed once, then 2 turns changed nothing in the workspace: $ false"), "{why}");
+            assert!(
+                why.contains("gate 1 failed once, then 2 turns changed nothing in the workspace: $ false"),
+                "{why}"
+            );
         }
     }
     // Resuming gives the gate its retries back, the unchanged turns included.

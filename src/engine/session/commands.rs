@@ -26,7 +26,7 @@ impl Engine {
             SlashCommand::Model(None) => self.list_models(),
             SlashCommand::Model(Some(name)) => self.set_model(name),
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
-            SlashCommand::Usage => self.usage(),
+            SlashCommand::Usage => self.usage().await,
             SlashCommand::Permissions => self.permissions(),
             SlashCommand::Backend(choice) => self.backend_command(choice).await,
             SlashCommand::Mcp(cmd) => self.mcp_command(cmd),
@@ -62,7 +62,9 @@ impl Engine {
             Ok(ResumeMatch::Several(matches)) => return self.offer_sessions(key, matches),
             Ok(ResumeMatch::None) => {
                 // None: the front end says so (with how to list them).
-                return self.events().send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
+                return self
+                    .events()
+                    .send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
             }
             Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
         };
@@ -242,13 +244,26 @@ impl Engine {
         }
     }
 
-    fn usage(&self) {
+    /// `/usage`: the session's totals over every run (from the database: a resumed session
+    /// counts what earlier runs used too), this run's with cache reads and the cost, and
+    /// the last turn's.
+    async fn usage(&self) {
         let priced = self.env.config.prices.find(self.env.provider.kind(), &self.env.model).is_some();
         let unpriced = if priced { "" } else { " (no price for this model in [prices]: tokens only)" };
+        let session = match self.env.store.session_usage(&self.env.session_id).await {
+            Ok(Some((prompt, completion))) => {
+                let total = crate::protocol::usage::Spend {
+                    usage: crate::protocol::usage::Usage::tokens(prompt, completion),
+                    ..Default::default()
+                };
+                total.describe()
+            }
+            Ok(None) | Err(_) => self.session_usage.describe(),
+        };
         self.notice(
             NoticeLevel::Info,
             format!(
-                "this session: {} · last turn: {} · {}{unpriced}",
+                "this session (all runs): {session} · this run: {} · last turn: {} · {}{unpriced}",
                 self.session_usage.describe(),
                 self.last_turn_usage.describe(),
                 self.meter.label()
