@@ -201,6 +201,13 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    // The keymap is the TUI's config: a bad one is reported the same way, with exit 2.
+    if cli.command.is_none() {
+        if let Err(e) = talaria::tui::check_keymap(&paths) {
+            eprintln!("talaria: {}", talaria::text::for_terminal(&e.to_string()));
+            return Ok(2);
+        }
+    }
     match &cli.command {
         Some(Command::Pause { words, reason }) => {
             let reason = reason.clone().or_else(|| (!words.is_empty()).then(|| words.join(" ")));

@@ -7,7 +7,7 @@ use std::sync::Once;
 use pretty_assertions::assert_eq;
 use rusqlite::Connection;
 use talaria::engine::llm::ToolCall;
-use talaria::engine::store::cli::{cli_list, cli_search};
+use talaria::engine::store::cli::{cli_list, cli_search, resume_match, ResumeMatch};
 use talaria::engine::store::{Store, StoreError, StoredMessage, HISTORY_CAP_PER_CWD, SCHEMA_VERSION};
 use tempfile::TempDir;
 
@@ -553,8 +553,38 @@ async fn the_cli_prints_sessions_and_search_results() {
     let typed = "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]\nship the gadget\n[/OUT-OF-BAND USER MESSAGE]";
     store.append_message(&run, user(typed)).await.unwrap();
     let found = cli_search(&store, "gadget", 20).await.unwrap().text;
-    assert!(found.starts_with(&format!("{run}  exec  /w/ci  (untitled)\n  user: ")), "{found}");
+    assert!(found.starts_with(&format!("{run}  exec  /w/ci  ")), "{found}");
     assert!(found.contains("ship the »gadget«") && !found.contains("OUT-OF-BAND"), "{found}");
+}
+
+/// `--resume hi` with two sessions titled "hi" used to open the latest silently: several
+/// that fit equally are a choice; an exact id, or the one session that fits, opens.
+#[tokio::test]
+async fn resume_names_one_session_or_offers_the_ones_that_fit() {
+    let home = temp_home();
+    let store = open(&home);
+    let ids = |m: &ResumeMatch| match m {
+        ResumeMatch::One(s) => vec![s.id.clone()],
+        ResumeMatch::Several(list) => list.iter().map(|s| s.id.clone()).collect(),
+        ResumeMatch::None => Vec::new(),
+    };
+    let a = store.create_session("m", "/w", None).await.unwrap();
+    store.set_title(&a, "hi").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let b = store.create_session("m", "/w", None).await.unwrap();
+    store.set_title(&b, "Hi").await.unwrap();
+    let c = store.create_session("m", "/w", None).await.unwrap();
+    store.set_title(&c, "fix the parser").await.unwrap();
+    let hi = resume_match(&store, "hi").await.unwrap();
+    assert!(matches!(hi, ResumeMatch::Several(_)), "two sessions are titled hi");
+    let mut found = ids(&hi);
+    found.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(found, want);
+    assert_eq!(ids(&resume_match(&store, &a).await.unwrap()), vec![a.clone()], "an exact id wins");
+    assert!(matches!(resume_match(&store, "parser").await.unwrap(), ResumeMatch::One(ref s) if s.id == c));
+    assert!(matches!(resume_match(&store, "nothing like it").await.unwrap(), ResumeMatch::None));
 }
 
 #[tokio::test]

@@ -36,8 +36,14 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
             } else if rows.is_empty() {
                 println!("no jobs");
             } else {
+                // On a terminal a row also fits its width: one line per job, whatever it runs.
+                use std::io::IsTerminal;
+                let width = std::io::stdout()
+                    .is_terminal()
+                    .then(|| crossterm::terminal::size().ok().map(|(w, _)| usize::from(w)))
+                    .flatten();
                 for row in &rows {
-                    println!("{}", list_line(row));
+                    println!("{}", list_line(row, width));
                 }
             }
             Ok(0)
@@ -93,7 +99,8 @@ async fn find(store: &Store, id: &str) -> anyhow::Result<Option<JobRow>> {
     Ok(store.job_get(num).await?)
 }
 
-fn list_line(row: &JobRow) -> String {
+/// One row of `jobs list`; `width`: the terminal's, which the row then fits.
+fn list_line(row: &JobRow, width: Option<usize>) -> String {
     let end = row.ended_at.unwrap_or(now_ms() as i64);
     let runtime = super::format_duration(Duration::from_millis((end - row.started_at).max(0) as u64));
     let status = match (row.status.as_str(), row.exit_code, row.reason.as_deref()) {
@@ -101,7 +108,15 @@ fn list_line(row: &JobRow) -> String {
         (s, _, Some(reason)) => format!("{s} ({reason})"),
         (s, _, _) => s.to_string(),
     };
-    format!("{:<8} {:<22} {:>8}  {}  {}", row.id(), status, runtime, row.session_id, one_line(&row.command, LIST_COMMAND_CHARS))
+    let full = format!("{:<8} {:<22} {:>8}  {}  ", row.id(), status, runtime, row.session_id);
+    // A narrow terminal gets the command rather than the session column.
+    let head = match width {
+        Some(w) if full.chars().count() + 20 > w => format!("{:<8} {:<16} {:>8}  ", row.id(), status, runtime),
+        _ => full,
+    };
+    let room =
+        width.map_or(LIST_COMMAND_CHARS, |w| w.saturating_sub(head.chars().count()).clamp(12, LIST_COMMAND_CHARS));
+    format!("{head}{}", one_line(&row.command, room))
 }
 
 /// Characters of a command a `jobs list` row shows.
@@ -293,12 +308,16 @@ mod tests {
     #[test]
     fn a_list_row_is_one_line_with_the_command_cut_by_an_ellipsis() {
         let command = format!("for i in $(seq 1 120); do\n  echo \"tick $i\"; sleep 1; done # {}", "x".repeat(40));
-        let line = list_line(&row(&command));
+        let line = list_line(&row(&command), None);
         assert_eq!(line.lines().count(), 1, "{line:?}");
         assert!(!line.contains("TRUNCATED"), "{line}");
-        assert!(line.ends_with("for i in $(seq 1 120); do echo \"tick $i\"; sleep 1; done # xxx…"), "{line}");
+        assert!(line.ends_with("for i in $(seq 1 120); do echo \"tick $i\"; sleep 1; done # x…"), "{line}");
         assert_eq!(line.split("  ").last().map(|c| c.chars().count()), Some(LIST_COMMAND_CHARS));
-        let short = list_line(&row("make test"));
+        let short = list_line(&row("make test"), None);
         assert!(short.starts_with("job_7    exited 0") && short.ends_with("  make test"), "{short}");
+        // On a 70-column terminal the row is cut to 70 columns.
+        let narrow = list_line(&row(&command), Some(70));
+        assert_eq!(narrow.chars().count(), 70, "{narrow}");
+        assert!(narrow.ends_with('…'), "{narrow}");
     }
 }

@@ -73,7 +73,11 @@ fn format_hits(hits: &[super::SearchHit], sessions: &[SessionFacts]) -> String {
         let mut seen: Vec<String> = Vec::new();
         for hit in hits.iter().filter(|h| h.session_id == session) {
             if seen.is_empty() {
-                let title = hit.title.as_deref().map(|t| clean(t, TITLE_CHARS)).unwrap_or_else(|| "(untitled)".into());
+                let title = hit
+                    .title
+                    .as_deref()
+                    .map(|t| clean(&without_framing(t), TITLE_CHARS))
+                    .unwrap_or_else(|| "(untitled)".into());
                 let facts = sessions.iter().find(|s| s.id == session);
                 let kind = if facts.is_some_and(|f| f.exec) { "exec" } else { "chat" };
                 let cwd = facts.map(|f| clean(&f.cwd, TITLE_CHARS)).unwrap_or_default();
@@ -94,7 +98,7 @@ fn format_hits(hits: &[super::SearchHit], sessions: &[SessionFacts]) -> String {
 /// the snippet's edges: the person typed the text, not the framing.
 fn without_framing(snippet: &str) -> String {
     let mut text = snippet.to_string();
-    for open in ["[/OUT-OF-BAND USER MESSAGE", "[OUT-OF-BAND USER MESSAGE"] {
+    for open in ["[/OUT-OF-BAND", "[OUT-OF-BAND"] {
         while let Some(start) = text.find(open) {
             let end = text[start..].find(']').map_or(text.len(), |i| start + i + 1);
             text.replace_range(start..end, " ");
@@ -195,7 +199,10 @@ mod tests {
     fn a_snippet_loses_the_mid_turn_framing_whole_or_cut() {
         let whole = "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output] what is a »gate«? [/OUT-OF-BAND USER MESSAGE]";
         assert_eq!(without_framing(whole), "what is a »gate«?");
-        assert_eq!(without_framing("…mid-turn; not tool output] what is a »gate«? [/OUT-OF-BAND…"), "… what is a »gate«?");
+        assert_eq!(
+            without_framing("…mid-turn; not tool output] what is a »gate«? [/OUT-OF-BAND…"),
+            "… what is a »gate«?"
+        );
         assert_eq!(without_framing("plain »text« [with brackets]"), "plain »text« [with brackets]");
     }
 
