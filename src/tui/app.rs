@@ -421,10 +421,15 @@ impl App {
         // Until something is said, the welcome stays on top and notices (the instructions
         // loaded, a sandbox warning) go under it; they never take its place.
         self.welcome_rows = 0;
-        if !self.transcript.has_conversation() && t.height > 0 {
+        let notices = if self.transcript.has_conversation() {
+            usize::MAX
+        } else {
+            self.transcript.total_height(t.width, &self.theme)
+        };
+        // Many notices (more than half the view) have the room to themselves.
+        if notices <= usize::from(t.height) / 2 {
             let welcome = super::view::welcome_height(self, t.width);
-            let notices = self.transcript.total_height(t.width, &self.theme);
-            let rows = welcome.min(usize::from(t.height).saturating_sub(notices.min(usize::from(t.height) / 2)));
+            let rows = welcome.min(usize::from(t.height) - notices);
             self.welcome_rows = u16::try_from(rows).unwrap_or(0);
             t.y += self.welcome_rows;
             t.height -= self.welcome_rows;

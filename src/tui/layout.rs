@@ -86,7 +86,17 @@ pub(crate) fn layout(area: Rect, app: &LayoutFacts<'_>) -> Areas {
     let tools_h = wanted.clamp(3, (main.height / 2).max(3)).min(main.height);
     let tools = Rect::new(side_x, main.y, side_w, tools_h);
     let jobs = Rect::new(side_x, main.y + tools_h, side_w, main.height - tools_h);
-    Areas { main, transcript, tools: Some(tools), jobs: Some(jobs), pending, input, status, too_small: false, side: true }
+    Areas {
+        main,
+        transcript,
+        tools: Some(tools),
+        jobs: Some(jobs),
+        pending,
+        input,
+        status,
+        too_small: false,
+        side: true,
+    }
 }
 
 #[cfg(test)]

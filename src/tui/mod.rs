@@ -160,6 +160,12 @@ impl Drop for Screen {
     }
 }
 
+/// Read the user's keymap file as the TUI will: a bad one is an error to report before the
+/// terminal is taken (as a bad config file is).
+pub fn check_keymap(paths: &Paths) -> Result<(), keymap::KeymapError> {
+    Keymap::load(&paths.keymap_file).map(|_| ())
+}
+
 /// The full-screen UI needs a terminal on both ends.
 fn require_terminal(stdin_is_tty: bool, stdout_is_tty: bool) -> anyhow::Result<()> {
     if stdin_is_tty && stdout_is_tty {

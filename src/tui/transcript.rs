@@ -283,7 +283,8 @@ impl Transcript {
     /// counts from then, not from when it asked.
     pub(crate) fn set_awaiting(&mut self, call_id: &str, awaiting: bool, now: Instant) {
         let Some(&i) = self.tools.get(call_id) else { return };
-        if let Some(CellBody::Tool { awaiting: a, started, outcome: None, .. }) = self.cells.get_mut(i).map(|c| &mut c.body)
+        if let Some(CellBody::Tool { awaiting: a, started, outcome: None, .. }) =
+            self.cells.get_mut(i).map(|c| &mut c.body)
         {
             if *a && !awaiting {
                 *started = now;
@@ -647,7 +648,11 @@ mod tests {
             .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
             .map(|l| l.to_string())
             .collect();
-        t.prepend((0..4).map(|i| CellBody::User { text: format!("old {i}"), origin: UserOrigin::Typed, folds: Vec::new() }).collect());
+        t.prepend(
+            (0..4)
+                .map(|i| CellBody::User { text: format!("old {i}"), origin: UserOrigin::Typed, folds: Vec::new() })
+                .collect(),
+        );
         assert_eq!(t.scroll, Scroll::Anchor { cell: cell + 4, line });
         let rows_after: Vec<String> = t
             .prepare(40, 5, &theme())

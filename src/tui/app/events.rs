@@ -457,7 +457,8 @@ impl App {
             return;
         }
         let offset = (!view.follow).then_some(view.first_line.max(1));
-        if offset.is_some() && view.requested_at.is_some_and(|at| now.saturating_duration_since(at) < LOG_REFRESH_EVERY) {
+        if offset.is_some() && view.requested_at.is_some_and(|at| now.saturating_duration_since(at) < LOG_REFRESH_EVERY)
+        {
             return;
         }
         view.inflight = true;

@@ -480,13 +480,17 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
     } else if running {
         facts.push((if view.follow { "following" } else { "not following" }).to_string());
     }
-    // The answer to the last key (poll, kill, a search that found nothing) leads the footer
+    // The answer to the last key (poll, kill, a search that found nothing) ends the footer
     // for a few seconds, in its own colour: it is not a line of the job's output.
     let message = view.message.as_ref().filter(|m| app.now.saturating_duration_since(m.at) < LOG_MESSAGE_FOR);
-    let message_w = message.map_or(0, |m| str_width(&m.text) + 3);
-    // Keys that do not fit are dropped from the end, but "close" stays.
+    // Keys that do not fit are dropped from the end, but "close" stays. While a message
+    // shows, the footer is it and what is watched or searched; the rest is back after it.
     let mut keys = log_keys(app, view);
-    let room = usize::from(area.width.saturating_sub(4)).saturating_sub(message_w);
+    if message.is_some() {
+        facts.retain(|f| f.starts_with("watching ") || f.starts_with('/'));
+        keys.clear();
+    }
+    let room = usize::from(area.width.saturating_sub(4));
     let width_of = |facts: &[String], keys: &[String]| {
         str_width(&facts.iter().chain(keys).cloned().collect::<Vec<_>>().join(" · ")) + 2
     };
@@ -495,17 +499,21 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
     }
     facts.extend(keys);
     let footer = format!(" {} ", facts.join(" · "));
-    let mut block = block.title_bottom(Line::from(Span::styled(footer, dim)).right_aligned());
+    let used = if facts.is_empty() { 0 } else { str_width(&footer) + 1 };
+    let mut block = block;
+    if !facts.is_empty() {
+        block = block.title_bottom(Line::from(Span::styled(footer, dim)));
+    }
     if let Some(m) = message {
         let color = match m.level {
             NoticeLevel::Info => app.theme.notice_info,
             NoticeLevel::Warn => app.theme.notice_warn,
             NoticeLevel::Error => app.theme.notice_error,
         };
-        let room = usize::from(area.width.saturating_sub(4));
-        let text = truncate_spans(vec![Span::raw(format!(" {} ", m.text.replace('\n', " ")))], room);
+        let text =
+            truncate_spans(vec![Span::raw(format!(" {} ", m.text.replace('\n', " ")))], room.saturating_sub(used));
         let style = Style::default().fg(color).add_modifier(Modifier::BOLD);
-        block = block.title_bottom(Line::from(text.spans).style(style).left_aligned());
+        block = block.title_bottom(Line::from(text.spans).style(style).right_aligned());
     }
     frame.render_widget(block, area);
     if inner.width == 0 || inner.height == 0 {

@@ -8,8 +8,8 @@ use ratatui::Frame;
 
 use crate::protocol::JobStatus;
 use crate::tui::app::{App, Focus, Layer};
-use crate::tui::transcript::{format_duration_ms, SPINNER};
 use crate::tui::keymap::{Action, Context};
+use crate::tui::transcript::{format_duration_ms, SPINNER};
 use crate::tui::wrap::{str_width, truncate_spans};
 
 fn pane_block(app: &App, title: String, focused: bool) -> Block<'static> {

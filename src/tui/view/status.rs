@@ -145,7 +145,12 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let facts_w = |facts: &[(String, bool, u8)]| facts.iter().map(|(f, _, _)| 3 + str_width(f)).sum::<usize>();
     while fixed_w + facts_w(&facts) + 2 + hints_w > width {
         let lowest = |kept: bool| {
-            facts.iter().enumerate().filter(|(_, f)| f.1 == kept).min_by_key(|(i, f)| (f.2, usize::MAX - i)).map(|(i, _)| i)
+            facts
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.1 == kept)
+                .min_by_key(|(i, f)| (f.2, usize::MAX - i))
+                .map(|(i, _)| i)
         };
         let Some(i) = lowest(false).or_else(|| lowest(true)) else { break };
         if facts[i].1 && facts.iter().filter(|f| f.1).count() == 1 {
