@@ -646,7 +646,7 @@ fn exec_shows_progress_of_a_long_command_on_a_terminal_only() {
     let model =
         Model::start(vec![ScriptedResponse::tool_call("c1", "terminal", &call), ScriptedResponse::text("Done.")]);
     let url = model.server.base_url();
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
         .args(["exec", "--base-url", &url, "--model", "m", "go"])
         .env("TALARIA_HOME", home.path())
         .env("TALARIA_TEST_GUARD", "1")

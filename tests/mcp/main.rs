@@ -994,7 +994,11 @@ async fn server_everything_from_npm() {
         );
     };
     let entry = PathBuf::from(entry);
-    assert!(entry.exists(), "TALARIA_MCP_EVERYTHING={} does not exist; reinstall it (scripts/test does)", entry.display());
+    assert!(
+        entry.exists(),
+        "TALARIA_MCP_EVERYTHING={} does not exist; reinstall it (scripts/test does)",
+        entry.display()
+    );
     let text = format!(
         "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = true\nstartup_timeout_s = 60\n",
         entry.display().to_string()
