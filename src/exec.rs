@@ -3,7 +3,7 @@
 //! every `Event` as one JSON line. Exit codes: 0 done, 1 failed (or it killed a job the answer
 //! depended on at the end), 130 interrupted.
 
-use std::io::Write;
+use std::io::{IsTerminal, Write};
 use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
@@ -36,7 +36,12 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let _ = engine.ops.send(Op::Submit { text: prompt.clone(), mode: None });
-    let mut printer = Printer { json: options.json, mid_line: false, replied: false, spend: Spend::default() };
+    let mut printer =
+        Printer { json: options.json, mid_line: false, replied: false, spend: Spend::default(), running: Vec::new() };
+    // A long foreground command says it is alive, on a terminal only (a log file or a
+    // pipe gets no ticking lines).
+    let progress = !options.json && std::io::stderr().is_terminal();
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
     let mut outcome: Option<TurnOutcome> = None;
     let mut interrupted = false;
     let mut submitted = false;
@@ -106,6 +111,7 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                     break;
                 }
             }
+            _ = ticker.tick(), if progress => printer.progress(),
             _ = sigint.recv() => {
                 if interrupted {
                     let _ = engine.ops.send(Op::Shutdown);
@@ -161,7 +167,34 @@ fn is_users_turn(trigger: &TurnTrigger) -> bool {
     }
 }
 
+/// How often a running foreground command's progress line is printed on a terminal.
+const PROGRESS_EVERY: Duration = Duration::from_secs(5);
+/// Characters of the last output line a progress line shows.
+const PROGRESS_LINE_CHARS: usize = 100;
+
+/// `  … 12s · tick 12`: how long the command has run and the last line it printed.
+pub(crate) fn progress_line(elapsed: Duration, last_line: &str) -> String {
+    let time = crate::util::format_duration_ms(elapsed.as_secs() * 1000);
+    let line = clean(last_line);
+    let line = line.trim();
+    if line.is_empty() {
+        return format!("  … {time} · no output yet");
+    }
+    let cut: String = line.chars().take(PROGRESS_LINE_CHARS).collect();
+    let more = if line.chars().count() > PROGRESS_LINE_CHARS { "…" } else { "" };
+    format!("  … {time} · {cut}{more}")
+}
+
+/// A tool running now, for its progress line.
+struct Running {
+    call_id: String,
+    started: std::time::Instant,
+    last_line: String,
+}
+
 struct Printer {
+    /// The tools running now (oldest first).
+    running: Vec<Running>,
     json: bool,
     /// The last thing written to stdout did not end with a newline.
     mid_line: bool,
@@ -225,6 +258,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
 
 impl Printer {
     fn print(&mut self, event: &Event) -> anyhow::Result<()> {
+        self.track(event);
         if let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } =
             event
         {
@@ -304,7 +338,7 @@ impl Printer {
             }
             Event::GoalStatus { goal, gates_only } => {
                 let text = if *gates_only {
-                    present::gate_list(goal.as_deref())
+                    present::gate_list_alone(goal.as_deref())
                 } else {
                     present::goal_status(goal.as_deref())
                 };
@@ -332,6 +366,37 @@ impl Printer {
         Ok(())
     }
 
+    /// Keep what the progress line needs: which tools run, and the last line each printed.
+    fn track(&mut self, event: &Event) {
+        if let Event::ToolStarted { call_id, .. } = event {
+            let tool =
+                Running { call_id: call_id.clone(), started: std::time::Instant::now(), last_line: String::new() };
+            self.running.push(tool);
+        } else if let Event::ToolOutput { call_id, chunk } = event {
+            let text = crate::text::sanitize_for_display(chunk);
+            if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
+                if let Some(tool) = self.running.iter_mut().find(|t| &t.call_id == call_id) {
+                    tool.last_line = line.trim_end().to_string();
+                }
+            }
+        } else if let Event::ToolFinished { call_id, .. } = event {
+            self.running.retain(|t| &t.call_id != call_id);
+        } else if let Event::TurnFinished { .. } = event {
+            self.running.clear();
+        }
+    }
+
+    /// Every few seconds on a terminal: the oldest running tool's elapsed time and last line.
+    fn progress(&mut self) {
+        let Some(tool) = self.running.first() else { return };
+        if tool.started.elapsed() < PROGRESS_EVERY {
+            return;
+        }
+        let line = progress_line(tool.started.elapsed(), &tool.last_line);
+        self.end_line();
+        eprintln!("{line}");
+    }
+
     fn notice(&mut self, level: NoticeLevel, text: &str) {
         self.end_line();
         let prefix = match level {
@@ -352,7 +417,18 @@ impl Printer {
 
 #[cfg(test)]
 mod tests {
-    use super::json_line;
+    use super::{json_line, progress_line};
+    use std::time::Duration;
+
+    #[test]
+    fn a_progress_line_has_the_elapsed_time_and_the_last_line_made_safe() {
+        assert_eq!(progress_line(Duration::from_millis(12_400), "tick 12"), "  … 12.0s · tick 12");
+        assert_eq!(progress_line(Duration::from_secs(75), ""), "  … 1m15s · no output yet");
+        let hostile = progress_line(Duration::from_secs(5), "\x1b]52;c;aGk=\x07done");
+        assert!(!hostile.contains('\x1b') && hostile.ends_with("done"), "{hostile:?}");
+        let long = progress_line(Duration::from_secs(5), &"x".repeat(300));
+        assert!(long.ends_with("x…") && long.chars().count() < 120, "{long}");
+    }
     use crate::protocol::{BusyMode, Event, ToolOutcome};
     use pretty_assertions::assert_eq;
     use serde_json::json;

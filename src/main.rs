@@ -12,7 +12,7 @@ use clap::{Parser, Subcommand};
 use talaria::config::Config;
 use talaria::engine::approval::PromptPolicy;
 use talaria::engine::llm::provider;
-use talaria::engine::store::Store;
+use talaria::engine::store::{SessionSummary, Store};
 use talaria::engine::{EngineOptions, SessionChoice};
 use talaria::paths::Paths;
 
@@ -207,6 +207,13 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
             return Ok(2);
         }
     };
+    // The keymap is the TUI's config: a bad one is reported the same way, with exit 2.
+    if cli.command.is_none() {
+        if let Err(e) = talaria::tui::check_keymap(&paths) {
+            eprintln!("talaria: {}", talaria::text::for_terminal(&e.to_string()));
+            return Ok(2);
+        }
+    }
     match &cli.command {
         Some(Command::Pause { words, reason }) => {
             let reason = reason.clone().or_else(|| (!words.is_empty()).then(|| words.join(" ")));
@@ -247,25 +254,26 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     result
 }
 
-/// `--resume KEY` where KEY is the start of several session ids: say which, so the user can
-/// pick one (exit 2), rather than silently taking the latest. An exact id always wins.
-async fn ambiguous_resume(store: &Store, key: &str) -> anyhow::Result<bool> {
-    if store.session(key.trim()).await?.is_some() {
-        return Ok(false);
-    }
-    let matches = store.sessions_with_prefix(key, 21).await?;
-    if matches.len() < 2 {
-        return Ok(false);
-    }
+/// What `--resume KEY` opens: the one session KEY names, or — when it fits several (an id
+/// prefix, a title two sessions share, title words) — `None` with the matches, never the
+/// latest of them silently.
+async fn resume_choice(store: &Store, key: &str) -> anyhow::Result<Result<SessionChoice, Vec<SessionSummary>>> {
+    use talaria::engine::store::cli::{resume_match, ResumeMatch};
+    Ok(match resume_match(store, key).await? {
+        ResumeMatch::One(s) => Ok(SessionChoice::Resume(s.id)),
+        ResumeMatch::Several(matches) => Err(matches),
+        // The engine says that nothing matches (and how to list them).
+        ResumeMatch::None => Ok(SessionChoice::Resume(key.to_string())),
+    })
+}
+
+/// `exec --resume KEY` that fits several sessions: it cannot ask, so it lists them (exit 2).
+fn list_resume_matches(key: &str, matches: &[SessionSummary]) {
     eprintln!("talaria: '{key}' matches several sessions; resume one by its full id:");
     for s in matches.iter().take(20) {
         let label = s.title.clone().unwrap_or_else(|| s.first_line.clone());
         eprintln!("  {}  {}", s.id, talaria::text::for_terminal(&label));
     }
-    if matches.len() > 20 {
-        eprintln!("  … and more");
-    }
-    Ok(true)
 }
 
 async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
@@ -278,7 +286,10 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
                 None => talaria::engine::store::cli::cli_list(&store, 20).await?,
                 Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(&store, limit).await?,
                 Some(SessionsAction::Search { limit, query }) => {
-                    talaria::engine::store::cli::cli_search(&store, &query.join(" "), limit).await?
+                    let found = talaria::engine::store::cli::cli_search(&store, &query.join(" "), limit).await?;
+                    print!("{}", found.text);
+                    // No match exits 1, as grep does.
+                    return Ok(if found.found { 0 } else { 1 });
                 }
             };
             print!("{text}");
@@ -298,10 +309,13 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             let session = if continue_session || cli.continue_session {
                 SessionChoice::Continue
             } else if let Some(key) = cli.resume.clone() {
-                if ambiguous_resume(&store, &key).await? {
-                    return Ok(2);
+                match resume_choice(&store, &key).await? {
+                    Ok(choice) => choice,
+                    Err(matches) => {
+                        list_resume_matches(&key, &matches);
+                        return Ok(2);
+                    }
                 }
-                SessionChoice::Resume(key)
             } else {
                 SessionChoice::New
             };
@@ -319,13 +333,18 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
                 anyhow::bail!("not a terminal; use `talaria exec`");
             }
+            // A `--resume` that fits several sessions opens the picker, as `/resume` does.
+            let mut pick: Option<String> = None;
             let session = if cli.continue_session {
                 SessionChoice::ContinueInteractive
             } else if let Some(key) = cli.resume.clone() {
-                if ambiguous_resume(&store, &key).await? {
-                    return Ok(2);
+                match resume_choice(&store, &key).await? {
+                    Ok(choice) => choice,
+                    Err(_) => {
+                        pick = Some(key);
+                        SessionChoice::New
+                    }
                 }
-                SessionChoice::Resume(key)
             } else {
                 SessionChoice::New
             };
@@ -342,10 +361,17 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
                     return Err(e);
                 }
             };
+            if let Some(key) = pick {
+                let resume = talaria::protocol::commands::SlashCommand::Resume(Some(key));
+                let _ = engine.ops.send(talaria::protocol::Op::Command(resume));
+            }
             let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
             let exit = screen.run(engine, banner).await?;
-            if let Some(spend) = exit.spend {
+            if let Some(spend) = &exit.spend {
                 println!("This run: {spend}");
+            }
+            if let Some(kept) = exit.kept_jobs_line() {
+                println!("{kept}");
             }
             if let Some(id) = exit.session_id {
                 println!("Resume this session with: talaria --resume {id}");

@@ -183,6 +183,12 @@ pub(crate) fn gate_list(goal: Option<&GoalInfo>) -> String {
     lines.join("\n")
 }
 
+/// `/goal gate list` on its own: the lines `/goal status` shows indented under the goal,
+/// without that indent (a notice `ℹ   no goal yet` had stray spaces).
+pub(crate) fn gate_list_alone(goal: Option<&GoalInfo>) -> String {
+    gate_list(goal).lines().map(|l| l.strip_prefix("  ").unwrap_or(l)).collect::<Vec<_>>().join("\n")
+}
+
 pub(crate) fn goal_state_word(s: GoalState) -> &'static str {
     match s {
         GoalState::Active => "active",
@@ -277,6 +283,16 @@ mod tests {
 
     fn gate(last: Option<GateRun>) -> GateInfo {
         GateInfo { cmd: "t".into(), attempts: 1, last }
+    }
+
+    #[test]
+    fn a_gate_list_on_its_own_starts_at_the_margin() {
+        let waiting = goal(GoalState::Unset, vec![gate(None)]);
+        assert_eq!(gate_list_alone(Some(&waiting)), "no goal yet; they apply to the next /goal <text>:\n  1. $ t");
+        assert_eq!(
+            gate_list_alone(Some(&goal(GoalState::Active, vec![]))),
+            "no gates; add one with /goal gate add <cmd>"
+        );
     }
 
     #[test]

@@ -582,9 +582,10 @@ async fn usage_shows_cache_tokens_and_the_cost_and_model_lists_anthropic_models(
     assert_eq!(s.outcome().await, TurnOutcome::Completed);
 
     s.running.send(Op::Command(SlashCommand::Usage));
-    let text = s.running.notice("this session:").await;
+    let text = s.running.notice("this run:").await;
     let line = "2,400 in (2,000 cache read, 300 cache write) / 50 out · $0.0028";
-    assert!(text.contains(&format!("this session: {line} · last turn: {line}")), "{text}");
+    let all_runs = "this session (all runs): 2,400 in / 50 out";
+    assert!(text.contains(&format!("{all_runs} · this run: {line} · last turn: {line}")), "{text}");
 
     s.running.send(Op::Command(SlashCommand::Model(None)));
     let text = s.running.notice("available:").await;
@@ -606,8 +607,9 @@ async fn an_unpriced_model_shows_tokens_only() {
     running.send(Op::Submit { text: "hello".into(), mode: None });
     running.turn_finished().await;
     running.send(Op::Command(SlashCommand::Usage));
-    let text = running.notice("this session:").await;
-    assert!(text.contains("this session: 10 in / 5 out · last turn: 10 in / 5 out"), "{text}");
+    let text = running.notice("this run:").await;
+    let expected = "this session (all runs): 10 in / 5 out · this run: 10 in / 5 out · last turn: 10 in / 5 out";
+    assert!(text.contains(expected), "{text}");
     assert!(text.contains("tokens only") && !text.contains('$'), "{text}");
     running.shutdown().await;
 }
@@ -711,7 +713,7 @@ async fn caching_saves_most_of_the_input_cost_of_a_long_session() {
     assert!(cached_cost < uncached_cost * 0.35, "caching saved too little: {cached_cost} vs {uncached_cost}");
     // The session's own accounting agrees with what the server billed.
     s.running.send(Op::Command(SlashCommand::Usage));
-    let text = s.running.notice("this session:").await;
+    let text = s.running.notice("this run:").await;
     assert!(text.contains(&format!("({} cache read, ", thousands(read))), "{text}");
     s.running.shutdown().await;
 }

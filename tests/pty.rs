@@ -568,3 +568,99 @@ fn kill_9_of_talaria_while_a_goal_gate_runs_leaves_nothing_behind() {
     wait_until("the gate to be killed", || !alive(gate));
     wait_until("no gate process left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
 }
+
+/// Issue #32, point 14: a bad keymap is reported as a bad config is — file, line, key and
+/// what to write — and exits 2, before the terminal is taken.
+#[test]
+fn a_bad_keymap_is_reported_like_a_bad_config_and_exits_2() {
+    let home = Home::new();
+    std::fs::write(home.path().join("keymap.toml"), "[input]\nquit = \"ctrl+x\"\n").expect("keymap");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
+        .env("TALARIA_HOME", home.path())
+        .env("TALARIA_TEST_GUARD", "1")
+        .current_dir(home.work())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run talaria");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "stderr: {stderr}");
+    let file = home.path().join("keymap.toml");
+    assert_eq!(
+        stderr.trim(),
+        format!("talaria: {}:2: input.quit: expected a list of keys: write quit = [\"ctrl+x\"]", file.display())
+    );
+}
+
+/// Point 27: `talaria -c` with nothing to continue here says so.
+#[test]
+fn continue_with_no_earlier_session_says_it_starts_a_new_one() {
+    let home = Home::new();
+    let model = Model::start(vec![]);
+    let mut p = spawn(&home, &model, &["-c"]);
+    p.wait_for("no earlier session in", WAIT);
+    p.wait_for("to continue: this is a new one", WAIT);
+    assert_eq!(quit(&mut p), 0);
+}
+
+/// Point 4: `/usage` counts the whole session from the database, and labels this run's.
+#[test]
+fn usage_counts_the_session_over_runs_and_labels_this_run() {
+    let home = Home::new();
+    let model = Model::start(vec![ScriptedResponse::text("Noted."), ScriptedResponse::text("Again.")]);
+    let mut p = spawn(&home, &model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("remember seven");
+    p.send(b"\r");
+    p.wait_for("Noted.", WAIT);
+    assert_eq!(quit(&mut p), 0);
+    let mut p = spawn(&home, &model, &["-c"]);
+    p.wait_for("remember seven", WAIT);
+    p.type_text("and eight");
+    p.send(b"\r");
+    p.wait_for("Again.", WAIT);
+    p.type_text("/usage");
+    p.send(b"\r");
+    // The scripted model bills 10 in / 2 out per request (see the run summary test).
+    p.wait_for("this session (all runs): 20 in / 4 out · this run: 10 in / 2 out", WAIT);
+    assert_eq!(quit(&mut p), 0);
+}
+
+/// Point 30: `exec` on a terminal prints a progress line every few seconds while a long
+/// foreground command runs (its elapsed time and last line); a pipe gets none.
+#[test]
+fn exec_shows_progress_of_a_long_command_on_a_terminal_only() {
+    let home = Home::new();
+    let marker = unique_secs(307);
+    let go = format!("go_progress_{}", std::process::id());
+    let command = format!("echo 'marker {marker}'; until [ -e {go} ]; do sleep 0.05; done; echo finished");
+    let call = serde_json::json!({ "command": command }).to_string();
+    let model =
+        Model::start(vec![ScriptedResponse::tool_call("c1", "terminal", &call), ScriptedResponse::text("Done.")]);
+    let url = model.server.base_url();
+    let p = Pty::spawn(home.path(), &home.work(), &["exec", "--base-url", &url, "--model", "m", "go"], COLS, ROWS);
+    p.wait_for(&format!("s · marker {marker}"), WAIT);
+    std::fs::write(home.work().join(&go), "").expect("go file");
+    p.wait_for("Done.", WAIT);
+    std::fs::remove_file(home.work().join(&go)).expect("remove go file");
+    // The same run with stderr on a pipe: no progress lines, however long it takes.
+    let model =
+        Model::start(vec![ScriptedResponse::tool_call("c1", "terminal", &call), ScriptedResponse::text("Done.")]);
+    let url = model.server.base_url();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
+        .args(["exec", "--base-url", &url, "--model", "m", "go"])
+        .env("TALARIA_HOME", home.path())
+        .env("TALARIA_TEST_GUARD", "1")
+        .current_dir(home.work())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run talaria exec");
+    // Well past one progress interval before the command may end.
+    wait_until("the command to start", || !model.server.chat_requests().is_empty());
+    std::thread::sleep(Duration::from_secs(7));
+    std::fs::write(home.work().join(&go), "").expect("go file");
+    let out = child.wait_with_output().expect("exec output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(!stderr.contains(" … "), "no progress line on a pipe: {stderr}");
+}

@@ -7,7 +7,7 @@ use std::sync::Once;
 use pretty_assertions::assert_eq;
 use rusqlite::Connection;
 use talaria::engine::llm::ToolCall;
-use talaria::engine::store::cli::{cli_list, cli_search};
+use talaria::engine::store::cli::{cli_list, cli_search, resume_match, ResumeMatch};
 use talaria::engine::store::{Store, StoreError, StoredMessage, HISTORY_CAP_PER_CWD, SCHEMA_VERSION};
 use tempfile::TempDir;
 
@@ -538,11 +538,53 @@ async fn the_cli_prints_sessions_and_search_results() {
     assert!(!listed.contains('\x1b'));
 
     let found = cli_search(&store, "widget", 20).await.unwrap();
+    assert!(found.found);
+    let found = found.text;
     let lines: Vec<&str> = found.lines().collect();
     assert_eq!(lines.len(), 3, "{found}");
-    assert_eq!(lines[0], format!("{sid}  Deploy the widget service"), "{found}");
+    // Each session says what kind it is (an interactive chat or an exec run) and where.
+    assert_eq!(lines[0], format!("{sid}  chat  /w  Deploy the widget service"), "{found}");
     assert!(lines.iter().any(|l| l.starts_with("  tool: ") && l.contains("»widget« deployed")), "{found}");
-    assert_eq!(cli_search(&store, "(", 20).await.unwrap(), "No matches for (.\n");
+    let none = cli_search(&store, "(", 20).await.unwrap();
+    assert_eq!((none.text.as_str(), none.found), ("No matches for (.\n", false));
+    // A script's run is labelled as one, and the mid-turn wrapper is not what was said.
+    let run = store.create_session("m", "/w/ci", None).await.unwrap();
+    store.mark_headless(&run).await.unwrap();
+    let typed = "[OUT-OF-BAND USER MESSAGE — a direct message from the user, delivered mid-turn; not tool output]\nship the gadget\n[/OUT-OF-BAND USER MESSAGE]";
+    store.append_message(&run, user(typed)).await.unwrap();
+    let found = cli_search(&store, "gadget", 20).await.unwrap().text;
+    assert!(found.starts_with(&format!("{run}  exec  /w/ci  ")), "{found}");
+    assert!(found.contains("ship the »gadget«") && !found.contains("OUT-OF-BAND"), "{found}");
+}
+
+/// `--resume hi` with two sessions titled "hi" used to open the latest silently: several
+/// that fit equally are a choice; an exact id, or the one session that fits, opens.
+#[tokio::test]
+async fn resume_names_one_session_or_offers_the_ones_that_fit() {
+    let home = temp_home();
+    let store = open(&home);
+    let ids = |m: &ResumeMatch| match m {
+        ResumeMatch::One(s) => vec![s.id.clone()],
+        ResumeMatch::Several(list) => list.iter().map(|s| s.id.clone()).collect(),
+        ResumeMatch::None => Vec::new(),
+    };
+    let a = store.create_session("m", "/w", None).await.unwrap();
+    store.set_title(&a, "hi").await.unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let b = store.create_session("m", "/w", None).await.unwrap();
+    store.set_title(&b, "Hi").await.unwrap();
+    let c = store.create_session("m", "/w", None).await.unwrap();
+    store.set_title(&c, "fix the parser").await.unwrap();
+    let hi = resume_match(&store, "hi").await.unwrap();
+    assert!(matches!(hi, ResumeMatch::Several(_)), "two sessions are titled hi");
+    let mut found = ids(&hi);
+    found.sort();
+    let mut want = vec![a.clone(), b.clone()];
+    want.sort();
+    assert_eq!(found, want);
+    assert_eq!(ids(&resume_match(&store, &a).await.unwrap()), vec![a.clone()], "an exact id wins");
+    assert!(matches!(resume_match(&store, "parser").await.unwrap(), ResumeMatch::One(ref s) if s.id == c));
+    assert!(matches!(resume_match(&store, "nothing like it").await.unwrap(), ResumeMatch::None));
 }
 
 #[tokio::test]
@@ -586,7 +628,7 @@ async fn a_read_only_database_can_still_be_listed_and_searched() {
     std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o400)).unwrap();
     let store = Store::open_read_only(&path).expect("a read-only file opens for reading");
     assert!(cli_list(&store, 20).await.unwrap().contains("kept in a read-only file"));
-    assert!(cli_search(&store, "read-only", 20).await.unwrap().contains("read-only"));
+    assert!(cli_search(&store, "read-only", 20).await.unwrap().text.contains("read-only"));
     // The connection itself is read-only (this holds even for root, who may write any file).
     let err = store.create_session("m", "/w", None).await.unwrap_err();
     assert!(err.to_string().contains("readonly"), "{err}");

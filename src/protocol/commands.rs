@@ -140,7 +140,7 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/pause [reason]", help: "pause all autonomous work" },
     CommandHelp { usage: "/unpause", help: "lift the pause" },
     CommandHelp { usage: "/compact [focus]", help: "summarise older turns to free context" },
-    CommandHelp { usage: "/usage", help: "tokens and cost of this session and the last turn" },
+    CommandHelp { usage: "/usage", help: "tokens and cost: the session over every run, this run, the last turn" },
     CommandHelp { usage: "/permissions", help: "the sandbox: mode, writable roots, approvals (alias /sandbox)" },
     CommandHelp { usage: "/backend [local|ssh <host>|docker <name>]", help: "where commands run: show or switch" },
     CommandHelp { usage: "/mcp [restart <name>|tools [name]]", help: "MCP servers: state, tools, restart one" },

@@ -24,7 +24,9 @@ use super::keymap::Keymap;
 use super::theme::Theme;
 use super::transcript::{Scroll, Slice, Transcript};
 use crate::config::{Config, NotifyMode, OnQuit};
-use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome};
+use crate::protocol::{
+    BusyMode, Event, HeartbeatInfo, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome,
+};
 
 /// A second Ctrl+C within this window quits.
 pub(crate) const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
@@ -32,6 +34,10 @@ pub(crate) const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
 pub(crate) const APPROVAL_ARM: Duration = Duration::from_millis(300);
 /// Lines of a job log requested at once.
 pub(crate) const LOG_LIMIT: u64 = 2_000;
+/// How long the answer to a key in the log view (poll, kill, a search) stays in its footer.
+pub(crate) const LOG_MESSAGE_FOR: Duration = Duration::from_secs(5);
+/// A log view that does not follow re-reads its part of the log at most this often.
+pub(crate) const LOG_REFRESH_EVERY: Duration = Duration::from_secs(1);
 /// Output kept per running tool for its log view.
 const TOOL_OUTPUT_MAX: usize = 64 * 1024;
 /// Job rows kept in the pane; finished jobs go first.
@@ -42,6 +48,9 @@ const HISTORY_MAX: usize = 500;
 const WHEEL_ROWS: usize = 3;
 /// Scrolled within this many cells of the oldest loaded one, the page before it is asked for.
 const EARLIER_PREFETCH_CELLS: usize = 50;
+/// The empty input's hint, and the one for inputs too narrow for it.
+const PLACEHOLDER: &str = "Message Talaria · Enter send · ? help";
+const PLACEHOLDER_SHORT: &str = "Message · Enter · ? help";
 
 /// Everything the TUI reacts to.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,6 +95,8 @@ pub(crate) struct RunningTool {
     pub(crate) last_line: String,
     /// The tail of its output (capped), for the log view.
     pub(crate) output: String,
+    /// Waiting for the user's approval; `started` is reset when it is answered.
+    pub(crate) awaiting: bool,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -100,6 +111,17 @@ pub(crate) struct JobRow {
 impl JobRow {
     pub(crate) fn runtime_ms(&self, wall_ms: u64) -> u64 {
         self.finished_at_ms.unwrap_or(wall_ms).saturating_sub(self.info.started_at_ms)
+    }
+
+    /// The runtime as shown: whole seconds while it runs (the pane ticks once a second),
+    /// the exact figure once it ended, as its exit notice gives it (`18.4s`, not `18.0s`).
+    pub(crate) fn shown_runtime_ms(&self, wall_ms: u64) -> u64 {
+        let ms = self.runtime_ms(wall_ms);
+        if self.finished_at_ms.is_some() {
+            ms
+        } else {
+            ms / 1000 * 1000
+        }
     }
 }
 
@@ -126,11 +148,21 @@ pub(crate) struct LogView {
     pub(crate) search: Option<String>,
     /// The line of the match `n`/`N` went to last.
     pub(crate) current_match: Option<usize>,
-    /// The answer to the last thing done from the view (poll, kill, write), shown in it.
-    pub(crate) message: Option<(NoticeLevel, String)>,
+    /// The answer to the last thing done from the view (poll, kill, write): shown in its
+    /// footer until the next key or for `LOG_MESSAGE_FOR`, never among the job's output.
+    pub(crate) message: Option<LogMessage>,
+    /// When the engine was last asked for this view's lines.
+    pub(crate) requested_at: Option<Instant>,
     /// The log lines (as written) the loaded chunk covers, when a terminal shows them as a
     /// different number of lines (redraws collapsed): line numbers are then not per line.
     pub(crate) redrawn: Option<(u64, u64)>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct LogMessage {
+    pub(crate) level: NoticeLevel,
+    pub(crate) text: String,
+    pub(crate) at: Instant,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -243,8 +275,21 @@ pub struct App {
     /// How far the help could scroll when it was last drawn (the view writes it, as a
     /// stateful widget would; End and the clamp of the other scroll keys read it).
     pub(crate) help_max_scroll: std::cell::Cell<usize>,
-    /// The jobs and tools panes were on screen in the last frame (not at narrow widths).
+    /// The side column (jobs and tools panes) was on screen in the last frame (not at
+    /// narrow widths, where a focused pane replaces the transcript instead).
     pub(crate) panes_shown: bool,
+    /// Rows the welcome took above the transcript in the last frame (0 once something is said).
+    pub(crate) welcome_rows: u16,
+    /// The input shows the short placeholder (a narrow terminal).
+    placeholder_short: bool,
+    /// The jobs left running on purpose when quitting ("keep them running"), to name them.
+    pub(crate) kept_jobs: Vec<JobId>,
+    /// How each message typed while busy was sent (steer, queue…): the pending list marks them.
+    pub(crate) sent_modes: Vec<(String, BusyMode)>,
+    /// Large pastes of the messages sent, so the transcript folds them as the input did.
+    pub(crate) sent_pastes: Vec<Paste>,
+    /// When the last status (and its heartbeat countdown) arrived.
+    pub(crate) status_at: Instant,
     /// `@path` completion: the event loop lists the paths starting with this, then calls
     /// `paths_listed`.
     pub(crate) path_request: Option<String>,
@@ -317,6 +362,12 @@ impl App {
             frame_area: Rect::new(0, 0, 80, 24),
             help_max_scroll: std::cell::Cell::new(0),
             panes_shown: true,
+            welcome_rows: 0,
+            placeholder_short: false,
+            kept_jobs: Vec::new(),
+            sent_modes: Vec::new(),
+            sent_pastes: Vec::new(),
+            status_at: Instant::now(),
             input_hint: None,
             in_tmux: false,
             path_request: None,
@@ -364,11 +415,33 @@ impl App {
     pub(crate) fn prepare(&mut self, area: Rect) {
         let areas = super::layout::layout(area, &self.layout_facts());
         self.frame_area = area;
-        self.panes_shown = areas.jobs.is_some();
-        self.transcript_area = areas.transcript;
+        self.panes_shown = areas.side;
         self.log_area = areas.main;
-        let t = areas.transcript;
+        let mut t = areas.transcript;
+        // Until something is said, the welcome stays on top and notices (the instructions
+        // loaded, a sandbox warning) go under it; they never take its place.
+        self.welcome_rows = 0;
+        let notices = if self.transcript.has_conversation() {
+            usize::MAX
+        } else {
+            self.transcript.total_height(t.width, &self.theme)
+        };
+        // Many notices (more than half the view) have the room to themselves.
+        if notices <= usize::from(t.height) / 2 {
+            let welcome = super::view::welcome_height(self, t.width);
+            let rows = welcome.min(usize::from(t.height) - notices);
+            self.welcome_rows = u16::try_from(rows).unwrap_or(0);
+            t.y += self.welcome_rows;
+            t.height -= self.welcome_rows;
+        }
+        self.transcript_area = t;
         self.visible = self.transcript.prepare(t.width, usize::from(t.height), &self.theme);
+        // The full hint where it fits; at 40 columns a shorter one, never a cut one.
+        let short = usize::from(areas.input.width.saturating_sub(4)) < super::wrap::str_width(PLACEHOLDER);
+        if short != self.placeholder_short {
+            self.placeholder_short = short;
+            self.input.set_placeholder_text(if short { PLACEHOLDER_SHORT } else { PLACEHOLDER });
+        }
     }
 
     /// The layers present, topmost first; the last is always the pane or the input.
@@ -394,10 +467,16 @@ impl App {
 
     /// What the frame layout depends on.
     pub(crate) fn layout_facts(&self) -> super::layout::LayoutFacts<'_> {
+        use super::layout::Pane;
         super::layout::LayoutFacts {
             input_lines: self.input.lines(),
             pending: self.pending.len(),
             tools: self.tools.len(),
+            focused_pane: match self.focus {
+                Focus::Input => None,
+                Focus::Jobs => Some(Pane::Jobs),
+                Focus::Tools => Some(Pane::Tools),
+            },
         }
     }
 
@@ -434,7 +513,23 @@ impl App {
 
     /// A moment when the screen changes by itself once (the Ctrl+C hint expires).
     pub(crate) fn next_deadline(&self) -> Option<Instant> {
-        self.last_ctrl_c.map(|t| t + DOUBLE_CTRL_C).filter(|&t| t > self.now)
+        let ctrl_c = self.last_ctrl_c.map(|t| t + DOUBLE_CTRL_C).filter(|&t| t > self.now);
+        let message = self.log_view.as_ref().and_then(|v| v.message.as_ref()).map(|m| m.at + LOG_MESSAGE_FOR);
+        [ctrl_c, message.filter(|&t| t > self.now), self.heartbeat_changes_at()].into_iter().flatten().min()
+    }
+
+    /// The heartbeat as it stands now: its countdown goes on between the engine's statuses.
+    pub(crate) fn heartbeat_now(&self, hb: &HeartbeatInfo) -> HeartbeatInfo {
+        let elapsed = u64::try_from(self.now.saturating_duration_since(self.status_at).as_millis()).unwrap_or(u64::MAX);
+        HeartbeatInfo { next_in_ms: hb.next_in_ms.map(|ms| ms.saturating_sub(elapsed)), ..hb.clone() }
+    }
+
+    /// When the status line's `next in Nm` next changes (it counts whole minutes, rounded up).
+    fn heartbeat_changes_at(&self) -> Option<Instant> {
+        let hb = self.status.heartbeat.as_ref().filter(|hb| !hb.paused)?;
+        let left = self.heartbeat_now(hb).next_in_ms.filter(|&ms| ms > 0)?;
+        let shown = left.div_ceil(60_000);
+        Some(self.now + Duration::from_millis(left - (shown - 1) * 60_000))
     }
 
     /// The status line's spinner position: advances every 100 ms of the running turn.
@@ -452,7 +547,7 @@ impl App {
             if text.is_empty() { vec![String::new()] } else { text.split('\n').map(String::from).collect() };
         let mut input = TextArea::new(lines);
         input.set_cursor_line_style(Style::default());
-        input.set_placeholder_text("Message Talaria · Enter send · ? help");
+        input.set_placeholder_text(if self.placeholder_short { PLACEHOLDER_SHORT } else { PLACEHOLDER });
         input.set_placeholder_style(Style::default().fg(self.theme.dim));
         input.set_wrap_mode(ratatui_textarea::WrapMode::WordOrGlyph);
         input.move_cursor(ratatui_textarea::CursorMove::Bottom);
@@ -474,9 +569,6 @@ impl App {
     }
 
     fn normalise_focus(&mut self) {
-        if !self.panes_shown {
-            self.focus = Focus::Input;
-        }
         match self.focus {
             Focus::Jobs if self.jobs.is_empty() => self.focus = Focus::Input,
             Focus::Tools if self.tools.is_empty() => self.focus = Focus::Input,

@@ -1,10 +1,8 @@
 //! Keys -> actions, from `ui/keymap.toml` (embedded) with the user's file on top.
 
-use std::collections::BTreeMap;
 use std::fmt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
-use anyhow::Context as _;
 use crossterm::event::{KeyCode, KeyEvent, KeyModifiers};
 
 const DEFAULT_KEYMAP: &str = include_str!("../../ui/keymap.toml");
@@ -132,13 +130,18 @@ pub(crate) const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Global, Action::Cancel, "cancel", "stop the turn when busy, else clear the input; twice quits"),
     (Context::Global, Action::Background, "background", "move running commands to background jobs"),
     (Context::Global, Action::Help, "help", "this help"),
-    (Context::Global, Action::ToggleReasoning, "toggle_reasoning", "show or hide the model's reasoning"),
+    (Context::Global, Action::ToggleReasoning, "toggle_reasoning", "show or hide details: the model's reasoning, MCP results, folded pastes"),
     (Context::Global, Action::ToggleMouse, "toggle_mouse", "mouse capture on/off (off: the terminal selects text)"),
     (Context::Global, Action::Suspend, "suspend", "suspend Talaria to the shell (`fg` resumes)"),
     (Context::Input, Action::Submit, "submit", "send (while busy: the configured busy mode)"),
     (Context::Input, Action::Complete, "complete", "complete the slash command or @path (when idle)"),
     (Context::Input, Action::Queue, "queue", "while busy: queue the message for the next turn"),
-    (Context::Input, Action::FocusPanes, "focus_panes", "focus the jobs and tools panes (on an empty input)"),
+    (
+        Context::Input,
+        Action::FocusPanes,
+        "focus_panes",
+        "the jobs and tools panes (Tab: on an empty input); below 80 columns they show in the transcript's place",
+    ),
     (Context::Input, Action::Newline, "newline", "insert a new line"),
     (Context::Input, Action::Interrupt, "interrupt", "stop the running turn"),
     (Context::Input, Action::Quit, "quit", "quit (on an empty input)"),
@@ -175,7 +178,7 @@ pub(crate) const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Log, Action::Kill, "kill", "kill the job (asks first)"),
     (Context::Log, Action::Poll, "poll", "refresh the job"),
     (Context::Log, Action::Write, "write", "write a line to the job's stdin"),
-    (Context::Log, Action::Watch, "watch", "watch the job's output for a pattern: a match is shown and rings"),
+    (Context::Log, Action::Watch, "watch", "watch the job's output for a pattern: each matching line is shown in the transcript and rings the terminal's bell (ui.notify)"),
     (Context::Log, Action::Search, "search", "search the log (type, then Enter)"),
     (Context::Log, Action::NextMatch, "next_match", "next match (wraps to the first)"),
     (Context::Log, Action::PrevMatch, "prev_match", "previous match"),
@@ -341,7 +344,50 @@ pub struct Keymap {
     bindings: Vec<Binding>,
 }
 
-type KeymapFile = BTreeMap<String, BTreeMap<String, Vec<String>>>;
+/// A keymap file that cannot be used: what is wrong, where, and what to write instead.
+/// Formatted as config errors are (`file:line: section.action: …`); talaria exits 2.
+#[derive(Debug, thiserror::Error)]
+pub enum KeymapError {
+    #[error("{}: cannot read: {source}", path.display())]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{}:{line}: {message}", path.display())]
+    Invalid { path: PathBuf, line: usize, message: String },
+}
+
+/// A problem in a keymap document: its line (1-based) and what is wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct KeymapProblem {
+    pub(crate) line: usize,
+    pub(crate) message: String,
+}
+
+impl fmt::Display for KeymapProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "line {}: {}", self.line, self.message)
+    }
+}
+
+/// The line of `action = …` in `[section]` (else the section's header, else 1).
+fn line_of(text: &str, section: &str, action: Option<&str>) -> usize {
+    let mut in_section = false;
+    let mut header = None;
+    for (i, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if line.starts_with('[') {
+            in_section = line.trim_start_matches('[').trim_end_matches(']').trim() == section;
+            if in_section && header.is_none() {
+                header = Some(i + 1);
+            }
+            continue;
+        }
+        let Some(action) = action.filter(|_| in_section) else { continue };
+        let key = line.split('=').next().unwrap_or("").trim().trim_matches('"');
+        if line.contains('=') && key == action {
+            return i + 1;
+        }
+    }
+    header.unwrap_or(1)
+}
 
 impl Keymap {
     /// The built-in keymap.
@@ -354,44 +400,74 @@ impl Keymap {
         };
         // A test checks the embedded file parses; a failure here would leave keys unbound.
         if let Err(e) = map.apply(DEFAULT_KEYMAP) {
-            tracing::error!("built-in keymap: {e:#}");
+            tracing::error!("built-in keymap: {e}");
         }
         map
     }
 
     /// The built-in keymap with the user's file on top (a missing file is fine).
-    pub(crate) fn load(user_file: &Path) -> anyhow::Result<Keymap> {
+    pub fn load(user_file: &Path) -> Result<Keymap, KeymapError> {
         let mut map = Keymap::builtin();
         match std::fs::read_to_string(user_file) {
-            Ok(text) => map.apply(&text).with_context(|| format!("{}", user_file.display()))?,
+            Ok(text) => map.apply(&text).map_err(|p| KeymapError::Invalid {
+                path: user_file.to_path_buf(),
+                line: p.line,
+                message: p.message,
+            })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(anyhow::anyhow!("{}: cannot read: {e}", user_file.display())),
+            Err(source) => return Err(KeymapError::Read { path: user_file.to_path_buf(), source }),
         }
         Ok(map)
     }
 
     /// Replace the keys of every action the document names.
-    pub(crate) fn apply(&mut self, text: &str) -> anyhow::Result<()> {
-        let file: KeymapFile = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.message().trim()))?;
+    pub(crate) fn apply(&mut self, text: &str) -> Result<(), KeymapProblem> {
+        let file: toml::Table = toml::from_str(text).map_err(|e| KeymapProblem {
+            line: e.span().map_or(1, |s| text[..s.start.min(text.len())].matches('\n').count() + 1),
+            message: e.message().trim().replace('\n', " "),
+        })?;
         for (section, actions) in file {
-            let context = Context::from_name(&section).with_context(|| {
+            let problem = |action: Option<&str>, message: String| KeymapProblem {
+                line: line_of(text, &section, action),
+                message,
+            };
+            let Some(context) = Context::from_name(&section) else {
                 let names: Vec<&str> = Context::ALL.iter().map(|c| c.name()).collect();
-                format!("unknown section [{section}]; expected one of {}", names.join(", "))
-            })?;
-            for (action, keys) in actions {
-                let binding = self
-                    .bindings
-                    .iter_mut()
-                    .find(|b| b.context == context && b.name == action)
-                    .with_context(|| format!("[{section}] {action}: no such action"))?;
-                binding.keys = keys
-                    .iter()
-                    .map(|k| KeyChord::parse(k))
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| anyhow::anyhow!("[{section}] {action}: {e}"))?;
-                if binding.keys.is_empty() && binding.action == Action::Submit {
-                    anyhow::bail!("[{section}] {action}: needs at least one key (with none, nothing could be sent)");
+                return Err(problem(
+                    None,
+                    format!("unknown section [{section}]; expected one of {}", names.join(", ")),
+                ));
+            };
+            let toml::Value::Table(actions) = actions else {
+                return Err(problem(None, format!("{section}: expected a section [{section}] of actions")));
+            };
+            for (action, value) in actions {
+                let at = |message: String| problem(Some(&action), format!("{section}.{action}: {message}"));
+                let Some(binding) = self.bindings.iter_mut().find(|b| b.context == context && b.name == action) else {
+                    return Err(at("no such action; `?` in talaria lists them".to_string()));
+                };
+                let keys: Vec<String> = match value {
+                    toml::Value::Array(items) => items
+                        .iter()
+                        .map(|k| k.as_str().map(str::to_string))
+                        .collect::<Option<_>>()
+                        .ok_or_else(|| at("expected a list of keys as strings, e.g. [\"ctrl+x\"]".to_string()))?,
+                    // The likeliest slip: one key without the brackets.
+                    toml::Value::String(key) => {
+                        return Err(at(format!("expected a list of keys: write {action} = [\"{key}\"]")));
+                    }
+                    other => {
+                        return Err(at(format!(
+                            "expected a list of keys, e.g. [\"ctrl+x\"], not a {}",
+                            other.type_str()
+                        )))
+                    }
+                };
+                let parsed = keys.iter().map(|k| KeyChord::parse(k)).collect::<Result<Vec<_>, _>>().map_err(&at)?;
+                if parsed.is_empty() && binding.action == Action::Submit {
+                    return Err(at("needs at least one key (with none, nothing could be sent)".to_string()));
                 }
+                binding.keys = parsed;
             }
         }
         Ok(())
@@ -474,6 +550,26 @@ mod tests {
         assert_eq!(KeyChord::parse("ctrl++").unwrap(), KeyChord::new(KeyCode::Char('+'), KeyModifiers::CONTROL));
         assert!(KeyChord::parse("hyper+x").is_err());
         assert!(KeyChord::parse("f13").is_err());
+    }
+
+    /// A keymap error names the file, the line and the key, and says what to write, as a
+    /// config error does (it was `invalid type: string "ctrl+x", expected a sequence`).
+    #[test]
+    fn a_bad_keymap_names_the_line_the_key_and_the_fix() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("keymap.toml");
+        std::fs::write(&file, "# mine\n[global]\nhelp = [\"f1\"]\n\n[input]\nquit = \"ctrl+x\"\n").unwrap();
+        let err = Keymap::load(&file).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!("{}:6: input.quit: expected a list of keys: write quit = [\"ctrl+x\"]", file.display())
+        );
+        std::fs::write(&file, "[log]\nclose = [\"esc\", \"hyper+q\"]\n").unwrap();
+        let err = Keymap::load(&file).unwrap_err().to_string();
+        assert!(err.ends_with(":2: log.close: unknown modifier \"hyper\" in \"hyper+q\""), "{err}");
+        std::fs::write(&file, "[panes\nup = [\"k\"]\n").unwrap();
+        let err = Keymap::load(&file).unwrap_err().to_string();
+        assert!(err.starts_with(&format!("{}:1: ", file.display())), "{err}");
     }
 
     #[test]

@@ -87,6 +87,17 @@ pub struct TuiExit {
     pub session_id: Option<String>,
     /// What the model calls of this run used and cost (`None` when there were none).
     pub spend: Option<String>,
+    /// The jobs left running on purpose ("keep them running"), to name on the way out.
+    pub kept_jobs: Vec<String>,
+}
+
+impl TuiExit {
+    /// `2 jobs keep running (job_13, job_14); talaria -c re-attaches them`.
+    pub fn kept_jobs_line(&self) -> Option<String> {
+        let n = self.kept_jobs.len();
+        let (noun, them) = if n == 1 { ("job keeps", "it") } else { ("jobs keep", "them") };
+        (n > 0).then(|| format!("{n} {noun} running ({}); talaria -c re-attaches {them}", self.kept_jobs.join(", ")))
+    }
 }
 
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
@@ -138,7 +149,8 @@ impl Screen {
         let spend = (!app.spend.usage.is_empty()).then(|| app.spend.describe());
         // Only a session something was said in is kept, so only that one can be resumed.
         let said = app.transcript.cells().iter().any(|c| matches!(c.body, transcript::CellBody::User { .. }));
-        Ok(TuiExit { session_id: app.session.session_id.clone().filter(|_| said), spend })
+        let session_id = app.session.session_id.clone().filter(|_| said);
+        Ok(TuiExit { session_id, spend, kept_jobs: app.kept_jobs.clone() })
     }
 }
 
@@ -146,6 +158,12 @@ impl Drop for Screen {
     fn drop(&mut self) {
         restore();
     }
+}
+
+/// Read the user's keymap file as the TUI will: a bad one is an error to report before the
+/// terminal is taken (as a bad config file is).
+pub fn check_keymap(paths: &Paths) -> Result<(), keymap::KeymapError> {
+    Keymap::load(&paths.keymap_file).map(|_| ())
 }
 
 /// The full-screen UI needs a terminal on both ends.

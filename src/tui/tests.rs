@@ -834,7 +834,9 @@ fn a_job_notification_shows_the_end_of_its_output_tail() {
     );
     let out = screen(&mut app, 100, 16);
     assert!(out.contains("tick 10]") && out.contains("tick 6") && !out.contains("tick 5"), "{out}");
-    assert!(out.contains("… 4 earlier lines"), "{out}");
+    // The tail starts on its own row: the header is not glued to the job's first line.
+    assert!(out.contains("Output tail:") && !out.contains("Output tail: tick 1"), "{out}");
+    assert!(out.contains("… 5 earlier lines"), "{out}");
 }
 
 #[test]
@@ -1301,4 +1303,302 @@ fn every_key_in_the_help_does_something_visible_on_an_idle_app() {
         }
     }
     assert!(silent.is_empty(), "keys in the help that show nothing on an idle app:\n{}", silent.join("\n"));
+}
+
+/// Issue #32, point 1: the notice that an AGENTS.md was loaded used to take the welcome's
+/// place (drawn only while the transcript was empty); most repositories have one.
+#[test]
+fn the_welcome_stays_on_top_of_the_first_notices() {
+    let mut app = app();
+    feed(&mut app, Event::notice(NoticeLevel::Info, "instructions: AGENTS.md"));
+    let out = screen(&mut app, 100, 24);
+    insta::assert_snapshot!("welcome_over_the_instructions_notice", out);
+    for expected in ["Talaria", "Demo mode: no model is configured", "keep typing", "instructions: AGENTS.md", "Shift"]
+    {
+        assert!(out.contains(expected), "missing {expected:?}:\n{out}");
+    }
+    // Once something is said the welcome gives the room back.
+    feed(
+        &mut app,
+        Event::UserMessage { text: "hello".into(), trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput },
+    );
+    let out = screen(&mut app, 100, 24);
+    assert!(!out.contains("keep typing") && out.contains("› hello"), "{out}");
+}
+
+/// Point 3: below 80 columns the jobs pane is hidden; the status line says jobs run and
+/// which key shows them, and that key shows the pane in the transcript's place.
+#[test]
+fn below_80_columns_the_status_counts_jobs_and_alt_j_shows_the_pane_with_its_keys() {
+    let mut app = app_with_a_running_job();
+    let out = screen(&mut app, 70, 20);
+    let status = out.lines().last().unwrap_or_default().to_string();
+    assert!(status.contains("⚙ 1 job (Alt+J)"), "{status}");
+    assert!(!out.contains("Background jobs"), "{out}");
+    key(&mut app, KeyCode::Char('j'), KeyModifiers::ALT);
+    let out = screen(&mut app, 70, 20);
+    insta::assert_snapshot!("jobs_pane_at_70_columns", out);
+    assert!(out.contains("Background jobs (1 running)") && out.contains("▶ job_1"), "{out}");
+    assert!(out.contains("Enter log") && out.contains("k kill") && out.contains("Esc back"), "{out}");
+    let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));
+    assert!(ops.iter().any(|op| matches!(op, Op::Job { id, .. } if id == "job_1")), "{ops:?}");
+    assert!(app.log_view.is_some(), "Enter opens its log at any width");
+    key(&mut app, KeyCode::Esc, KeyModifiers::NONE);
+    key(&mut app, KeyCode::Esc, KeyModifiers::NONE);
+    let out = screen(&mut app, 70, 20);
+    assert!(!out.contains("Background jobs") && out.contains("⚙ 1 job"), "Esc gives the transcript back:\n{out}");
+}
+
+/// Point 5: a log view scrolled back keeps its counts live, and new lines load below
+/// without moving it.
+#[test]
+fn a_log_view_that_does_not_follow_keeps_its_counts_and_its_place() {
+    let mut app = open_fifty_line_log();
+    key(&mut app, KeyCode::PageUp, KeyModifiers::NONE);
+    let before = screen(&mut app, 100, 20);
+    assert!(before.contains("of 50") && before.contains("not following"), "{before}");
+    let ops = app.update(AppEvent::Engine(Event::JobUpdated {
+        id: "job_1".into(),
+        status: JobStatus::Running,
+        tail: "line 60 ERROR too\n".into(),
+    }));
+    let asked =
+        Op::Job { id: "job_1".into(), action: crate::protocol::JobAction::Log { offset: Some(1), limit: Some(2000) } };
+    assert_eq!(ops, vec![asked], "the same part of the log, from its first line");
+    let text: Vec<String> = (1..=60)
+        .map(|i| if [10, 30, 60].contains(&i) { format!("line {i} ERROR here") } else { format!("line {i}") })
+        .collect();
+    feed(
+        &mut app,
+        Event::JobLog { id: "job_1".into(), text: text.join("\n"), first_line: 1, total_lines: 60, from: 1, to: 60 },
+    );
+    let after = screen(&mut app, 100, 20);
+    assert!(after.contains("of 60"), "{after}");
+    let rows = |s: &str| s.lines().skip(1).take(12).map(str::to_string).collect::<Vec<_>>();
+    assert_eq!(rows(&after), rows(&before), "the view did not move");
+    // The search covers the new lines too.
+    key(&mut app, KeyCode::Char('/'), KeyModifiers::NONE);
+    for c in "error".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    key(&mut app, KeyCode::Enter, KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("/3"), "three matches now");
+    // More updates within a second do not ask again (a forward read, not a tail).
+    let ops = app.update(AppEvent::Engine(Event::JobUpdated {
+        id: "job_1".into(),
+        status: JobStatus::Running,
+        tail: String::new(),
+    }));
+    assert!(ops.is_empty(), "{ops:?}");
+}
+
+/// Point 6: what `p` answers is a footer message for a moment, in its own colour, never
+/// a row of the job's output that stays.
+#[test]
+fn a_poll_answer_is_a_passing_footer_message_not_a_log_row() {
+    let mut app = open_fifty_line_log();
+    key(&mut app, KeyCode::Char('p'), KeyModifiers::NONE);
+    feed(&mut app, Event::notice(NoticeLevel::Info, "job_1 is running · last output: line 50"));
+    let out = screen(&mut app, 100, 20);
+    insta::assert_snapshot!("log_footer_message", out);
+    let lines: Vec<&str> = out.lines().collect();
+    let footer = lines.iter().position(|l| l.contains("job_1 is running")).expect("the message is shown");
+    assert!(lines[footer].trim_start_matches('"').starts_with('└'), "on the bottom border, not a log row:\n{out}");
+    assert!(lines[footer - 1].contains("line 50"), "the last row is the log's own:\n{out}");
+    // The next key takes it away; so does time.
+    key(&mut app, KeyCode::Up, KeyModifiers::NONE);
+    assert!(!screen(&mut app, 100, 20).contains("job_1 is running"));
+    feed(&mut app, Event::notice(NoticeLevel::Info, "job_1 is running · last output: line 50"));
+    assert!(app.next_deadline().is_some(), "a redraw is due when it expires");
+    app.now += super::app::LOG_MESSAGE_FOR;
+    assert!(!screen(&mut app, 100, 20).contains("job_1 is running"));
+}
+
+/// Point 7: a command waiting for approval shows that, without a spinner or a timer; its
+/// time counts from the answer.
+#[test]
+fn a_command_awaiting_approval_says_so_and_its_timer_starts_when_it_does() {
+    let mut app = app();
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    tool(&mut app, "c1", "rm -rf build/", None);
+    feed(
+        &mut app,
+        Event::ApprovalNeeded {
+            id: 1,
+            command: "rm -rf build/".into(),
+            reason: "recursive delete".into(),
+            grounds: Vec::new(),
+        },
+    );
+    app.now += Duration::from_secs(40);
+    let out = screen(&mut app, 100, 30);
+    assert!(out.contains("rm -rf build/ · awaiting approval"), "{out}");
+    assert!(!out.contains("40s"), "no timer while it waits:\n{out}");
+    key(&mut app, KeyCode::Char('o'), KeyModifiers::NONE);
+    app.now += Duration::from_secs(3);
+    let out = screen(&mut app, 100, 30);
+    assert!(out.contains("rm -rf build/ · 3s") && !out.contains("awaiting"), "{out}");
+}
+
+/// Point 8: the message `/undo` gives back is selected: typing replaces it.
+#[test]
+fn a_restored_message_is_replaced_by_what_is_typed_next() {
+    let mut app = app();
+    feed(&mut app, Event::RestoreInput { text: "what is a gate?".into() });
+    let out = screen(&mut app, 100, 12);
+    assert!(out.contains("typing replaces it"), "the border says so:\n{out}");
+    for c in "new".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    assert_eq!(app.input_text(), "new");
+}
+
+/// Point 9: quitting with "keep them running" names the jobs kept.
+#[test]
+fn keeping_jobs_on_quit_names_them() {
+    let mut app = app_with_a_running_job();
+    let second = job(&app, "job_4", "npm run dev", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: second });
+    key(&mut app, KeyCode::Char('d'), KeyModifiers::CONTROL);
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    let exit = super::TuiExit { session_id: None, spend: None, kept_jobs: app.kept_jobs.clone() };
+    assert_eq!(
+        exit.kept_jobs_line().as_deref(),
+        Some("2 jobs keep running (job_1, job_4); talaria -c re-attaches them")
+    );
+    let one = super::TuiExit { kept_jobs: vec!["job_1".into()], ..exit };
+    assert_eq!(one.kept_jobs_line().as_deref(), Some("1 job keeps running (job_1); talaria -c re-attaches it"));
+}
+
+/// Point 15: a large paste stays folded in the transcript as in the input; Ctrl+T shows it.
+#[test]
+fn a_large_paste_stays_folded_in_the_transcript_and_ctrl_t_unfolds_it() {
+    let mut app = app();
+    let paste: Vec<String> = (1..=50).map(|i| format!("pasted line {i}")).collect();
+    app.update(AppEvent::Paste(paste.join("\n")));
+    for c in " why?".chars() {
+        key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+    }
+    let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));
+    let Some(Op::Submit { text, .. }) = ops.into_iter().next() else { panic!("sent") };
+    feed(&mut app, Event::UserMessage { text, trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput });
+    let out = screen(&mut app, 100, 20);
+    assert!(out.contains("› ▸ pasted 50 lines (hidden) why?"), "{out}");
+    assert!(!out.contains("pasted line 1"), "{out}");
+    key(&mut app, KeyCode::Char('t'), KeyModifiers::CONTROL);
+    let out = screen(&mut app, 100, 60);
+    assert!(out.contains("pasted line 1") && out.contains("pasted line 50 why?"), "{out}");
+}
+
+/// Point 18: a moved command's row keeps its job and state in view at 140 columns; the
+/// command gives up its end instead.
+#[test]
+fn a_yielded_row_keeps_its_job_in_view_and_cuts_the_command() {
+    let mut app = app();
+    tool(
+        &mut app,
+        "c1",
+        "for i in $(seq 1 120); do echo \"tick $i\"; sleep 1; done && echo all the ticks are done",
+        None,
+    );
+    let yielded = serde_json::json!({ "status": "yielded_to_background", "session_id": "job_1", "output": "" });
+    feed(
+        &mut app,
+        Event::ToolFinished {
+            call_id: "c1".into(),
+            outcome: ToolOutcome {
+                ok: true,
+                exit_code: None,
+                status: Some(crate::protocol::ToolStatus::Yielded),
+                duration_ms: 2_000,
+                result: yielded.to_string(),
+            },
+        },
+    );
+    let out = screen(&mut app, 140, 20);
+    let row = out.lines().find(|l| l.contains('↪')).unwrap_or_default();
+    assert!(row.contains("… · job_1 · running in the background"), "{row}");
+}
+
+/// Point 23: the heartbeat counts down between statuses, and a goal does not push it off.
+#[test]
+fn the_heartbeat_counts_down_and_stays_beside_a_goal() {
+    let mut app = app();
+    let goal = GoalInfo {
+        text: "make the whole test suite pass".into(),
+        state: GoalState::Active,
+        turns_used: 1,
+        max_turns: 20,
+        pause_reason: None,
+        last_verdict: None,
+        gates: Vec::new(),
+        gate_max_retries: 3,
+        running_gate: None,
+    };
+    feed(
+        &mut app,
+        Event::Status(StatusInfo {
+            model: "talaria-demo".into(),
+            session_id: "20261129-173000-3f2a".into(),
+            busy_mode: Some(BusyMode::Redirect),
+            heartbeat: Some(heartbeat_every_10m_next_in_4m()),
+            goal: Some(Box::new(goal)),
+            context_pct: Some(2),
+            sandbox: Some("sandbox".into()),
+            ..StatusInfo::default()
+        }),
+    );
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::Goal });
+    let status = |app: &mut App| screen(app, 140, 12).lines().last().unwrap_or_default().to_string();
+    let now = status(&mut app);
+    assert!(now.contains("next in 4m") && now.contains("goal 1/20"), "{now}");
+    let due = app.next_deadline().expect("a redraw when the minute changes");
+    assert_eq!(due, app.now + Duration::from_secs(60));
+    app.now += Duration::from_secs(150);
+    assert!(status(&mut app).contains("next in 2m"), "{}", status(&mut app));
+}
+
+/// Point 25: the slash popup stays within the transcript's columns.
+#[test]
+fn the_slash_popup_does_not_cover_the_side_column() {
+    let mut app = app_with_a_running_job();
+    key(&mut app, KeyCode::Char('/'), KeyModifiers::NONE);
+    let mut terminal = Terminal::new(TestBackend::new(100, 30)).expect("test backend");
+    terminal.draw(|f| render(&mut app, f)).expect("draw");
+    let side_x = app.transcript_area.right() + 1;
+    let out = terminal.backend().to_string();
+    let buffer = terminal.backend().buffer();
+    for y in 0..app.log_area.height {
+        let border = buffer[(side_x, y)].symbol().to_string();
+        assert!(["│", "┌", "└"].contains(&border.as_str()), "row {y}: the side column's border is covered:\n{out}");
+    }
+}
+
+/// Point 26: a message waiting for the running tools (steer) and one queued for the next
+/// turn are marked apart.
+#[test]
+fn steered_and_queued_messages_are_marked_apart() {
+    let mut app = app();
+    let steer = StatusInfo { busy_mode: Some(BusyMode::Steer), ..app.status.clone() };
+    feed(&mut app, Event::Status(steer));
+    feed(&mut app, Event::TurnStarted { trigger: TurnTrigger::User });
+    for (text, code) in [("steer this", KeyCode::Enter), ("queue that", KeyCode::Tab)] {
+        for c in text.chars() {
+            key(&mut app, KeyCode::Char(c), KeyModifiers::NONE);
+        }
+        key(&mut app, code, KeyModifiers::NONE);
+    }
+    feed(&mut app, Event::PendingChanged { pending: vec!["steer this".into(), "queue that".into()] });
+    let out = screen(&mut app, 100, 16);
+    assert!(out.contains("↳ after the running tools: steer this"), "{out}");
+    assert!(out.contains("⏭ queued for the next turn: queue that"), "{out}");
+}
+
+/// Point 29: at 40 columns the input's hint is a shorter one, not a cut one.
+#[test]
+fn the_placeholder_fits_at_forty_columns() {
+    let mut app = app();
+    let out = screen(&mut app, 40, 12);
+    assert!(out.contains("Message · Enter · ? help") && !out.contains("help…"), "{out}");
+    assert!(screen(&mut app, 100, 12).contains("Message Talaria · Enter send · ? help"));
 }

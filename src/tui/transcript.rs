@@ -40,6 +40,9 @@ pub(crate) enum CellBody {
     User {
         text: String,
         origin: UserOrigin,
+        /// Large pastes in `text`: folded to one line as the input showed them, unfolded
+        /// with the details (Ctrl+T).
+        folds: Vec<String>,
     },
     Assistant {
         text: String,
@@ -54,6 +57,8 @@ pub(crate) enum CellBody {
         outcome: Option<ToolOutcome>,
         /// What became of the background job this call started (None: not known to have ended).
         job: Option<JobFate>,
+        /// Waiting for the user's approval: not running yet, so no spinner and no timer.
+        awaiting: bool,
     },
     Notice {
         level: NoticeLevel,
@@ -135,6 +140,16 @@ impl Transcript {
 
     pub(crate) fn is_empty(&self) -> bool {
         self.cells.is_empty()
+    }
+
+    /// Something was said: a message, an answer or a tool call (notices alone are not).
+    pub(crate) fn has_conversation(&self) -> bool {
+        self.cells.iter().any(|c| !matches!(c.body, CellBody::Notice { .. }))
+    }
+
+    /// Rows every cell takes at `width` (for a transcript of a few notices).
+    pub(crate) fn total_height(&mut self, width: u16, theme: &Theme) -> usize {
+        (0..self.cells.len()).map(|i| self.height(i, width, theme)).sum()
     }
 
     pub(crate) fn clear(&mut self) {
@@ -260,7 +275,23 @@ impl Transcript {
             started: now,
             outcome: None,
             job: None,
+            awaiting: false,
         });
+    }
+
+    /// The call waits for an approval (`true`), or was answered and starts now: its timer
+    /// counts from then, not from when it asked.
+    pub(crate) fn set_awaiting(&mut self, call_id: &str, awaiting: bool, now: Instant) {
+        let Some(&i) = self.tools.get(call_id) else { return };
+        if let Some(CellBody::Tool { awaiting: a, started, outcome: None, .. }) =
+            self.cells.get_mut(i).map(|c| &mut c.body)
+        {
+            if *a && !awaiting {
+                *started = now;
+            }
+            *a = awaiting;
+        }
+        self.invalidate(i);
     }
 
     pub(crate) fn tool_finished(&mut self, call_id: &str, result: ToolOutcome) {
@@ -272,6 +303,7 @@ impl Transcript {
                 started: Instant::now(),
                 outcome: Some(result),
                 job: None,
+                awaiting: false,
             });
             return;
         };
@@ -577,7 +609,7 @@ mod tests {
 
     fn user(t: &mut Transcript, n: usize) {
         for i in 0..n {
-            t.push(CellBody::User { text: format!("message {i}"), origin: UserOrigin::Typed });
+            t.push(CellBody::User { text: format!("message {i}"), origin: UserOrigin::Typed, folds: Vec::new() });
         }
     }
 
@@ -590,7 +622,7 @@ mod tests {
         assert_eq!(slices.iter().map(|s| s.take).sum::<usize>(), 5);
         t.scroll_up(4, 40, 5, &theme());
         assert!(matches!(t.scroll, Scroll::Anchor { .. }));
-        t.push(CellBody::User { text: "new".into(), origin: UserOrigin::Typed });
+        t.push(CellBody::User { text: "new".into(), origin: UserOrigin::Typed, folds: Vec::new() });
         assert!(t.new_output);
         t.scroll_down(100, 40, 5, &theme());
         assert_eq!(t.scroll, Scroll::Follow);
@@ -616,7 +648,11 @@ mod tests {
             .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
             .map(|l| l.to_string())
             .collect();
-        t.prepend((0..4).map(|i| CellBody::User { text: format!("old {i}"), origin: UserOrigin::Typed }).collect());
+        t.prepend(
+            (0..4)
+                .map(|i| CellBody::User { text: format!("old {i}"), origin: UserOrigin::Typed, folds: Vec::new() })
+                .collect(),
+        );
         assert_eq!(t.scroll, Scroll::Anchor { cell: cell + 4, line });
         let rows_after: Vec<String> = t
             .prepare(40, 5, &theme())

@@ -26,7 +26,7 @@ fn sshd_binary() -> PathBuf {
     }
     panic!(
         "sshd not found: the SSH backend tests need a real OpenSSH server. Install it with \
-         `apt-get install -y openssh-server` (Debian/Ubuntu; `.ci/run` does this)"
+         `apt-get install -y openssh-server` (Debian/Ubuntu; `scripts/test` does this)"
     );
 }
 

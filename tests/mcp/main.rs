@@ -985,16 +985,20 @@ async fn the_guard_kills_the_group_whenever_its_owner_goes() {
     assert!(!alive(5) && !alive(6), "an orphaned guard starts nothing");
 }
 
-/// The real `@modelcontextprotocol/server-everything` (installed by `.ci/run`): its tools
+/// The real `@modelcontextprotocol/server-everything` (installed by `scripts/test`): its tools
 /// are listed, and `echo` and `get-sum` called through a scripted model turn reach the model.
 async fn server_everything_from_npm() {
     let Some(entry) = std::env::var_os("TALARIA_MCP_EVERYTHING").filter(|v| !v.is_empty()) else {
         panic!(
-            "TALARIA_MCP_EVERYTHING is not set. Install the server and point at it:\n  tmp=$(mktemp -d) && npm install --prefix \"$tmp\" @modelcontextprotocol/server-everything\n  export TALARIA_MCP_EVERYTHING=\"$tmp/node_modules/@modelcontextprotocol/server-everything/dist/index.js\"\n(.ci/run does this)"
+            "TALARIA_MCP_EVERYTHING is not set. Install the server and point at it:\n  tmp=$(mktemp -d) && npm install --prefix \"$tmp\" @modelcontextprotocol/server-everything\n  export TALARIA_MCP_EVERYTHING=\"$tmp/node_modules/@modelcontextprotocol/server-everything/dist/index.js\"\n(scripts/test does this)"
         );
     };
     let entry = PathBuf::from(entry);
-    assert!(entry.exists(), "TALARIA_MCP_EVERYTHING={} does not exist; reinstall it (see .ci/run)", entry.display());
+    assert!(
+        entry.exists(),
+        "TALARIA_MCP_EVERYTHING={} does not exist; reinstall it (scripts/test does)",
+        entry.display()
+    );
     let text = format!(
         "[mcp.servers.everything]\ncommand = \"node\"\nargs = [{:?}, \"stdio\"]\ntrust = true\nstartup_timeout_s = 60\n",
         entry.display().to_string()

@@ -64,16 +64,21 @@ pub(crate) struct GateRecord {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Gate {
     pub(crate) cmd: String,
-    /// Failed attempts since it last passed.
+    /// Failed runs since it last passed.
     #[serde(default)]
     pub(crate) attempts: u32,
+    /// Turns since its last failed run that changed nothing in the workspace (it was not
+    /// run again: the failure stands). They are not failed runs, but they use up the same
+    /// retries, so a model that changes nothing cannot loop forever.
+    #[serde(default)]
+    pub(crate) unchanged: u32,
     #[serde(default)]
     pub(crate) last: Option<GateRecord>,
 }
 
 impl Gate {
     fn new(cmd: &str) -> Gate {
-        Gate { cmd: cmd.to_string(), attempts: 0, last: None }
+        Gate { cmd: cmd.to_string(), attempts: 0, unchanged: 0, last: None }
     }
 }
 
@@ -288,8 +293,9 @@ impl GoalMachine {
             g.max_turns = g.turns_used.saturating_add(grant);
             notes.push(format!("{grant} more turns"));
         }
-        for gate in g.gates.iter_mut().filter(|gate| gate.attempts >= max_retries) {
+        for gate in g.gates.iter_mut().filter(|gate| gate.attempts + gate.unchanged >= max_retries) {
             gate.attempts = 0;
+            gate.unchanged = 0;
             notes.push(format!("retries reset for $ {}", gate.cmd));
         }
         g.judge_failures = 0;
@@ -439,7 +445,7 @@ impl GoalMachine {
             _ => false,
         };
         if unchanged {
-            gate.attempts += 1;
+            gate.unchanged += 1;
             let n = g.gates.len();
             let mut fx = vec![GoalEffect::Notice {
                 level: NoticeLevel::Warn,
@@ -481,6 +487,7 @@ impl GoalMachine {
             timed_out: outcome.timed_out,
             fingerprint: fingerprint.clone(),
         });
+        gate.unchanged = 0;
         if outcome.passed() {
             gate.attempts = 0;
             let mut fx = vec![info(format!("gate {}/{n} ✓ $ {cmd}", pos + 1))];
@@ -501,8 +508,17 @@ impl GoalMachine {
         let max = self.max_retries();
         let Some(g) = self.goal.as_ref() else { return Vec::new() };
         let gate = &g.gates[idx];
-        if gate.attempts >= max {
-            let reason = format!("gate {} failed {} times: $ {}", idx + 1, gate.attempts, gate.cmd);
+        if gate.attempts + gate.unchanged >= max {
+            let runs = if gate.attempts == 1 { "once".to_string() } else { format!("{} times", gate.attempts) };
+            let reason = match gate.unchanged {
+                0 => format!("gate {} failed {runs}: $ {}", idx + 1, gate.cmd),
+                n => format!(
+                    "gate {} failed {runs}, then {n} turn{} changed nothing in the workspace: $ {}",
+                    idx + 1,
+                    if n == 1 { "" } else { "s" },
+                    gate.cmd
+                ),
+            };
             return self.pause(&reason);
         }
         let last = gate.last.clone().unwrap_or(GateRecord {
@@ -512,7 +528,14 @@ impl GoalMachine {
             timed_out: false,
             fingerprint: None,
         });
-        let prompt = gate_failed_prompt(&g.text, &gate.cmd, gate.attempts, max, last.exit_code, &last.output_tail);
+        let prompt = gate_failed_prompt(
+            &g.text,
+            &gate.cmd,
+            gate.attempts + gate.unchanged,
+            max,
+            last.exit_code,
+            &last.output_tail,
+        );
         self.continue_with(prompt)
     }
 
@@ -665,7 +688,9 @@ pub(crate) fn gate_failed_prompt(
     output: &str,
 ) -> String {
     let tail = tail_chars(output, GATE_TAIL_CHARS);
+    // A gate that printed nothing says so instead of an empty heading.
+    let output = if tail.trim().is_empty() { "Output: (none)".to_string() } else { format!("Output (tail):\n{tail}") };
     format!(
-        "[Continuing toward your standing goal — a quality gate failed]\nGoal: {goal}\nThe quality gate below must pass (attempt {attempt}/{max}):\n  $ {cmd}\nExit code: {exit_code}\nOutput (tail):\n{tail}"
+        "[Continuing toward your standing goal — a quality gate failed]\nGoal: {goal}\nThe quality gate below must pass (attempt {attempt}/{max}):\n  $ {cmd}\nExit code: {exit_code}\n{output}"
     )
 }

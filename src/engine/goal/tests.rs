@@ -288,6 +288,35 @@ fn unchanged_workspace_replays_the_failure_and_a_change_reruns() {
     assert_eq!(fx, vec![GoalEffect::RunGate { idx: 0, cmd: "cargo test".into() }]);
 }
 
+/// One run of `false` used to pause the goal "after 3 failures": the two turns that changed
+/// nothing counted as failed runs although the gate never ran again.
+#[test]
+fn a_gate_not_rerun_is_not_a_failed_run_and_the_pause_says_what_happened() {
+    let mut m = machine();
+    set(&mut m, "g", true);
+    add_gate(&mut m, "false");
+    m.on_turn_end(TurnOutcome::Completed, "");
+    m.start_gates(Some("same".into()));
+    let fx = m.on_gate_result(0, &fail(1, ""));
+    let prompt = continued(&fx).unwrap();
+    assert!(prompt.ends_with("Exit code: 1\nOutput: (none)"), "no empty Output (tail) heading: {prompt:?}");
+    for turn in 2..=3 {
+        m.on_turn_end(TurnOutcome::Completed, "");
+        let fx = m.start_gates(Some("same".into()));
+        assert_eq!(m.goal().unwrap().gates[0].attempts, 1, "turn {turn}: still one failed run");
+        if turn == 3 {
+            let why = paused(&fx).unwrap_or_default();
+            assert!(
+                why.contains("gate 1 failed once, then 2 turns changed nothing in the workspace: $ false"),
+                "{why}"
+            );
+        }
+    }
+    // Resuming gives the gate its retries back, the unchanged turns included.
+    m.command(&GoalCmd::Resume, false);
+    assert_eq!((m.goal().unwrap().gates[0].attempts, m.goal().unwrap().gates[0].unchanged), (0, 0));
+}
+
 #[test]
 fn without_a_fingerprint_gates_always_rerun() {
     let mut m = machine();
@@ -438,6 +467,7 @@ fn persistence_round_trip() {
             gates: vec![Gate {
                 cmd: "cargo test".into(),
                 attempts: 0,
+                unchanged: 0,
                 last: Some(GateRecord {
                     passed: true,
                     exit_code: 0,

@@ -36,8 +36,14 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
             } else if rows.is_empty() {
                 println!("no jobs");
             } else {
+                // On a terminal a row also fits its width: one line per job, whatever it runs.
+                use std::io::IsTerminal;
+                let width = std::io::stdout()
+                    .is_terminal()
+                    .then(|| crossterm::terminal::size().ok().map(|(w, _)| usize::from(w)))
+                    .flatten();
                 for row in &rows {
-                    println!("{}", list_line(row));
+                    println!("{}", list_line(row, width));
                 }
             }
             Ok(0)
@@ -93,7 +99,8 @@ async fn find(store: &Store, id: &str) -> anyhow::Result<Option<JobRow>> {
     Ok(store.job_get(num).await?)
 }
 
-fn list_line(row: &JobRow) -> String {
+/// One row of `jobs list`; `width`: the terminal's, which the row then fits.
+fn list_line(row: &JobRow, width: Option<usize>) -> String {
     let end = row.ended_at.unwrap_or(now_ms() as i64);
     let runtime = super::format_duration(Duration::from_millis((end - row.started_at).max(0) as u64));
     let status = match (row.status.as_str(), row.exit_code, row.reason.as_deref()) {
@@ -101,8 +108,30 @@ fn list_line(row: &JobRow) -> String {
         (s, _, Some(reason)) => format!("{s} ({reason})"),
         (s, _, _) => s.to_string(),
     };
-    let command = crate::text::truncate_for_model(&row.command.replace('\n', " "), 60);
-    format!("{:<8} {:<22} {:>8}  {}  {}", row.id(), status, runtime, row.session_id, command)
+    let full = format!("{:<8} {:<22} {:>8}  {}  ", row.id(), status, runtime, row.session_id);
+    // A narrow terminal gets the command rather than the session column.
+    let head = match width {
+        Some(w) if full.chars().count() + 20 > w => format!("{:<8} {:<16} {:>8}  ", row.id(), status, runtime),
+        _ => full,
+    };
+    let room =
+        width.map_or(LIST_COMMAND_CHARS, |w| w.saturating_sub(head.chars().count()).clamp(12, LIST_COMMAND_CHARS));
+    format!("{head}{}", one_line(&row.command, room))
+}
+
+/// Characters of a command a `jobs list` row shows.
+const LIST_COMMAND_CHARS: usize = 60;
+
+/// `text` on one line (whitespace runs, newlines too, as one space), cut with `…` after
+/// `max` characters: a row of `jobs list` is one line whatever the command.
+fn one_line(text: &str, max: usize) -> String {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.chars().count() <= max {
+        return line;
+    }
+    let mut cut: String = line.chars().take(max.saturating_sub(1)).collect();
+    cut.push('…');
+    cut
 }
 
 /// Fold what supervisors recorded into the rows still marked running.
@@ -241,5 +270,54 @@ fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow) -> anyhow::Result<boo
             return Ok(false);
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    fn row(command: &str) -> JobRow {
+        JobRow {
+            num: 7,
+            session_id: "20261201-120000-abcd".into(),
+            command: command.into(),
+            cwd: "/w".into(),
+            backend: "local".into(),
+            background: true,
+            has_stdin: false,
+            pgid: None,
+            leader_start: None,
+            supervisor_pid: None,
+            supervisor_start: None,
+            boot_id: "b".into(),
+            status: RecordStatus::Exited,
+            exit_code: Some(0),
+            signal: None,
+            reason: None,
+            started_at: 1_000,
+            ended_at: Some(6_000),
+            notice: None,
+            notified: true,
+        }
+    }
+
+    /// A long command used to be cut with the model's marker, which put the row over five
+    /// lines (`... [OUTPUT TRUNCATED - 5 chars omitted out of 65 total] ...`).
+    #[test]
+    fn a_list_row_is_one_line_with_the_command_cut_by_an_ellipsis() {
+        let command = format!("for i in $(seq 1 120); do\n  echo \"tick $i\"; sleep 1; done # {}", "x".repeat(40));
+        let line = list_line(&row(&command), None);
+        assert_eq!(line.lines().count(), 1, "{line:?}");
+        assert!(!line.contains("TRUNCATED"), "{line}");
+        assert!(line.ends_with("for i in $(seq 1 120); do echo \"tick $i\"; sleep 1; done # x…"), "{line}");
+        assert_eq!(line.split("  ").last().map(|c| c.chars().count()), Some(LIST_COMMAND_CHARS));
+        let short = list_line(&row("make test"), None);
+        assert!(short.starts_with("job_7    exited 0") && short.ends_with("  make test"), "{short}");
+        // On a 70-column terminal the row is cut to 70 columns.
+        let narrow = list_line(&row(&command), Some(70));
+        assert_eq!(narrow.chars().count(), 70, "{narrow}");
+        assert!(narrow.ends_with('…'), "{narrow}");
     }
 }

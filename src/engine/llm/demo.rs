@@ -67,10 +67,22 @@ pub(crate) fn respond(request: &Request) -> Reply {
     let messages = request.messages();
     let reply = reply(&messages, &request.tool_names(), request.temperature());
     let call_id = format!("call_demo_{}", messages.len());
-    stream(&reply, &call_id)
+    stream(&reply, &call_id, prompt_tokens(request, &messages))
 }
 
-fn stream(reply: &DemoReply, call_id: &str) -> Reply {
+/// The prompt's size as the context meter estimates it (the messages, and the tool
+/// definitions as the meter counts them): a fixed count here made `ctx` jump between the
+/// meter's estimate and the server's figure (2 % → 0 % → 2 % after `/compact`).
+fn prompt_tokens(request: &Request, messages: &[ChatMessage]) -> u64 {
+    use crate::engine::context::{estimate_text_tokens, estimate_tokens, MESSAGE_OVERHEAD_TOKENS};
+    let tools = match request.body.get("tools") {
+        Some(tools) if !tools.is_null() => estimate_text_tokens(&tools.to_string()) + MESSAGE_OVERHEAD_TOKENS,
+        _ => 0,
+    };
+    estimate_tokens(messages) + tools
+}
+
+fn stream(reply: &DemoReply, call_id: &str, prompt_tokens: u64) -> Reply {
     let mut payloads = if reply.text.is_empty() { Vec::new() } else { text_chunks(&reply.text, PIECE_CHARS) };
     let mut completion_chars = reply.text.chars().count();
     let finish = match &reply.tool_call {
@@ -83,7 +95,7 @@ fn stream(reply: &DemoReply, call_id: &str) -> Reply {
         None => "stop",
     };
     payloads.push(finish_chunk(finish));
-    payloads.push(usage_chunk(100, completion_chars.div_ceil(4) as u64));
+    payloads.push(usage_chunk(prompt_tokens, completion_chars.div_ceil(4) as u64));
     payloads.push(DONE.to_string());
     Reply::sse(payloads).delay(PIECE_DELAY)
 }
@@ -228,7 +240,7 @@ fn summarise_tool_result(messages: &[ChatMessage], result: &ChatMessage) -> Demo
     if field("status") == "yielded_to_background" {
         return DemoReply::text(format!(
             "## Moved to the background\n\n\
-             `{command}` was **not killed**: it keeps running as **{job}**, in the background.\n\n\
+             `{command}` was **not killed**: it was moved to the background as **{job}**.\n\n\
              - follow it in the jobs pane (select it to open the log)\n\
              - I will be told when it finishes\n\
              - `/jobs kill {job}` stops it\n\n\
@@ -295,6 +307,31 @@ mod tests {
 
     fn tools() -> Vec<String> {
         vec!["terminal".to_string(), "process".to_string()]
+    }
+
+    /// The figure the demo reports is the context meter's estimate of the same request, so
+    /// `ctx` reads the same before and after `/compact` or a resume (which estimate afresh).
+    #[test]
+    fn the_reported_prompt_is_the_meters_estimate_of_the_same_request() {
+        use crate::engine::context::{estimate_tokens, ContextMeter};
+        let definitions = json!([{"type": "function", "function": {"name": "terminal", "description": "run it"}}]);
+        let history = vec![ChatMessage::user("hello"), ChatMessage::assistant("hi there", Vec::new())];
+        let mut sent = vec![ChatMessage::system("the system prompt")];
+        sent.extend(history.clone());
+        let body = json!({"messages": sent, "tools": definitions});
+        let request = Request {
+            method: "POST".into(),
+            path: "/v1/chat/completions".into(),
+            headers: Vec::new(),
+            raw_body: body.to_string(),
+            body,
+        };
+        let mut fixed = vec![ChatMessage::system("the system prompt"), ChatMessage::system(definitions.to_string())];
+        fixed.extend(history);
+        let mut meter = ContextMeter::new(1000);
+        meter.reset(&fixed);
+        assert_eq!(prompt_tokens(&request, &request.messages()), meter.used());
+        assert_eq!(meter.used(), estimate_tokens(&fixed));
     }
 
     fn command_of(reply: &DemoReply) -> Option<(String, Value)> {

@@ -13,7 +13,8 @@ impl Engine {
     pub(super) async fn run_command(&mut self, command: SlashCommand) {
         match command {
             SlashCommand::New => self.new_session().await,
-            SlashCommand::Resume(None) | SlashCommand::Sessions => self.list_sessions().await,
+            SlashCommand::Resume(None) => self.offer_recent_sessions().await,
+            SlashCommand::Sessions => self.list_sessions().await,
             SlashCommand::Resume(Some(key)) => self.resume(&key).await,
             SlashCommand::Title(title) => self.set_title(title).await,
             SlashCommand::Retry => self.retry().await,
@@ -25,7 +26,7 @@ impl Engine {
             SlashCommand::Model(None) => self.list_models(),
             SlashCommand::Model(Some(name)) => self.set_model(name),
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
-            SlashCommand::Usage => self.usage(),
+            SlashCommand::Usage => self.usage().await,
             SlashCommand::Permissions => self.permissions(),
             SlashCommand::Backend(choice) => self.backend_command(choice).await,
             SlashCommand::Mcp(cmd) => self.mcp_command(cmd),
@@ -53,29 +54,20 @@ impl Engine {
         }
     }
 
-    /// By id, id prefix or title; else by title words (several matches are listed).
+    /// By id, id prefix or title; else by title words (several matches are offered).
     async fn resume(&mut self, key: &str) {
-        // An id prefix that fits several sessions is a choice, not the latest of them.
-        let by_prefix = self.env.store.sessions_with_prefix(key.trim(), 10).await.unwrap_or_default();
-        if by_prefix.len() > 1 && !by_prefix.iter().any(|s| s.id == key.trim()) {
-            return self.offer_sessions(key, by_prefix);
-        }
-        let found = match self.env.store.find_session(key).await {
-            Ok(Some(s)) => Some(s),
-            Ok(None) => match self.env.store.match_sessions(key, 10).await {
-                Ok(mut matches) if matches.len() == 1 => matches.pop(),
-                Ok(matches) if matches.is_empty() => {
-                    // None: the front end says so (with how to list them).
-                    return self
-                        .events()
-                        .send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
-                }
-                Ok(matches) => return self.offer_sessions(key, matches),
-                Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
-            },
+        use crate::engine::store::cli::{resume_match, ResumeMatch};
+        let s = match resume_match(&self.env.store, key).await {
+            Ok(ResumeMatch::One(s)) => s,
+            Ok(ResumeMatch::Several(matches)) => return self.offer_sessions(key, matches),
+            Ok(ResumeMatch::None) => {
+                // None: the front end says so (with how to list them).
+                return self
+                    .events()
+                    .send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
+            }
             Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
         };
-        let Some(s) = found else { return };
         let old = std::mem::replace(&mut self.env.session_id, s.id.clone());
         if old != s.id {
             let _ = self.env.store.delete_if_empty(&old).await;
@@ -254,13 +246,26 @@ impl Engine {
         }
     }
 
-    fn usage(&self) {
+    /// `/usage`: the session's totals over every run (from the database: a resumed session
+    /// counts what earlier runs used too), this run's with cache reads and the cost, and
+    /// the last turn's.
+    async fn usage(&self) {
         let priced = self.env.config.prices.find(self.env.provider.kind(), &self.env.model).is_some();
         let unpriced = if priced { "" } else { " (no price for this model in [prices]: tokens only)" };
+        let session = match self.env.store.session_usage(&self.env.session_id).await {
+            Ok(Some((prompt, completion))) => {
+                let total = crate::protocol::usage::Spend {
+                    usage: crate::protocol::usage::Usage::tokens(prompt, completion),
+                    ..Default::default()
+                };
+                total.describe()
+            }
+            Ok(None) | Err(_) => self.session_usage.describe(),
+        };
         self.notice(
             NoticeLevel::Info,
             format!(
-                "this session: {} · last turn: {} · {}{unpriced}",
+                "this session (all runs): {session} · this run: {} · last turn: {} · {}{unpriced}",
                 self.session_usage.describe(),
                 self.last_turn_usage.describe(),
                 self.meter.label()
@@ -323,6 +328,21 @@ impl Engine {
         self.send_status();
     }
 
+    /// Bare `/resume`: the recent sessions in the picker (never the one open now).
+    async fn offer_recent_sessions(&self) {
+        match self.env.store.list_sessions(21).await {
+            Ok(sessions) => {
+                let others: Vec<_> = sessions.into_iter().filter(|s| s.id != self.env.session_id).take(20).collect();
+                if others.is_empty() {
+                    self.notice(NoticeLevel::Info, "no other session to resume yet");
+                } else {
+                    self.offer_sessions("", others);
+                }
+            }
+            Err(e) => self.notice(NoticeLevel::Error, format!("could not list sessions: {e}")),
+        }
+    }
+
     async fn list_sessions(&self) {
         match self.env.store.list_sessions(20).await {
             Ok(sessions) => {
@@ -355,8 +375,12 @@ impl Engine {
                     return;
                 }
                 self.events().send(Event::RestoreInput { text });
-                let what = if n == 1 { "the last exchange".to_string() } else { format!("the last {n} exchanges") };
-                self.notice(NoticeLevel::Info, format!("removed {what}; its message is back in the input"));
+                let what = if n == 1 {
+                    "the last exchange; its message is back in the input".to_string()
+                } else {
+                    format!("the last {n} exchanges; the first of their messages is back in the input")
+                };
+                self.notice(NoticeLevel::Info, format!("removed {what}"));
             }
             Ok(None) => self.notice(NoticeLevel::Info, "nothing to undo"),
             Err(e) => self.notice(NoticeLevel::Error, format!("could not undo: {e}")),

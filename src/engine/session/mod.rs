@@ -146,6 +146,9 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
                 .ok_or_else(|| anyhow::anyhow!("no session matches '{key}'; `talaria sessions list` shows them"))?,
         ),
     };
+    // `talaria -c` with nothing to continue here says so instead of starting afresh silently.
+    let nothing_to_continue =
+        existing.is_none() && matches!(opts.session, SessionChoice::Continue | SessionChoice::ContinueInteractive);
     let (session_id, title) = match existing {
         Some(s) => (s.id, s.title),
         None => {
@@ -234,6 +237,12 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     // The end of the session goes to the front end now; reading the whole of a long session
     // for the model happens on the engine task, before it takes the first op.
     engine.show_session().await?;
+    if nothing_to_continue {
+        engine.notice(
+            NoticeLevel::Info,
+            format!("no earlier session in {cwd_text} to continue: this is a new one (talaria sessions list shows the others)"),
+        );
+    }
     let join = tokio::spawn(async move {
         if let Err(e) = engine.load_context().await {
             tracing::error!(error = %format!("{e:#}"), "cannot load the session");

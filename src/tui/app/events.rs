@@ -5,7 +5,7 @@ use ratatui::text::Line;
 
 use super::{
     App, ExitState, JobRow, LogSource, LogView, Modal, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
-    TOOL_OUTPUT_MAX,
+    LOG_REFRESH_EVERY, TOOL_OUTPUT_MAX,
 };
 use crate::present;
 use crate::protocol::{
@@ -113,13 +113,31 @@ impl App {
                 if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
                     self.transcript.follow();
                 }
-                self.transcript.push(CellBody::User { text, origin });
+                // The pastes the input showed folded stay folded here.
+                let mut folds = Vec::new();
+                if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
+                    self.sent_pastes.retain(|p| {
+                        let inside = text.contains(&p.text);
+                        if inside {
+                            folds.push(p.text.clone());
+                        }
+                        !inside
+                    });
+                }
+                self.transcript.push(CellBody::User { text, origin, folds });
             }
             Event::PendingChanged { pending } => self.pending = pending,
             Event::RestoreInput { text } => {
                 let current = self.input_text();
-                let joined = if current.trim().is_empty() { text } else { format!("{text}\n{current}") };
-                self.reset_input(joined);
+                if current.trim().is_empty() {
+                    // Given back (an /undo, an interrupt): selected, so what is typed next
+                    // replaces it instead of being appended to it.
+                    self.reset_input(text);
+                    self.input.select_all();
+                    self.input_hint = Some("restored: typing replaces it · ← → keep it to edit".to_string());
+                } else {
+                    self.reset_input(format!("{text}\n{current}"));
+                }
             }
             Event::AssistantDelta(delta) => {
                 self.transcript.append_assistant(&delta);
@@ -139,6 +157,7 @@ impl App {
                     started: self.now,
                     last_line: String::new(),
                     output: String::new(),
+                    awaiting: false,
                 });
             }
             Event::ToolOutput { call_id, chunk } => {
@@ -170,6 +189,7 @@ impl App {
                 let (command, hidden) = crate::text::reveal_hidden(&command);
                 let first = command.lines().next().unwrap_or_default().chars().take(80).collect::<String>();
                 self.notify(&format!("approval needed: {first}"));
+                self.awaiting_approval(&command, true);
                 self.approvals.push_back(PendingApproval {
                     id,
                     command,
@@ -208,8 +228,9 @@ impl App {
                 self.refresh_log(&id, ops);
             }
             Event::JobFinished { id, status } => {
+                let now = self.now;
                 if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id.clone())) {
-                    view.message = Some((NoticeLevel::Info, format!("{id} {}", status.label())));
+                    view.say(NoticeLevel::Info, format!("{id} {}", status.label()), now);
                 }
                 self.transcript.job_ended(&id, JobFate::of_status(&status));
                 if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
@@ -275,7 +296,7 @@ impl App {
             }
             Event::GoalStatus { goal, gates_only } => {
                 let text = if gates_only {
-                    present::gate_list(goal.as_deref())
+                    present::gate_list_alone(goal.as_deref())
                 } else {
                     present::goal_status(goal.as_deref())
                 };
@@ -285,6 +306,8 @@ impl App {
                 if let Some(mode) = info.busy_mode {
                     self.session.busy_mode = mode;
                 }
+                // The heartbeat's countdown runs from here until the next status.
+                self.status_at = self.now;
                 // `Event::Context` may be the only source of the context use: a status
                 // without it keeps the last one known.
                 let context_pct = info.context_pct.or(self.status.context_pct);
@@ -386,7 +409,7 @@ impl App {
                 };
                 // ↑ recalls only what the user typed (the engine's per-directory input
                 // history); stored user rows also hold goal, heartbeat and summary texts.
-                CellBody::User { text, origin }
+                CellBody::User { text, origin, folds: Vec::new() }
             }
             HistoryItem::Assistant { text, reasoning } => {
                 CellBody::Assistant { text, reasoning: reasoning.unwrap_or_default(), streaming: false }
@@ -398,6 +421,7 @@ impl App {
                 started: self.now,
                 outcome: Some(outcome),
                 job,
+                awaiting: false,
             },
             HistoryItem::Notice { level, text } => CellBody::Notice { level, text },
         }
@@ -422,14 +446,41 @@ impl App {
         };
     }
 
-    /// A followed job log asks for its newest lines when the job changes.
+    /// A job log asks for its lines again when the job changes: a followed one for the
+    /// newest, one scrolled back for the same part (from its first line on), so its counts
+    /// (`of 47`, the matches) keep up and new lines load below without moving the view. The
+    /// latter at most once a second: it is a read from that line on, not from the end.
     fn refresh_log(&mut self, id: &str, ops: &mut Vec<Op>) {
+        let now = self.now;
         let Some(view) = &mut self.log_view else { return };
-        if view.source != LogSource::Job(id.to_string()) || !view.follow || view.inflight {
+        if view.source != LogSource::Job(id.to_string()) || view.inflight {
+            return;
+        }
+        let offset = (!view.follow).then_some(view.first_line.max(1));
+        if offset.is_some() && view.requested_at.is_some_and(|at| now.saturating_duration_since(at) < LOG_REFRESH_EVERY)
+        {
             return;
         }
         view.inflight = true;
-        ops.push(Op::Job { id: id.to_string(), action: JobAction::Log { offset: None, limit: Some(LOG_LIMIT) } });
+        view.requested_at = Some(now);
+        ops.push(Op::Job { id: id.to_string(), action: JobAction::Log { offset, limit: Some(LOG_LIMIT) } });
+    }
+
+    /// The running tool an approval is for (the one whose command it is, else the newest)
+    /// waits for the user (`true`) or was answered (`false`: it starts now).
+    pub(super) fn awaiting_approval(&mut self, command: &str, awaiting: bool) {
+        let candidates: Vec<usize> =
+            (0..self.tools.len()).rev().filter(|&i| self.tools[i].awaiting != awaiting).collect();
+        let Some(&i) = candidates.iter().find(|&&i| self.tools[i].summary == command).or(candidates.first()) else {
+            return;
+        };
+        let tool = &mut self.tools[i];
+        if tool.awaiting && !awaiting {
+            tool.started = self.now;
+        }
+        tool.awaiting = awaiting;
+        let call_id = tool.call_id.clone();
+        self.transcript.set_awaiting(&call_id, awaiting, self.now);
     }
 
     /// Open the log view of a job and ask the engine for its log.

@@ -5,6 +5,9 @@ use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui_textarea::CursorMove;
 
 use super::{App, ExitState, Focus, Layer, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
+
+/// Messages sent while busy (and pastes sent) remembered to show them as they were sent.
+const SENT_KEPT: usize = 32;
 use crate::config::OnQuit;
 use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
@@ -86,6 +89,10 @@ impl App {
     /// Quit and leave running jobs running: `detach` = kept on purpose (no deadline);
     /// otherwise (the terminal hung up) they wait `jobs.orphan_grace_s` for `talaria -c`.
     pub(super) fn leave_and_quit(&mut self, ops: &mut Vec<Op>, detach: bool) {
+        if detach {
+            let running = self.jobs.iter().filter(|j| j.info.status.is_running());
+            self.kept_jobs = running.map(|j| j.info.id.clone()).collect();
+        }
         if self.busy {
             ops.push(Op::Interrupt);
         }
@@ -127,6 +134,7 @@ impl App {
         let Some(front) = self.approvals.front() else { return };
         let armed = self.now.saturating_duration_since(front.shown_at) >= APPROVAL_ARM;
         let id = front.id;
+        let command = front.command.clone();
         for action in self.keymap.actions(Context::Approval, key) {
             let decision = match action {
                 Action::Once => Approval::Once,
@@ -137,6 +145,7 @@ impl App {
                     ops.push(Op::Approve { id, decision: Approval::Deny });
                     ops.push(Op::Interrupt);
                     self.approvals.pop_front();
+                    self.awaiting_approval(&command, false);
                     return;
                 }
                 Action::Help => {
@@ -150,6 +159,8 @@ impl App {
             }
             ops.push(Op::Approve { id, decision });
             self.approvals.pop_front();
+            // Answered: the command starts now, and so does its timer.
+            self.awaiting_approval(&command, false);
             return;
         }
     }
@@ -255,6 +266,10 @@ impl App {
     fn log_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
         let page = usize::from(self.log_area.height.saturating_sub(3)).max(1);
         let job_id = self.log_job();
+        // The footer's answer to the last key goes with the next one.
+        if let Some(view) = &mut self.log_view {
+            view.message = None;
+        }
         for action in self.keymap.actions(Context::Log, key) {
             match (action, &job_id) {
                 (Action::LineUp, _) => self.log_scroll_up(1),
@@ -283,9 +298,10 @@ impl App {
                 (Action::Watch, Some(id)) => self.ask_watch(id.clone()),
                 (Action::Kill | Action::Poll | Action::Write | Action::Watch, None) => {
                     let bg = self.keymap.hint(Context::Global, Action::Background);
+                    let now = self.now;
                     if let Some(view) = &mut self.log_view {
                         let text = format!("this is a running tool, not a job: {bg} moves it to the background");
-                        view.message = Some((NoticeLevel::Info, text));
+                        view.say(NoticeLevel::Info, text, now);
                     }
                 }
                 (Action::Search, _) => self.modal = Some(Modal::LogSearch { text: String::new() }),
@@ -311,16 +327,24 @@ impl App {
             Some(query) if !self.log_find(next) => Some(format!("no line in the log contains \"{query}\"")),
             Some(_) => None,
         };
+        let now = self.now;
         if let Some(view) = &mut self.log_view {
-            view.message = message.map(|m| (NoticeLevel::Info, m));
+            match message {
+                Some(m) => view.say(NoticeLevel::Info, m, now),
+                None => view.message = None,
+            }
         }
     }
 
+    /// Ask for the view's lines now: the newest when it follows, else the same part.
     fn request_log(&mut self, id: &str, ops: &mut Vec<Op>) {
+        let mut offset = None;
         if let Some(view) = &mut self.log_view {
             view.inflight = true;
+            view.requested_at = Some(self.now);
+            offset = (!view.follow).then_some(view.first_line.max(1));
         }
-        ops.push(Op::Job { id: id.to_string(), action: JobAction::Log { offset: None, limit: Some(LOG_LIMIT) } });
+        ops.push(Op::Job { id: id.to_string(), action: JobAction::Log { offset, limit: Some(LOG_LIMIT) } });
     }
 
     fn ask_kill(&mut self, id: String) {
@@ -430,7 +454,8 @@ impl App {
         let empty = self.input_is_empty();
         let ctrl = key.modifiers.contains(KeyModifiers::CONTROL);
         self.input_hint = None;
-        let panes = self.panes_shown && (!self.jobs.is_empty() || !self.tools.is_empty());
+        // At any width: below 80 columns the focused pane takes the transcript's place.
+        let panes = !self.jobs.is_empty() || !self.tools.is_empty();
         for action in self.keymap.actions(Context::Input, &key) {
             match action {
                 // Enter with the popup open takes the highlighted command, never a bare `/`.
@@ -532,13 +557,9 @@ impl App {
         }
     }
 
-    /// Why `key` did not focus the panes.
+    /// Why `key` did not focus the panes: there is nothing in them.
     fn no_panes_hint(&self, key: &str) -> String {
-        if self.jobs.is_empty() && self.tools.is_empty() {
-            format!("{key}: no jobs or tools to focus")
-        } else {
-            format!("{key}: no panes at this width; /jobs")
-        }
+        format!("{key}: no jobs or tools to focus")
     }
 
     /// After a scroll up: when the whole transcript fits, nothing moved; say so.
@@ -611,6 +632,15 @@ impl App {
         }
         self.awaiting_command = None;
         self.push_history(&text);
+        // What the pending list and the transcript need to show it as it was sent.
+        if self.busy {
+            self.sent_modes.push((text.clone(), mode.unwrap_or(self.busy_mode())));
+            let excess = self.sent_modes.len().saturating_sub(SENT_KEPT);
+            self.sent_modes.drain(..excess);
+        }
+        self.sent_pastes.extend(self.pastes.iter().cloned());
+        let excess = self.sent_pastes.len().saturating_sub(SENT_KEPT);
+        self.sent_pastes.drain(..excess);
         self.reset_input(String::new());
         self.transcript.follow();
         ops.push(Op::Submit { text, mode });

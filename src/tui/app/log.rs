@@ -4,7 +4,7 @@
 use ratatui::style::{Modifier, Style};
 use ratatui::text::{Line, Span};
 
-use super::{App, LogSource, LogView};
+use super::{App, LogMessage, LogSource, LogView};
 use crate::protocol::{JobId, NoticeLevel};
 use crate::tui::wrap::{wrap_line, RLine};
 
@@ -40,8 +40,14 @@ impl LogView {
             search: None,
             current_match: None,
             message: None,
+            requested_at: None,
             redrawn: None,
         }
+    }
+
+    /// Say `text` in the footer (until the next key, or `LOG_MESSAGE_FOR`).
+    pub(crate) fn say(&mut self, level: NoticeLevel, text: String, at: std::time::Instant) {
+        self.message = Some(LogMessage { level, text, at });
     }
 
     /// The first line of the window that ends with the last line: its index and how many
@@ -256,8 +262,9 @@ impl App {
 
     /// Say something in the open log view (and in the transcript, where it stays).
     pub(super) fn log_say(&mut self, level: NoticeLevel, text: String) {
+        let now = self.now;
         if let Some(view) = &mut self.log_view {
-            view.message = Some((level, text.clone()));
+            view.say(level, text.clone(), now);
         }
         self.transcript.push(crate::tui::transcript::CellBody::Notice { level, text });
     }

@@ -11,7 +11,7 @@ use crate::protocol::{JobFate, ToolOutcome, ToolStatus, TurnOutcome};
 use crate::text::sanitize_for_display as display_text;
 use crate::tui::markdown::{self, CodeCache};
 use crate::tui::theme::Theme;
-use crate::tui::wrap::{truncate_spans, RLine};
+use crate::tui::wrap::{str_width, truncate_spans, RLine};
 
 /// Lines an injected (heartbeat, goal, job) message shows before it is cut.
 const INJECTED_MAX_LINES: usize = 6;
@@ -25,12 +25,19 @@ const BANG_MAX_LINES: usize = 12;
 pub(crate) use crate::util::format_duration_ms;
 
 pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usize) -> Line<'static> {
-    let CellBody::Tool { name, summary, started, outcome, job: fate, .. } = body else {
+    let CellBody::Tool { name, summary, started, outcome, job: fate, awaiting, .. } = body else {
         return Line::default();
     };
     let dim = Style::default().fg(theme.dim);
     let mut spans = Vec::new();
     match outcome {
+        // Not running yet: it waits for the user, and its time starts when it does.
+        None if *awaiting => {
+            spans.push(Span::styled("? ", Style::default().fg(theme.notice_warn)));
+            spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
+            spans.push(Span::raw(format!(" {summary}")));
+            spans.push(Span::styled(" · awaiting approval", Style::default().fg(theme.notice_warn)));
+        }
         None => {
             let elapsed = now.saturating_duration_since(*started);
             let frame = (elapsed.as_millis() / 100) as usize % SPINNER.len();
@@ -48,6 +55,7 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             spans.push(Span::styled(name.clone(), Style::default().add_modifier(Modifier::BOLD)));
             spans.push(Span::styled(format!(" {job} — {what} · "), dim));
             spans.push(Span::raw(summary.clone()));
+            return truncate_spans(spans, width);
         }
         Some(o) if o.status == Some(ToolStatus::Yielded) => {
             // Moved, not done: the command goes on as a job.
@@ -84,6 +92,20 @@ pub(super) fn tool_line(body: &CellBody, theme: &Theme, now: Instant, width: usi
             }
             spans.push(Span::styled(tail, if o.ok { dim } else { Style::default().fg(theme.tool_failed) }));
         }
+    }
+    fit_summary(spans, 2, width)
+}
+
+/// A tool row cut to `width`: the command (span `at`) gives up its end first, so what
+/// follows it — the job, the duration, the exit code — stays in view.
+fn fit_summary(mut spans: Vec<Span<'static>>, at: usize, width: usize) -> Line<'static> {
+    let total: usize = spans.iter().map(|s| str_width(&s.content)).sum();
+    if total > width && at < spans.len() {
+        let others = total - str_width(&spans[at].content);
+        // Keep at least a few characters of the command itself.
+        let room = width.saturating_sub(others).max(8);
+        let cut = truncate_spans(vec![spans[at].clone()], room);
+        spans[at] = Span::styled(cut.spans.iter().map(|s| s.content.as_ref()).collect::<String>(), spans[at].style);
     }
     truncate_spans(spans, width)
 }
@@ -133,7 +155,7 @@ pub(super) fn tool_output_lines(body: &CellBody, theme: &Theme, show_details: bo
 /// The logical lines of a cell, before wrapping.
 pub(super) fn body_lines(body: &CellBody, theme: &Theme, show_reasoning: bool, cache: &mut CodeCache) -> Vec<RLine> {
     match body {
-        CellBody::User { text, origin } => user_lines(text, *origin, theme),
+        CellBody::User { text, origin, folds } => user_lines(text, *origin, folds, show_reasoning, theme),
         CellBody::Assistant { text, reasoning, streaming } => {
             let mut out = Vec::new();
             let reasoning = display_text(reasoning);
@@ -252,9 +274,21 @@ fn heartbeat_instruction(text: &str) -> &str {
     }
 }
 
-fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
+/// `text` with each large paste in `folds` as one line, `▸ pasted 50 lines (hidden)`.
+fn fold_pastes(text: &str, folds: &[String]) -> String {
+    let mut text = text.to_string();
+    for paste in folds {
+        let lines = paste.lines().count();
+        let what = if lines > 1 { format!("{lines} lines") } else { format!("{} chars", paste.chars().count()) };
+        text = text.replacen(paste.as_str(), &format!("▸ pasted {what} (hidden)"), 1);
+    }
+    text
+}
+
+fn user_lines(text: &str, origin: UserOrigin, folds: &[String], show_details: bool, theme: &Theme) -> Vec<RLine> {
     let text = match origin {
         UserOrigin::Heartbeat => heartbeat_instruction(text).to_string(),
+        _ if !show_details && !folds.is_empty() => collapse_attachments(&fold_pastes(text, folds)),
         _ => collapse_attachments(text),
     };
     let text = display_text(&text);
@@ -268,6 +302,12 @@ fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
         let style = Style::default().fg(theme.injected);
         let dim = Style::default().fg(theme.dim);
         let mut out = vec![RLine::plain(label, style)];
+        // A job notice's output tail starts on its own row, so the first row shown under
+        // the header is not the job's line 1 glued to it.
+        let text = match (origin, text.split_once(" Output tail: ")) {
+            (UserOrigin::JobNotification, Some((head, tail))) => format!("{head} Output tail:\n{tail}"),
+            _ => text,
+        };
         let lines: Vec<&str> = text.lines().collect();
         let row = |l: &&str| RLine::plain(format!("  {l}"), dim).with_hang(2);
         if lines.len() <= INJECTED_MAX_LINES {
@@ -287,8 +327,10 @@ fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
     let color = if origin == UserOrigin::MidTurn { theme.user_mid_turn } else { theme.user };
     let style = Style::default().fg(color);
     let all: Vec<&str> = text.lines().collect();
-    // A long message (a large paste) stays collapsed here too: its head and a count.
-    let shown = if all.len() > USER_MAX_LINES { &all[..USER_MAX_LINES / 2] } else { &all[..] };
+    // A long message (a large paste) stays collapsed here too: its head and a count; the
+    // details (Ctrl+T) show a folded paste whole.
+    let unfolded = show_details && !folds.is_empty();
+    let shown = if all.len() > USER_MAX_LINES && !unfolded { &all[..USER_MAX_LINES / 2] } else { &all[..] };
     let mut out: Vec<RLine> = shown
         .iter()
         .enumerate()

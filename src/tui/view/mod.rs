@@ -7,6 +7,7 @@ mod transcript;
 
 #[cfg(test)]
 pub(crate) use overlay::help_lines;
+pub(crate) use transcript::welcome_height;
 
 use ratatui::layout::{Alignment, Rect};
 use ratatui::style::{Modifier, Style};
@@ -31,8 +32,12 @@ pub(crate) fn draw(frame: &mut Frame<'_>, app: &App) {
     // Bottom-up: the layout, then each layer over it, so the one with the keys is on top.
     let layers = app.layers();
     let log_open = layers.contains(&Layer::LogView);
+    // Below 80 columns a focused pane is drawn where the transcript goes.
+    let pane_over_transcript = !areas.side && (areas.jobs.is_some() || areas.tools.is_some());
     if !log_open {
-        transcript::draw(frame, areas.transcript, app);
+        if !pane_over_transcript {
+            transcript::draw(frame, areas.transcript, app);
+        }
         if let Some(tools) = areas.tools {
             side::draw_tools(frame, tools, app);
         }
@@ -44,7 +49,7 @@ pub(crate) fn draw(frame: &mut Frame<'_>, app: &App) {
     draw_input(frame, areas.input, app);
     status::draw(frame, areas.status, app);
     if !log_open {
-        draw_completions(frame, areas.main, areas.input, app);
+        draw_completions(frame, areas.main, areas.transcript, areas.input, app);
     }
     for layer in layers.iter().rev() {
         match layer {
@@ -85,7 +90,15 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
         .take(PENDING_MAX_LINES)
         .map(|p| {
             let first = crate::text::sanitize_for_display(p).lines().next().unwrap_or("").to_string();
-            truncate_spans(vec![Span::styled("  ◌ pending: ", dim), Span::styled(first, dim)], width)
+            // How it was sent says when it goes: a queued message waits for the next turn,
+            // a steered one for the running tools' results.
+            let mode = app.sent_modes.iter().rev().find(|(text, _)| text == p).map(|(_, mode)| *mode);
+            let marker = match mode {
+                Some(crate::protocol::BusyMode::Queue) => "  ⏭ queued for the next turn: ",
+                Some(crate::protocol::BusyMode::Steer) => "  ↳ after the running tools: ",
+                Some(crate::protocol::BusyMode::Redirect) | None => "  ◌ pending: ",
+            };
+            truncate_spans(vec![Span::styled(marker, dim), Span::styled(first, dim)], width)
         })
         .collect();
     if app.pending.len() > PENDING_MAX_LINES {
@@ -94,8 +107,9 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
     frame.render_widget(Paragraph::new(lines), area);
 }
 
-/// The slash commands matching the input, in a box just above it.
-fn draw_completions(frame: &mut Frame<'_>, main: Rect, input: Rect, app: &App) {
+/// The slash commands matching the input, in a box just above it, within the transcript's
+/// columns (it never covers the side column's border).
+fn draw_completions(frame: &mut Frame<'_>, main: Rect, transcript: Rect, input: Rect, app: &App) {
     let matches = app.completions();
     if matches.is_empty() || main.height < 3 {
         return;
@@ -105,7 +119,8 @@ fn draw_completions(frame: &mut Frame<'_>, main: Rect, input: Rect, app: &App) {
     let first = (selected + 1).saturating_sub(rows);
     let usage_w = matches.iter().map(|c| super::wrap::str_width(c.usage)).max().unwrap_or(0);
     let help_w = matches.iter().map(|c| super::wrap::str_width(c.help)).max().unwrap_or(0);
-    let width = u16::try_from(usage_w + help_w + 6).unwrap_or(u16::MAX).min(input.width);
+    let room = if main.right() > transcript.right() + 1 { transcript.right() + 1 - input.x } else { input.width };
+    let width = u16::try_from(usage_w + help_w + 6).unwrap_or(u16::MAX).min(input.width).min(room.max(20));
     let height = u16::try_from(rows).unwrap_or(1) + 2;
     let rect = Rect::new(input.x, input.y.saturating_sub(height).max(main.y), width, height);
     let inner_w = usize::from(width.saturating_sub(2));

@@ -8,7 +8,7 @@ use ratatui::Frame;
 
 use crate::protocol::commands::COMMANDS;
 use crate::protocol::NoticeLevel;
-use crate::tui::app::{highlight, hit_style, App, LogSource, LogView, Modal};
+use crate::tui::app::{highlight, hit_style, App, LogSource, LogView, Modal, LOG_MESSAGE_FOR};
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::format_duration_ms;
 use crate::tui::wrap::{str_width, truncate_spans, wrap_line, RLine};
@@ -135,8 +135,12 @@ fn draw_sessions(
     let width = area.width.saturating_sub(4).min(100);
     let inner = usize::from(width.saturating_sub(4));
     let dim = Style::default().fg(app.theme.dim);
-    let mut lines: Vec<Line<'static>> =
-        vec![Line::raw(format!("{} sessions match '{query}':", sessions.len())), Line::default()];
+    let heading = if query.is_empty() {
+        "Recent sessions:".to_string()
+    } else {
+        format!("{} sessions match '{query}':", sessions.len())
+    };
+    let mut lines: Vec<Line<'static>> = vec![Line::raw(heading), Line::default()];
     // Rows that fit: the selection always stays in view.
     let room = usize::from(area.height.saturating_sub(10)).max(1);
     let first = selected.saturating_sub(room.saturating_sub(1));
@@ -432,7 +436,7 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
                 format!(
                     " {id} · {} · {} · $ {} ",
                     job.info.status.label(),
-                    format_duration_ms(job.runtime_ms(app.wall_ms) / 1000 * 1000),
+                    format_duration_ms(job.shown_runtime_ms(app.wall_ms)),
                     job.info.command.replace('\n', " ")
                 ),
                 job.info.status.is_running(),
@@ -449,11 +453,7 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
         .border_style(Style::default().fg(app.theme.border_focus))
         .title(Span::styled(title, Style::default().add_modifier(Modifier::BOLD)));
     let inner = block.inner(area);
-    let mut rows = usize::from(inner.height);
-    let message = view.message.as_ref().filter(|_| rows > 1);
-    if message.is_some() {
-        rows -= 1;
-    }
+    let rows = usize::from(inner.height);
     // What is on screen, in the log's own line numbers.
     let mut facts = Vec::new();
     if view.lines.is_empty() {
@@ -478,10 +478,18 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
     if let Some(label) = view.match_label() {
         facts.push(label);
     } else if running {
-        facts.push((if view.follow { "following" } else { "paused" }).to_string());
+        facts.push((if view.follow { "following" } else { "not following" }).to_string());
     }
-    // Keys that do not fit are dropped from the end, but "close" stays.
+    // The answer to the last key (poll, kill, a search that found nothing) ends the footer
+    // for a few seconds, in its own colour: it is not a line of the job's output.
+    let message = view.message.as_ref().filter(|m| app.now.saturating_duration_since(m.at) < LOG_MESSAGE_FOR);
+    // Keys that do not fit are dropped from the end, but "close" stays. While a message
+    // shows, the footer is it and what is watched or searched; the rest is back after it.
     let mut keys = log_keys(app, view);
+    if message.is_some() {
+        facts.retain(|f| f.starts_with("watching ") || f.starts_with('/'));
+        keys.clear();
+    }
     let room = usize::from(area.width.saturating_sub(4));
     let width_of = |facts: &[String], keys: &[String]| {
         str_width(&facts.iter().chain(keys).cloned().collect::<Vec<_>>().join(" · ")) + 2
@@ -491,7 +499,22 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
     }
     facts.extend(keys);
     let footer = format!(" {} ", facts.join(" · "));
-    let block = block.title_bottom(Span::styled(footer, dim));
+    let used = if facts.is_empty() { 0 } else { str_width(&footer) + 1 };
+    let mut block = block;
+    if !facts.is_empty() {
+        block = block.title_bottom(Line::from(Span::styled(footer, dim)));
+    }
+    if let Some(m) = message {
+        let color = match m.level {
+            NoticeLevel::Info => app.theme.notice_info,
+            NoticeLevel::Warn => app.theme.notice_warn,
+            NoticeLevel::Error => app.theme.notice_error,
+        };
+        let text =
+            truncate_spans(vec![Span::raw(format!(" {} ", m.text.replace('\n', " ")))], room.saturating_sub(used));
+        let style = Style::default().fg(color).add_modifier(Modifier::BOLD);
+        block = block.title_bottom(Line::from(text.spans).style(style).right_aligned());
+    }
     frame.render_widget(block, area);
     if inner.width == 0 || inner.height == 0 {
         return;
@@ -519,16 +542,4 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
     }
     shown.truncate(rows);
     frame.render_widget(Paragraph::new(shown), Rect { height: rows as u16, ..inner });
-    if let Some((level, text)) = message {
-        let color = match level {
-            NoticeLevel::Info => app.theme.notice_info,
-            NoticeLevel::Warn => app.theme.notice_warn,
-            NoticeLevel::Error => app.theme.notice_error,
-        };
-        let line = truncate_spans(
-            vec![Span::styled(text.replace('\n', " "), Style::default().fg(color))],
-            usize::from(inner.width),
-        );
-        frame.render_widget(Paragraph::new(line), Rect { y: inner.bottom() - 1, height: 1, ..inner });
-    }
 }

@@ -2,14 +2,15 @@
 
 use ratatui::layout::Rect;
 use ratatui::style::{Color, Modifier, Style};
-use ratatui::text::Span;
+use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
 use crate::protocol::JobStatus;
 use crate::tui::app::{App, Focus, Layer};
+use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::{format_duration_ms, SPINNER};
-use crate::tui::wrap::truncate_spans;
+use crate::tui::wrap::{str_width, truncate_spans};
 
 fn pane_block(app: &App, title: String, focused: bool) -> Block<'static> {
     let color = if focused { app.theme.border_focus } else { app.theme.border };
@@ -35,9 +36,24 @@ fn selected_style(app: &App, on: bool) -> Style {
     }
 }
 
+/// The keys of a focused pane, on its bottom border (the ones that fit).
+fn pane_keys(app: &App, actions: &[(Action, &str)], width: u16) -> Line<'static> {
+    let mut keys: Vec<String> = vec!["↑↓".to_string()];
+    keys.extend(actions.iter().map(|(a, what)| format!("{} {what}", app.keymap.hint(Context::Panes, *a))));
+    let room = usize::from(width.saturating_sub(4));
+    // Back to the input stays; the others go from the end when the border is short.
+    while keys.len() > 2 && str_width(&keys.join(" · ")) + 2 > room {
+        keys.remove(keys.len() - 2);
+    }
+    Line::from(Span::styled(format!(" {} ", keys.join(" · ")), Style::default().fg(app.theme.dim)))
+}
+
 pub(crate) fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let focused = app.focus == Focus::Tools && app.top_layer() == Layer::Pane;
-    let block = pane_block(app, format!(" Running tools ({}) ", app.tools.len()), focused);
+    let mut block = pane_block(app, format!(" Running tools ({}) ", app.tools.len()), focused);
+    if focused {
+        block = block.title_bottom(pane_keys(app, &[(Action::Open, "output"), (Action::Back, "back")], area.width));
+    }
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let width = usize::from(inner.width);
@@ -62,7 +78,8 @@ pub(crate) fn draw_tools(frame: &mut Frame<'_>, area: Rect, app: &App) {
             width,
         ));
         let last = if tool.last_line.is_empty() { String::new() } else { format!(" · {}", tool.last_line) };
-        lines.push(truncate_spans(vec![Span::styled(format!("  {}s{last}", elapsed.as_secs()), dim)], width));
+        let time = if tool.awaiting { "awaiting approval".to_string() } else { format!("{}s", elapsed.as_secs()) };
+        lines.push(truncate_spans(vec![Span::styled(format!("  {time}{last}"), dim)], width));
     }
     frame.render_widget(Paragraph::new(lines), inner);
 }
@@ -85,7 +102,18 @@ pub(crate) fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
     } else {
         format!(" Background jobs ({}) ", app.jobs.len())
     };
-    let block = pane_block(app, title, focused);
+    let mut block = pane_block(app, title, focused);
+    if focused {
+        let mut keys = vec![(Action::Open, "log")];
+        if app.jobs.get(app.job_sel).is_some_and(|j| j.info.status.is_running()) {
+            keys.extend([(Action::Kill, "kill"), (Action::Poll, "poll"), (Action::Watch, "watch")]);
+            if app.jobs.get(app.job_sel).is_some_and(|j| j.info.has_stdin) {
+                keys.push((Action::Write, "stdin"));
+            }
+        }
+        keys.push((Action::Back, "back"));
+        block = block.title_bottom(pane_keys(app, &keys, area.width));
+    }
     let inner = block.inner(area);
     frame.render_widget(block, area);
     let width = usize::from(inner.width);
@@ -104,7 +132,7 @@ pub(crate) fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
         let job = &app.jobs[i];
         let sel = focused && i == app.job_sel;
         let (mark, color) = status_mark(app, &job.info.status);
-        let runtime = format_duration_ms(job.runtime_ms(app.wall_ms) / 1000 * 1000);
+        let runtime = format_duration_ms(job.shown_runtime_ms(app.wall_ms));
         lines.push(truncate_spans(
             vec![
                 Span::styled(if sel { "▶ " } else { "  " }, selected_style(app, sel)),

@@ -20,6 +20,9 @@ fn state(app: &App) -> (String, bool) {
     if !matches!(app.exit, ExitState::Running) {
         return ("stopping…".into(), false);
     }
+    if !app.approvals.is_empty() {
+        return ("? awaiting approval".into(), true);
+    }
     if !app.tools.is_empty() {
         let n = app.tools.len();
         return (format!("{spin} running {}", if n == 1 { "tool".to_string() } else { format!("{n} tools") }), true);
@@ -75,37 +78,52 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
             Style::default().fg(app.theme.paused).add_modifier(Modifier::REVERSED | Modifier::BOLD),
         ));
     }
-    // (text, kept): a kept fact is dropped last when the line is narrow.
-    let mut facts: Vec<(String, bool)> = Vec::new();
+    // (text, kept, priority): when the line is narrow, facts go lowest priority first, and
+    // a kept one (a paused goal, the jobs count when no pane shows them) last of all.
+    let mut facts: Vec<(String, bool, u8)> = Vec::new();
+    // No pane shows the jobs at this width: say they run, and the key that lists them.
+    let running = app.running_jobs();
+    if !app.panes_shown && running > 0 {
+        let key = app
+            .keymap
+            .keys(Context::Input, Action::FocusPanes)
+            .iter()
+            .find(|k| k.code != crossterm::event::KeyCode::Tab)
+            .or(app.keymap.keys(Context::Input, Action::FocusPanes).first())
+            .map(|k| format!(" ({k})"))
+            .unwrap_or_default();
+        let noun = if running == 1 { "job" } else { "jobs" };
+        facts.push((format!("⚙ {running} {noun}{key}"), true, 9));
+    }
     if !app.status.model.is_empty() {
-        facts.push((app.status.model.clone(), false));
+        facts.push((app.status.model.clone(), false, 2));
     }
     if let Some(session) = session_label(app) {
-        facts.push((session, false));
+        facts.push((session, false, 1));
     }
     // A paused goal stays in view: it waits for the user, so it is kept before the rest
     // and is the last fact to go when the line is narrow.
     let goal = app.status.goal.as_deref().and_then(crate::present::goal_row);
     let goal_paused = app.status.goal.as_ref().is_some_and(|g| g.state == GoalState::Paused);
     if let Some(goal) = goal.as_ref().filter(|_| goal_paused) {
-        facts.push((goal.clone(), true));
+        facts.push((goal.clone(), true, 8));
     }
     if let Some(sandbox) = &app.status.sandbox {
-        facts.push((sandbox.clone(), false));
+        facts.push((sandbox.clone(), false, 3));
     }
     if let Some(backend) = &app.status.backend {
-        facts.push((backend.clone(), false));
+        facts.push((backend.clone(), false, 4));
     }
-    facts.push((format!("busy:{}", app.busy_mode().as_str()), false));
-    // Before the heartbeat and goal: those can be long and are dropped first when narrow.
+    facts.push((format!("busy:{}", app.busy_mode().as_str()), false, 5));
     if let Some(pct) = app.status.context_pct {
-        facts.push((format!("ctx {pct}%"), false));
+        facts.push((format!("ctx {pct}%"), false, 4));
     }
+    // The heartbeat and an active goal are what runs by itself: they outlast the names.
     if let Some(hb) = &app.status.heartbeat {
-        facts.push((crate::present::heartbeat_row(hb), false));
+        facts.push((crate::present::heartbeat_row(&app.heartbeat_now(hb)), false, 6));
     }
     if let Some(goal) = goal.filter(|_| !goal_paused) {
-        facts.push((goal, false));
+        facts.push((goal, false, 7));
     }
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);
@@ -122,14 +140,23 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let width = usize::from(area.width);
     let hints_w = str_width(&hints);
     let fixed_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
-    // The key hints matter more than the facts: drop facts from the end to make room,
-    // a kept one (a paused goal) last of all.
-    let facts_w = |facts: &[(String, bool)]| facts.iter().map(|(f, _)| 3 + str_width(f)).sum::<usize>();
+    // The key hints matter more than the facts: drop the least important fact to make
+    // room, a kept one last of all.
+    let facts_w = |facts: &[(String, bool, u8)]| facts.iter().map(|(f, _, _)| 3 + str_width(f)).sum::<usize>();
     while fixed_w + facts_w(&facts) + 2 + hints_w > width {
-        let Some(i) = facts.iter().rposition(|(_, kept)| !kept).or(facts.len().checked_sub(1)) else { break };
-        if facts[i].1 {
+        let lowest = |kept: bool| {
+            facts
+                .iter()
+                .enumerate()
+                .filter(|(_, f)| f.1 == kept)
+                .min_by_key(|(i, f)| (f.2, usize::MAX - i))
+                .map(|(i, _)| i)
+        };
+        let Some(i) = lowest(false).or_else(|| lowest(true)) else { break };
+        if facts[i].1 && facts.iter().filter(|f| f.1).count() == 1 {
             // Alone and still too wide: a kept fact is shortened, not dropped.
-            let room = width.saturating_sub(fixed_w + 3 + 2 + hints_w);
+            let others = facts_w(&facts) - 3 - str_width(&facts[i].0);
+            let room = width.saturating_sub(fixed_w + others + 3 + 2 + hints_w);
             if room >= KEPT_MIN {
                 let short = truncate_spans(vec![Span::raw(facts[i].0.clone())], room);
                 facts[i].0 = short.spans.iter().map(|s| s.content.as_ref()).collect();
@@ -138,7 +165,7 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
         }
         facts.remove(i);
     }
-    for (fact, _) in facts {
+    for (fact, _, _) in facts {
         left.push(sep.clone());
         left.push(Span::styled(fact.replace('\n', " "), fg));
     }
