@@ -12,7 +12,7 @@ use crate::engine::llm::spend::Spend;
 use crate::engine::llm::Usage;
 use crate::present;
 use crate::protocol::EngineHandle;
-use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome, TurnTrigger};
+use crate::protocol::{Event, NoticeLevel, Op, Phase, TurnOutcome, TurnTrigger};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecOptions {
@@ -42,6 +42,8 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     let mut submitted = false;
     // The trigger of the turn running now: only the user's own turn decides the exit code.
     let mut trigger: Option<TurnTrigger> = None;
+    // What the engine is doing (the same truth the TUI reads).
+    let mut phase = Phase::Idle;
     // Jobs the answer was waiting on that the end of the run killed.
     let mut killed_awaited: Vec<String> = Vec::new();
     loop {
@@ -62,8 +64,19 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                             shut_down(&engine, options.keep_jobs);
                         }
                     }
-                    Event::RestoreInput { text } if !submitted && *text == prompt => {
-                        // Our prompt came back unsent (e.g. paused).
+                    Event::Phase { phase: now } => phase = *now,
+                    Event::PendingChanged { queued, .. }
+                        if outcome.is_none() && !submitted && phase == Phase::Paused && queued.contains(&prompt) =>
+                    {
+                        // Paused: the prompt would wait for `talaria unpause`. A script is not
+                        // left hanging: it is taken back (Esc does that) and the run fails.
+                        eprintln!("talaria: paused (talaria unpause resumes): the prompt was not sent");
+                        let _ = engine.ops.send(Op::Interrupt);
+                        outcome = Some(TurnOutcome::Failed);
+                        shut_down(&engine, options.keep_jobs);
+                    }
+                    Event::RestoreInput { text } if outcome.is_none() && !submitted && *text == prompt => {
+                        // Our prompt came back unsent.
                         outcome = Some(TurnOutcome::Failed);
                         shut_down(&engine, options.keep_jobs);
                     }
@@ -186,6 +199,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::EarlierHistory { .. }
         | Event::UserMessage { .. }
         | Event::PendingChanged { .. }
+        | Event::Phase { .. }
         | Event::RestoreInput { .. }
         | Event::AssistantDelta(_)
         | Event::ReasoningDelta(_)
@@ -316,6 +330,7 @@ impl Printer {
             | Event::TurnStarted { .. }
             | Event::UserMessage { .. }
             | Event::PendingChanged { .. }
+            | Event::Phase { .. }
             | Event::RestoreInput { .. }
             | Event::ReasoningDelta(_)
             | Event::ToolOutput { .. }

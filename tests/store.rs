@@ -46,6 +46,7 @@ fn msg(role: &str, content: Option<&str>) -> StoredMessage {
         tool_call_id: None,
         tool_name: None,
         display_kind: None,
+        origin: None,
     }
 }
 

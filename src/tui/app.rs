@@ -24,7 +24,7 @@ use super::keymap::Keymap;
 use super::theme::Theme;
 use super::transcript::{Scroll, Slice, Transcript};
 use crate::config::{Config, NotifyMode, OnQuit};
-use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome};
+use crate::protocol::{BusyMode, Event, JobId, JobInfo, NoticeLevel, Op, Phase, SessionInfo, StatusInfo, TurnOutcome};
 
 /// A second Ctrl+C within this window quits.
 pub(crate) const DOUBLE_CTRL_C: Duration = Duration::from_secs(2);
@@ -213,8 +213,12 @@ pub struct App {
     pub(crate) input: TextArea<'static>,
     history: Vec<String>,
     history_pos: Option<usize>,
+    /// Typed while busy, waiting for the running turn's next delivery point...
     pub(crate) pending: Vec<String>,
-    pub(crate) busy: bool,
+    /// ...and waiting for turns of their own (shown as waiting while paused).
+    pub(crate) queued: Vec<String>,
+    /// What the engine is doing (`Event::Phase`): what Esc, Ctrl+C, Ctrl+B and Tab do.
+    pub(crate) phase: Phase,
     turn_started: Option<Instant>,
     pub(crate) last_outcome: Option<TurnOutcome>,
     pub(crate) session: SessionFacts,
@@ -290,7 +294,8 @@ impl App {
             history: Vec::new(),
             history_pos: None,
             pending: Vec::new(),
-            busy: false,
+            queued: Vec::new(),
+            phase: Phase::Idle,
             turn_started: None,
             last_outcome: None,
             session: SessionFacts { busy_mode: config.agent.busy_input_mode, ..SessionFacts::default() },
@@ -396,7 +401,7 @@ impl App {
     pub(crate) fn layout_facts(&self) -> super::layout::LayoutFacts<'_> {
         super::layout::LayoutFacts {
             input_lines: self.input.lines(),
-            pending: self.pending.len(),
+            pending: self.pending.len() + self.queued.len(),
             tools: self.tools.len(),
         }
     }
@@ -407,6 +412,18 @@ impl App {
 
     pub(crate) fn input_is_empty(&self) -> bool {
         self.input.lines().iter().all(|l| l.is_empty())
+    }
+
+    /// Something runs that Esc stops (a turn, `/compact`, the goal's gates or judge).
+    pub(crate) fn busy(&self) -> bool {
+        self.phase.busy()
+    }
+
+    /// What waits to reach the model, labelled, in the order it will.
+    pub(crate) fn waiting(&self) -> Vec<(&'static str, &str)> {
+        let queued = if self.phase == Phase::Paused { "waiting" } else { "queued" };
+        let pending = self.pending.iter().map(|p| ("pending", p.as_str()));
+        pending.chain(self.queued.iter().map(|q| (queued, q.as_str()))).collect()
     }
 
     /// The busy mode Enter uses while a turn runs.
@@ -423,7 +440,7 @@ impl App {
         if !matches!(self.exit, ExitState::Running) {
             return None;
         }
-        if self.busy || !self.tools.is_empty() || self.transcript.has_running_tool() {
+        if self.busy() || !self.tools.is_empty() || self.transcript.has_running_tool() {
             Some(Duration::from_millis(100))
         } else if self.running_jobs() > 0 {
             Some(Duration::from_secs(1))

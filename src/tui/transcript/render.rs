@@ -242,27 +242,15 @@ pub(crate) fn collapse_attachments(text: &str) -> String {
 }
 
 /// The instruction inside a heartbeat's wrapper (what the user set), or the text as is.
-fn heartbeat_instruction(text: &str) -> &str {
-    let Some(rest) = text.strip_prefix("[Heartbeat").and_then(|t| t.split_once('\n')).map(|(_, r)| r) else {
-        return text;
-    };
-    match rest.find("\n\nIf there is nothing meaningful") {
-        Some(end) => rest[..end].trim(),
-        None => rest.trim(),
-    }
-}
-
 fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
-    let text = match origin {
-        UserOrigin::Heartbeat => heartbeat_instruction(text).to_string(),
-        _ => collapse_attachments(text),
-    };
-    let text = display_text(&text);
+    // The engine sends what to show (a heartbeat's instruction, not its whole prompt).
+    let text = display_text(&collapse_attachments(text));
     let label = match origin {
         UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued | UserOrigin::Retry => None,
         UserOrigin::Heartbeat => Some("♥ heartbeat"),
         UserOrigin::Goal => Some("◎ goal"),
         UserOrigin::JobNotification => Some("⚙ job notification"),
+        UserOrigin::SubAgent => Some("⚙ sub-agent"),
     };
     if let Some(label) = label {
         let style = Style::default().fg(theme.injected);
@@ -309,7 +297,11 @@ fn user_lines(text: &str, origin: UserOrigin, theme: &Theme) -> Vec<RLine> {
         UserOrigin::MidTurn => Some("↳ delivered mid-turn"),
         UserOrigin::Queued => Some("↳ queued"),
         UserOrigin::Retry => Some("↳ retry"),
-        UserOrigin::Typed | UserOrigin::Heartbeat | UserOrigin::Goal | UserOrigin::JobNotification => None,
+        UserOrigin::Typed
+        | UserOrigin::Heartbeat
+        | UserOrigin::Goal
+        | UserOrigin::JobNotification
+        | UserOrigin::SubAgent => None,
     };
     if let Some(note) = note {
         out.push(RLine::plain(format!("  {note}"), Style::default().fg(theme.dim)));

@@ -79,17 +79,17 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
     }
     let dim = Style::default().fg(app.theme.dim).add_modifier(Modifier::ITALIC);
     let width = usize::from(area.width);
-    let mut lines: Vec<Line<'static>> = app
-        .pending
+    let waiting = app.waiting();
+    let mut lines: Vec<Line<'static>> = waiting
         .iter()
         .take(PENDING_MAX_LINES)
-        .map(|p| {
+        .map(|(label, p)| {
             let first = crate::text::sanitize_for_display(p).lines().next().unwrap_or("").to_string();
-            truncate_spans(vec![Span::styled("  ◌ pending: ", dim), Span::styled(first, dim)], width)
+            truncate_spans(vec![Span::styled(format!("  ◌ {label}: "), dim), Span::styled(first, dim)], width)
         })
         .collect();
-    if app.pending.len() > PENDING_MAX_LINES {
-        lines.push(Line::from(Span::styled(format!("     +{} more", app.pending.len() - PENDING_MAX_LINES), dim)));
+    if waiting.len() > PENDING_MAX_LINES {
+        lines.push(Line::from(Span::styled(format!("     +{} more", waiting.len() - PENDING_MAX_LINES), dim)));
     }
     frame.render_widget(Paragraph::new(lines), area);
 }
@@ -141,7 +141,7 @@ fn draw_completions(frame: &mut Frame<'_>, main: Rect, input: Rect, app: &App) {
 fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let typing = app.top_layer() == Layer::Input;
     let border = if typing { app.theme.border_focus } else { app.theme.border };
-    let title = if app.busy {
+    let title = if app.busy() {
         let enter = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Submit);
         let queue = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Queue);
         format!(" busy · {enter} {} · {queue} queue ", app.busy_mode().as_str())
