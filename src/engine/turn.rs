@@ -158,22 +158,7 @@ pub async fn run_turn(
 ) -> TurnResult {
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
-    let mut delivery = Delivery::Sent;
-    let mut notices_in = false;
-    for input in inputs {
-        // Job notices waiting when the user starts a turn go in right before the message (a
-        // kill just made among them), not in a turn of their own afterwards.
-        if trigger == TurnTrigger::User && input.origin == Origin::Typed && !notices_in {
-            notices_in = true;
-            delivery = deliver_job_notices(&env, &mut history).await;
-        }
-        if delivery == Delivery::Sent {
-            delivery = push_user(&env, &mut history, input, trigger.clone(), false).await;
-        }
-        if delivery != Delivery::Sent {
-            break;
-        }
-    }
+    let mut delivery = push_inputs(&env, &mut history, inputs, &trigger).await;
     let saved = delivery == Delivery::Sent;
     let max_iterations = env.config.agent.max_iterations.max(1);
     // A message that could not be saved (or can never fit) is not sent: the turn fails
@@ -223,23 +208,11 @@ pub async fn run_turn(
                     }
                 }
                 send_context(&env, &meter);
-                let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
-                let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
-                message.thinking = completion.thinking.clone();
-                let saved = persist(&env, &message, None).await;
-                env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
-                if !saved {
+                if !keep_answer(&env, &mut history, &completion).await {
                     delivery = Delivery::NotSaved;
                     // Its tool calls are not run: neither they nor their results could be kept.
                     outcome = TurnOutcome::Failed;
                     break;
-                }
-                history.push(message);
-                if completion.hit_token_limit() {
-                    env.events.send(Event::notice(
-                        NoticeLevel::Warn,
-                        "the answer stopped at the output token limit (model.max_tokens); say \"go on\" for the rest",
-                    ));
                 }
                 if completion.tool_calls.is_empty() {
                     outcome = TurnOutcome::Completed;
@@ -269,6 +242,61 @@ pub async fn run_turn(
             }
         }
     }
+    say_why_it_stopped(&env, delivery, outcome, max_iterations);
+    meter.add_estimate(&history[counted.min(history.len())..]);
+    send_context(&env, &meter);
+    // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
+    // running, so a message or command sent on seeing it is not treated as busy input.
+    TurnResult { history, omitted, outcome, usage, meter }
+}
+
+/// The turn's own inputs, in order. Job notices waiting when the user starts a turn go in
+/// right before the message (a kill just made among them), not in a turn of their own.
+async fn push_inputs(
+    env: &TurnEnv,
+    history: &mut Vec<ChatMessage>,
+    inputs: Vec<TurnInput>,
+    trigger: &TurnTrigger,
+) -> Delivery {
+    let mut notices_in = false;
+    for input in inputs {
+        if *trigger == TurnTrigger::User && input.origin == Origin::Typed && !notices_in {
+            notices_in = true;
+            let delivery = deliver_job_notices(env, history).await;
+            if delivery != Delivery::Sent {
+                return delivery;
+            }
+        }
+        let delivery = push_user(env, history, input, trigger.clone(), false).await;
+        if delivery != Delivery::Sent {
+            return delivery;
+        }
+    }
+    Delivery::Sent
+}
+
+/// Store and show the model's answer; false when it could not be stored.
+async fn keep_answer(env: &TurnEnv, history: &mut Vec<ChatMessage>, completion: &Completion) -> bool {
+    let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
+    let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
+    message.thinking = completion.thinking.clone();
+    let saved = persist(env, &message, None).await;
+    env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
+    if !saved {
+        return false;
+    }
+    history.push(message);
+    if completion.hit_token_limit() {
+        env.events.send(Event::notice(
+            NoticeLevel::Warn,
+            "the answer stopped at the output token limit (model.max_tokens); say \"go on\" for the rest",
+        ));
+    }
+    true
+}
+
+/// A turn that stopped short of an answer says why.
+fn say_why_it_stopped(env: &TurnEnv, delivery: Delivery, outcome: TurnOutcome, max_iterations: u32) {
     if delivery == Delivery::NotSaved {
         env.events.send(Event::notice(
             NoticeLevel::Error,
@@ -283,11 +311,6 @@ pub async fn run_turn(
             ),
         ));
     }
-    meter.add_estimate(&history[counted.min(history.len())..]);
-    send_context(&env, &meter);
-    // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
-    // running, so a message or command sent on seeing it is not treated as busy input.
-    TurnResult { history, omitted, outcome, usage, meter }
 }
 
 /// Run the user's own `!command` as a foreground job shown like a tool call. It is not sent

@@ -11,7 +11,7 @@ mod turns;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use serde_json::json;
@@ -20,24 +20,22 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::engine::approval::{Approver, PromptPolicy};
+use crate::engine::approval::PromptPolicy;
 use crate::engine::compaction::Compacted;
 use crate::engine::context::ContextMeter;
 use crate::engine::goal::GoalMachine;
 use crate::engine::heartbeat::Heartbeat;
-use crate::engine::jobs::{JobsHandle, JobsOptions, SupervisorExe};
 use crate::engine::llm::spend::Spend;
 use crate::engine::llm::{ChatMessage, Provider};
 use crate::engine::scheduler::{Due, Effect, Input, JobNote, Scheduler, UserMessage};
 use crate::engine::store::{OmittedRows, Store};
-use crate::engine::tools::Registry;
 use crate::engine::turn::{notice_origin, TurnAsk, TurnControl, TurnEnv, TurnResult};
 use crate::engine::EventSink;
 use crate::engine::{estop, instructions};
 use crate::paths::Paths;
-use crate::protocol::{EngineHandle, Event, GoalState, JobId, NoticeLevel, Op, StatusInfo};
+use crate::protocol::{Event, GoalState, JobId, NoticeLevel, Op, StatusInfo};
 
-pub use load::{SessionChoice, HISTORY_PAGE};
+pub use load::{start, SessionChoice, HISTORY_PAGE};
 
 pub struct EngineOptions {
     pub config: Arc<Config>,
@@ -105,114 +103,6 @@ struct Engine {
 /// The state_meta key of a session's backend (`/backend`).
 pub(super) fn backend_key(session_id: &str) -> String {
     format!("backend:{session_id}")
-}
-
-/// Open (or create) the session and start the engine task.
-pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHandle<()>)> {
-    let (op_tx, op_rx) = mpsc::unbounded_channel();
-    let (events, event_rx) = EventSink::channel();
-    let cwd = opts.cwd.canonicalize().unwrap_or_else(|_| opts.cwd.clone());
-    let (session_id, title) = load::open_session(&opts, &cwd).await?;
-    let jobs_options =
-        JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
-    let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
-    jobs.set_workspace(&cwd, &opts.paths);
-    let backend_changed = jobs.backends().subscribe();
-    let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
-    let (paused, _watch_task) = estop::watch(opts.paths.estop.clone());
-    let approver =
-        Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
-    approver.set_sandbox_policy(jobs.sandbox_policy());
-    if opts.config.sandbox.mode != crate::config::SandboxMode::Off {
-        if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {
-            events.send(Event::notice(
-                NoticeLevel::Warn,
-                format!("no kernel sandbox: {reason}; every command that is not known safe will ask (approvals act as \"prompt\")"),
-            ));
-        }
-    }
-    // Headless runs have no first frame to wait for: their servers start at once, and the
-    // first model request waits for them (each within its startup_timeout_s).
-    let headless = opts.approval_policy != PromptPolicy::Ask;
-    let mcp = crate::engine::mcp::McpHandle::new(
-        opts.config.clone(),
-        &opts.paths.logs_dir,
-        cwd.clone(),
-        events.clone(),
-        headless,
-    );
-    if headless {
-        mcp.begin();
-    }
-    let jobs_config = &opts.config.jobs;
-    let scheduler = Scheduler::new(
-        opts.config.agent.busy_input_mode,
-        estop::is_paused(&opts.paths.estop),
-        (jobs_config.notice_window_s.max(0.0) * 1000.0) as u64,
-        jobs_config.notify_starts_turn,
-    );
-    let env = TurnEnv {
-        provider: opts.provider,
-        model: opts.model,
-        registry: Registry::standard().with_mcp(mcp),
-        config: opts.config.clone(),
-        store: opts.store,
-        events: events.clone(),
-        jobs,
-        approver,
-        cwd: Arc::new(Mutex::new(cwd.clone())),
-        session_id,
-        system_prompt: load::system_prompt(&opts.config, &cwd, &instruction_files),
-    };
-    let (asks_tx, asks) = mpsc::unbounded_channel();
-    let mut engine = Engine {
-        env,
-        paths: opts.paths,
-        provider_label: opts.provider_label,
-        demo: opts.demo,
-        ops: op_rx,
-        job_done,
-        history: Vec::new(),
-        omitted: None,
-        scheduler,
-        turn: None,
-        compaction: None,
-        asks,
-        asks_tx,
-        reply: None,
-        waiting: watch::channel(0).0,
-        title,
-        meter: ContextMeter::new(opts.config.model.context_window),
-        session_usage: Spend::default(),
-        last_turn_usage: Spend::default(),
-        heartbeat: None,
-        goal: GoalMachine::new(opts.config.goals.clone()),
-        boundary: standing::Boundary::new(),
-        paused,
-        instruction_files,
-        backend_changed,
-    };
-    // The end of the session goes to the front end now; reading the whole of a long session
-    // for the model happens on the engine task, before it takes the first op.
-    engine.show_session().await?;
-    let join = tokio::spawn(async move {
-        match engine.load_context().await {
-            Ok(inputs) => {
-                for input in inputs {
-                    engine.feed(input).await;
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot load the session");
-                engine.notice(NoticeLevel::Error, format!("cannot load session {}: {e:#}", engine.env.session_id));
-                return;
-            }
-        }
-        // A front end starts out assuming idle: a session opened paused says so.
-        engine.events().send(Event::Phase { phase: engine.scheduler.phase() });
-        engine.run().await
-    });
-    Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
 }
 
 /// Await a store write off the engine loop, logging a failure.

@@ -8,6 +8,7 @@ use super::{
     LOG_LIMIT, TOOL_OUTPUT_MAX,
 };
 use crate::present;
+use crate::protocol::usage::Usage;
 use crate::protocol::{
     Event, HistoryItem, JobAction, JobFate, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
     TurnOutcome, TurnTrigger,
@@ -18,6 +19,13 @@ use crate::tui::transcript::{CellBody, UserOrigin};
 /// The last non-empty line of some output, sanitised.
 pub(super) fn last_line(text: &str) -> String {
     display_text(text).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end().to_string()
+}
+
+/// What the end of the run killed, in one line.
+fn killed_text(jobs: &[crate::protocol::KilledJob]) -> String {
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let noun = if ids.len() == 1 { "job" } else { "jobs" };
+    format!("killed {} running {noun}: {}", ids.len(), ids.join(", "))
 }
 
 /// How a user-role message is labelled: from its stored origin, never from its text.
@@ -61,18 +69,7 @@ impl App {
                 earlier,
             } => {
                 let switched = self.session.session_id.as_deref() != Some(session_id.as_str());
-                self.earlier = earlier;
-                self.earlier_requested = false;
-                for text in &input_history {
-                    self.push_history(text.trim());
-                }
-                if switched || !history.is_empty() {
-                    self.transcript.clear();
-                }
-                for item in history {
-                    self.restore_item(item);
-                }
-                self.transcript.follow();
+                self.show_session(switched, history, &input_history, earlier);
                 self.status.model = model;
                 self.status.session_id = session_id.clone();
                 self.status.busy_mode = Some(busy_mode);
@@ -82,27 +79,18 @@ impl App {
             Event::EarlierHistory { items, earlier } => {
                 let bodies: Vec<CellBody> = items.into_iter().map(|item| self.history_body(item)).collect();
                 self.transcript.prepend(bodies);
-                self.earlier = earlier;
-                self.earlier_requested = false;
+                (self.earlier, self.earlier_requested) = (earlier, false);
             }
             Event::TurnStarted { trigger: _ } => {
                 self.turn_started = Some(self.now);
                 self.last_outcome = None;
             }
             Event::Phase { phase } => self.phase_changed(phase),
-            Event::UserMessage { text, trigger, origin } => {
-                let origin = user_origin(origin, Some(&trigger));
-                self.transcript.close_assistant();
-                if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
-                    self.transcript.follow();
-                }
-                self.transcript.push(CellBody::User { text, origin });
-            }
+            Event::UserMessage { text, trigger, origin } => self.user_message(text, &trigger, origin),
             Event::PendingChanged { pending, queued } => (self.pending, self.queued) = (pending, queued),
             Event::RestoreInput { text } => {
                 let current = self.input_text();
-                let joined = if current.trim().is_empty() { text } else { format!("{text}\n{current}") };
-                self.reset_input(joined);
+                self.reset_input(if current.trim().is_empty() { text } else { format!("{text}\n{current}") });
             }
             Event::AssistantDelta(delta) => self.transcript.append_assistant(&delta),
             Event::ReasoningDelta(delta) => self.transcript.append_reasoning(&delta),
@@ -128,12 +116,7 @@ impl App {
                 }
             }
             Event::WatchMatched { id, pattern, line, more, ended } => {
-                let line = display_text(&line);
-                let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
-                let end = if ended { " · that was its last notice: the watch has ended" } else { "" };
-                let text = format!("{id} matched your watch /{pattern}/: {line}{more}{end}");
-                self.notify(&format!("{id} matched /{pattern}/: {line}"));
-                self.log_say(NoticeLevel::Info, text);
+                self.watch_matched(&id, &pattern, &line, more, ended)
             }
             Event::JobWatches { id, patterns } => {
                 if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
@@ -152,12 +135,7 @@ impl App {
             }
             Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
                 self.usage = Some((prompt_tokens, completion_tokens));
-                let usage = crate::protocol::usage::Usage {
-                    prompt_tokens,
-                    completion_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                };
+                let usage = Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens };
                 self.spend.add(&usage, cost_usd);
             }
             Event::Context { percent, .. } => self.status.context_pct = percent,
@@ -180,19 +158,51 @@ impl App {
                 self.log_say(NoticeLevel::Info, present::heartbeat_status(heartbeat.as_ref(), offset))
             }
             Event::GoalStatus { goal, gates_only } => {
-                let text = if gates_only {
-                    present::gate_list(goal.as_deref())
-                } else {
-                    present::goal_status(goal.as_deref())
-                };
+                let goal = goal.as_deref();
+                let text = if gates_only { present::gate_list(goal) } else { present::goal_status(goal) };
                 self.log_say(NoticeLevel::Info, text)
             }
-            Event::JobsKilled { jobs } => {
-                let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-                let noun = if ids.len() == 1 { "job" } else { "jobs" };
-                self.log_say(NoticeLevel::Info, format!("killed {} running {noun}: {}", ids.len(), ids.join(", ")));
-            }
+            Event::JobsKilled { jobs } => self.log_say(NoticeLevel::Info, killed_text(&jobs)),
         }
+    }
+
+    fn watch_matched(&mut self, id: &str, pattern: &str, line: &str, more: u64, ended: bool) {
+        let line = display_text(line);
+        let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
+        let end = if ended { " · that was its last notice: the watch has ended" } else { "" };
+        let text = format!("{id} matched your watch /{pattern}/: {line}{more}{end}");
+        self.notify(&format!("{id} matched /{pattern}/: {line}"));
+        self.log_say(NoticeLevel::Info, text);
+    }
+
+    /// A session to show: its end, and the input history of its directory.
+    fn show_session(
+        &mut self,
+        switched: bool,
+        history: Vec<HistoryItem>,
+        input_history: &[String],
+        earlier: Option<i64>,
+    ) {
+        (self.earlier, self.earlier_requested) = (earlier, false);
+        for text in input_history {
+            self.push_history(text.trim());
+        }
+        if switched || !history.is_empty() {
+            self.transcript.clear();
+        }
+        for item in history {
+            self.restore_item(item);
+        }
+        self.transcript.follow();
+    }
+
+    fn user_message(&mut self, text: String, trigger: &TurnTrigger, origin: Origin) {
+        let origin = user_origin(origin, Some(trigger));
+        self.transcript.close_assistant();
+        if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
+            self.transcript.follow();
+        }
+        self.transcript.push(CellBody::User { text, origin });
     }
 
     /// The spinner counts from when something started to run.
