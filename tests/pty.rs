@@ -50,6 +50,17 @@ fn unique_secs(base: u32) -> String {
     format!("{base}.{}{:03}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
 }
 
+/// Talaria busy with a long foreground command (`sleep <secs>`, the model's first call).
+fn start_a_long_command(home: &Home, model: &Model, secs: &str) -> Pty {
+    let p = spawn(home, model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("run the long thing");
+    p.send(b"\r");
+    wait_until("sleep to start", || !pids_with_cmdline(&["sleep", secs]).is_empty());
+    p.wait_for(" busy ", WAIT);
+    p
+}
+
 /// Wait until `cond` holds (panics with `what` after the deadline).
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -214,12 +225,7 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
         ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}"}}"#)),
         ScriptedResponse::text("It is in the background now; I read your message."),
     ]);
-    let mut p = spawn(&home, &model, &[]);
-    p.wait_for(" message ", WAIT);
-    p.type_text("run the long thing");
-    p.send(b"\r");
-    wait_until("sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
-    p.wait_for(" busy ", WAIT);
+    let mut p = start_a_long_command(&home, &model, &secs);
 
     p.type_text("while that runs: what is 2+2?");
     p.send(b"\r");
@@ -273,6 +279,8 @@ fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
     p.send(b"\r");
     p.wait_for("Started it in the background.", WAIT);
     p.wait_for("job_1", WAIT);
+    // The job's shell may not have exec'd the sleep yet when its row shows.
+    wait_until("the sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
     let pids = pids_with_cmdline(&["sleep", &secs]);
     assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     assert!(!processes_of_home(home.path()).is_empty(), "the environ scan sees talaria");
@@ -360,6 +368,8 @@ fn quitting_with_keep_leaves_the_job_and_talaria_c_takes_it_back() {
     p.send(b"\r");
     p.wait_for("Started it in the background.", WAIT);
     p.wait_for("job_1", WAIT);
+    // The job's shell may not have exec'd the sleep yet when its row shows.
+    wait_until("the sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
     let pids = pids_with_cmdline(&["sleep", &secs]);
     assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     p.wait_for(" message ", WAIT);
@@ -602,12 +612,7 @@ fn kill_9_after_a_redirect_is_delivered_keeps_the_queued_message_for_talaria_c()
         ScriptedResponse::hang(),
         ScriptedResponse::text("Doing it next."),
     ]);
-    let mut p = spawn(&home, &model, &[]);
-    p.wait_for(" message ", WAIT);
-    p.type_text("run the long thing");
-    p.send(b"\r");
-    wait_until("sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
-    p.wait_for(" busy ", WAIT);
+    let mut p = start_a_long_command(&home, &model, &secs);
     p.type_text("do this next");
     p.send(b"\t");
     p.wait_for("queued: do this next", WAIT);
