@@ -106,7 +106,7 @@ impl Screen {
     pub fn open(options: TuiOptions) -> anyhow::Result<Screen> {
         require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
         let keymap = Keymap::load(&options.paths.keymap_file)?;
-        let theme = Theme::builtin(&options.config.ui.theme)?;
+        let theme = Theme::builtin(options.config.ui.theme.as_str())?;
         let mut app = App::new(&options.config, keymap, theme, options.banner);
         app.in_tmux = std::env::var_os("TMUX").is_some_and(|v| !v.is_empty());
         install_panic_hook();
