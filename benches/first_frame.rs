@@ -204,6 +204,7 @@ fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, messages:
             tool_call_id: None,
             tool_name: None,
             display_kind: None,
+            origin: None,
         };
         store.append_message(&id, last).await.expect("append");
         store.flush().await.expect("flush");

@@ -7,7 +7,7 @@ use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion};
 use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use talaria::config::Config;
-use talaria::protocol::{Event, MessageOrigin, ToolOutcome, TurnTrigger};
+use talaria::protocol::{Event, Origin, ToolOutcome, TurnTrigger};
 use talaria::tui::app::{App, AppEvent};
 use talaria::tui::keymap::Keymap;
 use talaria::tui::theme::Theme;
@@ -19,7 +19,7 @@ fn conversation(messages: usize) -> App {
     };
     for i in 0..messages {
         match i % 4 {
-            0 => feed(Event::UserMessage { text: format!("Please look at item {i} and fix it"), trigger: TurnTrigger::User, origin: MessageOrigin::TurnInput }),
+            0 => feed(Event::UserMessage { text: format!("Please look at item {i} and fix it"), trigger: TurnTrigger::User, origin: Origin::Typed }),
             1 => feed(Event::AssistantDone {
                 text: format!(
                     "## Step {i}\n\nI will **check** the `src/lib.rs` file first, then run the tests. \

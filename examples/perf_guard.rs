@@ -26,7 +26,7 @@ use talaria::engine::jobs::output::{OutputBuf, Utf8Decoder};
 use talaria::engine::jobs::LogReader;
 use talaria::engine::llm::{Role, ToolCall};
 use talaria::engine::store::{Store, StoredMessage};
-use talaria::protocol::{BusyMode, Event, HistoryItem, MessageOrigin, NoticeLevel, ToolOutcome};
+use talaria::protocol::{BusyMode, Event, HistoryItem, NoticeLevel, Origin, ToolOutcome};
 use talaria::tui::app::{App, AppEvent};
 use talaria::tui::keymap::Keymap;
 use talaria::tui::markdown::{self, CodeCache};
@@ -122,7 +122,7 @@ fn history(n: usize) -> Vec<HistoryItem> {
         .map(|i| match i % 5 {
             0 => HistoryItem::User {
                 text: format!("Please look at item {i} and fix what is wrong with it"),
-                origin: MessageOrigin::TurnInput,
+                origin: Origin::Typed,
             },
             1 | 3 => HistoryItem::Assistant { text: answer(i), reasoning: None },
             2 => HistoryItem::Tool {
@@ -250,6 +250,7 @@ fn stored(i: usize) -> StoredMessage {
         tool_call_id,
         tool_name: (role == Role::Tool).then(|| "terminal".to_string()),
         display_kind: None,
+        origin: None,
     }
 }
 

@@ -187,7 +187,7 @@ pub struct TerminalConfig {
     /// Where commands run: `local`, `ssh:<host>` or `docker:<container>` (DESIGN §4b).
     pub backend: String,
     /// `warn`: an unreachable remote backend gives a `degraded` result; `fail`: an error.
-    pub(crate) degraded_mode: String,
+    pub(crate) degraded_mode: DegradedMode,
     pub(crate) ssh: SshConfig,
     pub(crate) docker: DockerConfig,
     /// `--backend` was given: it wins over the backend a resumed session had.
@@ -204,7 +204,7 @@ impl Default for TerminalConfig {
             max_foreground_timeout_s: 600,
             kill_grace_s: 1.0,
             backend: "local".into(),
-            degraded_mode: "warn".into(),
+            degraded_mode: DegradedMode::Warn,
             ssh: SshConfig::default(),
             docker: DockerConfig::default(),
             backend_from_flag: false,
@@ -403,10 +403,38 @@ pub(crate) enum NotifyMode {
     Off,
 }
 
+/// `terminal.degraded_mode` (DESIGN §4b): what an unreachable remote backend gives the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum DegradedMode {
+    /// A `{"status":"degraded",…}` result saying the host is unreachable.
+    #[default]
+    Warn,
+    /// An ordinary error result.
+    Fail,
+}
+
+/// `ui.theme`: the themes built in (a wrong name is a load error naming them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub(crate) enum ThemeName {
+    #[default]
+    #[serde(alias = "")]
+    Default,
+}
+
+impl ThemeName {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ThemeName::Default => "default",
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct UiConfig {
-    pub(crate) theme: String,
+    pub(crate) theme: ThemeName,
     pub(crate) notify: NotifyMode,
     pub(crate) notify_after_s: u64,
     pub(crate) mouse: bool,
@@ -414,7 +442,7 @@ pub(crate) struct UiConfig {
 
 impl Default for UiConfig {
     fn default() -> Self {
-        UiConfig { theme: "default".into(), notify: NotifyMode::Bell, notify_after_s: 10, mouse: true }
+        UiConfig { theme: ThemeName::Default, notify: NotifyMode::Bell, notify_after_s: 10, mouse: true }
     }
 }
 
@@ -612,14 +640,8 @@ impl Config {
                 }
             }
         }
-        if !matches!(self.ui.theme.as_str(), "default" | "") {
-            return Err(invalid("ui.theme", "unknown theme; the built-in theme is \"default\""));
-        }
         if let Err(e) = crate::engine::backend::Backend::parse(&self.terminal.backend) {
             return Err(invalid("terminal.backend", &e));
-        }
-        if !matches!(self.terminal.degraded_mode.as_str(), "warn" | "fail") {
-            return Err(invalid("terminal.degraded_mode", "expected \"warn\" or \"fail\""));
         }
         if self.terminal.ssh.connect_timeout_s == 0 {
             return Err(invalid("terminal.ssh.connect_timeout_s", "expected a positive number of seconds"));
@@ -739,6 +761,18 @@ mod tests {
         let err = Config::from_toml("[ui]\ntheme = \"neon\"\n", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.contains("ui.theme") && err.contains("default"), "{err}");
         assert!(Config::from_toml("[ui]\ntheme = \"default\"\n", Path::new("c.toml")).is_ok());
+        assert!(Config::from_toml("[ui]\ntheme = \"\"\n", Path::new("c.toml")).is_ok(), "empty means default");
+    }
+
+    #[test]
+    fn degraded_mode_is_one_of_its_words_and_a_wrong_one_names_file_line_key_and_choices() {
+        let c = Config::from_toml("[terminal]\ndegraded_mode = \"fail\"\n", Path::new("c.toml")).unwrap();
+        assert_eq!(c.terminal.degraded_mode, DegradedMode::Fail);
+        let err = Config::from_toml("[terminal]\nshell = \"bash\"\ndegraded_mode = \"loud\"\n", Path::new("c.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("c.toml:3: terminal.degraded_mode: "), "{err}");
+        assert!(err.contains("warn") && err.contains("fail"), "{err}");
     }
 
     #[test]

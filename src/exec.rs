@@ -12,7 +12,7 @@ use crate::engine::llm::spend::Spend;
 use crate::engine::llm::Usage;
 use crate::present;
 use crate::protocol::EngineHandle;
-use crate::protocol::{Event, NoticeLevel, Op, TurnOutcome, TurnTrigger};
+use crate::protocol::{Event, NoticeLevel, Op, Phase, TurnOutcome, TurnTrigger};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ExecOptions {
@@ -42,69 +42,12 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     // pipe gets no ticking lines).
     let progress = !options.json && std::io::stderr().is_terminal();
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
-    let mut outcome: Option<TurnOutcome> = None;
-    let mut interrupted = false;
-    let mut submitted = false;
-    // The trigger of the turn running now: only the user's own turn decides the exit code.
-    let mut trigger: Option<TurnTrigger> = None;
-    // Jobs the answer was waiting on that the end of the run killed.
-    let mut killed_awaited: Vec<String> = Vec::new();
+    let mut run = Run { prompt, keep_jobs: options.keep_jobs, ..Run::default() };
     loop {
         tokio::select! {
             event = engine.events.recv() => {
                 let Some(event) = event else { break };
-                match &event {
-                    Event::TurnStarted { trigger: t } => {
-                        submitted |= is_users_turn(t);
-                        trigger = Some(t.clone());
-                    }
-                    Event::TurnFinished { outcome: o } => {
-                        // exec runs one turn; stop before a job notification could start another.
-                        // A turn that shutdown interrupts afterwards (a job's completion notice)
-                        // must not change the outcome of the user's turn.
-                        if outcome.is_none() && trigger.as_ref().is_some_and(is_users_turn) {
-                            outcome = Some(*o);
-                            shut_down(&engine, options.keep_jobs);
-                        }
-                    }
-                    Event::RestoreInput { text } if !submitted && *text == prompt => {
-                        // Our prompt came back unsent (e.g. paused).
-                        outcome = Some(TurnOutcome::Failed);
-                        shut_down(&engine, options.keep_jobs);
-                    }
-                    Event::JobsKilled { jobs } => {
-                        killed_awaited.extend(jobs.iter().filter(|j| j.awaited).map(|j| j.id.clone()));
-                    }
-                    Event::RestoreInput { .. }
-                    | Event::SessionReady { .. }
-                    | Event::EarlierHistory { .. }
-                    | Event::UserMessage { .. }
-                    | Event::PendingChanged { .. }
-                    | Event::AssistantDelta(_)
-                    | Event::ReasoningDelta(_)
-                    | Event::AssistantDone { .. }
-                    | Event::ToolStarted { .. }
-                    | Event::ToolOutput { .. }
-                    | Event::ToolFinished { .. }
-                    | Event::ApprovalNeeded { .. }
-                    | Event::JobStarted { .. }
-                    | Event::JobUpdated { .. }
-                    | Event::JobFinished { .. }
-                    | Event::JobLog { .. }
-                    | Event::WatchMatched { .. }
-                    | Event::JobWatches { .. }
-                    | Event::Notice { .. }
-                    | Event::JobList { .. }
-                    | Event::McpStatus { .. }
-                    | Event::SessionList { .. }
-                    | Event::HeartbeatStatus { .. }
-                    | Event::GoalStatus { .. }
-                    | Event::Status(_)
-                    | Event::Usage { .. }
-                    | Event::Context { .. }
-                    | Event::SessionChoices { .. }
-                    | Event::ShutdownComplete => {}
-                }
+                run.follow(&event, &engine);
                 let done = matches!(event, Event::ShutdownComplete);
                 printer.print(&event)?;
                 if done {
@@ -113,18 +56,18 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
             }
             _ = ticker.tick(), if progress => printer.progress(),
             _ = sigint.recv() => {
-                if interrupted {
+                if run.interrupted {
                     let _ = engine.ops.send(Op::Shutdown);
                 } else {
-                    interrupted = true;
+                    run.interrupted = true;
                     eprintln!("talaria: interrupting (Ctrl+C again to quit at once)");
                     let _ = engine.ops.send(Op::Interrupt);
                 }
             }
-            _ = sigterm.recv() => { interrupted = true; let _ = engine.ops.send(Op::Shutdown); }
+            _ = sigterm.recv() => { run.interrupted = true; let _ = engine.ops.send(Op::Shutdown); }
             _ = sighup.recv() => {
                 // The terminal went away: jobs wait `jobs.orphan_grace_s` for a new owner.
-                interrupted = true;
+                run.interrupted = true;
                 let _ = engine.ops.send(Op::LeaveJobs { detach: options.keep_jobs });
                 let _ = engine.ops.send(Op::Shutdown);
             }
@@ -141,15 +84,111 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
     if !printer.json && !printer.spend.usage.is_empty() {
         eprintln!("talaria: this run: {}", printer.spend.describe());
     }
-    Ok(match outcome {
-        // The answer is there but it depended on work that was cut short.
-        Some(TurnOutcome::Completed) if !killed_awaited.is_empty() => 1,
-        Some(TurnOutcome::Completed) => 0,
-        Some(TurnOutcome::Interrupted) => 130,
-        Some(TurnOutcome::Failed) | Some(TurnOutcome::BudgetExhausted) => 1,
-        None if interrupted => 130,
-        None => 1,
-    })
+    Ok(run.exit_code())
+}
+
+/// What a run has seen of the engine so far: what decides when it ends and its exit code.
+#[derive(Default)]
+struct Run {
+    prompt: String,
+    keep_jobs: bool,
+    outcome: Option<TurnOutcome>,
+    interrupted: bool,
+    /// The prompt started a turn.
+    submitted: bool,
+    /// The trigger of the turn running now: only the user's own turn decides the exit code.
+    trigger: Option<TurnTrigger>,
+    /// What the engine is doing (the same truth the TUI reads).
+    phase: Phase,
+    /// Jobs the answer was waiting on that the end of the run killed.
+    killed_awaited: Vec<String>,
+}
+
+impl Run {
+    fn follow(&mut self, event: &Event, engine: &EngineHandle) {
+        match event {
+            Event::TurnStarted { trigger } => {
+                self.submitted |= is_users_turn(trigger);
+                self.trigger = Some(trigger.clone());
+            }
+            Event::TurnFinished { outcome } => {
+                // exec runs one turn; stop before a job notification could start another.
+                // A turn that shutdown interrupts afterwards (a job's completion notice)
+                // must not change the outcome of the user's turn.
+                if self.trigger.as_ref().is_some_and(is_users_turn) {
+                    self.end(*outcome, engine);
+                }
+            }
+            Event::Phase { phase } => self.phase = *phase,
+            Event::PendingChanged { queued, .. }
+                if !self.submitted && self.phase == Phase::Paused && queued.contains(&self.prompt) =>
+            {
+                // Paused: the prompt would wait for `talaria unpause`. A script is not left
+                // hanging: it is taken back (Esc does that) and the run fails.
+                if self.outcome.is_none() {
+                    eprintln!("talaria: paused (talaria unpause resumes): the prompt was not sent");
+                    let _ = engine.ops.send(Op::Interrupt);
+                }
+                self.end(TurnOutcome::Failed, engine);
+            }
+            // Our prompt came back unsent.
+            Event::RestoreInput { text } if !self.submitted && *text == self.prompt => {
+                self.end(TurnOutcome::Failed, engine)
+            }
+            Event::JobsKilled { jobs } => {
+                self.killed_awaited.extend(jobs.iter().filter(|j| j.awaited).map(|j| j.id.clone()));
+            }
+            Event::RestoreInput { .. }
+            | Event::SessionReady { .. }
+            | Event::EarlierHistory { .. }
+            | Event::UserMessage { .. }
+            | Event::PendingChanged { .. }
+            | Event::AssistantDelta(_)
+            | Event::ReasoningDelta(_)
+            | Event::AssistantDone { .. }
+            | Event::ToolStarted { .. }
+            | Event::ToolOutput { .. }
+            | Event::ToolFinished { .. }
+            | Event::ApprovalNeeded { .. }
+            | Event::JobStarted { .. }
+            | Event::JobUpdated { .. }
+            | Event::JobFinished { .. }
+            | Event::JobLog { .. }
+            | Event::WatchMatched { .. }
+            | Event::JobWatches { .. }
+            | Event::Notice { .. }
+            | Event::JobList { .. }
+            | Event::McpStatus { .. }
+            | Event::SessionList { .. }
+            | Event::HeartbeatStatus { .. }
+            | Event::GoalStatus { .. }
+            | Event::Status(_)
+            | Event::Usage { .. }
+            | Event::Context { .. }
+            | Event::SessionChoices { .. }
+            | Event::ShutdownComplete => {}
+        }
+    }
+
+    /// The first outcome decides; the run shuts down then.
+    fn end(&mut self, outcome: TurnOutcome, engine: &EngineHandle) {
+        if self.outcome.is_none() {
+            self.outcome = Some(outcome);
+            shut_down(engine, self.keep_jobs);
+        }
+    }
+
+    fn exit_code(&self) -> i32 {
+        match self.outcome {
+            // The answer is there but it depended on work that was cut short.
+            Some(TurnOutcome::Completed) if !self.killed_awaited.is_empty() => 1,
+            Some(TurnOutcome::Completed) => 0,
+            Some(TurnOutcome::Interrupted) => 130,
+            Some(TurnOutcome::Failed) | Some(TurnOutcome::BudgetExhausted) => 1,
+            None if self.interrupted => 130,
+            None => 1,
+        }
+    }
 }
 
 /// Everything exec writes to stderr from a command, a model or a provider goes through the
@@ -219,6 +258,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::EarlierHistory { .. }
         | Event::UserMessage { .. }
         | Event::PendingChanged { .. }
+        | Event::Phase { .. }
         | Event::RestoreInput { .. }
         | Event::AssistantDelta(_)
         | Event::ReasoningDelta(_)
@@ -350,6 +390,7 @@ impl Printer {
             | Event::TurnStarted { .. }
             | Event::UserMessage { .. }
             | Event::PendingChanged { .. }
+            | Event::Phase { .. }
             | Event::RestoreInput { .. }
             | Event::ReasoningDelta(_)
             | Event::ToolOutput { .. }

@@ -294,17 +294,99 @@ pub struct JobInfo {
     pub last_line: String,
 }
 
-/// How a user-role message reached the model.
+/// Where a user-role message came from, stored with it (the `origin` column) so every
+/// front end labels it from the type, live and on resume, never from its text.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum MessageOrigin {
-    /// It started the turn (or is one of the turn's own inputs).
+pub enum Origin {
+    /// Typed by the user and sent when the agent was idle (or re-sent by `/retry`).
     #[default]
-    TurnInput,
-    /// Typed while the agent was busy and delivered into the running turn. The model read
-    /// it inside the out-of-band wrapper when it came after tool results; `text` is always
-    /// what the user typed.
+    Typed,
+    /// Typed while the agent was busy and delivered into the running turn (inside the
+    /// out-of-band wrapper when it came after tool results).
     MidTurn,
+    /// Typed while busy (or paused) and run as a turn of its own.
+    Queued,
+    Heartbeat,
+    /// A goal's continuation (or its first turn).
+    Goal,
+    /// A background job's exit notice.
+    JobNotice,
+    /// A watch pattern matched a job's output.
+    Watch,
+    /// A sub-agent's final answer (DESIGN §14).
+    SubAgent,
+}
+
+impl Origin {
+    /// The word stored in the `origin` column.
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            Origin::Typed => "typed",
+            Origin::MidTurn => "mid_turn",
+            Origin::Queued => "queued",
+            Origin::Heartbeat => "heartbeat",
+            Origin::Goal => "goal",
+            Origin::JobNotice => "job_notice",
+            Origin::Watch => "watch",
+            Origin::SubAgent => "sub_agent",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<Origin> {
+        [
+            Origin::Typed,
+            Origin::MidTurn,
+            Origin::Queued,
+            Origin::Heartbeat,
+            Origin::Goal,
+            Origin::JobNotice,
+            Origin::Watch,
+            Origin::SubAgent,
+        ]
+        .into_iter()
+        .find(|o| o.as_str() == s)
+    }
+}
+
+/// What the engine is doing (DESIGN §3a). Every front end reads it to decide what Esc,
+/// Ctrl+C, Ctrl+B and Tab do; it is sent (`Event::Phase`) whenever it changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Phase {
+    #[default]
+    Idle,
+    /// A model turn runs (streaming, running tools, or waiting for an approval).
+    Turn,
+    /// The user's own `!command` runs.
+    Shell,
+    /// `/compact` is summarising the history.
+    Compacting,
+    /// A goal's workspace check or quality gates run at a turn boundary.
+    Gates,
+    /// A goal's judge is being asked.
+    Judging,
+    /// Nothing runs and the pause sentinel is set: nothing autonomous starts and typed
+    /// messages wait (queued) until unpause. A turn running when the pause came stays `Turn`.
+    Paused,
+}
+
+impl Phase {
+    /// Something runs that Esc (or Ctrl+C, `/stop`) stops.
+    pub fn busy(self) -> bool {
+        match self {
+            Phase::Turn | Phase::Shell | Phase::Compacting | Phase::Gates | Phase::Judging => true,
+            Phase::Idle | Phase::Paused => false,
+        }
+    }
+
+    /// Foreground commands may run (Ctrl+B moves them to the background).
+    pub fn runs_commands(self) -> bool {
+        match self {
+            Phase::Turn | Phase::Shell => true,
+            Phase::Idle | Phase::Compacting | Phase::Gates | Phase::Judging | Phase::Paused => false,
+        }
+    }
 }
 
 /// One message of a session as the UI shows it (on resume).
@@ -314,7 +396,7 @@ pub enum HistoryItem {
     User {
         text: String,
         #[serde(default)]
-        origin: MessageOrigin,
+        origin: Origin,
     },
     Assistant {
         text: String,
@@ -484,11 +566,18 @@ pub enum Event {
         text: String,
         trigger: TurnTrigger,
         #[serde(default)]
-        origin: MessageOrigin,
+        origin: Origin,
     },
-    /// Messages typed while busy that have not reached the model yet.
+    /// Messages typed while busy (or paused) that have not reached the model yet:
+    /// `pending` for the running turn's next delivery point, `queued` for turns of their own.
     PendingChanged {
         pending: Vec<String>,
+        #[serde(default)]
+        queued: Vec<String>,
+    },
+    /// The engine's phase changed (DESIGN §3a).
+    Phase {
+        phase: Phase,
     },
     /// Text the front end should put back into its input box (after an interrupt).
     RestoreInput {

@@ -144,9 +144,15 @@ impl Harness {
         }
     }
 
-    async fn pending_is(&mut self, pending: &[&str]) {
-        let want: Vec<String> = pending.iter().map(|s| s.to_string()).collect();
-        self.until("PendingChanged", |e| matches!(e, Event::PendingChanged { pending } if *pending == want)).await;
+    /// What waits, as the pending line shows it: the pending messages, then the queued.
+    async fn pending_is(&mut self, waiting: &[&str]) {
+        let want: Vec<String> = waiting.iter().map(|s| s.to_string()).collect();
+        let shown = |pending: &[String], queued: &[String]| pending.iter().chain(queued).cloned().collect::<Vec<_>>();
+        self.until(
+            "PendingChanged",
+            |e| matches!(e, Event::PendingChanged { pending, queued } if shown(pending, queued) == want),
+        )
+        .await;
     }
 
     async fn tool_finished(&mut self, call_id: &str) -> Value {
@@ -894,8 +900,8 @@ async fn a_panic_inside_a_tool_becomes_its_error_result_and_the_turn_goes_on() {
         session_id,
         system_prompt: "You are a test.".into(),
     };
-    let control = TurnControl::new(Arc::new(Mutex::new(Vec::new())));
-    let input = TurnInput { text: "go".into(), display_kind: None };
+    let control = TurnControl::detached();
+    let input = TurnInput::typed("go");
     let turn = run_turn(env, control, Vec::new(), None, vec![input], TurnTrigger::User, ContextMeter::new(0));
     let result = tokio::time::timeout(WAIT, turn).await.expect("the turn ends");
     assert_eq!(result.outcome, TurnOutcome::Completed);

@@ -44,7 +44,12 @@ async fn esc_interrupts_a_compact_whose_summary_request_hangs() {
     // A message sent meanwhile waits (the compaction owns the history); it does not block
     // the loop either: Esc is handled at once.
     engine.send(submit("third question"));
-    engine.wait_for("PendingChanged", |e| matches!(e, Event::PendingChanged { pending } if !pending.is_empty())).await;
+    engine
+        .wait_for(
+            "PendingChanged",
+            |e| matches!(e, Event::PendingChanged { pending, queued } if !pending.is_empty() || !queued.is_empty()),
+        )
+        .await;
     let interrupted_at = std::time::Instant::now();
     engine.send(Op::Interrupt);
     engine.notice("not compacted: interrupted").await;

@@ -316,6 +316,23 @@ async fn nothing_listening_is_one_short_error_at_once() {
     }
 }
 
+/// exec reads the engine's phase: paused, its prompt would wait for `talaria unpause`, so
+/// the run fails at once (saying why) instead of hanging, and nothing is left waiting.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_while_paused_fails_at_once_and_sends_nothing() {
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("never asked")]).await.unwrap();
+    assert_eq!(home.run(&["pause"]).await.status.code(), Some(0));
+    let out = home.run(&["exec", "--base-url", &server.base_url(), "are you there?"]).await;
+    assert_eq!(out.status.code(), Some(1), "stderr: {}", stderr(&out));
+    assert!(stderr(&out).contains("paused (talaria unpause resumes): the prompt was not sent"), "{}", stderr(&out));
+    assert!(server.chat_requests().is_empty());
+    let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
+    let left: i64 =
+        db.query_row("SELECT COUNT(*) FROM state_meta WHERE key LIKE 'pending:%'", [], |r| r.get(0)).unwrap();
+    assert_eq!(left, 0, "the prompt was taken back, not kept for a later run");
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn pause_takes_its_reason_as_words_and_only_model_commands_offer_model_options() {
     let home = Home::new();

@@ -122,15 +122,19 @@ async fn cancel_interrupts_the_gate() {
     let dir = tempfile::tempdir().unwrap();
     let cancel = CancellationToken::new();
     let c = cancel.clone();
+    // Cancelled once the gate has started (its marker file exists), not after a guess.
+    let started = dir.path().join("started");
+    let seen = started.clone();
     tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while !seen.exists() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
         c.cancel();
     });
     let runner = runner(dir.path());
-    let out =
-        tokio::time::timeout(Duration::from_secs(30), runner.run("echo hi; sleep 300", dir.path(), LONG, &cancel))
-            .await
-            .unwrap();
+    let cmd = format!("echo hi; touch {}; sleep 300.3004420", started.display());
+    let out = tokio::time::timeout(Duration::from_secs(30), runner.run(&cmd, dir.path(), LONG, &cancel)).await.unwrap();
     assert_eq!(out.exit_code, INTERRUPTED_EXIT_CODE, "{}", out.output_tail);
     assert!(out.output_tail.ends_with("[gate interrupted]"), "{}", out.output_tail);
 }

@@ -13,7 +13,7 @@ use serde_json::json;
 use talaria::engine::SessionChoice;
 use talaria::present;
 use talaria::protocol::commands::{GateCmd, GoalCmd};
-use talaria::protocol::{Event, Op, SlashCommand, TurnTrigger};
+use talaria::protocol::{Event, Op, Phase, SlashCommand, TurnTrigger};
 use talaria::testkit::scripted::{text_chunks, RecordedRequest, ScriptedResponse, ScriptedServer, DONE};
 
 /// How long a check that something does NOT happen watches.
@@ -124,9 +124,12 @@ async fn a_goal_gate_fails_the_model_fixes_it_and_the_judge_says_done() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn while_paused_a_due_heartbeat_waits_and_a_typed_message_gets_the_paused_notice() {
+async fn while_paused_a_due_heartbeat_waits_and_a_typed_message_waits_queued_then_runs_first() {
     let home = tempfile::tempdir().unwrap();
-    let server = ScriptedServer::start([ScriptedResponse::text("Nothing has changed.")]).await.unwrap();
+    let server =
+        ScriptedServer::start([ScriptedResponse::text("Hello."), ScriptedResponse::text("Nothing has changed.")])
+            .await
+            .unwrap();
     // A session whose heartbeat fell due an hour ago (talaria was not running).
     let (_, work) = inproc::paths(home.path());
     let sid = {
@@ -149,25 +152,40 @@ async fn while_paused_a_due_heartbeat_waits_and_a_typed_message_gets_the_paused_
     let statuses = quiet.iter().filter(|e| matches!(e, Event::Status(_))).count();
     assert!(statuses < 20, "{statuses} status events in {QUIET:?}: the engine spins on a held heartbeat");
     assert_eq!(server.chat_requests().len(), 0, "nothing is sent while paused");
+    assert!(engine.seen.contains(&Event::Phase { phase: Phase::Paused }), "the front end is told it is paused");
 
+    // A typed message waits, shown as queued (and saved), instead of bouncing back.
+    let since = engine.seen.len();
     engine.send(Op::Submit { text: "hello while paused".into(), mode: None });
-    engine.notice("paused").await;
-    let back = engine.wait_for("RestoreInput", |e| matches!(e, Event::RestoreInput { .. })).await;
-    assert_eq!(back, Event::RestoreInput { text: "hello while paused".into() });
-    engine.collect_for(Duration::from_secs(1)).await;
+    let said = engine.notice("paused: your message waits").await;
+    assert!(!said.contains('`'), "{said}");
+    let waiting = engine
+        .wait_since(
+            since,
+            "the waiting message",
+            |e| matches!(e, Event::PendingChanged { queued, .. } if !queued.is_empty()),
+        )
+        .await;
+    assert_eq!(waiting, Event::PendingChanged { pending: Vec::new(), queued: vec!["hello while paused".into()] });
+    let quiet = engine.collect_for(Duration::from_secs(1)).await;
+    assert!(!quiet.iter().any(|e| matches!(e, Event::RestoreInput { .. })), "{quiet:?}");
     assert_eq!(server.chat_requests().len(), 0, "a typed message is not sent while paused");
 
-    // Unpaused: the due heartbeat fires once.
+    // Unpaused: the user's message runs first, then the due heartbeat fires once.
     talaria(home.path(), &["unpause"]);
+    engine.wait_for("the queued turn", turn_started(TurnTrigger::Queued)).await;
+    engine.turn_finished().await;
     engine.wait_for("the heartbeat turn", turn_started(TurnTrigger::Heartbeat)).await;
     engine.turn_finished().await;
     let requests = server.chat_requests();
-    assert_eq!(requests.len(), 1);
-    let text = last_user(&requests[0]);
+    assert_eq!(requests.len(), 2);
+    assert_eq!(last_user(&requests[0]), "hello while paused");
+    let text = last_user(&requests[1]);
     assert!(text.starts_with("[Heartbeat — recurring instruction, fires every 10m]\ncheck the build\n"), "{text}");
     let saved = engine.store.meta_get(&format!("heartbeat:{sid}")).await.unwrap().unwrap();
     let saved: serde_json::Value = serde_json::from_str(&saved).unwrap();
     assert_eq!(saved["fire_count"], 1);
+    assert_eq!(engine.store.meta_get(&format!("pending:{sid}")).await.unwrap(), None, "nothing waits any more");
     engine.shutdown().await;
 }
 

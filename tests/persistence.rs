@@ -309,7 +309,10 @@ async fn a_queued_message_survives_a_restart_as_pending_input() {
     engine.wait_for("a delta", |e| matches!(e, Event::AssistantDelta(_))).await;
     engine.send(Op::Submit { text: "do this next".into(), mode: Some(talaria::protocol::BusyMode::Queue) });
     engine
-        .wait_for("the pending list", |e| matches!(e, Event::PendingChanged { pending } if !pending.is_empty()))
+        .wait_for(
+            "the pending list",
+            |e| matches!(e, Event::PendingChanged { pending, queued } if !pending.is_empty() || !queued.is_empty()),
+        )
         .await;
     engine.shutdown().await;
 
@@ -425,6 +428,7 @@ async fn a_long_session_shows_its_end_first_loads_earlier_pages_on_request_and_t
             tool_call_id: None,
             tool_name: None,
             display_kind: None,
+            origin: None,
         })
         .collect();
     store.append_messages(&sid, rows).await.unwrap();
@@ -498,6 +502,7 @@ async fn a_session_longer_than_the_window_is_read_from_its_end_and_compacted_who
             tool_call_id: None,
             tool_name: None,
             display_kind: None,
+            origin: None,
         })
         .collect();
     store.append_messages(&sid, rows).await.unwrap();

@@ -50,6 +50,17 @@ fn unique_secs(base: u32) -> String {
     format!("{base}.{}{:03}", std::process::id(), N.fetch_add(1, std::sync::atomic::Ordering::SeqCst))
 }
 
+/// Talaria busy with a long foreground command (`sleep <secs>`, the model's first call).
+fn start_a_long_command(home: &Home, model: &Model, secs: &str) -> Pty {
+    let p = spawn(home, model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("run the long thing");
+    p.send(b"\r");
+    wait_until("sleep to start", || !pids_with_cmdline(&["sleep", secs]).is_empty());
+    p.wait_for(" busy ", WAIT);
+    p
+}
+
 /// Wait until `cond` holds (panics with `what` after the deadline).
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + WAIT;
@@ -59,10 +70,11 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-/// Esc alone, then a pause so the next key is not read as Alt+key.
-fn send_esc(p: &Pty) {
+/// Esc alone; the next key waits until the screen shows `then` (what Esc does), so it is
+/// not read as Alt+key.
+fn send_esc(p: &Pty, then: &str) {
     p.send(b"\x1b");
-    std::thread::sleep(Duration::from_millis(300));
+    p.wait_for(then, WAIT);
 }
 
 /// Quit with Ctrl+D on an empty input, confirming if talaria asks; returns the exit code.
@@ -166,8 +178,7 @@ fn streams_interrupts_and_restores_the_terminal() {
     p.type_text("tell me slowly");
     p.send(b"\r");
     p.wait_for("slowly streaming", WAIT);
-    send_esc(&p);
-    p.wait_for("interrupted", WAIT);
+    send_esc(&p, "interrupted");
     p.wait_for(" message ", WAIT);
     assert_eq!(model.chat_requests(2).len(), 2);
 
@@ -214,12 +225,7 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
         ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}"}}"#)),
         ScriptedResponse::text("It is in the background now; I read your message."),
     ]);
-    let mut p = spawn(&home, &model, &[]);
-    p.wait_for(" message ", WAIT);
-    p.type_text("run the long thing");
-    p.send(b"\r");
-    wait_until("sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
-    p.wait_for(" busy ", WAIT);
+    let mut p = start_a_long_command(&home, &model, &secs);
 
     p.type_text("while that runs: what is 2+2?");
     p.send(b"\r");
@@ -250,7 +256,8 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     p.send(b"y");
     wait_until("the job's process group to end", || group_members(pgid).is_empty());
     assert!(!alive(pid));
-    send_esc(&p);
+    // Esc gives the focus back to the input (its hint says what Enter does there).
+    send_esc(&p, " message ");
 
     let code = quit(&mut p);
     assert_eq!(code, 0);
@@ -272,6 +279,8 @@ fn quitting_with_a_running_job_asks_and_leaves_no_process_behind() {
     p.send(b"\r");
     p.wait_for("Started it in the background.", WAIT);
     p.wait_for("job_1", WAIT);
+    // The job's shell may not have exec'd the sleep yet when its row shows.
+    wait_until("the sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
     let pids = pids_with_cmdline(&["sleep", &secs]);
     assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     assert!(!processes_of_home(home.path()).is_empty(), "the environ scan sees talaria");
@@ -359,6 +368,8 @@ fn quitting_with_keep_leaves_the_job_and_talaria_c_takes_it_back() {
     p.send(b"\r");
     p.wait_for("Started it in the background.", WAIT);
     p.wait_for("job_1", WAIT);
+    // The job's shell may not have exec'd the sleep yet when its row shows.
+    wait_until("the sleep to start", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
     let pids = pids_with_cmdline(&["sleep", &secs]);
     assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     p.wait_for(" message ", WAIT);
@@ -663,4 +674,70 @@ fn exec_shows_progress_of_a_long_command_on_a_terminal_only() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(!stderr.contains(" … "), "no progress line on a pipe: {stderr}");
+}
+
+/// The #35 finding: Esc while a goal's gate ran said "nothing to stop: Talaria is idle" (the
+/// TUI knew only turns); the phase now says gates, and Esc stops them.
+#[test]
+fn esc_while_a_goal_gate_runs_stops_it() {
+    let home = Home::new();
+    let secs = unique_secs(305);
+    let (_model, mut p, gate) = start_a_hanging_gate(&home, &secs);
+    p.wait_for("running gates", WAIT);
+    send_esc(&p, "goal paused: you interrupted it");
+    wait_until("the gate to be killed", || !alive(gate));
+    assert!(!p.contents().contains("nothing to stop"), "{}", p.contents());
+    assert_eq!(quit(&mut p), 0);
+    wait_until("no gate process left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
+}
+
+/// What `pending:<session>` in state.db holds now (the crash copy of what waits).
+fn saved_pending(home: &Home) -> Option<String> {
+    let db = rusqlite::Connection::open(home.path().join("state.db")).ok()?;
+    db.query_row("SELECT value FROM state_meta WHERE key LIKE 'pending:%'", [], |r| r.get(0)).ok()
+}
+
+/// The #35 finding end to end: LONG command, Tab-queue a message, type a redirect; once
+/// the redirect is delivered, kill -9. `talaria -c` gives the queued message back.
+#[test]
+fn kill_9_after_a_redirect_is_delivered_keeps_the_queued_message_for_talaria_c() {
+    let home = Home::new();
+    let secs = unique_secs(306);
+    let model = Model::start(vec![
+        ScriptedResponse::tool_call("c1", "terminal", &format!(r#"{{"command":"sleep {secs}"}}"#)),
+        ScriptedResponse::hang(),
+        ScriptedResponse::text("Doing it next."),
+    ]);
+    let mut p = start_a_long_command(&home, &model, &secs);
+    p.type_text("do this next");
+    p.send(b"\t");
+    p.wait_for("queued for the next turn: do this next", WAIT);
+    p.type_text("stop and look");
+    p.send(b"\r");
+    // Delivered: the model has it (the command moved to the background meanwhile).
+    let requests = model.chat_requests(2);
+    let body = serde_json::to_string(&requests[1].messages()).expect("messages serialize");
+    assert!(body.contains("stop and look") && !body.contains("do this next"), "request: {body}");
+    p.wait_for("delivered mid-turn", WAIT);
+    wait_until("the crash copy to hold only the queued message", || {
+        saved_pending(&home).as_deref() == Some(r#"["do this next"]"#)
+    });
+    assert!(p.contents().contains("queued for the next turn: do this next"), "still shown:\n{}", p.contents());
+
+    let pid = p.child.process_id().expect("child pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(p.wait_exit(WAIT).is_some(), "talaria died");
+    drop(p);
+
+    let mut p = spawn(&home, &model, &["-c"]);
+    p.wait_for("messages you typed before talaria stopped are back in the input", WAIT);
+    p.wait_for("do this next", WAIT);
+    // It is in the input: Enter sends it.
+    p.send(b"\r");
+    let requests = model.chat_requests(3);
+    let last = requests[2].messages().last().map(|m| m.text().to_string()).unwrap_or_default();
+    assert_eq!(last, "do this next");
+    p.wait_for("Doing it next.", WAIT);
+    assert_eq!(quit(&mut p), 0);
+    wait_until("no sleep left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
 }

@@ -46,6 +46,7 @@ fn msg(role: &str, content: Option<&str>) -> StoredMessage {
         tool_call_id: None,
         tool_name: None,
         display_kind: None,
+        origin: None,
     }
 }
 
@@ -62,6 +63,16 @@ fn tool_result(call_id: &str, output: &str) -> StoredMessage {
         tool_name: Some("terminal".into()),
         display_kind: Some("tool:cargo test".into()),
         ..msg("tool", Some(output))
+    }
+}
+
+/// Wait until the clock the store stamps rows with (unix ms) has moved on: every write
+/// made after this is stamped strictly later than every write made before it.
+async fn next_millisecond() {
+    let now = || std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis();
+    let start = now();
+    while now() <= start {
+        tokio::task::yield_now().await;
     }
 }
 
@@ -392,11 +403,11 @@ async fn latest_in_cwd_follows_activity() {
     let store = open(&home);
     assert_eq!(store.latest_in_cwd("/p").await.unwrap(), None);
     let older = store.create_session("m", "/p", None).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    next_millisecond().await;
     let newer = store.create_session("m", "/p", None).await.unwrap();
     let elsewhere = store.create_session("m", "/q", None).await.unwrap();
     assert_eq!(store.latest_in_cwd("/p").await.unwrap().unwrap().id, newer);
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    next_millisecond().await;
     store.append_message(&older, user("back to this")).await.unwrap();
     assert_eq!(store.latest_in_cwd("/p").await.unwrap().unwrap().id, older);
     assert_eq!(store.latest_in_cwd("/q").await.unwrap().unwrap().id, elsewhere);
@@ -526,7 +537,7 @@ async fn the_cli_prints_sessions_and_search_results() {
     let sid = store.create_session("m", "/w", None).await.unwrap();
     store.append_message(&sid, user("Deploy the widget \x1b[31mservice\x1b[0m")).await.unwrap();
     store.append_message(&sid, tool_result("c1", "widget deployed to staging")).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    next_millisecond().await;
     let empty = store.create_session("m", "/w", None).await.unwrap();
 
     let listed = cli_list(&store, 20).await.unwrap();
@@ -593,7 +604,7 @@ async fn an_empty_session_is_not_kept_and_continue_can_pass_over_exec_runs() {
     let store = open(&home);
     let typed = store.create_session("m", "/p", None).await.unwrap();
     store.append_message(&typed, user("hello")).await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    next_millisecond().await;
     let headless = store.create_session("m", "/p", None).await.unwrap();
     store.mark_headless(&headless).await.unwrap();
     store.append_message(&headless, user("from a script")).await.unwrap();

@@ -10,8 +10,8 @@ use ratatui::backend::TestBackend;
 use ratatui::Terminal;
 use talaria::config::Config;
 use talaria::engine::SessionChoice;
-use talaria::protocol::{Event, NoticeLevel};
-use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
+use talaria::protocol::{Event, NoticeLevel, Origin, Phase, TurnOutcome, TurnTrigger};
+use talaria::testkit::scripted::{text_chunks, ScriptedResponse, ScriptedServer};
 use talaria::tui::app::{App, AppEvent};
 use talaria::tui::keymap::Keymap;
 use talaria::tui::theme::Theme;
@@ -42,12 +42,38 @@ impl Tui {
         }
     }
 
-    /// Type `text` and press Enter.
-    fn enter(&mut self, text: &str) {
+    fn type_text(&mut self, text: &str) {
         for c in text.chars() {
             self.key(KeyCode::Char(c));
         }
+    }
+
+    /// Type `text` and press Enter.
+    fn enter(&mut self, text: &str) {
+        self.type_text(text);
         self.key(KeyCode::Enter);
+    }
+
+    /// Wait for an event matching `pred` seen at index `since` or later, feeding the app.
+    async fn since(&mut self, since: usize, what: &str, pred: impl Fn(&Event) -> bool) -> Event {
+        let event = self.engine.wait_since(since, what, pred).await;
+        self.feed();
+        event
+    }
+
+    /// The crash copy of what waits (`pending:{session}` in state_meta), once it reads `want`.
+    async fn saved_pending_is(&mut self, want: &[&str]) {
+        let key = format!("pending:{}", self.engine.session_id());
+        let want = serde_json::to_string(want).unwrap();
+        let deadline = tokio::time::Instant::now() + inproc::DEADLINE;
+        loop {
+            let saved = self.engine.store.meta_get(&key).await.unwrap();
+            if saved.as_deref() == Some(want.as_str()) {
+                return;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{key} is {saved:?}, not {want}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Give the app every event received so far; what it asks for goes to the engine.
@@ -208,5 +234,139 @@ async fn a_command_the_engine_refuses_comes_back_to_the_input_selected() {
             tui.key(KeyCode::Backspace);
         }
     }
+    tui.engine.shutdown().await;
+}
+
+/// `text` streamed, then silence with the connection open: only the user can end it.
+fn stalled(text: &str) -> ScriptedResponse {
+    let payloads = text_chunks(text, 4);
+    let n = payloads.len();
+    ScriptedResponse::sse(payloads).stall_after(n)
+}
+
+/// The #35 finding: the TUI set `busy` only for turns, so Esc during `/compact` said
+/// "nothing to stop: Talaria is idle" while the summary request was in flight.
+#[tokio::test(flavor = "multi_thread")]
+async fn esc_during_compact_stops_the_summary_request() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("answer one"),
+        ScriptedResponse::text("answer two"),
+        ScriptedResponse::hang(),
+    ])
+    .await
+    .unwrap();
+    let mut tui = Tui::start(home.path(), &server).await;
+    for text in ["first question", "second question"] {
+        tui.enter(text);
+        tui.until("the turn's end", |e| matches!(e, Event::TurnFinished { .. })).await;
+    }
+    let since = tui.engine.seen.len();
+    tui.enter("/compact");
+    tui.since(since, "the compacting phase", |e| *e == Event::Phase { phase: Phase::Compacting }).await;
+    // The summary request has reached the server, which never answers it.
+    server.wait_for_chat_requests(3, inproc::DEADLINE).await;
+    assert!(tui.screen().contains("compacting · "), "the status line says so:\n{}", tui.screen());
+    let since = tui.engine.seen.len();
+    tui.key(KeyCode::Esc);
+    tui.notice("not compacted: interrupted").await;
+    tui.since(since, "idle again", |e| *e == Event::Phase { phase: Phase::Idle }).await;
+    let out = tui.screen();
+    assert!(!out.contains("nothing to stop"), "{out}");
+    assert!(out.contains("● idle"), "{out}");
+    tui.engine.shutdown().await;
+}
+
+/// The #35 finding: LONG command, Tab-queue a message, type a redirect: once the redirect
+/// was delivered the queued message left the pending line and its crash copy was deleted.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_queued_message_stays_shown_and_saved_after_a_redirect_is_delivered() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", r#"{"command":"sleep 3004419"}"#),
+        ScriptedResponse::hang(),
+    ])
+    .await
+    .unwrap();
+    let mut tui = Tui::start(home.path(), &server).await;
+    tui.enter("run the long thing");
+    tui.until("the command", |e| matches!(e, Event::ToolStarted { .. })).await;
+    tui.type_text("do this next");
+    tui.key(KeyCode::Tab);
+    tui.until("the queued line", |e| matches!(e, Event::PendingChanged { queued, .. } if !queued.is_empty())).await;
+    tui.saved_pending_is(&["do this next"]).await;
+    tui.enter("stop and look");
+    tui.until(
+        "the redirect delivered",
+        |e| matches!(e, Event::UserMessage { text, origin: Origin::MidTurn, .. } if text == "stop and look"),
+    )
+    .await;
+    let published = tui
+        .until(
+            "what waits after the delivery",
+            |e| matches!(e, Event::PendingChanged { pending, .. } if pending.is_empty()),
+        )
+        .await;
+    assert_eq!(published, Event::PendingChanged { pending: Vec::new(), queued: vec!["do this next".into()] });
+    server.wait_for_chat_requests(2, inproc::DEADLINE).await;
+    let out = tui.screen();
+    assert!(out.contains("◌ queued: do this next"), "still on the pending line:\n{out}");
+    assert!(out.contains("↳ delivered mid-turn"), "{out}");
+    tui.saved_pending_is(&["do this next"]).await;
+    // Esc ends the turn: the queued message goes back to the input, never sent.
+    tui.key(KeyCode::Esc);
+    tui.until("the restore", |e| matches!(e, Event::RestoreInput { text } if text == "do this next")).await;
+    tui.engine.shutdown().await;
+    assert_eq!(server.chat_requests().len(), 2, "the queued message was never sent");
+}
+
+/// The #35 finding: only the idle path expanded `@path` mentions.
+#[tokio::test(flavor = "multi_thread")]
+async fn an_at_path_in_a_message_typed_while_busy_reaches_the_model_expanded() {
+    let home = tempfile::tempdir().unwrap();
+    let server =
+        ScriptedServer::start([stalled("Thinking about it"), ScriptedResponse::text("Read it.")]).await.unwrap();
+    let mut tui = Tui::start(home.path(), &server).await;
+    std::fs::write(tui.engine.work.join("notes.txt"), "the secret word is marmalade\n").unwrap();
+    tui.enter("go");
+    tui.until("a delta", |e| matches!(e, Event::AssistantDelta(_))).await;
+    tui.enter("look at @notes.txt");
+    let end = tui.until("the turn's end", |e| matches!(e, Event::TurnFinished { .. })).await;
+    assert_eq!(end, Event::TurnFinished { outcome: TurnOutcome::Completed });
+    let requests = server.wait_for_chat_requests(2, inproc::DEADLINE).await;
+    let last = requests[1].messages().last().map(|m| m.text().to_string()).unwrap_or_default();
+    assert!(last.starts_with("look at @notes.txt"), "{last}");
+    assert!(last.contains("[Attached file: notes.txt]") && last.contains("marmalade"), "{last}");
+    let out = tui.screen();
+    assert!(out.contains("look at @notes.txt") && !out.contains("marmalade"), "the file stays out of view:\n{out}");
+    tui.engine.shutdown().await;
+}
+
+/// #32 item 12: `/pause` said "typed messages wait", but a message typed while paused was
+/// bounced back into the input; it now waits on the pending line and goes on unpause.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_message_typed_while_paused_waits_on_the_pending_line_and_goes_on_unpause() {
+    let home = tempfile::tempdir().unwrap();
+    let server = ScriptedServer::start([ScriptedResponse::text("Hello to you.")]).await.unwrap();
+    let mut tui = Tui::start(home.path(), &server).await;
+    tui.enter("/pause");
+    tui.notice("PAUSED").await;
+    tui.enter("hello while paused");
+    let said = tui.notice("paused: your message waits").await;
+    assert!(!said.contains('`'), "no markup printed literally: {said}");
+    let out = tui.screen();
+    assert!(out.contains("◌ waiting: hello while paused"), "{out}");
+    assert_eq!(out.matches("hello while paused").count(), 1, "not back in the input as well:\n{out}");
+    assert!(!out.contains("`"), "{out}");
+    tui.saved_pending_is(&["hello while paused"]).await;
+    assert!(server.chat_requests().is_empty());
+
+    tui.enter("/unpause");
+    let started = tui.until("the turn", |e| matches!(e, Event::TurnStarted { .. })).await;
+    assert_eq!(started, Event::TurnStarted { trigger: TurnTrigger::Queued });
+    tui.until("the turn's end", |e| matches!(e, Event::TurnFinished { .. })).await;
+    let requests = server.wait_for_chat_requests(1, inproc::DEADLINE).await;
+    assert_eq!(requests[0].messages().last().map(|m| m.text().to_string()).as_deref(), Some("hello while paused"));
+    assert!(!tui.screen().contains("◌ waiting"), "{}", tui.screen());
     tui.engine.shutdown().await;
 }

@@ -22,6 +22,7 @@ pub fn message(i: usize) -> StoredMessage {
         tool_call_id,
         tool_name: (role == "tool").then(|| "terminal".to_string()),
         display_kind: None,
+        origin: None,
     }
 }
 

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::updates;
 use crate::present;
 use crate::protocol::commands::{self, Command, SlashCommand, UiCommand};
-use crate::protocol::{Event, HistoryItem, JobId, Op, TurnOutcome, TurnTrigger};
+use crate::protocol::{Event, HistoryItem, JobId, Op, Phase, TurnOutcome, TurnTrigger};
 
 /// A `session/prompt` request, by the server's own number.
 pub(crate) type PromptId = u64;
@@ -88,10 +88,9 @@ pub(crate) struct SessionState {
     prompts: Vec<Waiting>,
     /// A slash command sent as a prompt, answered by the engine's reply to it.
     command: Option<PromptId>,
-    /// Between `TurnStarted` and `TurnFinished`. Read only by [`SessionState::busy`], the one
-    /// place this module tells busy from idle (the engine's phase event replaces it once the
-    /// protocol has one).
-    turn_running: bool,
+    /// What the engine is doing (its phase event). Read only by [`SessionState::busy`], the
+    /// one place this module tells busy from idle.
+    phase: Phase,
     /// Output so far of each running tool call.
     outputs: HashMap<String, String>,
     /// Running tool calls, oldest first: an approval belongs to the latest.
@@ -111,7 +110,7 @@ impl SessionState {
     /// Is the engine working on a turn, or about to (a prompt sent, its turn not yet
     /// started): a cancel then has something to stop, and a model switch waits.
     pub(crate) fn busy(&self) -> bool {
-        self.turn_running || !self.prompts.is_empty()
+        self.phase.busy() || !self.prompts.is_empty()
     }
 
     pub(crate) fn model(&self) -> &str {
@@ -191,8 +190,14 @@ impl SessionState {
                 out.push(Out::Ready { history, earlier, model });
             }
             Event::EarlierHistory { items, earlier } => out.push(Out::Earlier { items, earlier }),
+            Event::Phase { phase } => {
+                self.phase = phase;
+                out.push(Out::Update(json!({
+                    "sessionUpdate": "session_info_update",
+                    "_meta": updates::meta(json!({ "event": "phase", "phase": phase })),
+                })));
+            }
             Event::TurnStarted { .. } => {
-                self.turn_running = true;
                 // A command that starts a turn (`/retry`) is answered when the turn ends.
                 if let Some(id) = self.command.take() {
                     self.prompts.push(Waiting { id, text: String::new(), delivered: true });
@@ -209,9 +214,9 @@ impl SessionState {
                     out.push(Out::Update(updates::engine_message(&text, &trigger)))
                 }
             },
-            Event::PendingChanged { pending } => out.push(Out::Update(json!({
+            Event::PendingChanged { pending, queued } => out.push(Out::Update(json!({
                 "sessionUpdate": "session_info_update",
-                "_meta": updates::meta(json!({ "event": "pending", "pending": pending })),
+                "_meta": updates::meta(json!({ "event": "pending", "pending": pending, "queued": queued })),
             }))),
             Event::RestoreInput { text } => {
                 // Typed but never delivered (an interrupt, a pause): those prompts end cancelled.
@@ -284,7 +289,6 @@ impl SessionState {
             }
             Event::JobLog { .. } | Event::JobWatches { .. } | Event::Usage { .. } | Event::Context { .. } => {}
             Event::TurnFinished { outcome } => {
-                self.turn_running = false;
                 let answer = match outcome {
                     TurnOutcome::Completed => Answer::Stop(StopReason::EndTurn),
                     TurnOutcome::Interrupted => Answer::Stop(StopReason::Cancelled),
@@ -367,7 +371,7 @@ fn help_text() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::{AskGround, MessageOrigin, ToolOutcome};
+    use crate::protocol::{AskGround, Origin, ToolOutcome};
     use pretty_assertions::assert_eq;
 
     fn answers(out: &[Out]) -> Vec<(Vec<PromptId>, Answer)> {
@@ -379,7 +383,7 @@ mod tests {
             .collect()
     }
 
-    fn user(text: &str, origin: MessageOrigin) -> Event {
+    fn user(text: &str, origin: Origin) -> Event {
         Event::UserMessage { text: text.into(), trigger: TurnTrigger::User, origin }
     }
 
@@ -389,11 +393,11 @@ mod tests {
         let (ops, _) = s.prompt(1, "run the tests".into());
         assert_eq!(ops, vec![Op::Submit { text: "run the tests".into(), mode: None }]);
         s.on_event(Event::TurnStarted { trigger: TurnTrigger::User });
-        s.on_event(user("run the tests", MessageOrigin::TurnInput));
+        s.on_event(user("run the tests", Origin::Typed));
         assert!(s.busy());
         s.prompt(2, "stop and list files".into());
         let wrapped = "[OUT-OF-BAND USER MESSAGE]\nstop and list files\n[/OUT-OF-BAND USER MESSAGE]";
-        s.on_event(user(wrapped, MessageOrigin::MidTurn));
+        s.on_event(user(wrapped, Origin::MidTurn));
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Completed });
         assert_eq!(answers(&out), vec![(vec![1, 2], Answer::Stop(StopReason::EndTurn))]);
         assert!(!s.busy());
@@ -411,15 +415,11 @@ mod tests {
     fn a_queued_prompt_waits_for_its_own_turn() {
         let mut s = SessionState::new("m");
         s.prompt(1, "first".into());
-        s.on_event(user("first", MessageOrigin::TurnInput));
+        s.on_event(user("first", Origin::Typed));
         s.prompt(2, "second".into());
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Completed });
         assert_eq!(answers(&out), vec![(vec![1], Answer::Stop(StopReason::EndTurn))]);
-        s.on_event(Event::UserMessage {
-            text: "second".into(),
-            trigger: TurnTrigger::Queued,
-            origin: MessageOrigin::TurnInput,
-        });
+        s.on_event(Event::UserMessage { text: "second".into(), trigger: TurnTrigger::Queued, origin: Origin::Typed });
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Interrupted });
         assert_eq!(answers(&out), vec![(vec![2], Answer::Stop(StopReason::Cancelled))]);
     }
@@ -428,7 +428,7 @@ mod tests {
     fn a_message_that_comes_back_unsent_cancels_its_prompt() {
         let mut s = SessionState::new("m");
         s.prompt(1, "first".into());
-        s.on_event(user("first", MessageOrigin::TurnInput));
+        s.on_event(user("first", Origin::Typed));
         s.prompt(2, "typed while busy".into());
         let out = s.on_event(Event::RestoreInput { text: "typed while busy".into() });
         assert_eq!(answers(&out), vec![(vec![2], Answer::Stop(StopReason::Cancelled))]);
@@ -440,7 +440,7 @@ mod tests {
     fn a_failed_turn_answers_with_the_engines_error() {
         let mut s = SessionState::new("m");
         s.prompt(1, "hi".into());
-        s.on_event(user("hi", MessageOrigin::TurnInput));
+        s.on_event(user("hi", Origin::Typed));
         s.on_event(Event::Notice { level: crate::protocol::NoticeLevel::Error, text: "model said 400".into() });
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Failed });
         assert_eq!(answers(&out), vec![(vec![1], Answer::Failed("model said 400".into()))]);

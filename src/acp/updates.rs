@@ -8,9 +8,7 @@
 use serde_json::{json, Value};
 
 use crate::protocol::commands::COMMANDS;
-use crate::protocol::{
-    HistoryItem, JobInfo, JobStatus, MessageOrigin, NoticeLevel, ToolOutcome, ToolStatus, TurnTrigger,
-};
+use crate::protocol::{HistoryItem, JobInfo, JobStatus, NoticeLevel, Origin, ToolOutcome, ToolStatus, TurnTrigger};
 
 /// `_meta` of an update: `{"talaria": inner}`.
 pub(crate) fn meta(inner: Value) -> Value {
@@ -202,7 +200,7 @@ pub(crate) fn replay(items: &[HistoryItem]) -> Vec<Value> {
         match item {
             HistoryItem::User { text, origin } => {
                 let mut update = user_text(text);
-                if *origin == MessageOrigin::MidTurn {
+                if *origin == Origin::MidTurn {
                     update["_meta"] = meta(json!({ "origin": "mid_turn" }));
                 }
                 out.push(update);
@@ -308,7 +306,7 @@ mod tests {
     #[test]
     fn a_stored_session_replays_in_order() {
         let items = vec![
-            HistoryItem::User { text: "list files".into(), origin: MessageOrigin::TurnInput },
+            HistoryItem::User { text: "list files".into(), origin: Origin::Typed },
             HistoryItem::Assistant { text: "Here.".into(), reasoning: Some("think".into()) },
             HistoryItem::Tool {
                 call_id: "c1".into(),
@@ -317,7 +315,7 @@ mod tests {
                 outcome: outcome(true, None, r#"{"output":"a\n","exit_code":0,"error":null}"#),
                 job: None,
             },
-            HistoryItem::User { text: "and now?".into(), origin: MessageOrigin::MidTurn },
+            HistoryItem::User { text: "and now?".into(), origin: Origin::MidTurn },
             HistoryItem::Notice { level: NoticeLevel::Warn, text: "careful".into() },
         ];
         let kinds: Vec<String> =

@@ -174,7 +174,7 @@ impl Heartbeat {
     /// The injected user turn of DESIGN §5.
     pub(crate) fn injected_text(&self) -> String {
         format!(
-            "[Heartbeat — recurring instruction, fires every {}]\n{}\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work.",
+            "[Heartbeat — recurring instruction, fires every {}]\n{}{INJECTED_TAIL}",
             format_interval(self.interval_s),
             self.prompt
         )
@@ -211,6 +211,17 @@ impl Heartbeat {
 }
 
 pub use crate::util::{clock_hhmm, local_utc_offset_s, now_ms};
+
+/// What follows the instruction in an injected heartbeat turn.
+const INJECTED_TAIL: &str = "\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work.";
+
+/// The instruction inside an injected heartbeat turn (`injected_text`): what a transcript
+/// shows of it. Read only from a row stored as a heartbeat (its origin says so).
+pub(crate) fn instruction_of(injected: &str) -> &str {
+    let Some((_, rest)) = injected.split_once('\n') else { return injected };
+    let end = rest.find("\n\nIf there is nothing meaningful").unwrap_or(rest.len());
+    rest[..end].trim()
+}
 
 #[cfg(test)]
 mod tests {
@@ -319,6 +330,18 @@ mod tests {
             hb.fire(T0 + 90 * MIN),
             "[Heartbeat — recurring instruction, fires every 90m]\ncheck the build\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work."
         );
+    }
+
+    #[test]
+    fn a_transcript_shows_the_instruction_of_an_injected_turn() {
+        let mut hb = active(600);
+        assert_eq!(instruction_of(&hb.fire(T0 + 10 * MIN)), "check the build");
+        // A row cut short still shows its instruction; text without the header stays whole.
+        assert_eq!(
+            instruction_of("[Heartbeat — every 1h]\nwater the plants\n\nIf there is nothing meaningful"),
+            "water the plants"
+        );
+        assert_eq!(instruction_of("no header"), "no header");
     }
 
     #[test]

@@ -7,7 +7,7 @@ use serde_json::{json, Value};
 use crate::engine::llm::{ChatMessage, Role, ToolCall};
 use crate::engine::store::StoredMessage;
 use crate::engine::tools::Registry;
-use crate::protocol::{HistoryItem, JobFate, MessageOrigin, ToolOutcome, ToolStatus};
+use crate::protocol::{HistoryItem, JobFate, Origin, ToolOutcome, ToolStatus};
 
 /// The result given to a tool call that never got one (talaria died mid-tool).
 pub(crate) const LOST_RESULT: &str = "[lost: talaria exited before this tool finished]";
@@ -42,6 +42,8 @@ pub enum DisplayKind {
     Bang,
     /// The partial text of an answer cut short (redirect, interrupt, failure).
     Partial,
+    /// A sub-agent's final answer (DESIGN §14).
+    SubAgent,
 }
 
 impl DisplayKind {
@@ -54,11 +56,26 @@ impl DisplayKind {
             DisplayKind::WatchNotice => "watch_notice",
             DisplayKind::Bang => "bang",
             DisplayKind::Partial => "partial",
+            DisplayKind::SubAgent => "sub_agent",
+        }
+    }
+
+    /// The kind a user-role message of `origin` is stored with (`wrapped`: inside the
+    /// out-of-band wrapper). Typed and queued messages have none: each starts an exchange.
+    pub(crate) fn of(origin: Origin, wrapped: bool) -> Option<DisplayKind> {
+        match origin {
+            Origin::Typed | Origin::Queued => None,
+            Origin::MidTurn => wrapped.then_some(DisplayKind::OutOfBand),
+            Origin::Heartbeat => Some(DisplayKind::Heartbeat),
+            Origin::Goal => Some(DisplayKind::Goal),
+            Origin::JobNotice => Some(DisplayKind::JobNotice),
+            Origin::Watch => Some(DisplayKind::WatchNotice),
+            Origin::SubAgent => Some(DisplayKind::SubAgent),
         }
     }
 }
 
-/// A message as a row for the store.
+/// A message as a row for the store (a user-role row gets its origin from the caller).
 pub(crate) fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> StoredMessage {
     StoredMessage {
         role: message.role,
@@ -67,6 +84,19 @@ pub(crate) fn to_stored(message: &ChatMessage, display_kind: Option<String>) -> 
         tool_call_id: message.tool_call_id.clone(),
         tool_name: None,
         display_kind,
+        origin: None,
+    }
+}
+
+/// What the transcript shows of a stored user row, read from its kind and origin: the
+/// user's own words inside an out-of-band wrapper, a heartbeat's instruction.
+fn shown_text(row: &StoredMessage, text: String) -> String {
+    if row.display_kind.as_deref() == Some(DisplayKind::OutOfBand.as_str()) {
+        return unwrap_out_of_band(&text).map(str::to_string).unwrap_or(text);
+    }
+    match row.origin {
+        Some(Origin::Heartbeat) => crate::engine::heartbeat::instruction_of(&text).to_string(),
+        _ => text,
     }
 }
 
@@ -166,12 +196,8 @@ pub(crate) fn to_items(
     for row in rows {
         match row.role {
             Role::User => {
-                let text = row.content.clone().unwrap_or_default();
-                let item = match unwrap_out_of_band(&text) {
-                    Some(inner) => HistoryItem::User { text: inner.to_string(), origin: MessageOrigin::MidTurn },
-                    None => HistoryItem::User { text, origin: MessageOrigin::TurnInput },
-                };
-                items.push(item);
+                let text = shown_text(row, row.content.clone().unwrap_or_default());
+                items.push(HistoryItem::User { text, origin: row.origin.unwrap_or_default() });
             }
             Role::Assistant => {
                 let text = row.content.clone().unwrap_or_default();
@@ -271,6 +297,56 @@ mod tests {
         assert!(text.starts_with("[OUT-OF-BAND USER MESSAGE — a direct message from the user"));
         assert_eq!(unwrap_out_of_band(&text), Some("first\n\nsecond"));
         assert_eq!(unwrap_out_of_band("plain"), None);
+    }
+
+    fn user_row(text: &str, origin: Origin, kind: Option<DisplayKind>) -> StoredMessage {
+        StoredMessage {
+            origin: Some(origin),
+            ..to_stored(&ChatMessage::user(text), kind.map(|k| k.as_str().to_string()))
+        }
+    }
+
+    #[test]
+    fn a_resumed_transcript_labels_user_rows_from_their_stored_origin_not_their_text() {
+        let wrapped = wrap_out_of_band(&["also this".into()]);
+        let rows = vec![
+            user_row(
+                "[Heartbeat — recurring instruction, fires every 10m]\ncheck\n\nIf there is nothing meaningful to do",
+                Origin::Heartbeat,
+                Some(DisplayKind::Heartbeat),
+            ),
+            user_row(&wrapped, Origin::MidTurn, Some(DisplayKind::OutOfBand)),
+            // Text that looks like a notice but was typed: it stays the user's.
+            user_row("[Background job job_1 exited with code 0]", Origin::Typed, None),
+            user_row("run it later", Origin::Queued, None),
+            // A row without an origin (written by no user-role path) reads as typed.
+            to_stored(&ChatMessage::user("plain"), None),
+        ];
+        let items = to_items(&rows, &Registry::standard(), &HashMap::new());
+        let user = |text: &str, origin| HistoryItem::User { text: text.into(), origin };
+        assert_eq!(
+            items,
+            vec![
+                user("check", Origin::Heartbeat),
+                user("also this", Origin::MidTurn),
+                user("[Background job job_1 exited with code 0]", Origin::Typed),
+                user("run it later", Origin::Queued),
+                user("plain", Origin::Typed),
+            ]
+        );
+    }
+
+    #[test]
+    fn each_origin_is_stored_with_its_kind() {
+        assert_eq!(DisplayKind::of(Origin::Typed, true), None);
+        assert_eq!(DisplayKind::of(Origin::Queued, false), None);
+        assert_eq!(DisplayKind::of(Origin::MidTurn, false), None, "delivered while streaming: a plain message");
+        assert_eq!(DisplayKind::of(Origin::MidTurn, true), Some(DisplayKind::OutOfBand));
+        assert_eq!(DisplayKind::of(Origin::JobNotice, false).map(DisplayKind::as_str), Some("job_notice"));
+        assert_eq!(DisplayKind::of(Origin::Watch, false), Some(DisplayKind::WatchNotice));
+        for origin in [Origin::Heartbeat, Origin::Goal, Origin::SubAgent] {
+            assert!(DisplayKind::of(origin, false).is_some(), "{origin:?} starts no exchange");
+        }
     }
 
     #[test]

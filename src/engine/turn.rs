@@ -4,10 +4,10 @@
 
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use tokio::sync::watch;
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
@@ -18,11 +18,18 @@ use crate::engine::context::ContextMeter;
 use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
 use crate::engine::jobs::{JobsHandle, NoticeKind};
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
-use crate::engine::store::{OmittedRows, Store};
+use crate::engine::scheduler::UserMessage;
+use crate::engine::store::{OmittedRows, Store, StoredMessage};
 use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
 use crate::engine::EventSink;
 use crate::protocol::ToolStatus;
-use crate::protocol::{Event, MessageOrigin, NoticeLevel, ToolOutcome, TurnOutcome, TurnTrigger};
+use crate::protocol::{Event, NoticeLevel, Origin, ToolOutcome, TurnOutcome, TurnTrigger};
+
+pub use crate::engine::scheduler::TurnInput;
+
+/// How long a turn waits for the engine to answer at a delivery point (it answers at once
+/// unless it is stuck; then the turn goes on without the messages, which stay pending).
+const ASK_DEADLINE: Duration = Duration::from_secs(60);
 
 /// What stays the same for every turn of a session.
 #[derive(Clone)]
@@ -50,14 +57,27 @@ pub struct TurnControl {
     pub(crate) release_tx: Arc<watch::Sender<u64>>,
     /// Bumped to abort a model stream (redirect while streaming).
     pub(crate) redirect_tx: Arc<watch::Sender<u64>>,
-    /// Messages typed while busy that wait for the next delivery point.
-    pub(crate) pending: Arc<Mutex<Vec<String>>>,
+    /// How the turn asks the engine, which owns them, for the messages typed since its last
+    /// delivery point, and says it has stored them.
+    asks: mpsc::UnboundedSender<TurnAsk>,
+    /// How many such messages wait (the engine writes it): a tool that starts while one
+    /// waits is released at once.
+    waiting: watch::Receiver<usize>,
     /// Stamped by stream bytes and held while tools run (turn liveness, DESIGN §5).
     pub(crate) activity: Option<Activity>,
 }
 
+/// A running turn's question to the engine.
+#[derive(Debug)]
+pub(crate) enum TurnAsk {
+    /// At a delivery point: the messages typed since the last one (maybe none).
+    Messages(oneshot::Sender<Vec<UserMessage>>),
+    /// What the last answer held is stored (or was given back to the input box).
+    Delivered,
+}
+
 impl TurnControl {
-    pub fn new(pending: Arc<Mutex<Vec<String>>>) -> TurnControl {
+    pub(crate) fn new(asks: mpsc::UnboundedSender<TurnAsk>, waiting: watch::Receiver<usize>) -> TurnControl {
         let interrupt = CancellationToken::new();
         TurnControl {
             activity: Some(Activity::new(interrupt.clone())),
@@ -65,8 +85,33 @@ impl TurnControl {
             yield_tx: Arc::new(watch::channel(0).0),
             release_tx: Arc::new(watch::channel(0).0),
             redirect_tx: Arc::new(watch::channel(0).0),
-            pending,
+            asks,
+            waiting,
         }
+    }
+
+    /// A control with no engine behind it: nothing is ever typed while the turn runs.
+    pub fn detached() -> TurnControl {
+        TurnControl::new(mpsc::unbounded_channel().0, watch::channel(0).1)
+    }
+
+    /// The messages typed since the last delivery point (none when the engine is gone).
+    async fn ask(&self) -> Vec<UserMessage> {
+        let (tx, rx) = oneshot::channel();
+        if self.asks.send(TurnAsk::Messages(tx)).is_err() {
+            return Vec::new();
+        }
+        match tokio::time::timeout(ASK_DEADLINE, rx).await {
+            Ok(answer) => answer.unwrap_or_default(),
+            Err(_) => {
+                tracing::warn!("the engine did not answer a delivery point within {ASK_DEADLINE:?}");
+                Vec::new()
+            }
+        }
+    }
+
+    fn delivered(&self) {
+        let _ = self.asks.send(TurnAsk::Delivered);
     }
 
     pub(crate) fn bump(tx: &watch::Sender<u64>) {
@@ -80,14 +125,6 @@ impl TurnControl {
             release_gen: self.release_tx.subscribe(),
         }
     }
-}
-
-/// A user-role message that starts a turn.
-#[derive(Debug, Clone)]
-pub struct TurnInput {
-    pub text: String,
-    /// Stored in `display_kind` so a resumed transcript shows where it came from.
-    pub display_kind: Option<DisplayKind>,
 }
 
 pub struct TurnResult {
@@ -121,23 +158,7 @@ pub async fn run_turn(
 ) -> TurnResult {
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
-    let mut delivery = Delivery::Sent;
-    for input in inputs {
-        let shown = input.text.clone();
-        delivery = push_user(
-            &env,
-            &mut history,
-            input.text,
-            shown,
-            trigger.clone(),
-            MessageOrigin::TurnInput,
-            input.display_kind,
-        )
-        .await;
-        if delivery != Delivery::Sent {
-            break;
-        }
-    }
+    let mut delivery = push_inputs(&env, &mut history, inputs, &trigger).await;
     let saved = delivery == Delivery::Sent;
     let max_iterations = env.config.agent.max_iterations.max(1);
     // A message that could not be saved (or can never fit) is not sent: the turn fails
@@ -187,23 +208,11 @@ pub async fn run_turn(
                     }
                 }
                 send_context(&env, &meter);
-                let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
-                let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
-                message.thinking = completion.thinking.clone();
-                let saved = persist(&env, &message, None).await;
-                env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
-                if !saved {
+                if !keep_answer(&env, &mut history, &completion).await {
                     delivery = Delivery::NotSaved;
                     // Its tool calls are not run: neither they nor their results could be kept.
                     outcome = TurnOutcome::Failed;
                     break;
-                }
-                history.push(message);
-                if completion.hit_token_limit() {
-                    env.events.send(Event::notice(
-                        NoticeLevel::Warn,
-                        "the answer stopped at the output token limit (model.max_tokens); say \"go on\" for the rest",
-                    ));
                 }
                 if completion.tool_calls.is_empty() {
                     outcome = TurnOutcome::Completed;
@@ -233,6 +242,61 @@ pub async fn run_turn(
             }
         }
     }
+    say_why_it_stopped(&env, delivery, outcome, max_iterations);
+    meter.add_estimate(&history[counted.min(history.len())..]);
+    send_context(&env, &meter);
+    // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
+    // running, so a message or command sent on seeing it is not treated as busy input.
+    TurnResult { history, omitted, outcome, usage, meter }
+}
+
+/// The turn's own inputs, in order. Job notices waiting when the user starts a turn go in
+/// right before the message (a kill just made among them), not in a turn of their own.
+async fn push_inputs(
+    env: &TurnEnv,
+    history: &mut Vec<ChatMessage>,
+    inputs: Vec<TurnInput>,
+    trigger: &TurnTrigger,
+) -> Delivery {
+    let mut notices_in = false;
+    for input in inputs {
+        if *trigger == TurnTrigger::User && input.origin == Origin::Typed && !notices_in {
+            notices_in = true;
+            let delivery = deliver_job_notices(env, history).await;
+            if delivery != Delivery::Sent {
+                return delivery;
+            }
+        }
+        let delivery = push_user(env, history, input, trigger.clone(), false).await;
+        if delivery != Delivery::Sent {
+            return delivery;
+        }
+    }
+    Delivery::Sent
+}
+
+/// Store and show the model's answer; false when it could not be stored.
+async fn keep_answer(env: &TurnEnv, history: &mut Vec<ChatMessage>, completion: &Completion) -> bool {
+    let reasoning = (!completion.reasoning.is_empty()).then(|| completion.reasoning.clone());
+    let mut message = ChatMessage::assistant(completion.content.clone(), completion.tool_calls.clone());
+    message.thinking = completion.thinking.clone();
+    let saved = persist(env, &message, None).await;
+    env.events.send(Event::AssistantDone { text: completion.content.clone(), reasoning });
+    if !saved {
+        return false;
+    }
+    history.push(message);
+    if completion.hit_token_limit() {
+        env.events.send(Event::notice(
+            NoticeLevel::Warn,
+            "the answer stopped at the output token limit (model.max_tokens); say \"go on\" for the rest",
+        ));
+    }
+    true
+}
+
+/// A turn that stopped short of an answer says why.
+fn say_why_it_stopped(env: &TurnEnv, delivery: Delivery, outcome: TurnOutcome, max_iterations: u32) {
     if delivery == Delivery::NotSaved {
         env.events.send(Event::notice(
             NoticeLevel::Error,
@@ -247,11 +311,6 @@ pub async fn run_turn(
             ),
         ));
     }
-    meter.add_estimate(&history[counted.min(history.len())..]);
-    send_context(&env, &meter);
-    // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
-    // running, so a message or command sent on seeing it is not treated as busy input.
-    TurnResult { history, omitted, outcome, usage, meter }
 }
 
 /// Run the user's own `!command` as a foreground job shown like a tool call. It is not sent
@@ -301,7 +360,9 @@ pub(crate) async fn run_bang(
     env.events.send(Event::ToolFinished { call_id, outcome });
     let note = crate::engine::bang::context_message(&command, result.exit_code, &shown);
     let message = ChatMessage::user(note);
-    persist(&env, &message, Some(DisplayKind::Bang)).await;
+    let row =
+        StoredMessage { origin: Some(Origin::Typed), ..to_stored(&message, Some(DisplayKind::Bang.as_str().into())) };
+    persist_row(&env, row).await;
     meter.add_estimate(std::slice::from_ref(&message));
     history.push(message);
     let outcome = if control.interrupt.is_cancelled() { TurnOutcome::Interrupted } else { TurnOutcome::Completed };
@@ -410,64 +471,66 @@ pub(crate) fn too_large_for_the_window(text: &str, fixed_tokens: u64, window: u6
     ))
 }
 
-/// Add a user-role message: `text` is what the model reads, `shown` what the user typed.
+/// Add a user-role message (`wrapped`: inside the out-of-band wrapper). What the user
+/// typed that cannot be sent (too large, not saved) goes back to the input box.
 async fn push_user(
     env: &TurnEnv,
     history: &mut Vec<ChatMessage>,
-    text: String,
-    shown: String,
+    input: TurnInput,
     trigger: TurnTrigger,
-    origin: MessageOrigin,
-    display_kind: Option<DisplayKind>,
+    wrapped: bool,
 ) -> Delivery {
-    let typed = trigger == TurnTrigger::User || trigger == TurnTrigger::Queued;
-    if typed {
+    if let Some(typed) = &input.restore {
         let fixed = crate::engine::context::estimate_tokens(&fixed_context(env));
-        if let Some(why) = too_large_for_the_window(&text, fixed, env.config.model.context_window) {
+        if let Some(why) = too_large_for_the_window(&input.text, fixed, env.config.model.context_window) {
             env.events.send(Event::notice(NoticeLevel::Error, why));
-            env.events.send(Event::RestoreInput { text: shown });
+            env.events.send(Event::RestoreInput { text: typed.clone() });
             return Delivery::TooLarge;
         }
     }
-    let message = ChatMessage::user(text);
-    if !persist(env, &message, display_kind).await {
+    let message = ChatMessage::user(input.text);
+    let kind = DisplayKind::of(input.origin, wrapped).map(|k| k.as_str().to_string());
+    if !persist_row(env, StoredMessage { origin: Some(input.origin), ..to_stored(&message, kind) }).await {
         // Not sent either: what the user typed goes back to the input box.
-        if typed {
-            env.events.send(Event::RestoreInput { text: shown });
+        if let Some(typed) = input.restore {
+            env.events.send(Event::RestoreInput { text: typed });
         }
         return Delivery::NotSaved;
     }
     history.push(message);
-    env.events.send(Event::UserMessage { text: shown, trigger, origin });
+    env.events.send(Event::UserMessage { text: input.shown, trigger, origin: input.origin });
     Delivery::Sent
 }
 
-/// Deliver messages typed while busy: one user message, wrapped when delivered after tools.
-/// Anything but `Sent` when the message was not added.
+/// Deliver messages typed while busy: the engine hands them over when asked, as one user
+/// message, wrapped when delivered after tools. Anything but `Sent` when it was not added.
 async fn deliver_pending(
     env: &TurnEnv,
     control: &TurnControl,
     history: &mut Vec<ChatMessage>,
     wrapped: bool,
 ) -> Delivery {
-    let messages: Vec<String> = std::mem::take(&mut *lock(&control.pending));
+    let messages = control.ask().await;
     if messages.is_empty() {
         return Delivery::Sent;
     }
-    env.events.send(Event::PendingChanged { pending: Vec::new() });
-    let _ = env.store.meta_delete(&format!("pending:{}", env.session_id)).await;
-    let shown = messages.join("\n\n");
-    let (text, kind) =
-        if wrapped { (wrap_out_of_band(&messages), Some(DisplayKind::OutOfBand)) } else { (shown.clone(), None) };
-    push_user(env, history, text, shown, TurnTrigger::User, MessageOrigin::MidTurn, kind).await
+    let texts: Vec<String> = messages.iter().map(|m| m.text.clone()).collect();
+    let shown = texts.join("\n\n");
+    let typed = messages.iter().map(|m| m.typed.as_str()).collect::<Vec<_>>().join("\n\n");
+    let text = if wrapped { wrap_out_of_band(&texts) } else { shown.clone() };
+    let input = TurnInput { text, shown, origin: Origin::MidTurn, restore: Some(typed) };
+    let delivery = push_user(env, history, input, TurnTrigger::User, wrapped).await;
+    // Stored or given back: either way the engine's crash copy no longer needs them.
+    control.delivered();
+    delivery
 }
 
-/// The display kind a job notice is stored with: an exit notice marks its job notified
-/// (exactly once), a watch notice marks nothing.
-pub(crate) fn notice_kind(kind: NoticeKind) -> DisplayKind {
+/// Where a job notice came from: an exit notice marks its job notified (exactly once) when
+/// stored, a watch notice marks nothing.
+pub(crate) fn notice_origin(kind: NoticeKind) -> Origin {
     match kind {
-        NoticeKind::Exit => DisplayKind::JobNotice,
-        NoticeKind::Watch => DisplayKind::WatchNotice,
+        NoticeKind::Exit => Origin::JobNotice,
+        NoticeKind::Watch => Origin::Watch,
     }
 }
 
@@ -475,17 +538,9 @@ pub(crate) fn notice_kind(kind: NoticeKind) -> DisplayKind {
 /// wrapper). Anything but `Sent` when a notice could not be saved (the rest are not added then).
 async fn deliver_job_notices(env: &TurnEnv, history: &mut Vec<ChatMessage>) -> Delivery {
     for notice in env.jobs.take_notices(&env.session_id).await {
-        let shown = notice.text.clone();
-        let delivery = push_user(
-            env,
-            history,
-            notice.text,
-            shown,
-            TurnTrigger::JobNotification,
-            MessageOrigin::TurnInput,
-            Some(notice_kind(notice.kind)),
-        )
-        .await;
+        let origin = notice_origin(notice.kind);
+        let input = TurnInput::injected(notice.text.clone(), notice.text, origin);
+        let delivery = push_user(env, history, input, TurnTrigger::JobNotification, false).await;
         if delivery != Delivery::Sent {
             return delivery;
         }
@@ -507,8 +562,11 @@ async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Pa
 
 /// Save `message`; false (after an error notice) when it could not be saved.
 pub(crate) async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) -> bool {
-    let stored = to_stored(message, display_kind.map(|k| k.as_str().to_string()));
-    match env.store.append_message(&env.session_id, stored).await {
+    persist_row(env, to_stored(message, display_kind.map(|k| k.as_str().to_string()))).await
+}
+
+async fn persist_row(env: &TurnEnv, row: StoredMessage) -> bool {
+    match env.store.append_message(&env.session_id, row).await {
         Ok(_) => true,
         Err(e) => {
             tracing::error!(error = %e, "could not persist a message");
@@ -655,7 +713,7 @@ fn start_tool(env: &TurnEnv, control: &TurnControl, call: &ToolCall, skip: bool)
     // reaches this tool. A message already waiting for delivery releases a `process wait`
     // at once (it was typed before the model chose to wait).
     let mut signals = control.signals();
-    if !lock(&control.pending).is_empty() {
+    if *control.waiting.borrow() > 0 {
         signals.release_gen.mark_changed();
     }
     let summary = tool.summary(&args);

@@ -25,7 +25,7 @@ use super::theme::Theme;
 use super::transcript::{Scroll, Slice, Transcript};
 use crate::config::{Config, NotifyMode, OnQuit};
 use crate::protocol::{
-    BusyMode, Event, HeartbeatInfo, JobId, JobInfo, NoticeLevel, Op, SessionInfo, StatusInfo, TurnOutcome,
+    BusyMode, Event, HeartbeatInfo, JobId, JobInfo, NoticeLevel, Op, Phase, SessionInfo, StatusInfo, TurnOutcome,
 };
 
 /// A second Ctrl+C within this window quits.
@@ -245,8 +245,12 @@ pub struct App {
     pub(crate) input: TextArea<'static>,
     history: Vec<String>,
     history_pos: Option<usize>,
+    /// Typed while busy, waiting for the running turn's next delivery point...
     pub(crate) pending: Vec<String>,
-    pub(crate) busy: bool,
+    /// ...and waiting for turns of their own (shown as waiting while paused).
+    pub(crate) queued: Vec<String>,
+    /// What the engine is doing (`Event::Phase`): what Esc, Ctrl+C, Ctrl+B and Tab do.
+    pub(crate) phase: Phase,
     turn_started: Option<Instant>,
     pub(crate) last_outcome: Option<TurnOutcome>,
     pub(crate) session: SessionFacts,
@@ -335,7 +339,8 @@ impl App {
             history: Vec::new(),
             history_pos: None,
             pending: Vec::new(),
-            busy: false,
+            queued: Vec::new(),
+            phase: Phase::Idle,
             turn_started: None,
             last_outcome: None,
             session: SessionFacts { busy_mode: config.agent.busy_input_mode, ..SessionFacts::default() },
@@ -470,7 +475,7 @@ impl App {
         use super::layout::Pane;
         super::layout::LayoutFacts {
             input_lines: self.input.lines(),
-            pending: self.pending.len(),
+            pending: self.pending.len() + self.queued.len(),
             tools: self.tools.len(),
             focused_pane: match self.focus {
                 Focus::Input => None,
@@ -488,6 +493,18 @@ impl App {
         self.input.lines().iter().all(|l| l.is_empty())
     }
 
+    /// Something runs that Esc stops (a turn, `/compact`, the goal's gates or judge).
+    pub(crate) fn busy(&self) -> bool {
+        self.phase.busy()
+    }
+
+    /// What waits to reach the model, labelled, in the order it will.
+    pub(crate) fn waiting(&self) -> Vec<(&'static str, &str)> {
+        let queued = if self.phase == Phase::Paused { "waiting" } else { "queued" };
+        let pending = self.pending.iter().map(|p| ("pending", p.as_str()));
+        pending.chain(self.queued.iter().map(|q| (queued, q.as_str()))).collect()
+    }
+
     /// The busy mode Enter uses while a turn runs.
     pub(crate) fn busy_mode(&self) -> BusyMode {
         self.status.busy_mode.unwrap_or(self.session.busy_mode)
@@ -502,7 +519,7 @@ impl App {
         if !matches!(self.exit, ExitState::Running) {
             return None;
         }
-        if self.busy || !self.tools.is_empty() || self.transcript.has_running_tool() {
+        if self.busy() || !self.tools.is_empty() || self.transcript.has_running_tool() {
             Some(Duration::from_millis(100))
         } else if self.running_jobs() > 0 {
             Some(Duration::from_secs(1))

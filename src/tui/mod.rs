@@ -117,7 +117,7 @@ impl Screen {
     pub fn open(options: TuiOptions) -> anyhow::Result<Screen> {
         require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
         let keymap = Keymap::load(&options.paths.keymap_file)?;
-        let theme = Theme::builtin(&options.config.ui.theme)?;
+        let theme = Theme::builtin(options.config.ui.theme.as_str())?;
         let mut app = App::new(&options.config, keymap, theme, options.banner);
         app.in_tmux = std::env::var_os("TMUX").is_some_and(|v| !v.is_empty());
         install_panic_hook();
@@ -304,8 +304,8 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     // Terminal input is read by its own task and forwarded over a channel, so the loop can
     // drain everything already waiting without polling the stream with a no-op waker
     // (crossterm's EventStream then never wakes the loop again).
-    let (mut input, input_task) = spawn_input();
-    let mut input_guard = AbortOnDrop(input_task);
+    let (rx, input_task) = spawn_input();
+    let mut input = Input { rx, guard: AbortOnDrop(input_task) };
     draw(terminal, app)?;
     // Start-up work that must not delay the first frame (MCP servers) may begin now.
     let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
@@ -341,41 +341,9 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         let mut draw_now = false;
         tokio::select! {
             biased;
-            event = input.recv() => {
-                let mut pending = Some(event);
-                while let Some(event) = pending.take() {
-                    match event {
-                        Some(Ok(event)) => {
-                            if let Some((ev, now)) = app_event(event) {
-                                draw_now |= now;
-                                let ops = app.update(ev);
-                                send_ops(&engine, ops, app)?;
-                            }
-                        }
-                        Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal failed: {e}")),
-                        None => anyhow::bail!("the terminal closed"),
-                    }
-                    // Take everything already waiting before drawing once.
-                    pending = input.try_recv().ok().map(Some);
-                }
-            }
+            event = input.rx.recv() => draw_now |= on_terminal_input(app, &engine, event, &mut input.rx)?,
             event = engine.events.recv() => {
-                let Some(event) = event else {
-                    if matches!(app.exit, ExitState::Running) {
-                        // An engine that could not go on says why in an error notice.
-                        let why = app.transcript.cells().iter().rev().take(3).find_map(|c| match &c.body {
-                            transcript::CellBody::Notice { level: crate::protocol::NoticeLevel::Error, text } => {
-                                Some(text.clone())
-                            }
-                            _ => None,
-                        });
-                        match why {
-                            Some(why) => anyhow::bail!("{why}"),
-                            None => anyhow::bail!("the engine stopped unexpectedly; see the log for why"),
-                        }
-                    }
-                    break;
-                };
+                let Some(event) = event else { return engine_gone(app) };
                 let ops = app.update(AppEvent::Engine(event));
                 send_ops(&engine, ops, app)?;
                 while let Ok(event) = engine.events.try_recv() {
@@ -419,38 +387,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
                 }
             }
         }
-        if let Some(note) = app.notification.take() {
-            let _ = terminal.backend_mut().write_all(note.as_bytes());
-        }
-        if let Some(osc) = app.clipboard.take() {
-            let _ = terminal.backend_mut().write_all(osc.as_bytes());
-            let _ = terminal.backend_mut().flush();
-        }
-        if app.mouse != MOUSE_CAPTURED.load(Ordering::SeqCst) {
-            set_mouse_capture(terminal, app.mouse)?;
-        }
-        if let Some(prefix) = app.path_request.take() {
-            let found = list_paths(&prefix);
-            app.paths_listed(&prefix, found);
-            draw_now = true;
-        }
-        if let Some(request) = app.terminal_request.take() {
-            // The input reader must stop first: it would take the keys meant for the
-            // shell or the editor. A fresh one starts afterwards.
-            input_guard.0.abort();
-            let _ = (&mut input_guard.0).await;
-            match request {
-                TerminalRequest::Suspend => suspend(terminal, app.mouse)?,
-                TerminalRequest::Editor(text) => {
-                    let result = edit_in_editor(terminal, app.mouse, &text).await?;
-                    app.editor_done(result);
-                }
-            }
-            let (rx, task) = spawn_input();
-            input = rx;
-            input_guard = AbortOnDrop(task);
-            draw_now = true;
-        }
+        draw_now |= carry_out_requests(terminal, app, &mut input).await?;
         if app.exit == ExitState::Done {
             break;
         }
@@ -459,6 +396,93 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         }
     }
     Ok(())
+}
+
+/// The terminal's input: the channel its reader task feeds, and that task.
+struct Input {
+    rx: InputRx,
+    guard: AbortOnDrop,
+}
+
+/// Keys, pastes, mouse and resizes: everything already waiting is taken before drawing
+/// once. Whether a frame is due at once.
+fn on_terminal_input(
+    app: &mut App,
+    engine: &EngineHandle,
+    event: Option<std::io::Result<TermEvent>>,
+    rx: &mut InputRx,
+) -> anyhow::Result<bool> {
+    let mut draw_now = false;
+    let mut pending = Some(event);
+    while let Some(event) = pending.take() {
+        match event {
+            Some(Ok(event)) => {
+                if let Some((ev, now)) = app_event(event) {
+                    draw_now |= now;
+                    let ops = app.update(ev);
+                    send_ops(engine, ops, app)?;
+                }
+            }
+            Some(Err(e)) => return Err(anyhow::anyhow!("reading the terminal failed: {e}")),
+            None => anyhow::bail!("the terminal closed"),
+        }
+        pending = rx.try_recv().ok().map(Some);
+    }
+    Ok(draw_now)
+}
+
+/// The engine's channel closed: fine while quitting; otherwise an engine that could not go
+/// on says why in an error notice.
+fn engine_gone(app: &App) -> anyhow::Result<()> {
+    if !matches!(app.exit, ExitState::Running) {
+        return Ok(());
+    }
+    let why = app.transcript.cells().iter().rev().take(3).find_map(|c| match &c.body {
+        transcript::CellBody::Notice { level: crate::protocol::NoticeLevel::Error, text } => Some(text.clone()),
+        _ => None,
+    });
+    match why {
+        Some(why) => anyhow::bail!("{why}"),
+        None => anyhow::bail!("the engine stopped unexpectedly; see the log for why"),
+    }
+}
+
+/// What the app asked the terminal for (a notification, the clipboard, mouse capture, a
+/// path listing, the shell or the editor). Whether a frame is due at once.
+async fn carry_out_requests(terminal: &mut Term, app: &mut App, input: &mut Input) -> anyhow::Result<bool> {
+    let mut draw_now = false;
+    if let Some(note) = app.notification.take() {
+        let _ = terminal.backend_mut().write_all(note.as_bytes());
+    }
+    if let Some(osc) = app.clipboard.take() {
+        let _ = terminal.backend_mut().write_all(osc.as_bytes());
+        let _ = terminal.backend_mut().flush();
+    }
+    if app.mouse != MOUSE_CAPTURED.load(Ordering::SeqCst) {
+        set_mouse_capture(terminal, app.mouse)?;
+    }
+    if let Some(prefix) = app.path_request.take() {
+        let found = list_paths(&prefix);
+        app.paths_listed(&prefix, found);
+        draw_now = true;
+    }
+    if let Some(request) = app.terminal_request.take() {
+        // The input reader must stop first: it would take the keys meant for the
+        // shell or the editor. A fresh one starts afterwards.
+        input.guard.0.abort();
+        let _ = (&mut input.guard.0).await;
+        match request {
+            TerminalRequest::Suspend => suspend(terminal, app.mouse)?,
+            TerminalRequest::Editor(text) => {
+                let result = edit_in_editor(terminal, app.mouse, &text).await?;
+                app.editor_done(result);
+            }
+        }
+        let (rx, task) = spawn_input();
+        *input = Input { rx, guard: AbortOnDrop(task) };
+        draw_now = true;
+    }
+    Ok(draw_now)
 }
 
 type InputRx = tokio::sync::mpsc::UnboundedReceiver<std::io::Result<TermEvent>>;

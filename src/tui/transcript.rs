@@ -33,6 +33,8 @@ pub(crate) enum UserOrigin {
     Heartbeat,
     Goal,
     JobNotification,
+    /// A sub-agent's final answer.
+    SubAgent,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -698,7 +700,4 @@ mod tests {
         t.tool_started("c1", "terminal", "ls", Instant::now());
         assert_eq!(t.cells.len(), 1);
     }
-
-    #[test]
-    fn durations_read_naturally() {}
 }

@@ -113,7 +113,7 @@ impl Degraded {
     /// `fail` an ordinary error result.
     /// The tool cell's status: `degraded`, or a plain failure under `degraded_mode = "fail"`.
     pub(crate) fn tool_status(&self, config: &Config) -> crate::protocol::ToolStatus {
-        if config.terminal.degraded_mode == "fail" {
+        if config.terminal.degraded_mode == crate::config::DegradedMode::Fail {
             crate::protocol::ToolStatus::Failed
         } else {
             crate::protocol::ToolStatus::Degraded
@@ -121,7 +121,7 @@ impl Degraded {
     }
 
     pub(crate) fn to_value(&self, config: &Config, backend: &Backend) -> Value {
-        if config.terminal.degraded_mode == "fail" {
+        if config.terminal.degraded_mode == crate::config::DegradedMode::Fail {
             return json!({
                 "output": "",
                 "exit_code": null,
@@ -722,7 +722,7 @@ mod tests {
         assert_eq!(v["exit_code"], -1);
         assert_eq!(v["reason"], "r");
         assert_eq!(v["retry_hint"], "h");
-        config.terminal.degraded_mode = "fail".into();
+        config.terminal.degraded_mode = crate::config::DegradedMode::Fail;
         let v = d.to_value(&config, &Backend::Ssh("box".into()));
         assert!(v.get("status").is_none());
         assert!(v["error"].as_str().unwrap().contains("r"));

@@ -130,6 +130,7 @@ mod tests {
             tool_call_id: None,
             tool_name: None,
             display_kind: kind.map(str::to_string),
+            origin: None,
         }
     }
 

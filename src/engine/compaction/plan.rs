@@ -468,6 +468,7 @@ mod tests {
             tool_call_id: None,
             tool_name: None,
             display_kind: None,
+            origin: None,
         };
         assert_eq!(stored_size(&row("abc".into())), 23);
         assert_eq!(stored_size(&row("x".repeat(50_000))), MAX_TEXT_CHARS + 20);

@@ -190,6 +190,11 @@ impl GoalMachine {
         self.phase != Phase::Idle
     }
 
+    /// The judge was asked (the boundary's last step); before it the gates run.
+    pub(crate) fn judging(&self) -> bool {
+        self.phase == Phase::Judging
+    }
+
     fn max_retries(&self) -> u32 {
         self.goal.as_ref().and_then(|g| g.gate_max_retries).unwrap_or(self.limits.gate_max_retries).max(1)
     }

@@ -5,24 +5,29 @@ use tokio_util::sync::CancellationToken;
 
 use super::{Engine, RunningCompaction};
 use crate::engine::compaction;
-use crate::engine::turn::{compactor, TurnInput};
+use crate::engine::scheduler::{Input, TurnInput};
+use crate::engine::turn::compactor;
 use crate::protocol::commands::{JobsCmd, McpCmd, SlashCommand};
 use crate::protocol::{BusyMode, Event, JobAction, NoticeLevel, SessionInfo, TurnTrigger};
 
 impl Engine {
-    pub(super) async fn run_command(&mut self, command: SlashCommand) {
+    /// Carry out a command the scheduler let through; what the scheduler must learn of it
+    /// (the goal of a session opened, a pause, a turn to run) comes back.
+    pub(super) async fn run_command(&mut self, command: SlashCommand) -> Vec<Input> {
         match command {
-            SlashCommand::New => self.new_session().await,
+            SlashCommand::New => return self.new_session().await,
             SlashCommand::Resume(None) => self.offer_recent_sessions().await,
             SlashCommand::Sessions => self.list_sessions().await,
-            SlashCommand::Resume(Some(key)) => self.resume(&key).await,
+            SlashCommand::Resume(Some(key)) => return self.resume(&key).await,
             SlashCommand::Title(title) => self.set_title(title).await,
-            SlashCommand::Retry => self.retry().await,
-            SlashCommand::Undo(n) => self.undo(n).await,
-            // The scheduler turns `/stop` into an interrupt; it never gets here.
-            SlashCommand::Stop => {}
+            SlashCommand::Retry => return self.retry().await,
+            SlashCommand::Undo(n) => return self.undo(n).await,
+            // The scheduler turns `/stop` into an interrupt and starts `/compact` itself.
+            SlashCommand::Stop | SlashCommand::Compact(_) => {
+                tracing::error!(?command, "a command the scheduler performs reached run_command");
+            }
             SlashCommand::Busy(mode) => self.busy_command(mode),
-            SlashCommand::Jobs(cmd) => self.jobs_command(cmd).await,
+            SlashCommand::Jobs(cmd) => return self.jobs_command(cmd).await,
             SlashCommand::Model(None) => self.list_models(),
             SlashCommand::Model(Some(name)) => self.set_model(name),
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
@@ -30,51 +35,51 @@ impl Engine {
             SlashCommand::Permissions => self.permissions(),
             SlashCommand::Backend(choice) => self.backend_command(choice).await,
             SlashCommand::Mcp(cmd) => self.mcp_command(cmd),
-            SlashCommand::Compact(focus) => self.compact(focus),
-            SlashCommand::Goal(cmd) => self.goal_command(&cmd).await,
-            SlashCommand::Pause(reason) => self.pause(reason.as_deref()),
-            SlashCommand::Unpause => self.unpause(),
+            SlashCommand::Goal(cmd) => return self.goal_command(&cmd).await,
+            SlashCommand::Pause(reason) => return self.pause(reason.as_deref()),
+            SlashCommand::Unpause => return self.unpause(),
+        }
+        Vec::new()
+    }
+
+    /// Open the session now in `env.session_id`; what the scheduler must learn of it.
+    async fn open(&mut self, failed: &str) -> Vec<Input> {
+        match self.load_session().await {
+            Ok(inputs) => inputs,
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("{failed}: {e}"));
+                Vec::new()
+            }
         }
     }
 
-    async fn new_session(&mut self) {
+    async fn new_session(&mut self) -> Vec<Input> {
         let cwd = self.env.cwd().display().to_string();
         match self.env.store.create_session(&self.env.model, &cwd, None).await {
             Ok(id) => {
                 let old = std::mem::replace(&mut self.env.session_id, id);
                 let _ = self.env.store.delete_if_empty(&old).await;
                 self.title = None;
-                self.queued.clear();
-                crate::engine::turn::lock(&self.pending).clear();
-                if let Err(e) = self.load_session().await {
-                    self.notice(NoticeLevel::Error, format!("could not open the new session: {e}"));
-                }
+                self.open("could not open the new session").await
             }
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not create a session: {e}")),
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("could not create a session: {e}"));
+                Vec::new()
+            }
         }
     }
 
-    /// By id, id prefix or title; else by title words (several matches are offered).
-    async fn resume(&mut self, key: &str) {
-        use crate::engine::store::cli::{resume_match, ResumeMatch};
-        let s = match resume_match(&self.env.store, key).await {
-            Ok(ResumeMatch::One(s)) => s,
-            Ok(ResumeMatch::Several(matches)) => return self.offer_sessions(key, matches),
-            Ok(ResumeMatch::None) => {
-                // None: the front end says so (with how to list them).
-                return self
-                    .events()
-                    .send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
-            }
-            Err(e) => return self.notice(NoticeLevel::Error, format!("could not search sessions: {e}")),
-        };
+    /// By id, id prefix or title; else by title words (several matches are listed).
+    async fn resume(&mut self, key: &str) -> Vec<Input> {
+        // An id prefix that fits several sessions is a choice, not the latest of them.
+        let Some(s) = self.find_to_resume(key).await else { return Vec::new() };
         let old = std::mem::replace(&mut self.env.session_id, s.id.clone());
         if old != s.id {
             let _ = self.env.store.delete_if_empty(&old).await;
         }
         self.title = s.title.clone();
         match self.load_session().await {
-            Ok(()) => {
+            Ok(inputs) => {
                 if old != s.id {
                     self.env.jobs.attach_session(&s.id);
                 }
@@ -82,13 +87,37 @@ impl Engine {
                 let noun = if s.message_count == 1 { "message" } else { "messages" };
                 let text = format!("resumed {title}({} · {} {noun})", s.id, s.message_count);
                 self.notice(NoticeLevel::Info, text);
+                inputs
             }
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not resume: {e}")),
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("could not resume: {e}"));
+                Vec::new()
+            }
         }
     }
 
-    /// Several sessions fit `/resume <key>`: the front end lets the user pick one and
-    /// sends `/resume <id>`.
+    /// The one session `/resume <key>` names; None after saying why not (several match:
+    /// the front end offers them).
+    async fn find_to_resume(&mut self, key: &str) -> Option<crate::engine::store::SessionSummary> {
+        use crate::engine::store::cli::{resume_match, ResumeMatch};
+        match resume_match(&self.env.store, key).await {
+            Ok(ResumeMatch::One(s)) => Some(s),
+            Ok(ResumeMatch::Several(matches)) => {
+                self.offer_sessions(key, matches);
+                None
+            }
+            // None: the front end says so (with how to list them).
+            Ok(ResumeMatch::None) => {
+                self.events().send(Event::SessionList { sessions: Vec::new(), matching: Some(key.to_string()) });
+                None
+            }
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("could not search sessions: {e}"));
+                None
+            }
+        }
+    }
+
     fn offer_sessions(&self, key: &str, matches: Vec<crate::engine::store::SessionSummary>) {
         let sessions = matches.into_iter().map(session_info).collect();
         self.events().send(Event::SessionChoices { query: key.trim().to_string(), sessions });
@@ -106,10 +135,10 @@ impl Engine {
 
     fn busy_command(&mut self, mode: Option<BusyMode>) {
         let Some(mode) = mode else {
-            self.notice(NoticeLevel::Info, busy_explained(self.busy_mode));
+            self.notice(NoticeLevel::Info, busy_explained(self.scheduler.busy_mode()));
             return;
         };
-        self.busy_mode = mode;
+        // The scheduler already routes by the new mode; this remembers it.
         let saved = crate::config_edit::set_string(&self.paths.config_file, "agent", "busy_input_mode", mode.as_str());
         match saved {
             Ok(()) => self.notice(NoticeLevel::Info, format!("busy mode: {} (saved)", mode.as_str())),
@@ -118,11 +147,12 @@ impl Engine {
         self.send_status();
     }
 
-    async fn jobs_command(&mut self, cmd: JobsCmd) {
+    async fn jobs_command(&mut self, cmd: JobsCmd) -> Vec<Input> {
         match cmd {
             JobsCmd::List => {
                 let jobs = self.env.jobs.list().await;
                 self.events().send(Event::JobList { jobs });
+                Vec::new()
             }
             JobsCmd::Log(id) => self.job_action(id, JobAction::Log { offset: None, limit: None }),
             JobsCmd::Poll(id) => self.job_action(id, JobAction::Poll),
@@ -274,7 +304,7 @@ impl Engine {
     }
 
     /// `/compact [focus]`: the summary request runs as its own task; Esc cancels it.
-    fn compact(&mut self, focus: Option<String>) {
+    pub(super) fn compact(&mut self, focus: Option<String>) {
         self.notice(NoticeLevel::Info, "compacting older turns…");
         let history = std::mem::take(&mut self.history);
         let omitted = self.omitted;
@@ -288,44 +318,51 @@ impl Engine {
         self.compaction = Some(RunningCompaction { cancel, join });
     }
 
-    async fn goal_command(&mut self, cmd: &crate::protocol::commands::GoalCmd) {
+    async fn goal_command(&mut self, cmd: &crate::protocol::commands::GoalCmd) -> Vec<Input> {
         // Nothing running that the goal must wait for. A pause or a queued message does not
         // count: the continuation waits for them in the scheduler (a goal set while paused
         // would otherwise never start).
         let idle = self.turn.is_none() && self.compaction.is_none() && !self.goal.in_boundary();
         let effects = self.goal.command(cmd, idle);
-        self.perform_goal_effects(effects).await;
-        if self.goal_continuation.is_some() && self.is_paused() {
+        let inputs = self.perform_goal_effects(effects).await;
+        let starts = inputs.iter().any(|i| matches!(i, Input::GoalContinuation(Some(_))));
+        if starts && self.scheduler.paused() {
             self.notice(NoticeLevel::Info, "◎ paused: the goal starts when you unpause");
         }
         self.send_status();
+        inputs
     }
 
-    /// One notice, said now; the file watcher's notice of the same change is dropped.
-    fn pause(&mut self, reason: Option<&str>) {
-        let was = self.is_paused();
+    /// The scheduler announces the pause (once: the file watcher's report of the same
+    /// change finds it paused already); a pause renewed is said again here.
+    fn pause(&mut self, reason: Option<&str>) -> Vec<Input> {
         match crate::engine::estop::pause(&self.paths.estop, reason) {
             Ok(_) => {
-                self.notice(NoticeLevel::Warn, crate::engine::scheduler::pause_notice(reason));
-                if !was {
-                    self.pause_announced = Some(true);
+                if self.scheduler.paused() {
+                    self.notice(NoticeLevel::Warn, crate::engine::scheduler::pause_notice(reason));
                 }
+                vec![Input::PauseChanged { paused: true, reason: reason.map(str::to_string) }]
             }
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not pause: {e}")),
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("could not pause: {e}"));
+                Vec::new()
+            }
         }
-        self.send_status();
     }
 
-    fn unpause(&mut self) {
+    fn unpause(&mut self) -> Vec<Input> {
         match crate::engine::estop::unpause(&self.paths.estop) {
-            Ok(true) => {
-                self.notice(NoticeLevel::Info, "unpaused");
-                self.pause_announced = Some(false);
+            Ok(removed) => {
+                if !removed {
+                    self.notice(NoticeLevel::Info, "not paused");
+                }
+                vec![Input::PauseChanged { paused: false, reason: None }]
             }
-            Ok(false) => self.notice(NoticeLevel::Info, "not paused"),
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not unpause: {e}")),
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("could not unpause: {e}"));
+                Vec::new()
+            }
         }
-        self.send_status();
     }
 
     /// Bare `/resume`: the recent sessions in the picker (never the one open now).
@@ -353,38 +390,44 @@ impl Engine {
         }
     }
 
-    async fn retry(&mut self) {
-        match self.env.store.deactivate_last_exchanges(&self.env.session_id, 1).await {
-            Ok(Some(text)) => {
-                if let Err(e) = self.load_session().await {
+    /// `/retry` and `/undo n`: the last exchanges leave the history (kept in the store,
+    /// inactive); the message that started the first of them is re-sent or given back.
+    async fn unwind(&mut self, n: usize, what: &str) -> Option<(String, Vec<Input>)> {
+        match self.env.store.deactivate_last_exchanges(&self.env.session_id, n).await {
+            Ok(Some(text)) => match self.load_session().await {
+                Ok(inputs) => Some((text, inputs)),
+                Err(e) => {
                     self.notice(NoticeLevel::Error, format!("could not reload the session: {e}"));
-                    return;
+                    None
                 }
-                self.begin_turn(vec![TurnInput { text, display_kind: None }], TurnTrigger::Retry);
+            },
+            Ok(None) => {
+                self.notice(NoticeLevel::Info, format!("nothing to {what}"));
+                None
             }
-            Ok(None) => self.notice(NoticeLevel::Info, "nothing to retry"),
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not retry: {e}")),
+            Err(e) => {
+                self.notice(NoticeLevel::Error, format!("could not {what}: {e}"));
+                None
+            }
         }
     }
 
-    async fn undo(&mut self, n: usize) {
-        match self.env.store.deactivate_last_exchanges(&self.env.session_id, n).await {
-            Ok(Some(text)) => {
-                if let Err(e) = self.load_session().await {
-                    self.notice(NoticeLevel::Error, format!("could not reload the session: {e}"));
-                    return;
-                }
-                self.events().send(Event::RestoreInput { text });
-                let what = if n == 1 {
-                    "the last exchange; its message is back in the input".to_string()
-                } else {
-                    format!("the last {n} exchanges; the first of their messages is back in the input")
-                };
-                self.notice(NoticeLevel::Info, format!("removed {what}"));
-            }
-            Ok(None) => self.notice(NoticeLevel::Info, "nothing to undo"),
-            Err(e) => self.notice(NoticeLevel::Error, format!("could not undo: {e}")),
-        }
+    async fn retry(&mut self) -> Vec<Input> {
+        let Some((text, mut inputs)) = self.unwind(1, "retry").await else { return Vec::new() };
+        inputs.push(Input::Run { input: TurnInput::typed(text), trigger: TurnTrigger::Retry });
+        inputs
+    }
+
+    async fn undo(&mut self, n: usize) -> Vec<Input> {
+        let Some((text, inputs)) = self.unwind(n, "undo").await else { return Vec::new() };
+        self.events().send(Event::RestoreInput { text });
+        let what = if n == 1 {
+            "the last exchange; its message is back in the input".to_string()
+        } else {
+            format!("the last {n} exchanges; the first of their messages is back in the input")
+        };
+        self.notice(NoticeLevel::Info, format!("removed {what}"));
+        inputs
     }
 }
 

@@ -12,12 +12,11 @@ use crate::engine::activity;
 use crate::engine::compaction::Compacted;
 use crate::engine::goal::{self, GateOutcome, GoalEffect, GoalMachine};
 use crate::engine::heartbeat::{self, Heartbeat};
-use crate::engine::history::DisplayKind;
 use crate::engine::llm::{ChatMessage, ChatRequest};
-use crate::engine::scheduler::Input;
-use crate::engine::turn::{TurnControl, TurnInput};
+use crate::engine::scheduler::{self, Input, TurnInput};
+use crate::engine::turn::TurnControl;
 use crate::protocol::commands::HeartbeatCmd;
-use crate::protocol::{Event, NoticeLevel, TurnTrigger};
+use crate::protocol::{Event, NoticeLevel, Origin, TurnTrigger};
 
 /// Results of work done at a goal's turn boundary, coming back to the engine loop.
 pub(crate) enum BoundaryResult {
@@ -64,10 +63,8 @@ impl Engine {
     pub(super) fn next_wake_ms(&self) -> Option<u64> {
         let now = heartbeat::now_ms();
         // Idle job notices waiting out their window.
-        let notices = crate::engine::scheduler::job_notices_due_in_ms(
-            &self.snapshot(self.env.jobs.notice_wait_ms(&self.env.session_id)),
-        )
-        .map(|ms| now + ms);
+        let notices =
+            self.scheduler.job_notices_due_in_ms(self.env.jobs.notice_wait_ms(&self.env.session_id)).map(|ms| now + ms);
         let beat = self.heartbeat_wake_ms(now);
         match (notices, beat) {
             (Some(a), Some(b)) => Some(a.min(b)),
@@ -79,7 +76,7 @@ impl Engine {
         let hb = self.heartbeat.as_ref()?;
         // A heartbeat already due that cannot fire yet (busy, paused) needs no timer: the
         // loop tries again after the event that ends the wait. Waking for it would spin.
-        let idle = self.snapshot(None).idle();
+        let idle = self.scheduler.idle();
         let due = hb.next_due_at().filter(|&d| d > now || idle).map(|d| d.max(now));
         let change = hb.next_change_at(now);
         match (due, change) {
@@ -88,15 +85,16 @@ impl Engine {
         }
     }
 
-    /// The scheduler chose the heartbeat: record the fire and start its turn.
-    pub(super) async fn fire_heartbeat(&mut self) {
+    /// The scheduler chose the heartbeat: record the fire; its turn is the answer.
+    pub(super) async fn fire_heartbeat(&mut self) -> Vec<Input> {
         let now = heartbeat::now_ms();
-        let Some(hb) = self.heartbeat.as_mut() else { return };
+        let Some(hb) = self.heartbeat.as_mut() else { return Vec::new() };
         let text = hb.fire(now);
-        let json = hb.to_json();
+        let (json, instruction) = (hb.to_json(), hb.prompt.clone());
         let _ = self.env.store.meta_set(&heartbeat::state_key(&self.env.session_id), &json).await;
-        self.begin_turn(vec![TurnInput { text, display_kind: Some(DisplayKind::Heartbeat) }], TurnTrigger::Heartbeat);
         self.send_status();
+        let input = TurnInput::injected(text, instruction, Origin::Heartbeat);
+        vec![Input::Run { input, trigger: TurnTrigger::Heartbeat }]
     }
 
     pub(super) async fn heartbeat_command(&mut self, cmd: &HeartbeatCmd) {
@@ -121,22 +119,24 @@ impl Engine {
         self.send_status();
     }
 
-    /// Heartbeat and goal of the session just opened (a resumed active goal comes back paused).
-    pub(super) async fn load_standing(&mut self) {
+    /// Heartbeat and goal of the session just opened (a resumed active goal comes back
+    /// paused); what the scheduler must learn of them.
+    pub(super) async fn load_standing(&mut self) -> Vec<Input> {
         let sid = self.env.session_id.clone();
         self.heartbeat = match self.env.store.meta_get(&heartbeat::state_key(&sid)).await {
             Ok(Some(json)) => Heartbeat::from_json(&json).ok(),
             _ => None,
         };
         self.boundary.cancel();
-        self.goal_continuation = None;
         self.goal = match self.env.store.meta_get(&goal::state_key(&sid)).await {
             Ok(Some(json)) => GoalMachine::from_json(self.env.config.goals.clone(), &json)
                 .unwrap_or_else(|_| GoalMachine::new(self.env.config.goals.clone())),
             _ => GoalMachine::new(self.env.config.goals.clone()),
         };
         let effects = self.goal.on_session_resumed();
-        self.perform_goal_effects(effects).await;
+        let mut inputs = vec![Input::GoalContinuation(None)];
+        inputs.extend(self.perform_goal_effects(effects).await);
+        inputs.push(Input::Boundary(self.goal_boundary()));
         // The session's backend: `--backend` for this run, else what `/backend` chose for
         // it, else `terminal.backend`.
         let terminal = &self.env.config.terminal;
@@ -151,6 +151,7 @@ impl Engine {
             }
         };
         self.env.jobs.backends().set_current(backend);
+        inputs
     }
 
     pub(super) async fn on_boundary_result(&mut self, result: BoundaryResult) {
@@ -160,15 +161,28 @@ impl Engine {
             BoundaryResult::Judge(Ok(text)) => self.goal.on_judge_reply(&text),
             BoundaryResult::Judge(Err(e)) => self.goal.on_judge_error(&e),
         };
-        self.perform_goal_effects(effects).await;
+        for input in self.perform_goal_effects(effects).await {
+            self.feed(input).await;
+        }
         self.send_status();
     }
 
-    /// Perform what the goal machine asked for, in order.
-    pub(super) async fn perform_goal_effects(&mut self, effects: Vec<GoalEffect>) {
-        if effects.is_empty() {
-            return;
+    /// Where the goal's turn boundary stands, for the scheduler.
+    fn goal_boundary(&self) -> scheduler::Boundary {
+        match (self.goal.in_boundary(), self.goal.judging()) {
+            (false, _) => scheduler::Boundary::None,
+            (true, false) => scheduler::Boundary::Gates,
+            (true, true) => scheduler::Boundary::Judging,
         }
+    }
+
+    /// Perform what the goal machine asked for, in order; what the scheduler must learn of
+    /// it (a continuation due or dropped, where the boundary stands) comes back.
+    pub(super) async fn perform_goal_effects(&mut self, effects: Vec<GoalEffect>) -> Vec<Input> {
+        if effects.is_empty() {
+            return Vec::new();
+        }
+        let mut inputs = Vec::new();
         for effect in effects {
             match effect {
                 GoalEffect::Notice { level, text } => self.notice(level, text),
@@ -191,13 +205,13 @@ impl Engine {
                 }
                 GoalEffect::RunGate { idx, cmd } => self.spawn_gate(idx, cmd),
                 GoalEffect::Judge { system, prompt } => self.spawn_judge(system, prompt),
-                GoalEffect::Continue { prompt } => self.goal_continuation = Some(prompt),
+                GoalEffect::Continue { prompt } => inputs.push(Input::GoalContinuation(Some(prompt))),
                 GoalEffect::Abandon => {
                     self.boundary.cancel();
-                    self.goal_continuation = None;
+                    inputs.push(Input::GoalContinuation(None));
                 }
                 GoalEffect::Paused { message, .. } => {
-                    self.goal_continuation = None;
+                    inputs.push(Input::GoalContinuation(None));
                     self.notice(NoticeLevel::Warn, message);
                 }
                 GoalEffect::Done { message } => self.notice(NoticeLevel::Info, message),
@@ -207,6 +221,8 @@ impl Engine {
             }
         }
         self.send_status();
+        inputs.push(Input::Boundary(self.goal_boundary()));
+        inputs
     }
 
     fn spawn_gate(&self, idx: usize, cmd: String) {
@@ -330,13 +346,9 @@ impl Engine {
                 // The task panicked with the history: rebuild it from the database.
                 tracing::error!(error = %e, "compaction task failed");
                 self.notice(NoticeLevel::Error, format!("compaction crashed: {e}; reloading the session"));
-                (self.history, self.omitted) = match self.read_context().await {
-                    Ok((history, omitted, _)) => (history, omitted),
-                    Err(_) => (Vec::new(), None),
-                };
+                self.reload_context().await;
             }
         }
-        let effects = self.decide(Input::CompactionFinished).await;
-        self.perform_all(effects).await;
+        self.feed(Input::CompactionFinished).await;
     }
 }

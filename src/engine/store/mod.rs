@@ -49,6 +49,9 @@ pub struct StoredMessage {
     /// A user message without one is a turn the user typed: it starts an exchange
     /// (/undo, /retry) and can give the session its title.
     pub display_kind: Option<String>,
+    /// Where a user-role row came from (None for other roles).
+    #[serde(default)]
+    pub origin: Option<crate::protocol::Origin>,
 }
 
 /// A window of a session's active messages (`Store::load_page`).

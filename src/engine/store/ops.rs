@@ -95,8 +95,8 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
         .query_row([session_id], |r| r.get(0))?;
     tx.prepare_cached(
         "INSERT INTO messages (session_id, seq, role, content, tool_calls, tool_call_id, tool_name, display_kind,
-                               created_at, active)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1)",
+                               created_at, active, origin)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, 1, ?10)",
     )?
     .execute(params![
         session_id,
@@ -107,7 +107,8 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
         msg.tool_call_id,
         msg.tool_name,
         msg.display_kind,
-        now
+        now,
+        msg.origin.map(crate::protocol::Origin::as_str),
     ])?;
     let id = tx.last_insert_rowid();
     if msg.role == Role::User && msg.display_kind.as_deref() == Some(super::jobs::NOTICE_KIND) {
@@ -132,7 +133,7 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
 
 pub(crate) fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq, origin
          FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq",
     )?;
     let rows = stmt.query_map([session_id], raw_message)?;
@@ -154,7 +155,7 @@ pub(crate) fn load_page(
     limit: usize,
 ) -> Result<MessagePage, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq, origin
          FROM messages WHERE session_id = ?1 AND active = 1 AND seq < ?2 ORDER BY seq DESC LIMIT ?3",
     )?;
     let rows = stmt
@@ -189,7 +190,7 @@ pub(crate) fn load_context(
     budget: Option<u64>,
 ) -> Result<ContextRows, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq, origin
          FROM messages WHERE session_id = ?1 AND active = 1 ORDER BY seq DESC",
     )?;
     let rows = stmt.query_map([session_id], raw_message)?;
@@ -262,7 +263,7 @@ pub(crate) fn load_omitted_start(
     size: fn(&StoredMessage) -> usize,
 ) -> Result<Vec<StoredMessage>, StoreError> {
     let mut stmt = conn.prepare_cached(
-        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq
+        "SELECT role, content, tool_calls, tool_call_id, tool_name, display_kind, seq, origin
          FROM messages WHERE session_id = ?1 AND active = 1 AND seq >= ?2 AND seq < ?3 ORDER BY seq",
     )?;
     let rows = stmt.query_map(params![session_id, omitted.from, omitted.before], raw_message)?;
@@ -279,14 +280,15 @@ pub(crate) fn load_omitted_start(
     Ok(out)
 }
 
-type RawMessage = (String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>, i64);
+type RawMessage =
+    (String, Option<String>, Option<String>, Option<String>, Option<String>, Option<String>, i64, Option<String>);
 
 fn raw_message(r: &Row<'_>) -> rusqlite::Result<RawMessage> {
-    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?))
+    Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?, r.get(5)?, r.get(6)?, r.get(7)?))
 }
 
 fn decode_message(session_id: &str, raw: RawMessage) -> Result<Option<(StoredMessage, i64)>, StoreError> {
-    let (role, content, tool_calls, tool_call_id, tool_name, display_kind, seq) = raw;
+    let (role, content, tool_calls, tool_call_id, tool_name, display_kind, seq, origin) = raw;
     // A row of a role this version does not know is not part of the conversation.
     let Some(role) = Role::parse(&role) else { return Ok(None) };
     let tool_calls: Vec<ToolCall> = match tool_calls {
@@ -295,7 +297,8 @@ fn decode_message(session_id: &str, raw: RawMessage) -> Result<Option<(StoredMes
         })?,
         None => Vec::new(),
     };
-    Ok(Some((StoredMessage { role, content, tool_calls, tool_call_id, tool_name, display_kind }, seq)))
+    let origin = origin.as_deref().and_then(crate::protocol::Origin::parse);
+    Ok(Some((StoredMessage { role, content, tool_calls, tool_call_id, tool_name, display_kind, origin }, seq)))
 }
 
 const SUMMARY_SELECT: &str = "

@@ -9,7 +9,7 @@ use super::StoreError;
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-const MIGRATIONS: &[&str] = &[V1, V2, V3];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
 
 /// Version 1: sessions, messages and state_meta.
 const V1: &str = "
@@ -118,6 +118,27 @@ CREATE TABLE jobs (
 );
 CREATE INDEX jobs_session ON jobs (session_id, status);
 CREATE INDEX jobs_status ON jobs (status);
+";
+
+/// Version 4: where each user message came from (`protocol::Origin`), so no front end reads
+/// it from the text. Rows written before are given theirs from what is known: the display
+/// kind, else (for rows older than display kinds) the prompt they start with.
+const V4: &str = "
+ALTER TABLE messages ADD COLUMN origin TEXT;
+UPDATE messages SET origin = CASE
+    WHEN display_kind = 'oob' THEN 'mid_turn'
+    WHEN display_kind = 'heartbeat' THEN 'heartbeat'
+    WHEN display_kind = 'goal' THEN 'goal'
+    WHEN display_kind = 'job_notice' THEN 'job_notice'
+    WHEN display_kind = 'watch_notice' THEN 'watch'
+    WHEN display_kind IS NULL AND content LIKE '[Heartbeat — %' THEN 'heartbeat'
+    WHEN display_kind IS NULL AND (content LIKE '[Continuing toward your standing goal%'
+                                   OR content LIKE '[Standing goal set%') THEN 'goal'
+    WHEN display_kind IS NULL AND content LIKE '[Background job %' THEN 'job_notice'
+    WHEN display_kind IS NULL AND content LIKE '[Job % matched /%' THEN 'watch'
+    ELSE 'typed'
+END
+WHERE role = 'user';
 ";
 
 /// The version recorded in the database; 0 for an empty database.

@@ -4,13 +4,14 @@ use ansi_to_tui::IntoText;
 use ratatui::text::Line;
 
 use super::{
-    App, ExitState, JobRow, LogSource, LogView, Modal, Op, PendingApproval, RunningTool, JOB_ROWS_MAX, LOG_LIMIT,
-    LOG_REFRESH_EVERY, TOOL_OUTPUT_MAX,
+    App, ExitState, JobRow, LogSource, LogView, Modal, Op, PendingApproval, RunningTool, SessionFacts, JOB_ROWS_MAX,
+    LOG_LIMIT, LOG_REFRESH_EVERY, TOOL_OUTPUT_MAX,
 };
 use crate::present;
+use crate::protocol::usage::Usage;
 use crate::protocol::{
-    Event, HistoryItem, JobAction, JobFate, MessageOrigin, NoticeLevel, SessionInfo, StatusInfo, TurnOutcome,
-    TurnTrigger,
+    Event, HistoryItem, JobAction, JobFate, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
+    TurnOutcome, TurnTrigger,
 };
 use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
@@ -20,17 +21,24 @@ pub(super) fn last_line(text: &str) -> String {
     display_text(text).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end().to_string()
 }
 
-/// Where a stored user row came from when Talaria wrote it (heartbeat, goal, job notice):
-/// a resumed transcript labels them as they were labelled live.
-fn injected_origin(text: &str) -> Option<UserOrigin> {
-    if text.starts_with("[Heartbeat — ") {
-        Some(UserOrigin::Heartbeat)
-    } else if text.starts_with("[Continuing toward your standing goal") || text.starts_with("[Standing goal set") {
-        Some(UserOrigin::Goal)
-    } else if text.starts_with("[Background job ") || text.starts_with("[Job ") {
-        Some(UserOrigin::JobNotification)
-    } else {
-        None
+/// What the end of the run killed, in one line.
+fn killed_text(jobs: &[crate::protocol::KilledJob]) -> String {
+    let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
+    let noun = if ids.len() == 1 { "job" } else { "jobs" };
+    format!("killed {} running {noun}: {}", ids.len(), ids.join(", "))
+}
+
+/// How a user-role message is labelled: from its stored origin, never from its text.
+fn user_origin(origin: Origin, trigger: Option<&TurnTrigger>) -> UserOrigin {
+    match origin {
+        Origin::Typed if trigger == Some(&TurnTrigger::Retry) => UserOrigin::Retry,
+        Origin::Typed => UserOrigin::Typed,
+        Origin::MidTurn => UserOrigin::MidTurn,
+        Origin::Queued => UserOrigin::Queued,
+        Origin::Heartbeat => UserOrigin::Heartbeat,
+        Origin::Goal => UserOrigin::Goal,
+        Origin::JobNotice | Origin::Watch => UserOrigin::JobNotification,
+        Origin::SubAgent => UserOrigin::SubAgent,
     }
 }
 
@@ -61,72 +69,25 @@ impl App {
                 earlier,
             } => {
                 let switched = self.session.session_id.as_deref() != Some(session_id.as_str());
-                self.earlier = earlier;
-                self.earlier_requested = false;
-                for text in &input_history {
-                    self.push_history(text.trim());
-                }
-                if switched || !history.is_empty() {
-                    self.transcript.clear();
-                }
-                for item in history {
-                    self.restore_item(item);
-                }
-                self.transcript.follow();
+                self.show_session(switched, history, &input_history, earlier);
                 self.status.model = model;
                 self.status.session_id = session_id.clone();
                 self.status.busy_mode = Some(busy_mode);
-                self.session.session_id = Some(session_id);
-                self.session.title = title;
-                self.session.provider = provider;
-                self.session.demo = demo;
-                self.session.cwd = cwd;
-                self.session.busy_mode = busy_mode;
-                self.busy = false;
+                self.session = SessionFacts { session_id: Some(session_id), title, provider, cwd, demo, busy_mode };
                 self.last_outcome = None;
             }
             Event::EarlierHistory { items, earlier } => {
                 let bodies: Vec<CellBody> = items.into_iter().map(|item| self.history_body(item)).collect();
                 self.transcript.prepend(bodies);
-                self.earlier = earlier;
-                self.earlier_requested = false;
+                (self.earlier, self.earlier_requested) = (earlier, false);
             }
             Event::TurnStarted { trigger: _ } => {
-                self.busy = true;
                 self.turn_started = Some(self.now);
                 self.last_outcome = None;
             }
-            Event::UserMessage { text, trigger, origin } => {
-                let origin = match (origin, trigger) {
-                    (MessageOrigin::MidTurn, _) => UserOrigin::MidTurn,
-                    (MessageOrigin::TurnInput, trigger) => match trigger {
-                        // A user turn may carry a note that was waiting (a job the user killed).
-                        TurnTrigger::User => injected_origin(&text).unwrap_or(UserOrigin::Typed),
-                        TurnTrigger::Queued => UserOrigin::Queued,
-                        TurnTrigger::JobNotification => UserOrigin::JobNotification,
-                        TurnTrigger::Heartbeat => UserOrigin::Heartbeat,
-                        TurnTrigger::Goal => UserOrigin::Goal,
-                        TurnTrigger::Retry => UserOrigin::Retry,
-                    },
-                };
-                self.transcript.close_assistant();
-                if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
-                    self.transcript.follow();
-                }
-                // The pastes the input showed folded stay folded here.
-                let mut folds = Vec::new();
-                if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
-                    self.sent_pastes.retain(|p| {
-                        let inside = text.contains(&p.text);
-                        if inside {
-                            folds.push(p.text.clone());
-                        }
-                        !inside
-                    });
-                }
-                self.transcript.push(CellBody::User { text, origin, folds });
-            }
-            Event::PendingChanged { pending } => self.pending = pending,
+            Event::Phase { phase } => self.phase_changed(phase),
+            Event::UserMessage { text, trigger, origin } => self.user_message(text, &trigger, origin),
+            Event::PendingChanged { pending, queued } => (self.pending, self.queued) = (pending, queued),
             Event::RestoreInput { text } => {
                 let current = self.input_text();
                 if current.trim().is_empty() {
@@ -139,147 +100,59 @@ impl App {
                     self.reset_input(format!("{text}\n{current}"));
                 }
             }
-            Event::AssistantDelta(delta) => {
-                self.transcript.append_assistant(&delta);
-            }
-            Event::ReasoningDelta(delta) => {
-                self.transcript.append_reasoning(&delta);
-            }
-            Event::AssistantDone { text, reasoning } => {
-                self.transcript.finish_assistant(&text, reasoning.as_deref());
-            }
-            Event::ToolStarted { call_id, name, summary } => {
-                self.transcript.tool_started(&call_id, &name, &summary, self.now);
-                self.tools.push(RunningTool {
-                    call_id,
-                    name: display_text(&name),
-                    summary: display_text(&summary).replace('\n', " "),
-                    started: self.now,
-                    last_line: String::new(),
-                    output: String::new(),
-                    awaiting: false,
-                });
-            }
-            Event::ToolOutput { call_id, chunk } => {
-                let Some(tool) = self.tools.iter_mut().find(|t| t.call_id == call_id) else { return };
-                tool.output.push_str(&chunk);
-                if tool.output.len() > TOOL_OUTPUT_MAX {
-                    let keep = crate::text::tail_chars(&tool.output, TOOL_OUTPUT_MAX / 2).to_string();
-                    tool.output = keep;
-                }
-                let line = last_line(&chunk);
-                if !line.is_empty() {
-                    tool.last_line = line;
-                }
-                if let Some(view) = &mut self.log_view {
-                    if view.source == LogSource::Tool(call_id) {
-                        let lines = log_lines(&tool.output);
-                        let total = lines.len() as u64;
-                        view.replace_lines(lines, 1, 0, total);
-                    }
-                }
-            }
+            Event::AssistantDelta(delta) => self.transcript.append_assistant(&delta),
+            Event::ReasoningDelta(delta) => self.transcript.append_reasoning(&delta),
+            Event::AssistantDone { text, reasoning } => self.transcript.finish_assistant(&text, reasoning.as_deref()),
+            Event::ToolStarted { call_id, name, summary } => self.tool_started(call_id, &name, &summary),
+            Event::ToolOutput { call_id, chunk } => self.tool_output(call_id, &chunk),
             Event::ToolFinished { call_id, outcome } => {
                 self.transcript.tool_finished(&call_id, outcome);
                 self.tools.retain(|t| t.call_id != call_id);
             }
             Event::ApprovalNeeded { id, command, reason, grounds } => {
-                // Exactly what would run: a disguise (escape sequence, bidi override,
-                // zero-width space) is shown, not obeyed or dropped.
-                let (command, hidden) = crate::text::reveal_hidden(&command);
-                let first = command.lines().next().unwrap_or_default().chars().take(80).collect::<String>();
-                self.notify(&format!("approval needed: {first}"));
-                self.awaiting_approval(&command, true);
-                self.approvals.push_back(PendingApproval {
-                    id,
-                    command,
-                    hidden,
-                    reason: display_text(&reason),
-                    grounds,
-                    shown_at: self.now,
-                });
+                self.approval_needed(id, &command, &reason, grounds)
             }
-            Event::JobStarted { job } => {
-                let mut job = job;
-                job.last_line = last_line(&job.last_line);
-                job.command = display_text(&job.command);
-                let finished_at_ms = (!job.status.is_running()).then_some(self.wall_ms);
-                match self.jobs.iter_mut().find(|j| j.info.id == job.id) {
-                    Some(existing) => {
-                        existing.info = job;
-                        existing.finished_at_ms = finished_at_ms;
-                    }
-                    None => self.jobs.push(JobRow { info: job, finished_at_ms, watches: Vec::new() }),
-                }
-                self.sort_jobs();
-            }
-            Event::JobUpdated { id, status, tail } => {
-                if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
-                    let line = last_line(&tail);
-                    if !line.is_empty() {
-                        row.info.last_line = line;
-                    }
-                    if !status.is_running() && row.finished_at_ms.is_none() {
-                        row.finished_at_ms = Some(self.wall_ms);
-                    }
-                    row.info.status = status;
-                }
-                self.sort_jobs();
-                self.refresh_log(&id, ops);
-            }
-            Event::JobFinished { id, status } => {
-                let now = self.now;
-                if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id.clone())) {
-                    view.say(NoticeLevel::Info, format!("{id} {}", status.label()), now);
-                }
-                self.transcript.job_ended(&id, JobFate::of_status(&status));
-                if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
-                    row.info.status = status;
-                    row.finished_at_ms.get_or_insert(self.wall_ms);
-                }
-                self.sort_jobs();
-                self.refresh_log(&id, ops);
-            }
+            Event::JobStarted { job } => self.job_started(job),
+            Event::JobUpdated { id, status, tail } => self.job_updated(id, status, &tail, ops),
+            Event::JobFinished { id, status } => self.job_finished(id, status, ops),
             Event::JobLog { id, text, first_line, total_lines, from, to } => {
-                if let Some(view) = &mut self.log_view {
-                    if view.source == LogSource::Job(id) {
-                        // Old engines sent no range: the text then starts at `first_line`.
-                        let from = if to == 0 && from == 0 { first_line } else { from };
-                        view.replace_lines(log_lines(&text), from, to, total_lines);
-                        view.inflight = false;
-                    }
+                if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id)) {
+                    // Old engines sent no range: the text then starts at `first_line`.
+                    let from = if to == 0 && from == 0 { first_line } else { from };
+                    view.replace_lines(log_lines(&text), from, to, total_lines);
+                    view.inflight = false;
                 }
             }
             Event::WatchMatched { id, pattern, line, more, ended } => {
-                let line = display_text(&line);
-                let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
-                let end = if ended { " · that was its last notice: the watch has ended" } else { "" };
-                let text = format!("{id} matched your watch /{pattern}/: {line}{more}{end}");
-                self.notify(&format!("{id} matched /{pattern}/: {line}"));
-                self.log_say(NoticeLevel::Info, text);
+                self.watch_matched(&id, &pattern, &line, more, ended)
             }
             Event::JobWatches { id, patterns } => {
                 if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
                     row.watches = patterns;
                 }
             }
-            Event::TurnFinished { outcome } => {
-                self.busy = false;
-                self.transcript.close_assistant();
-                self.transcript.end_running_tools();
-                self.tools.clear();
-                self.last_outcome = Some(outcome);
-                if outcome != TurnOutcome::Completed {
-                    self.transcript.push(CellBody::TurnEnd { outcome });
+            Event::TurnFinished { outcome } => self.turn_finished(outcome),
+            Event::Status(info) => {
+                if let Some(mode) = info.busy_mode {
+                    self.session.busy_mode = mode;
                 }
-                let long =
-                    self.turn_started.is_some_and(|t| self.now.saturating_duration_since(t) >= self.notify_after);
-                if long {
-                    self.notify(&format!("turn {}", outcome.as_str()));
-                }
-                self.turn_started = None;
+                // The heartbeat's countdown runs from here until the next status.
+                self.status_at = self.now;
+                // `Event::Context` may be the only source of the context use: a status
+                // without it keeps the last one known.
+                let context_pct = info.context_pct.or(self.status.context_pct);
+                self.status = StatusInfo { context_pct, ..info };
             }
-            // The log view covers the transcript: what is said meanwhile shows in it too.
+            Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
+                self.usage = Some((prompt_tokens, completion_tokens));
+                let usage = Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens };
+                self.spend.add(&usage, cost_usd);
+            }
+            Event::Context { percent, .. } => self.status.context_pct = percent,
+            Event::SessionChoices { query, sessions } => self.offer_sessions(&query, sessions),
+            Event::ShutdownComplete => self.exit = ExitState::Done,
+            // Listings and notices: the log view covers the transcript, so what is said
+            // meanwhile shows in it too.
             Event::Notice { level, text } => self.log_say(level, text),
             Event::JobList { jobs } => self.log_say(NoticeLevel::Info, present::job_list(&jobs)),
             Event::McpStatus { servers, tools } => {
@@ -295,53 +168,187 @@ impl App {
                 self.log_say(NoticeLevel::Info, present::heartbeat_status(heartbeat.as_ref(), offset))
             }
             Event::GoalStatus { goal, gates_only } => {
-                let text = if gates_only {
-                    present::gate_list_alone(goal.as_deref())
-                } else {
-                    present::goal_status(goal.as_deref())
-                };
+                let goal = goal.as_deref();
+                let text = if gates_only { present::gate_list_alone(goal) } else { present::goal_status(goal) };
                 self.log_say(NoticeLevel::Info, text)
             }
-            Event::Status(info) => {
-                if let Some(mode) = info.busy_mode {
-                    self.session.busy_mode = mode;
-                }
-                // The heartbeat's countdown runs from here until the next status.
-                self.status_at = self.now;
-                // `Event::Context` may be the only source of the context use: a status
-                // without it keeps the last one known.
-                let context_pct = info.context_pct.or(self.status.context_pct);
-                self.status = StatusInfo { context_pct, ..info };
-            }
-            Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
-                self.usage = Some((prompt_tokens, completion_tokens));
-                let usage = crate::protocol::usage::Usage {
-                    prompt_tokens,
-                    completion_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                };
-                self.spend.add(&usage, cost_usd);
-            }
-            Event::Context { percent, .. } => self.status.context_pct = percent,
-            Event::SessionChoices { query, sessions } => {
-                let sessions = sessions
-                    .into_iter()
-                    .map(|s| SessionInfo {
-                        title: s.title.map(|t| display_text(&t)),
-                        first_line: display_text(&s.first_line),
-                        ..s
-                    })
-                    .collect();
-                self.modal = Some(Modal::Sessions { query: display_text(&query), sessions, selected: 0 });
-            }
-            Event::JobsKilled { jobs } => {
-                let ids: Vec<&str> = jobs.iter().map(|j| j.id.as_str()).collect();
-                let noun = if ids.len() == 1 { "job" } else { "jobs" };
-                self.log_say(NoticeLevel::Info, format!("killed {} running {noun}: {}", ids.len(), ids.join(", ")));
-            }
-            Event::ShutdownComplete => self.exit = ExitState::Done,
+            Event::JobsKilled { jobs } => self.log_say(NoticeLevel::Info, killed_text(&jobs)),
         }
+    }
+
+    fn watch_matched(&mut self, id: &str, pattern: &str, line: &str, more: u64, ended: bool) {
+        let line = display_text(line);
+        let more = if more > 0 { format!(" (+{more} more)") } else { String::new() };
+        let end = if ended { " · that was its last notice: the watch has ended" } else { "" };
+        let text = format!("{id} matched your watch /{pattern}/: {line}{more}{end}");
+        self.notify(&format!("{id} matched /{pattern}/: {line}"));
+        self.log_say(NoticeLevel::Info, text);
+    }
+
+    /// A session to show: its end, and the input history of its directory.
+    fn show_session(
+        &mut self,
+        switched: bool,
+        history: Vec<HistoryItem>,
+        input_history: &[String],
+        earlier: Option<i64>,
+    ) {
+        (self.earlier, self.earlier_requested) = (earlier, false);
+        for text in input_history {
+            self.push_history(text.trim());
+        }
+        if switched || !history.is_empty() {
+            self.transcript.clear();
+        }
+        for item in history {
+            self.restore_item(item);
+        }
+        self.transcript.follow();
+    }
+
+    fn user_message(&mut self, text: String, trigger: &TurnTrigger, origin: Origin) {
+        let origin = user_origin(origin, Some(trigger));
+        self.transcript.close_assistant();
+        if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
+            self.transcript.follow();
+        }
+        // The pastes the input showed folded stay folded here.
+        let mut folds = Vec::new();
+        if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
+            self.sent_pastes.retain(|p| {
+                let inside = text.contains(&p.text);
+                if inside {
+                    folds.push(p.text.clone());
+                }
+                !inside
+            });
+        }
+        self.transcript.push(CellBody::User { text, origin, folds });
+    }
+
+    /// The spinner counts from when something started to run.
+    fn phase_changed(&mut self, phase: Phase) {
+        if phase.busy() && !self.phase.busy() {
+            self.turn_started.get_or_insert(self.now);
+        }
+        self.phase = phase;
+    }
+
+    fn tool_started(&mut self, call_id: String, name: &str, summary: &str) {
+        self.transcript.tool_started(&call_id, name, summary, self.now);
+        self.tools.push(RunningTool {
+            call_id,
+            name: display_text(name),
+            summary: display_text(summary).replace('\n', " "),
+            started: self.now,
+            last_line: String::new(),
+            output: String::new(),
+            awaiting: false,
+        });
+    }
+
+    fn tool_output(&mut self, call_id: String, chunk: &str) {
+        let Some(tool) = self.tools.iter_mut().find(|t| t.call_id == call_id) else { return };
+        tool.output.push_str(chunk);
+        if tool.output.len() > TOOL_OUTPUT_MAX {
+            let keep = crate::text::tail_chars(&tool.output, TOOL_OUTPUT_MAX / 2).to_string();
+            tool.output = keep;
+        }
+        let line = last_line(chunk);
+        if !line.is_empty() {
+            tool.last_line = line;
+        }
+        if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Tool(call_id)) {
+            let lines = log_lines(&tool.output);
+            let total = lines.len() as u64;
+            view.replace_lines(lines, 1, 0, total);
+        }
+    }
+
+    fn approval_needed(&mut self, id: u64, command: &str, reason: &str, grounds: Vec<crate::protocol::AskGround>) {
+        // Exactly what would run: a disguise (escape sequence, bidi override, zero-width
+        // space) is shown, not obeyed or dropped.
+        let (command, hidden) = crate::text::reveal_hidden(command);
+        let first = command.lines().next().unwrap_or_default().chars().take(80).collect::<String>();
+        self.notify(&format!("approval needed: {first}"));
+        self.awaiting_approval(&command, true);
+        self.approvals.push_back(PendingApproval {
+            id,
+            command,
+            hidden,
+            reason: display_text(reason),
+            grounds,
+            shown_at: self.now,
+        });
+    }
+
+    fn job_started(&mut self, mut job: crate::protocol::JobInfo) {
+        job.last_line = last_line(&job.last_line);
+        job.command = display_text(&job.command);
+        let finished_at_ms = (!job.status.is_running()).then_some(self.wall_ms);
+        match self.jobs.iter_mut().find(|j| j.info.id == job.id) {
+            Some(existing) => {
+                existing.info = job;
+                existing.finished_at_ms = finished_at_ms;
+            }
+            None => self.jobs.push(JobRow { info: job, finished_at_ms, watches: Vec::new() }),
+        }
+        self.sort_jobs();
+    }
+
+    fn job_updated(&mut self, id: String, status: JobStatus, tail: &str, ops: &mut Vec<Op>) {
+        if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
+            let line = last_line(tail);
+            if !line.is_empty() {
+                row.info.last_line = line;
+            }
+            if !status.is_running() && row.finished_at_ms.is_none() {
+                row.finished_at_ms = Some(self.wall_ms);
+            }
+            row.info.status = status;
+        }
+        self.sort_jobs();
+        self.refresh_log(&id, ops);
+    }
+
+    fn job_finished(&mut self, id: String, status: JobStatus, ops: &mut Vec<Op>) {
+        if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id.clone())) {
+            view.say(NoticeLevel::Info, format!("{id} {}", status.label()), self.now);
+        }
+        self.transcript.job_ended(&id, JobFate::of_status(&status));
+        if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
+            row.info.status = status;
+            row.finished_at_ms.get_or_insert(self.wall_ms);
+        }
+        self.sort_jobs();
+        self.refresh_log(&id, ops);
+    }
+
+    fn turn_finished(&mut self, outcome: TurnOutcome) {
+        self.transcript.close_assistant();
+        self.transcript.end_running_tools();
+        self.tools.clear();
+        self.last_outcome = Some(outcome);
+        if outcome != TurnOutcome::Completed {
+            self.transcript.push(CellBody::TurnEnd { outcome });
+        }
+        let long = self.turn_started.is_some_and(|t| self.now.saturating_duration_since(t) >= self.notify_after);
+        if long {
+            self.notify(&format!("turn {}", outcome.as_str()));
+        }
+        self.turn_started = None;
+    }
+
+    fn offer_sessions(&mut self, query: &str, sessions: Vec<SessionInfo>) {
+        let sessions = sessions
+            .into_iter()
+            .map(|s| SessionInfo {
+                title: s.title.map(|t| display_text(&t)),
+                first_line: display_text(&s.first_line),
+                ..s
+            })
+            .collect();
+        self.modal = Some(Modal::Sessions { query: display_text(query), sessions, selected: 0 });
     }
 
     /// The engine's answer to the slash command last sent: the first event that is not
@@ -364,6 +371,7 @@ impl App {
             | Event::JobFinished { .. }
             | Event::WatchMatched { .. }
             | Event::PendingChanged { .. }
+            | Event::Phase { .. }
             | Event::Status(_)
             | Event::Usage { .. }
             | Event::Context { .. } => {
@@ -403,10 +411,7 @@ impl App {
     fn history_body(&self, item: HistoryItem) -> CellBody {
         match item {
             HistoryItem::User { text, origin } => {
-                let origin = match origin {
-                    MessageOrigin::MidTurn => UserOrigin::MidTurn,
-                    MessageOrigin::TurnInput => injected_origin(&text).unwrap_or(UserOrigin::Typed),
-                };
+                let origin = user_origin(origin, None);
                 // ↑ recalls only what the user typed (the engine's per-directory input
                 // history); stored user rows also hold goal, heartbeat and summary texts.
                 CellBody::User { text, origin, folds: Vec::new() }

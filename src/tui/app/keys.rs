@@ -10,7 +10,7 @@ use super::{App, ExitState, Focus, Layer, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
 const SENT_KEPT: usize = 32;
 use crate::config::OnQuit;
 use crate::protocol::commands::{self, Command, JobsCmd, SlashCommand, UiCommand};
-use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel};
+use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel, Phase};
 use crate::tui::keymap::{Action, Context, KeyChord};
 use crate::tui::transcript::{CellBody, Scroll};
 
@@ -37,7 +37,7 @@ impl App {
             Action::Cancel => self.ctrl_c(ops),
             // Every key says what it did, even when there was nothing to do.
             Action::Background => {
-                if self.busy || !self.tools.is_empty() {
+                if self.phase.runs_commands() || !self.tools.is_empty() {
                     ops.push(Op::YieldForeground);
                 } else {
                     self.input_hint = Some("nothing is running to move to the background".to_string());
@@ -68,7 +68,7 @@ impl App {
             self.modal = None;
         } else if self.log_view.is_some() {
             self.log_view = None;
-        } else if self.busy {
+        } else if self.busy() {
             ops.push(Op::Interrupt);
         } else {
             self.reset_input(String::new());
@@ -81,7 +81,7 @@ impl App {
         match self.on_quit {
             OnQuit::Kill if jobs => self.begin_quit(ops),
             OnQuit::Keep if jobs => self.leave_and_quit(ops, true),
-            OnQuit::Ask | OnQuit::Kill | OnQuit::Keep if self.busy || jobs => self.modal = Some(Modal::QuitConfirm),
+            OnQuit::Ask | OnQuit::Kill | OnQuit::Keep if self.busy() || jobs => self.modal = Some(Modal::QuitConfirm),
             OnQuit::Ask | OnQuit::Kill | OnQuit::Keep => self.begin_quit(ops),
         }
     }
@@ -93,7 +93,7 @@ impl App {
             let running = self.jobs.iter().filter(|j| j.info.status.is_running());
             self.kept_jobs = running.map(|j| j.info.id.clone()).collect();
         }
-        if self.busy {
+        if self.busy() {
             ops.push(Op::Interrupt);
         }
         ops.push(Op::LeaveJobs { detach });
@@ -118,7 +118,7 @@ impl App {
     }
 
     pub(super) fn begin_quit(&mut self, ops: &mut Vec<Op>) {
-        if self.busy {
+        if self.busy() {
             ops.push(Op::Interrupt);
         }
         // No per-job kill first: shutdown kills every running job itself and records why
@@ -446,6 +446,21 @@ impl App {
         }
     }
 
+    /// Esc in the input: stop what runs (the phase says what), take back the messages a
+    /// pause holds, or return to the end of the transcript.
+    fn esc(&mut self, ops: &mut Vec<Op>) {
+        if self.busy() || (self.phase == Phase::Paused && !self.queued.is_empty()) {
+            ops.push(Op::Interrupt);
+        } else if self.transcript.scroll != Scroll::Follow {
+            self.transcript.follow();
+        } else if self.phase == Phase::Paused {
+            self.input_hint = Some("nothing to stop: Talaria is paused (/unpause resumes)".to_string());
+        } else {
+            // Every key answers, even with nothing to do.
+            self.input_hint = Some("nothing to stop: Talaria is idle".to_string());
+        }
+    }
+
     fn browsing_history(&self) -> bool {
         self.history_pos.is_some_and(|i| self.history.get(i).is_some_and(|h| *h == self.input_text()))
     }
@@ -465,11 +480,11 @@ impl App {
                     }
                 }
                 Action::Submit => self.submit(None, ops),
-                Action::Complete if !self.busy && !self.completions().is_empty() => self.complete(),
-                Action::Complete if !self.busy && self.mention_at_cursor().is_some() => {
+                Action::Complete if !self.busy() && !self.completions().is_empty() => self.complete(),
+                Action::Complete if !self.busy() && self.mention_at_cursor().is_some() => {
                     self.path_request = self.mention_at_cursor();
                 }
-                Action::Queue if self.busy && !empty => self.submit(Some(BusyMode::Queue), ops),
+                Action::Queue if self.busy() && !empty => self.submit(Some(BusyMode::Queue), ops),
                 // Tab moves to the panes only from an empty input (text there means the user
                 // is writing); a dedicated key (Alt+J) works either way.
                 Action::FocusPanes if panes && (empty || key.code != KeyCode::Tab) => {
@@ -480,17 +495,8 @@ impl App {
                     self.input_hint = Some(self.no_panes_hint(&KeyChord::from_event(&key).to_string()));
                 }
                 Action::Newline => self.input.insert_newline(),
-                Action::Interrupt if !self.busy && !self.completions().is_empty() => self.dismiss_completions(),
-                Action::Interrupt => {
-                    if self.busy {
-                        ops.push(Op::Interrupt);
-                    } else if self.transcript.scroll != Scroll::Follow {
-                        self.transcript.follow();
-                    } else {
-                        // Every key answers, even with nothing to do.
-                        self.input_hint = Some("nothing to stop: Talaria is idle".to_string());
-                    }
-                }
+                Action::Interrupt if !self.busy() && !self.completions().is_empty() => self.dismiss_completions(),
+                Action::Interrupt => self.esc(ops),
                 Action::Quit if empty => self.request_quit(ops),
                 Action::HelpEmpty if empty => self.modal = Some(Modal::Help { scroll: 0 }),
                 Action::HistoryPrev if !self.browsing_history() && self.completions().len() > 1 => {
@@ -633,7 +639,7 @@ impl App {
         self.awaiting_command = None;
         self.push_history(&text);
         // What the pending list and the transcript need to show it as it was sent.
-        if self.busy {
+        if self.busy() {
             self.sent_modes.push((text.clone(), mode.unwrap_or(self.busy_mode())));
             let excess = self.sent_modes.len().saturating_sub(SENT_KEPT);
             self.sent_modes.drain(..excess);

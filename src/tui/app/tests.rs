@@ -9,7 +9,7 @@ use super::{App, ExitState, Focus, Modal, APPROVAL_ARM, DOUBLE_CTRL_C, LOG_LIMIT
 use crate::config::Config;
 use crate::protocol::commands::SlashCommand;
 use crate::protocol::{Approval, BusyMode, JobAction, NoticeLevel, Op};
-use crate::protocol::{Event, JobInfo, JobStatus, MessageOrigin, TurnTrigger};
+use crate::protocol::{Event, JobInfo, JobStatus, Origin, Phase, TurnTrigger};
 use crate::tui::app::AppEvent;
 use crate::tui::keymap::Keymap;
 use crate::tui::theme::Theme;
@@ -30,6 +30,7 @@ fn type_text(app: &mut App, text: &str) {
 }
 
 fn busy(app: &mut App) {
+    app.update(AppEvent::Engine(Event::Phase { phase: Phase::Turn }));
     app.update(AppEvent::Engine(Event::TurnStarted { trigger: TurnTrigger::User }));
 }
 
@@ -293,13 +294,13 @@ fn restored_input_and_mid_turn_messages() {
     app.update(AppEvent::Engine(Event::UserMessage {
         text: "go".into(),
         trigger: TurnTrigger::User,
-        origin: MessageOrigin::TurnInput,
+        origin: Origin::Typed,
     }));
     app.update(AppEvent::Engine(Event::AssistantDelta("working".into())));
     app.update(AppEvent::Engine(Event::UserMessage {
         text: "also this".into(),
         trigger: TurnTrigger::User,
-        origin: MessageOrigin::MidTurn,
+        origin: Origin::MidTurn,
     }));
     let origins: Vec<_> = app
         .transcript
@@ -632,7 +633,7 @@ fn ready_with(history: Vec<crate::protocol::HistoryItem>, earlier: Option<i64>) 
 
 fn user_items(prefix: &str, n: usize) -> Vec<crate::protocol::HistoryItem> {
     (0..n)
-        .map(|i| crate::protocol::HistoryItem::User { text: format!("{prefix} {i}"), origin: MessageOrigin::TurnInput })
+        .map(|i| crate::protocol::HistoryItem::User { text: format!("{prefix} {i}"), origin: Origin::Typed })
         .collect()
 }
 

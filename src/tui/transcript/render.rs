@@ -263,17 +263,6 @@ pub(crate) fn collapse_attachments(text: &str) -> String {
     out.join("\n")
 }
 
-/// The instruction inside a heartbeat's wrapper (what the user set), or the text as is.
-fn heartbeat_instruction(text: &str) -> &str {
-    let Some(rest) = text.strip_prefix("[Heartbeat").and_then(|t| t.split_once('\n')).map(|(_, r)| r) else {
-        return text;
-    };
-    match rest.find("\n\nIf there is nothing meaningful") {
-        Some(end) => rest[..end].trim(),
-        None => rest.trim(),
-    }
-}
-
 /// `text` with each large paste in `folds` as one line, `▸ pasted 50 lines (hidden)`.
 fn fold_pastes(text: &str, folds: &[String]) -> String {
     let mut text = text.to_string();
@@ -286,10 +275,11 @@ fn fold_pastes(text: &str, folds: &[String]) -> String {
 }
 
 fn user_lines(text: &str, origin: UserOrigin, folds: &[String], show_details: bool, theme: &Theme) -> Vec<RLine> {
-    let text = match origin {
-        UserOrigin::Heartbeat => heartbeat_instruction(text).to_string(),
-        _ if !show_details && !folds.is_empty() => collapse_attachments(&fold_pastes(text, folds)),
-        _ => collapse_attachments(text),
+    // The engine sends what to show (a heartbeat's instruction, not its whole prompt).
+    let text = if !show_details && !folds.is_empty() {
+        collapse_attachments(&fold_pastes(text, folds))
+    } else {
+        collapse_attachments(text)
     };
     let text = display_text(&text);
     let label = match origin {
@@ -297,6 +287,7 @@ fn user_lines(text: &str, origin: UserOrigin, folds: &[String], show_details: bo
         UserOrigin::Heartbeat => Some("♥ heartbeat"),
         UserOrigin::Goal => Some("◎ goal"),
         UserOrigin::JobNotification => Some("⚙ job notification"),
+        UserOrigin::SubAgent => Some("⚙ sub-agent"),
     };
     if let Some(label) = label {
         let style = Style::default().fg(theme.injected);
@@ -351,7 +342,11 @@ fn user_lines(text: &str, origin: UserOrigin, folds: &[String], show_details: bo
         UserOrigin::MidTurn => Some("↳ delivered mid-turn"),
         UserOrigin::Queued => Some("↳ queued"),
         UserOrigin::Retry => Some("↳ retry"),
-        UserOrigin::Typed | UserOrigin::Heartbeat | UserOrigin::Goal | UserOrigin::JobNotification => None,
+        UserOrigin::Typed
+        | UserOrigin::Heartbeat
+        | UserOrigin::Goal
+        | UserOrigin::JobNotification
+        | UserOrigin::SubAgent => None,
     };
     if let Some(note) = note {
         out.push(RLine::plain(format!("  {note}"), Style::default().fg(theme.dim)));

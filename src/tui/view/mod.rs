@@ -84,25 +84,26 @@ fn draw_pending(frame: &mut Frame<'_>, area: Rect, app: &App) {
     }
     let dim = Style::default().fg(app.theme.dim).add_modifier(Modifier::ITALIC);
     let width = usize::from(area.width);
-    let mut lines: Vec<Line<'static>> = app
-        .pending
+    let waiting = app.waiting();
+    let mut lines: Vec<Line<'static>> = waiting
         .iter()
         .take(PENDING_MAX_LINES)
-        .map(|p| {
+        .map(|(label, p)| {
             let first = crate::text::sanitize_for_display(p).lines().next().unwrap_or("").to_string();
             // How it was sent says when it goes: a queued message waits for the next turn,
             // a steered one for the running tools' results.
-            let mode = app.sent_modes.iter().rev().find(|(text, _)| text == p).map(|(_, mode)| *mode);
-            let marker = match mode {
-                Some(crate::protocol::BusyMode::Queue) => "  ⏭ queued for the next turn: ",
-                Some(crate::protocol::BusyMode::Steer) => "  ↳ after the running tools: ",
-                Some(crate::protocol::BusyMode::Redirect) | None => "  ◌ pending: ",
+            let steered = app.sent_modes.iter().rev().find(|(text, _)| text == p).map(|(_, mode)| *mode)
+                == Some(crate::protocol::BusyMode::Steer);
+            let marker = match *label {
+                "pending" if steered => "  ↳ after the running tools: ".to_string(),
+                "queued" => "  ⏭ queued for the next turn: ".to_string(),
+                _ => format!("  ◌ {label}: "),
             };
             truncate_spans(vec![Span::styled(marker, dim), Span::styled(first, dim)], width)
         })
         .collect();
-    if app.pending.len() > PENDING_MAX_LINES {
-        lines.push(Line::from(Span::styled(format!("     +{} more", app.pending.len() - PENDING_MAX_LINES), dim)));
+    if waiting.len() > PENDING_MAX_LINES {
+        lines.push(Line::from(Span::styled(format!("     +{} more", waiting.len() - PENDING_MAX_LINES), dim)));
     }
     frame.render_widget(Paragraph::new(lines), area);
 }
@@ -156,7 +157,7 @@ fn draw_completions(frame: &mut Frame<'_>, main: Rect, transcript: Rect, input: 
 fn draw_input(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let typing = app.top_layer() == Layer::Input;
     let border = if typing { app.theme.border_focus } else { app.theme.border };
-    let title = if app.busy {
+    let title = if app.busy() {
         let enter = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Submit);
         let queue = app.keymap.hint(super::keymap::Context::Input, super::keymap::Action::Queue);
         format!(" busy · {enter} {} · {queue} queue ", app.busy_mode().as_str())

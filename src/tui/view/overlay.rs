@@ -40,7 +40,7 @@ pub(crate) fn draw_modal(frame: &mut Frame<'_>, area: Rect, app: &App) {
             if jobs > 0 {
                 what.push(format!("{jobs} background job{} running", if jobs == 1 { " is" } else { "s are" }));
             }
-            if app.busy {
+            if app.busy() {
                 what.push("a turn is in progress".to_string());
             }
             let question = format!(

@@ -6,7 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::Paragraph;
 use ratatui::Frame;
 
-use crate::protocol::{GoalState, TurnOutcome};
+use crate::protocol::{GoalState, Phase, TurnOutcome};
 use crate::tui::app::{App, ExitState};
 use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::SPINNER;
@@ -27,8 +27,12 @@ fn state(app: &App) -> (String, bool) {
         let n = app.tools.len();
         return (format!("{spin} running {}", if n == 1 { "tool".to_string() } else { format!("{n} tools") }), true);
     }
-    if app.busy {
-        return (format!("{spin} thinking"), true);
+    match app.phase {
+        Phase::Turn | Phase::Shell => return (format!("{spin} thinking"), true),
+        Phase::Compacting => return (format!("{spin} compacting"), true),
+        Phase::Gates => return (format!("{spin} running gates"), true),
+        Phase::Judging => return (format!("{spin} judging"), true),
+        Phase::Idle | Phase::Paused => {}
     }
     match app.last_outcome {
         Some(TurnOutcome::Interrupted) => ("■ interrupted".into(), false),
@@ -128,7 +132,7 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     let hints = if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);
         format!("press {key} again to quit ")
-    } else if app.busy || !app.tools.is_empty() {
+    } else if app.busy() || !app.tools.is_empty() {
         let stop = app.keymap.hint(Context::Input, Action::Interrupt);
         let bg = app.keymap.hint(Context::Global, Action::Background);
         let help = app.keymap.hint(Context::Input, Action::HelpEmpty);
