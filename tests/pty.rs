@@ -258,7 +258,8 @@ fn typing_while_a_foreground_command_runs_yields_it_and_the_pane_kills_it() {
     assert!(!alive(pid));
     // Esc gives the focus back to the input: the focused pane's key hints go. (" message "
     // is on screen either way, so waiting for it would let Ctrl+D follow Esc at once and be
-    // read as Alt+Ctrl+D.)
+    // read as Alt+Ctrl+D.) First the pane as it is with the kill dialog gone.
+    p.wait_for("Esc back", WAIT);
     p.send(b"\x1b");
     wait_until("the focus to leave the panes", || !p.contents().contains("Esc back"));
 
