@@ -310,7 +310,7 @@ async fn a_queued_message_stays_shown_and_saved_after_a_redirect_is_delivered() 
     assert_eq!(published, Event::PendingChanged { pending: Vec::new(), queued: vec!["do this next".into()] });
     server.wait_for_chat_requests(2, inproc::DEADLINE).await;
     let out = tui.screen();
-    assert!(out.contains("◌ queued: do this next"), "still on the pending line:\n{out}");
+    assert!(out.contains("⏭ queued for the next turn: do this next"), "still on the pending line:\n{out}");
     assert!(out.contains("↳ delivered mid-turn"), "{out}");
     tui.saved_pending_is(&["do this next"]).await;
     // Esc ends the turn: the queued message goes back to the input, never sent.
