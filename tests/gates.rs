@@ -132,9 +132,13 @@ async fn cancel_interrupts_the_gate() {
         }
         c.cancel();
     });
-    let runner = runner(dir.path());
+    // Talaria's home is no place a job may write (the sandbox keeps it read-only), so the
+    // gate's workspace is a directory of its own.
+    let home = tempfile::tempdir().unwrap();
+    let runner = runner(home.path());
     let cmd = format!("echo hi; touch {}; sleep 300.3004420", started.display());
     let out = tokio::time::timeout(Duration::from_secs(30), runner.run(&cmd, dir.path(), LONG, &cancel)).await.unwrap();
+    assert!(started.exists(), "the gate never reached its marker, so the cancel proves nothing: {}", out.output_tail);
     assert_eq!(out.exit_code, INTERRUPTED_EXIT_CODE, "{}", out.output_tail);
     assert!(out.output_tail.ends_with("[gate interrupted]"), "{}", out.output_tail);
 }
