@@ -213,15 +213,21 @@ async fn while_paused_a_goal_does_not_continue() {
         )
         .await;
     talaria(home.path(), &["pause"]);
+    engine.wait_for("the engine paused", |e| matches!(e, Event::Status(s) if s.paused)).await;
     std::fs::write(engine.work.join("go"), "").unwrap();
     engine.turn_finished().await;
-    engine.notice("gate 1/1 ✗").await;
 
+    // Nothing autonomous while paused (DESIGN §5): no gate run, no continuation.
     let quiet = engine.collect_for(QUIET).await;
     assert!(!quiet.iter().any(|e| matches!(e, Event::TurnStarted { .. })), "{quiet:?}");
+    assert!(
+        !quiet.iter().any(|e| matches!(e, Event::Notice { text, .. } if text.contains("gate 1/1"))),
+        "a gate ran while paused: {quiet:?}"
+    );
     assert_eq!(server.chat_requests().len(), 2, "the goal does not continue while paused");
 
     talaria(home.path(), &["unpause"]);
+    engine.notice("gate 1/1 ✗").await;
     engine.wait_for("the continuation", turn_started(TurnTrigger::Goal)).await;
     engine.turn_finished().await;
     let requests = server.chat_requests();

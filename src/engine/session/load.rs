@@ -54,7 +54,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     jobs.set_workspace(&cwd, &opts.paths);
     let backend_changed = jobs.backends().subscribe();
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
-    let (paused, _watch_task) = estop::watch(opts.paths.estop.clone());
+    let (pause_file, _watch_task) = estop::watch(opts.paths.estop.clone());
     let approver =
         Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
     approver.set_sandbox_policy(jobs.sandbox_policy());
@@ -86,6 +86,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         (jobs_config.notice_window_s.max(0.0) * 1000.0) as u64,
         jobs_config.notify_starts_turn,
     );
+    let scheduler_paused = scheduler.paused();
     let env = TurnEnv {
         provider: opts.provider,
         model: opts.model,
@@ -123,7 +124,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         heartbeat: None,
         goal: GoalMachine::new(opts.config.goals.clone()),
         boundary: standing::Boundary::new(),
-        paused,
+        paused: watch::channel(scheduler_paused).0,
+        pause_file,
         instruction_files,
         backend_changed,
     };

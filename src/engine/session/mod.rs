@@ -94,7 +94,11 @@ struct Engine {
     heartbeat: Option<Heartbeat>,
     goal: GoalMachine,
     boundary: standing::Boundary,
-    paused: watch::Receiver<bool>,
+    /// The pause file's watcher: it only wakes the loop (and may lag behind the file).
+    pause_file: watch::Receiver<bool>,
+    /// Whether the scheduler is paused, for the gate and judge tasks to wait on: it follows
+    /// the scheduler, so a task started right after a pause sees it.
+    paused: watch::Sender<bool>,
     instruction_files: Vec<instructions::InstructionFile>,
     /// The backend or its connection state changed: the status line follows.
     backend_changed: watch::Receiver<u64>,
@@ -160,7 +164,7 @@ impl Engine {
                 result = compaction_done(&mut self.compaction) => self.on_compaction_finished(result).await,
                 Some(_) = self.job_done.recv() => {}
                 Some(result) = self.boundary.results.recv() => self.on_boundary_result(result).await,
-                changed = self.paused.changed() => if changed.is_ok() { self.sync_pause().await },
+                changed = self.pause_file.changed() => if changed.is_ok() { self.sync_pause().await },
                 _ = standing::sleep_until_ms(wake) => self.send_status(),
                 Ok(()) = self.backend_changed.changed() => self.send_status(),
             }
@@ -199,6 +203,8 @@ impl Engine {
                 inputs.extend(self.perform(effect).await);
             }
         }
+        let paused = self.scheduler.paused();
+        self.paused.send_if_modified(|p| std::mem::replace(p, paused) != paused);
     }
 
     /// Carry out one effect; what it learns goes back to the scheduler as inputs.

@@ -231,7 +231,7 @@ impl Engine {
         let cwd = self.env.cwd();
         let cancel = self.boundary.cancel.clone();
         let tx = self.boundary.tx.clone();
-        let mut paused = self.paused.clone();
+        let mut paused = self.paused.subscribe();
         // One notice per gate run (its result); while it runs, the status line says so.
         self.send_status();
         tokio::spawn(async move {
@@ -271,7 +271,7 @@ impl Engine {
         };
         let tx = self.boundary.tx.clone();
         let cancel = self.boundary.cancel.clone();
-        let mut paused = self.paused.clone();
+        let mut paused = self.paused.subscribe();
         tokio::spawn(async move {
             // The judge calls the model: it waits out a pause, including one that comes
             // while it is asking (that call is dropped and made again after the pause).
