@@ -485,8 +485,12 @@ fn quitting_prints_the_resume_hint_and_the_run_summary() {
     // Ctrl+Z (hand-over and re-entry of the terminal) is tests/tui_essentials.rs's.
     let code = quit(&mut p);
     assert_eq!(code, 0);
-    wait_until("the resume hint", || {
-        after_alt_screen(&p.raw_text()).contains("Resume this session with: talaria --resume ")
+    // The hint and the summary after it (one read may end between the two lines).
+    wait_until("the resume hint and the run summary", || {
+        let raw = p.raw_text();
+        let after = after_alt_screen(&raw);
+        after.contains("Resume this session with: talaria --resume ")
+            && after.split("This run: ").nth(1).is_some_and(|line| line.contains('\n'))
     });
     let raw = p.raw_text();
     let after = after_alt_screen(&raw);
