@@ -68,8 +68,20 @@ struct Reply {
 }
 
 /// What the helper does with one request (also what talaria does itself when there is no
-/// kernel sandbox).
+/// kernel sandbox). A refusal by the sandbox is marked `denied`.
 pub(crate) fn serve(request: &Request) -> ToolResult {
+    let mut result = serve_request(request);
+    if !result.ok && result.value["error"].as_str().is_some_and(|e| e.contains(SANDBOX_STOPPED)) {
+        result.value["status"] = json!("denied");
+        result.status = Some(ToolStatus::Denied);
+    }
+    result
+}
+
+/// The words every refusal by the sandbox carries.
+const SANDBOX_STOPPED: &str = "the sandbox stopped it";
+
+fn serve_request(request: &Request) -> ToolResult {
     let never = CancellationToken::new();
     match request {
         Request::Read { path, offset, limit, max_chars } => {
@@ -286,7 +298,7 @@ pub(crate) fn refusal_text(path: &Path, verb: &str) -> String {
         "write inside the writable roots (see /permissions), or ask the user to add the directory to \
          sandbox.writable_roots"
     };
-    format!("Permission denied: cannot {verb} {}: the sandbox stopped it; ways on: {ways}", path.display())
+    format!("Permission denied: cannot {verb} {}: {SANDBOX_STOPPED}; ways on: {ways}", path.display())
 }
 
 // ---------------------------------------------------------------------------------------------
