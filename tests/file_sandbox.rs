@@ -334,3 +334,25 @@ async fn a_directory_swapped_for_a_link_never_lets_a_write_out() {
     let swaps = swapper.join().unwrap();
     assert!(swaps > 200, "the swapper ran {swaps} times");
 }
+
+/// An approved write outside the roots is done beneath the approved directory with
+/// `openat2(RESOLVE_NO_SYMLINKS | RESOLVE_BENEATH)`: missing directories are made, but a
+/// link anywhere on the way — or swapped in for the file — makes it fail, never follow.
+#[test]
+fn an_approved_write_outside_the_roots_follows_no_link() {
+    use talaria::engine::tools::fs_helper::write_beneath;
+    let dir = tempfile::tempdir().unwrap();
+    let base = std::fs::canonicalize(dir.path()).unwrap();
+    let (real, target) = (base.join("real"), base.join("target"));
+    std::fs::create_dir_all(&real).unwrap();
+    assert!(write_beneath(&base.join("new/sub/f.txt"), b"made\n").unwrap(), "created");
+    assert_eq!(std::fs::read_to_string(base.join("new/sub/f.txt")).unwrap(), "made\n");
+    assert!(!write_beneath(&base.join("new/sub/f.txt"), b"again\n").unwrap(), "replaced, not created");
+    std::os::unix::fs::symlink(&real, base.join("link")).unwrap();
+    std::os::unix::fs::symlink(&target, real.join("planted")).unwrap();
+    for through in [base.join("link/f.txt"), base.join("link/deeper/f.txt"), real.join("planted")] {
+        let e = write_beneath(&through, b"x").unwrap_err();
+        assert_eq!(e.raw_os_error(), Some(libc::ELOOP), "{}: {e}", through.display());
+    }
+    assert!(!target.exists() && !real.join("f.txt").exists() && !real.join("deeper").exists());
+}

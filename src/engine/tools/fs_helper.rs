@@ -334,10 +334,13 @@ fn open_dir_creating(dir: &Path) -> std::io::Result<OwnedFd> {
 fn open_beneath(dir: &OwnedFd, name: &std::ffi::OsStr, write: bool) -> std::io::Result<std::fs::File> {
     use nix::fcntl::{openat2, OFlag, OpenHow, ResolveFlag};
     let access = if write { OFlag::O_WRONLY | OFlag::O_CREAT } else { OFlag::O_RDONLY };
-    let how = OpenHow::new()
+    let mut how = OpenHow::new()
         .flags(access | OFlag::O_NOFOLLOW | OFlag::O_NONBLOCK | OFlag::O_CLOEXEC)
-        .mode(nix::sys::stat::Mode::from_bits_truncate(0o644))
         .resolve(ResolveFlag::RESOLVE_NO_SYMLINKS | ResolveFlag::RESOLVE_BENEATH);
+    // openat2 refuses a mode without O_CREAT.
+    if write {
+        how = how.mode(nix::sys::stat::Mode::from_bits_truncate(0o644));
+    }
     let file = std::fs::File::from(openat2(dir.as_fd(), name, how)?);
     if !file.metadata()?.is_file() {
         return Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, "not a regular file"));
