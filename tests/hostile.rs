@@ -253,8 +253,13 @@ async fn hostile_commands_in_the_default_mode_are_refused_or_contained() {
         let outcome = outcomes.iter().find(|(c, _)| c == refused).map(|(_, o)| *o);
         assert_eq!(outcome, Some(Outcome::Refused), "{refused}");
     }
+    // So do the ways of emptying the home without naming it (issue #28).
+    for refused in ["cd ~ && rm -rf ./*", "find ~ -delete", "find ~ -type f -exec rm {} +"] {
+        let outcome = outcomes.iter().find(|(c, _)| c == refused).map(|(_, o)| *o);
+        assert_eq!(outcome, Some(Outcome::Refused), "{refused}");
+    }
     // Everything else ran, inside the sandbox, and was stopped there.
-    assert!(outcomes.iter().filter(|(_, o)| *o == Outcome::Blocked).count() >= 50, "{}", summary(&outcomes));
+    assert!(outcomes.iter().filter(|(_, o)| *o == Outcome::Blocked).count() >= 45, "{}", summary(&outcomes));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

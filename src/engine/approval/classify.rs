@@ -561,7 +561,37 @@ fn classify_find(args: &[String], depth: usize) -> Classification {
     let roots = args.iter().take_while(|a| !a.starts_with('-') && !matches!(a.as_str(), "(" | "!" | ")"));
     let deletes = args.iter().any(|a| a == "-delete")
         || args.windows(2).any(|w| matches!(w[0].as_str(), "-exec" | "-execdir") && command_name(&w[1]) == "rm");
-    if deletes && roots.clone().any(|r| is_root_or_home(r)) {
+    // A test that picks what to delete (`-name '*.log'`) is an ordinary question; without
+    // one, everything under the home goes.
+    const FILTERS: &[&str] = &[
+        "-name",
+        "-iname",
+        "-path",
+        "-ipath",
+        "-wholename",
+        "-iwholename",
+        "-regex",
+        "-iregex",
+        "-lname",
+        "-ilname",
+        "-newer",
+        "-mtime",
+        "-mmin",
+        "-atime",
+        "-amin",
+        "-ctime",
+        "-cmin",
+        "-size",
+        "-user",
+        "-group",
+        "-perm",
+        "-empty",
+        "-links",
+        "-inum",
+        "-samefile",
+    ];
+    let filtered = args.iter().any(|a| FILTERS.contains(&a.as_str()));
+    if deletes && !filtered && roots.clone().any(|r| is_root_or_home(r)) {
         return hardline("recursive delete of / or the home directory");
     }
     if args.iter().any(|a| a == "-delete") {
@@ -1399,6 +1429,7 @@ mod tests {
         assert_eq!(kind(&classify_command("cd build && rm -rf *")), d("recursive delete"));
         assert_eq!(kind(&classify_command("cd ~ && cd src && rm -rf *")), d("recursive delete"));
         assert_eq!(kind(&classify_command("find build -delete")), d("find delete"));
+        assert_eq!(kind(&classify_command("find ~ -name '*.log' -delete")), d("find delete"));
     }
 
     fn shell_quote(s: &str) -> String {

@@ -445,3 +445,64 @@ pub(crate) fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approver(allowlist: &[&str], mode: ApprovalMode) -> Approver {
+        let mut config = Config::default();
+        config.approvals.allowlist = allowlist.iter().map(|s| s.to_string()).collect();
+        config.approvals.mode = mode;
+        let (events, _rx) = EventSink::channel();
+        Approver::new(&config, PromptPolicy::DenyUnattended, None, events)
+    }
+
+    fn allowed(v: &Verdict) -> bool {
+        matches!(v, Verdict::Allowed { .. })
+    }
+
+    /// An "always" for MCP tool `fs/write` (saved as `mcp:fs/write`, the old form) allows
+    /// that tool and never a command of the same name; command rules never allow a tool.
+    #[tokio::test]
+    async fn mcp_and_command_rules_live_in_separate_namespaces() {
+        let stop = CancellationToken::new();
+        let a = approver(&["mcp:fs/write", "make deploy", "write:/srv/notes.md"], ApprovalMode::Prompt);
+        assert!(allowed(&a.check_mcp("fs", "write", "fs › write", &stop).await));
+        assert!(!allowed(&a.check_command("mcp:fs/write", true, &stop).await));
+        assert!(!allowed(&a.check_command("./mcp:fs/write", true, &stop).await));
+        assert!(allowed(&a.check_command("make  deploy", true, &stop).await));
+        let b = approver(&["fs/write", "make deploy"], ApprovalMode::Prompt);
+        assert!(!allowed(&b.check_mcp("fs", "write", "fs › write", &stop).await));
+        assert!(!allowed(&a.check_command("write:/srv/notes.md", true, &stop).await));
+        assert_eq!(key_of_config_entry("mcp:fs/write"), rule_key(Namespace::Mcp, "fs/write"));
+        assert_eq!(config_entry(Namespace::Write, "/a b"), "write:/a b");
+    }
+
+    /// Outside an active sandbox every command asks, known safe or not, in auto and
+    /// prompt mode; inside, known safe decides only in prompt mode.
+    #[tokio::test]
+    async fn outside_the_sandbox_always_asks() {
+        let stop = CancellationToken::new();
+        for mode in [ApprovalMode::Auto, ApprovalMode::Prompt] {
+            let a = approver(&[], mode);
+            a.set_sandbox_policy(Policy::from_config(
+                &crate::config::SandboxConfig::default(),
+                Path::new("/nonexistent/work"),
+                &crate::paths::Paths::under(Path::new("/nonexistent/talaria")),
+                None,
+            ));
+            for command in ["ls", "cat notes.txt", "git status", "grep -r x ."] {
+                match a.check_command(command, false, &stop).await {
+                    Verdict::Denied { reason } => assert!(reason.contains("full rights"), "{reason}"),
+                    other => panic!("{mode:?}: {command} outside the sandbox: {other:?}"),
+                }
+                assert!(allowed(&a.check_command(command, true, &stop).await), "{mode:?}: {command} inside");
+            }
+            let inside = a.check_command("sort -S 1 --com=sh notes.txt", true, &stop).await;
+            assert_eq!(allowed(&inside), mode == ApprovalMode::Auto, "{mode:?}: {inside:?}");
+        }
+        let off = approver(&[], ApprovalMode::Off);
+        assert!(allowed(&off.check_command("cat ~/.netrc", false, &stop).await));
+    }
+}
