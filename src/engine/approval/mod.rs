@@ -112,14 +112,12 @@ impl Approver {
     }
 
     /// May `command` run? `sandboxed`: it will run inside an active kernel sandbox.
-    /// Hardline commands are refused in every mode. Where the kernel sandbox works, a
-    /// command outside it always asks (`off` aside): known safe decides only what runs
-    /// inside without asking in `prompt` mode — outside, a read-only-looking command reads
-    /// what the sandbox hides and runs what repositories configure. Without a kernel
-    /// sandbox, `auto` acts as `prompt`.
+    /// Hardline commands are refused in every mode. A command outside the sandbox — asked
+    /// for, or with no kernel sandbox at all — always asks (`off` aside): known safe decides
+    /// only what runs inside without asking in `prompt` mode; outside, a read-only-looking
+    /// command reads what the sandbox hides and runs what repositories configure.
     pub(crate) async fn check_command(&self, command: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
-        let outside_asks = !sandboxed && self.sandbox_policy().active();
-        self.check_command_with(command, sandboxed, outside_asks, interrupt).await
+        self.check_command_with(command, sandboxed, !sandboxed, interrupt).await
     }
 
     /// A command on a remote backend: talaria's sandbox does not reach it; what is not
