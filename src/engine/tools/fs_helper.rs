@@ -166,6 +166,8 @@ impl Drop for Helper {
 struct Slot {
     helper: Mutex<Option<Helper>>,
     pid: AtomicI32,
+    /// Set when an interrupt killed the helper: its request is not tried again.
+    killed: AtomicBool,
 }
 
 static SLOTS: Mutex<Vec<(Policy, Arc<Slot>)>> = Mutex::new(Vec::new());
@@ -175,7 +177,7 @@ fn slot_for(policy: &Policy) -> Arc<Slot> {
     if let Some((_, slot)) = slots.iter().find(|(p, _)| p == policy) {
         return slot.clone();
     }
-    let slot = Arc::new(Slot { helper: Mutex::new(None), pid: AtomicI32::new(0) });
+    let slot = Arc::new(Slot { helper: Mutex::new(None), pid: AtomicI32::new(0), killed: AtomicBool::new(false) });
     slots.push((policy.clone(), slot.clone()));
     slot
 }
@@ -219,23 +221,27 @@ pub fn call_blocking(policy: &Policy, request: &Request) -> ToolResult {
     }
     let slot = slot_for(policy);
     let mut guard = lock(&slot.helper);
+    slot.killed.store(false, Ordering::Relaxed);
     // A helper that died (killed by an interrupt, crashed) is replaced once.
     for attempt in 0..2 {
         if guard.is_none() {
             match spawn(policy) {
-                Ok(helper) => {
-                    slot.pid.store(helper.child.id() as i32, Ordering::Relaxed);
-                    *guard = Some(helper);
-                }
+                Ok(helper) => *guard = Some(helper),
                 Err(e) => return ToolResult::error(format!("could not start the sandboxed file helper: {e}")),
             }
         }
         let Some(helper) = guard.as_mut() else { continue };
-        match exchange(helper, request) {
+        // The pid is published only while a request runs: an interrupt kills a busy helper.
+        slot.pid.store(helper.child.id() as i32, Ordering::Relaxed);
+        let exchanged = exchange(helper, request);
+        slot.pid.store(0, Ordering::Relaxed);
+        match exchanged {
             Ok(result) => return result,
             Err(e) => {
                 *guard = None;
-                slot.pid.store(0, Ordering::Relaxed);
+                if slot.killed.swap(false, Ordering::Relaxed) {
+                    return ToolResult::error("interrupted").with_status(ToolStatus::Interrupted);
+                }
                 if attempt == 1 {
                     return ToolResult::error(format!("the sandboxed file helper failed: {e}"));
                 }
@@ -251,11 +257,14 @@ pub async fn call(policy: &Policy, request: Request, interrupt: &CancellationTok
     let owned = policy.clone();
     let task = tokio::task::spawn_blocking(move || call_blocking(&owned, &request));
     tokio::select! {
+        biased;
         done = task => done.unwrap_or_else(|e| ToolResult::error(format!("file helper task failed: {e}"))),
         _ = interrupt.cancelled() => {
             if policy.active() {
-                let pid = slot_for(policy).pid.load(Ordering::Relaxed);
+                let slot = slot_for(policy);
+                let pid = slot.pid.load(Ordering::Relaxed);
                 if pid > 0 {
+                    slot.killed.store(true, Ordering::Relaxed);
                     let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
                 }
             }
