@@ -319,10 +319,10 @@ pub(crate) enum OnQuit {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
 pub enum ApprovalMode {
-    /// Sandboxed commands run; what runs outside the sandbox asks unless known safe.
+    /// Sandboxed commands run; every command outside the sandbox asks.
     #[default]
     Auto,
-    /// Everything that is not known safe asks, sandbox or not.
+    /// Inside the sandbox what is not known safe asks; outside it everything asks.
     Prompt,
     /// Nothing asks (hardline commands are still refused; the sandbox still applies).
     Off,

@@ -110,6 +110,10 @@ enum Command {
         /// JSON instead of text.
         #[arg(long, global = true)]
         json: bool,
+        /// Print job output and commands as they are, escape sequences included (on a
+        /// terminal they are otherwise removed; a pipe always gets them raw).
+        #[arg(long, global = true)]
+        raw: bool,
     },
     /// MCP servers from config.toml (`[mcp.servers.<name>]`).
     Mcp {
@@ -178,6 +182,10 @@ fn main() {
             Some(dir) => talaria::engine::jobs::supervisor::run(std::path::Path::new(&dir)),
             None => std::process::exit(2),
         }
+    }
+    // The sandboxed file-tool helper: no tokio, no config (src/engine/tools/fs_helper.rs).
+    if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::tools::fs_helper::ARG) {
+        talaria::engine::tools::fs_helper::run();
     }
     // The guard of one stdio MCP server: no tokio either (src/engine/mcp/guard.rs).
     if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::mcp::guard::ARG) {
@@ -379,7 +387,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             drop(resolved);
             Ok(0)
         }
-        Some(Command::Jobs { action, json }) => {
+        Some(Command::Jobs { action, json, raw }) => {
             use talaria::engine::jobs::cli;
             let action = match action {
                 None => cli::JobsCli::List { limit: 50 },
@@ -387,7 +395,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
                 Some(JobsAction::Log { id, lines, follow }) => cli::JobsCli::Log { id, lines, follow },
                 Some(JobsAction::Kill { id }) => cli::JobsCli::Kill { id },
             };
-            cli::run(&paths, &config, &store, action, json).await
+            cli::run(&paths, &config, &store, action, json, raw).await
         }
         Some(Command::Mcp { action }) => {
             let tools = matches!(action, Some(McpAction::List { tools: true }));

@@ -253,8 +253,13 @@ async fn hostile_commands_in_the_default_mode_are_refused_or_contained() {
         let outcome = outcomes.iter().find(|(c, _)| c == refused).map(|(_, o)| *o);
         assert_eq!(outcome, Some(Outcome::Refused), "{refused}");
     }
+    // So do the ways of emptying the home without naming it (issue #28).
+    for refused in ["cd ~ && rm -rf ./*", "find ~ -delete", "find ~ -type f -exec rm {} +"] {
+        let outcome = outcomes.iter().find(|(c, _)| c == refused).map(|(_, o)| *o);
+        assert_eq!(outcome, Some(Outcome::Refused), "{refused}");
+    }
     // Everything else ran, inside the sandbox, and was stopped there.
-    assert!(outcomes.iter().filter(|(_, o)| *o == Outcome::Blocked).count() >= 50, "{}", summary(&outcomes));
+    assert!(outcomes.iter().filter(|(_, o)| *o == Outcome::Blocked).count() >= 45, "{}", summary(&outcomes));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -360,7 +365,7 @@ async fn a_destructive_line_written_to_a_background_shell_is_contained_or_asked(
 }
 
 /// On a kernel without Landlock, talaria says so once and `auto` behaves like `prompt`:
-/// a command that is not known safe asks, a known-safe one runs.
+/// every command is outside a sandbox, so a known-safe one asks as well.
 #[tokio::test(flavor = "multi_thread")]
 async fn without_a_kernel_sandbox_auto_acts_like_prompt() {
     let home = Home::new();
@@ -388,7 +393,8 @@ async fn without_a_kernel_sandbox_auto_acts_like_prompt() {
     };
     assert!(result(1)["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{}", result(1));
     assert!(!home.work().join("made-here").exists());
-    assert_eq!(result(2)["exit_code"], 0, "known safe runs: {}", result(2));
+    // Outside any sandbox known safe asks too (DESIGN §6, issue #28).
+    assert!(result(2)["error"].as_str().is_some_and(|e| e.contains("full rights")), "{}", result(2));
 }
 
 /// A git repository in the working directory with one commit, for the hook tests.
@@ -532,8 +538,8 @@ async fn read_only_mode_refuses_a_write_by_a_command() {
     fake.survived().unwrap();
 }
 
-/// `sandbox.mode = "off"`: nothing contains a command, so `auto` asks for what is not
-/// known safe (denied without --yes); approved, it writes where no root reaches.
+/// `sandbox.mode = "off"`: nothing contains a command, so `auto` asks for every one, known
+/// safe or not (denied without --yes); approved, it writes where no root reaches.
 #[tokio::test(flavor = "multi_thread")]
 async fn with_the_sandbox_off_commands_ask_and_run_unconfined() {
     let home = Home::new();
@@ -545,8 +551,9 @@ async fn with_the_sandbox_off_commands_ask_and_run_unconfined() {
     assert!(error.contains("needs approval"), "{asked}");
     assert!(!home.work().join("made-here").exists());
     fake.survived().unwrap();
+    // Known safe asks too: with nothing containing it, `ls` runs with the user's full rights.
     let safe = run_terminal(&home, &fake, "ls -a", &[], &[]).await;
-    assert_eq!(safe["exit_code"], 0, "known safe runs: {safe}");
+    assert!(safe["error"].as_str().is_some_and(|e| e.contains("needs approval")), "{safe}");
     let approved = run_terminal(&home, &fake, write, &["--yes"], &[]).await;
     assert_eq!(approved["exit_code"], 0, "{approved}");
     assert!(approved["output"].as_str().is_some_and(|o| o.contains("wrote-4418")), "{approved}");

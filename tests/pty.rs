@@ -749,3 +749,118 @@ fn kill_9_after_a_redirect_is_delivered_keeps_the_queued_message_for_talaria_c()
     assert_eq!(quit(&mut p), 0);
     wait_until("no sleep left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
 }
+
+/// `talaria jobs log` on a terminal: a job that printed an OSC 52 clipboard write, a window
+/// title, a C1 CSI and an RLO emits none of them; piped, the bytes come out as they were.
+/// (The job is kept running past a quit, so its record stays to be read from a shell.)
+#[test]
+fn jobs_log_on_a_terminal_emits_no_control_sequences_of_the_job() {
+    let home = Home::new();
+    let secs = unique_secs(328);
+    // \033]52 (clipboard), \033]0; (title), \302\233 (C1 CSI, UTF-8), \342\200\256 (RLO).
+    let printf = format!(
+        "printf 'start {secs}\\033]52;c;cHduZWQ=\\007\\033]0;evil title\\007 \\302\\23331mC1 \\342\\200\\256txet end\\n'; \
+         sleep {secs}"
+    );
+    let args = serde_json::json!({ "command": printf, "background": true }).to_string();
+    let model =
+        Model::start(vec![ScriptedResponse::tool_call("c1", "terminal", &args), ScriptedResponse::text("Started.")]);
+    let mut p = spawn(&home, &model, &[]);
+    p.wait_for(" message ", WAIT);
+    p.type_text("print things");
+    p.send(b"\r");
+    p.wait_for("Started.", WAIT);
+    let piped = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_talaria"))
+            .args(["jobs", "log", "job_1"])
+            .env("TALARIA_HOME", home.path())
+            .env("TALARIA_TEST_GUARD", "1")
+            .output()
+            .expect("run talaria jobs log")
+            .stdout
+    };
+    let has = |hay: &[u8], needle: &[u8]| hay.windows(needle.len()).any(|w| w == needle);
+    wait_until("the job's output in its log", || has(&piped(), b" end"));
+    p.wait_for(" message ", WAIT);
+    p.send(b"\x04");
+    p.wait_for("keep them running", WAIT);
+    p.send(b"k");
+    assert_eq!(p.wait_exit(WAIT), Some(0));
+    // Piped: raw, so the job really printed them (the test bites).
+    let raw = piped();
+    assert!(has(&raw, b"\x1b]52;") && has(&raw, "\u{202e}".as_bytes()), "{:?}", String::from_utf8_lossy(&raw));
+    for args in [&["jobs", "log", "job_1"][..], &["jobs", "list"][..]] {
+        let mut p = Pty::spawn(home.path(), &home.work(), args, COLS, ROWS);
+        assert_eq!(p.wait_exit(WAIT), Some(0), "{args:?}");
+        let raw = p.raw.lock().unwrap().clone();
+        for bad in [&b"\x1b]"[..], b"\x07", "\u{9b}".as_bytes(), "\u{202e}".as_bytes()] {
+            assert!(!has(&raw, bad), "{args:?} emitted {bad:?}: {:?}", String::from_utf8_lossy(&raw));
+        }
+        let text = String::from_utf8_lossy(&raw);
+        assert!(text.contains(&secs), "{args:?}: {text}");
+    }
+    // --raw on a terminal: the bytes as they are.
+    let mut p = Pty::spawn(home.path(), &home.work(), &["jobs", "log", "job_1", "--raw"], COLS, ROWS);
+    assert_eq!(p.wait_exit(WAIT), Some(0));
+    assert!(has(&p.raw.lock().unwrap(), b"\x1b]52;"));
+    let killed = run_talaria(&home, &["jobs", "kill", "job_1"]);
+    assert!(killed.contains("killed"), "{killed}");
+}
+
+/// Answer the approval showing `shown` with `key`. Keys are ignored until the prompt is
+/// armed (a moment after it shows), so the key is sent again until the prompt is gone.
+fn answer(p: &Pty, key: &[u8], shown: &str) {
+    let deadline = Instant::now() + WAIT;
+    p.wait_for(shown, WAIT);
+    while p.contents().contains(shown) {
+        assert!(Instant::now() < deadline, "the prompt for {shown} stayed: {}", p.contents());
+        p.send(key);
+        let sent = Instant::now();
+        while p.contents().contains(shown) && sent.elapsed() < Duration::from_millis(100) {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A session approval of a write next to the workspace covers that directory only: a later
+/// write to talaria's own config.toml asks again (a protected path: every time).
+#[test]
+fn a_session_approval_of_a_sibling_write_does_not_cover_talarias_config() {
+    let home = Home::new();
+    let outside = tempfile::tempdir().unwrap();
+    let (fake_home, tmp) = (outside.path().join("home"), outside.path().join("tmp"));
+    std::fs::create_dir_all(&fake_home).unwrap();
+    std::fs::create_dir_all(&tmp).unwrap();
+    home.write_config("# the user's settings\n");
+    let config = home.path().join("config.toml").display().to_string();
+    let call = |id: &str, path: &str, content: &str| {
+        let args = serde_json::json!({ "path": path, "content": content }).to_string();
+        ScriptedResponse::tool_call(id, "write_file", &args)
+    };
+    let model = Model::start(vec![
+        call("c1", "../sibling/notes.md", "first\n"),
+        call("c2", "../sibling/more.md", "second\n"),
+        call("c3", &config, "[approvals]\nmode = \"off\"\n"),
+        ScriptedResponse::text("All written."),
+    ]);
+    let url = model.server.base_url();
+    let env = [("HOME", fake_home.to_str().unwrap()), ("TMPDIR", tmp.to_str().unwrap())];
+    let p = Pty::spawn_with_env(home.path(), &home.work(), &["--base-url", &url, "--model", "m"], COLS, ROWS, &env);
+    p.wait_for(" message ", WAIT);
+    p.type_text("write the notes");
+    p.send(b"\r");
+    let sibling = home.path().join("sibling");
+    answer(&p, b"s", &format!("$ write {}", sibling.join("notes.md").display()));
+    // The second write, in the same directory, needs no question; the config's does.
+    let screen = p.wait_for(&format!("$ write {config}"), WAIT);
+    assert!(screen.contains("each write there asks"), "{screen}");
+    assert!(std::fs::read_to_string(sibling.join("more.md")).is_ok_and(|t| t == "second\n"));
+    answer(&p, b"s", &format!("$ write {config}"));
+    p.wait_for("All written.", WAIT);
+    assert_eq!(std::fs::read_to_string(sibling.join("notes.md")).unwrap(), "first\n");
+    // Answered "session" for a protected path: written this once, and no rule made of it.
+    let requests = model.chat_requests(4);
+    let last =
+        requests[3].body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
+    assert!(last.contains("this write only"), "{last}");
+}

@@ -19,8 +19,8 @@ pub(super) fn modes(current: ApprovalMode) -> Value {
     json!({
         "currentModeId": mode_id(current),
         "availableModes": [
-            { "id": "auto", "name": "Auto", "description": "sandboxed commands run; outside the sandbox, what is not known safe asks" },
-            { "id": "prompt", "name": "Prompt", "description": "everything that is not a known-safe read-only command asks" },
+            { "id": "auto", "name": "Auto", "description": "sandboxed commands run; every command outside the sandbox asks" },
+            { "id": "prompt", "name": "Prompt", "description": "inside the sandbox, what is not a known-safe read-only command asks; outside, everything asks" },
             { "id": "off", "name": "Off", "description": "nothing asks (hardline commands are still refused; the sandbox still applies)" },
         ],
     })

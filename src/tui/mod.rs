@@ -540,11 +540,10 @@ async fn edit_in_editor(terminal: &mut Term, mouse: bool, text: &str) -> anyhow:
         .filter_map(|v| std::env::var(v).ok())
         .find(|v| !v.trim().is_empty())
         .unwrap_or_else(|| "vi".to_string());
-    let path =
-        std::env::temp_dir().join(format!("talaria-message-{}-{}.md", std::process::id(), crate::util::now_ms()));
-    if let Err(e) = std::fs::write(&path, text) {
-        return Ok(Err(format!("cannot write {} for the editor: {e}", path.display())));
-    }
+    let (dir, path) = match write_draft(text) {
+        Ok(made) => made,
+        Err(e) => return Ok(Err(format!("cannot write the draft for the editor: {e}"))),
+    };
     restore();
     // Through the shell, as git does, so `EDITOR="code --wait"` works.
     let status = tokio::process::Command::new("sh")
@@ -563,8 +562,27 @@ async fn edit_in_editor(terminal: &mut Term, mouse: bool, text: &str) -> anyhow:
         Err(e) => Err(format!("cannot start the editor `{editor}`: {e}; set $VISUAL or $EDITOR")),
     };
     let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_dir(&dir);
     back?;
     Ok(result)
+}
+
+/// The Ctrl+G draft: in a fresh private directory (`mkdtemp`, mode 0700, a random name
+/// nobody could have prepared), created `O_EXCL|O_NOFOLLOW` with mode 0600, so no link
+/// a job planted can send the draft into another file. Returns the directory and file.
+pub(crate) fn write_draft(text: &str) -> std::io::Result<(std::path::PathBuf, std::path::PathBuf)> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let dir = nix::unistd::mkdtemp(&std::env::temp_dir().join("talaria-draft-XXXXXX"))?;
+    let path = dir.join("message.md");
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .mode(0o600)
+        .open(&path)?;
+    file.write_all(text.as_bytes())?;
+    Ok((dir, path))
 }
 
 /// Aborts a task when dropped (the terminal input reader ends with the loop).
@@ -573,5 +591,24 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod draft_tests {
+    #[test]
+    fn the_draft_lives_in_a_private_directory_and_follows_no_link() {
+        use std::os::unix::fs::PermissionsExt;
+        let (dir, path) = super::write_draft("hello").unwrap();
+        assert_eq!(std::fs::metadata(&dir).unwrap().permissions().mode() & 0o777, 0o700);
+        assert_eq!(std::fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(std::fs::read_to_string(&path).unwrap(), "hello");
+        // A second draft gets its own directory: the name cannot be predicted.
+        let (other, other_path) = super::write_draft("x").unwrap();
+        assert_ne!(dir, other);
+        for (d, p) in [(dir, path), (other, other_path)] {
+            std::fs::remove_file(p).unwrap();
+            std::fs::remove_dir(d).unwrap();
+        }
     }
 }

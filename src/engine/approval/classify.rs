@@ -79,7 +79,18 @@ fn classify_at(command: &str, depth: usize) -> Classification {
     let command = command.replace("${IFS}", " ").replace("$IFS", " ");
     let mut verdict = Verdict::default();
     let mut pipeline: Vec<Stage> = Vec::new();
+    // Whether an earlier `cd` took the shell to the home directory (or /).
+    let mut at_home = false;
     for segment in parse(&command) {
+        let (words, _) = strip_wrappers(&segment.words);
+        if words.first().is_some_and(|w| command_name(w) == "cd") {
+            at_home = words.get(1..).is_some_and(|rest| match rest.iter().find(|w| *w != "--") {
+                None => true,
+                Some(target) => is_root_or_home(target),
+            });
+        } else if at_home && deletes_everything_here(&words) {
+            verdict.add(hardline("recursive delete of / or the home directory"));
+        }
         if !segment.piped {
             check_pipeline(&pipeline, depth, &mut verdict);
             pipeline.clear();
@@ -533,8 +544,56 @@ fn classify_git(args: &[String]) -> Classification {
     Classification::Safe
 }
 
+/// `rm -r *` (or `.`, `.*`, `./*`): everything in the current directory.
+fn deletes_everything_here(words: &[String]) -> bool {
+    let Some((name, args)) = words.split_first() else { return false };
+    if command_name(name) != "rm" {
+        return false;
+    }
+    let (opts, targets) = split_args(args, &[]);
+    let recursive = has_flag(&opts, 'r', "recursive") || has_flag(&opts, 'R', "");
+    recursive && targets.iter().any(|t| matches!(normalise_path(t).as_str(), "*" | ".*" | "." | ".[!.]*" | "..?*"))
+}
+
 fn classify_find(args: &[String], depth: usize) -> Classification {
     let mut verdict = Verdict::default();
+    // The starting points: the words before the first test or action.
+    let roots = args.iter().take_while(|a| !a.starts_with('-') && !matches!(a.as_str(), "(" | "!" | ")"));
+    let deletes = args.iter().any(|a| a == "-delete")
+        || args.windows(2).any(|w| matches!(w[0].as_str(), "-exec" | "-execdir") && command_name(&w[1]) == "rm");
+    // A test that picks what to delete (`-name '*.log'`) is an ordinary question; without
+    // one, everything under the home goes.
+    const FILTERS: &[&str] = &[
+        "-name",
+        "-iname",
+        "-path",
+        "-ipath",
+        "-wholename",
+        "-iwholename",
+        "-regex",
+        "-iregex",
+        "-lname",
+        "-ilname",
+        "-newer",
+        "-mtime",
+        "-mmin",
+        "-atime",
+        "-amin",
+        "-ctime",
+        "-cmin",
+        "-size",
+        "-user",
+        "-group",
+        "-perm",
+        "-empty",
+        "-links",
+        "-inum",
+        "-samefile",
+    ];
+    let filtered = args.iter().any(|a| FILTERS.contains(&a.as_str()));
+    if deletes && !filtered && roots.clone().any(|r| is_root_or_home(r)) {
+        return hardline("recursive delete of / or the home directory");
+    }
     if args.iter().any(|a| a == "-delete") {
         verdict.add(dangerous("find delete", "find -delete deletes every file it matches"));
     }
@@ -1350,6 +1409,27 @@ mod tests {
         ] {
             assert_eq!(classify_command(command), Classification::Hardline { reason: want.into() }, "{command}");
         }
+    }
+
+    /// Emptying the home without naming it: a `cd` there, then a glob; or `find -delete`.
+    #[test]
+    fn emptying_the_home_by_glob_or_find_is_hardline() {
+        for command in [
+            "cd ~ && rm -rf -- *",
+            "cd && rm -rf *",
+            "cd $HOME; rm -r -f .* *",
+            "cd / && sudo rm -rf ./*",
+            "find ~ -mindepth 1 -delete",
+            "find $HOME/ -mindepth 1 -exec rm -rf {} +",
+            "find / -delete",
+        ] {
+            assert_eq!(kind(&classify_command(command)), HARD, "{command}");
+        }
+        // A glob elsewhere, or after leaving the home, stays an ordinary question.
+        assert_eq!(kind(&classify_command("cd build && rm -rf *")), d("recursive delete"));
+        assert_eq!(kind(&classify_command("cd ~ && cd src && rm -rf *")), d("recursive delete"));
+        assert_eq!(kind(&classify_command("find build -delete")), d("find delete"));
+        assert_eq!(kind(&classify_command("find ~ -name '*.log' -delete")), d("find delete"));
     }
 
     fn shell_quote(s: &str) -> String {

@@ -152,15 +152,19 @@ fn simple_is_safe(words: &[String]) -> bool {
     }
     let has = |flags: &[&str]| args.iter().any(|a| flags.iter().any(|f| a == f || a.starts_with(&format!("{f}="))));
     let has_prefix = |prefixes: &[&str]| args.iter().any(|a| prefixes.iter().any(|p| a.starts_with(p)));
+    // GNU getopt_long (and git) take any unambiguous prefix of a long option: `--com=sh`
+    // is `--compress-program=sh`. Every prefix counts, ambiguous or not.
+    let abbreviates = |longs: &[&str]| args.iter().any(|a| longs.iter().any(|l| abbreviation_of(a, l)));
     match name.as_str() {
         // -o writes a file; GNU accepts any unambiguous abbreviation of a long option.
         "sort" => {
             !has_prefix(&["-o", "--o", "--compress"])
+                && !abbreviates(&["--output", "--compress-program"])
                 && !args.iter().any(|a| a.starts_with('-') && !a.starts_with("--") && a.contains('o'))
         }
         "uniq" => args.iter().filter(|a| !a.starts_with('-')).count() <= 1,
         "tree" => !has_prefix(&["-o", "--o"]),
-        "file" => !has(&["-C", "--compile"]),
+        "file" => !has(&["-C", "--compile"]) && !abbreviates(&["--compile"]),
         "date" => {
             !has_prefix(&["-s", "--s", "-f", "--f"]) && args.iter().all(|a| a.starts_with('-') || a.starts_with('+'))
         }
@@ -178,11 +182,24 @@ fn simple_is_safe(words: &[String]) -> bool {
     }
 }
 
+/// Whether `arg` is `option` (a `--long` option) or a GNU abbreviation of it, with or
+/// without `=value`.
+fn abbreviation_of(arg: &str, option: &str) -> bool {
+    let Some(name) = arg.strip_prefix("--") else { return false };
+    let name = name.split('=').next().unwrap_or(name);
+    !name.is_empty() && option.strip_prefix("--").is_some_and(|o| o.starts_with(name))
+}
+
 /// `git status|log|diff|show|...` with no global options before the subcommand (`-c`
 /// could set a pager or an fsmonitor command) and no option that writes a file.
 fn git_is_safe(args: &[String]) -> bool {
     let Some((sub, rest)) = args.split_first() else { return false };
-    let writes = rest.iter().any(|a| a.starts_with("--output") || a == "-o" || a.starts_with("--ext-diff"));
+    let writes = rest.iter().any(|a| {
+        a.starts_with("--output")
+            || a == "-o"
+            || a.starts_with("--ext-diff")
+            || ["--output", "--ext-diff", "--textconv"].iter().any(|l| abbreviation_of(a, l))
+    });
     if writes {
         return false;
     }
@@ -320,6 +337,11 @@ mod tests {
             ("sort -o out in", false),
             ("sort --output=out in", false),
             ("sort --compress-program=sh in", false),
+            ("sort -S 1 --com=sh in", false),
+            ("sort --comp sh in", false),
+            ("sort --outp=x in", false),
+            ("git diff --ext=x", false),
+            ("git log --out=x", false),
             ("sort -ro out in", false),
             ("uniq -c in", true),
             ("uniq in", true),

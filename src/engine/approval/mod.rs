@@ -63,6 +63,8 @@ struct Inner {
     policy: PromptPolicy,
     timeout: Duration,
     config_file: Option<PathBuf>,
+    /// Rules the user gave "always" (the config's allowlist) and "this session", each
+    /// key in its namespace ([`rule_key`]): a command named like an MCP tool is not it.
     allowlist: Mutex<HashSet<String>>,
     session_categories: Mutex<HashSet<String>>,
     pending: Mutex<HashMap<u64, oneshot::Sender<Approval>>>,
@@ -80,7 +82,7 @@ impl Approver {
                 policy,
                 timeout: Duration::from_secs(config.approvals.timeout_s.max(1)),
                 config_file,
-                allowlist: Mutex::new(config.approvals.allowlist.iter().map(|c| normalise_command(c)).collect()),
+                allowlist: Mutex::new(config.approvals.allowlist.iter().map(|c| key_of_config_entry(c)).collect()),
                 session_categories: Mutex::new(HashSet::new()),
                 pending: Mutex::new(HashMap::new()),
                 next_id: AtomicU64::new(1),
@@ -110,9 +112,27 @@ impl Approver {
     }
 
     /// May `command` run? `sandboxed`: it will run inside an active kernel sandbox.
-    /// Hardline commands are refused in every mode; `auto` lets sandboxed commands run;
-    /// otherwise what is not known safe asks.
+    /// Hardline commands are refused in every mode. A command outside the sandbox — asked
+    /// for, or with no kernel sandbox at all — always asks (`off` aside): known safe decides
+    /// only what runs inside without asking in `prompt` mode; outside, a read-only-looking
+    /// command reads what the sandbox hides and runs what repositories configure.
     pub(crate) async fn check_command(&self, command: &str, sandboxed: bool, interrupt: &CancellationToken) -> Verdict {
+        self.check_command_with(command, sandboxed, !sandboxed, interrupt).await
+    }
+
+    /// A command on a remote backend: talaria's sandbox does not reach it; what is not
+    /// known safe asks.
+    pub(crate) async fn check_remote_command(&self, command: &str, interrupt: &CancellationToken) -> Verdict {
+        self.check_command_with(command, false, false, interrupt).await
+    }
+
+    async fn check_command_with(
+        &self,
+        command: &str,
+        sandboxed: bool,
+        outside_asks: bool,
+        interrupt: &CancellationToken,
+    ) -> Verdict {
         let looks_like = match classify_command(command) {
             Classification::Hardline { reason } => {
                 return Verdict::Denied { reason: format!("refused: {reason} (this is never allowed)") }
@@ -120,10 +140,11 @@ impl Approver {
             Classification::Dangerous { reason, .. } => Some(reason),
             Classification::Safe => None,
         };
+        let known_safe = is_known_safe(command);
         let asks = match self.inner.mode {
             ApprovalMode::Off => false,
-            ApprovalMode::Auto => !sandboxed && !is_known_safe(command),
-            ApprovalMode::Prompt => !is_known_safe(command),
+            ApprovalMode::Auto => outside_asks || (!sandboxed && !known_safe),
+            ApprovalMode::Prompt => outside_asks || !known_safe,
         };
         if !asks {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
@@ -133,24 +154,37 @@ impl Approver {
         if !sandboxed {
             grounds.push(AskGround::OutsideSandbox);
         }
-        grounds.push(AskGround::NotKnownSafe);
+        if !known_safe {
+            grounds.push(AskGround::NotKnownSafe);
+        }
         if looks_like.is_some() {
             grounds.push(AskGround::LooksDangerous);
         }
+        const FULL_RIGHTS: &str = "runs outside the sandbox with your full rights: it can read your credential \
+                                   stores and run what a repository configures";
         let (category, reason) = match (sandboxed, looks_like) {
-            (false, Some(r)) => (format!("{program} outside the sandbox"), format!("runs outside the sandbox: {r}")),
-            (false, None) => (
-                format!("{program} outside the sandbox"),
-                "runs outside the sandbox with your full permissions".to_string(),
-            ),
+            (false, Some(r)) => (format!("{program} outside the sandbox"), format!("{FULL_RIGHTS}; {r}")),
+            (false, None) => (format!("{program} outside the sandbox"), FULL_RIGHTS.to_string()),
             (true, Some(r)) => (program.to_string(), r),
             (true, None) => (program.to_string(), "not a known-safe read-only command".to_string()),
         };
-        self.ask(&category, reason, command, grounds, interrupt).await
+        let ask = Ask { ns: Namespace::Command, category, reason, shown: command, entry: normalise_command(command) };
+        self.ask_keyed(ask, grounds, true, interrupt).await
+    }
+
+    /// Is a write to `path` (resolved) inside the writable roots, under no protected path
+    /// and not dangerous-looking — one that runs without asking, in the sandboxed helper?
+    pub(crate) fn write_is_inside(&self, path: &Path, policy: &Policy) -> bool {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let safe = matches!(classify_write(path, home.as_deref()), Classification::Safe);
+        safe && protected_write(path, policy, home.as_deref()).is_none()
+            && policy.writable_roots.iter().any(|r| path.starts_with(r))
     }
 
     /// May a file tool write to `path` (already resolved through every symlink)? Inside
     /// the writable roots it just runs; outside them, or under a protected path, it asks.
+    /// A protected path asks every time (no session or always rule covers it); a session
+    /// rule for writes outside the roots covers the one directory it was given for.
     pub(crate) async fn check_write(&self, path: &Path, policy: &Policy, interrupt: &CancellationToken) -> Verdict {
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let looks_like = match classify_write(path, home.as_deref()) {
@@ -160,38 +194,37 @@ impl Approver {
             Classification::Dangerous { reason, .. } => Some(reason),
             Classification::Safe => None,
         };
-        // `.git/hooks` run on the user's next git command, and `.git/config` can point
-        // core.hooksPath or core.fsmonitor anywhere: file tools (which run outside the job
-        // sandbox and its read-only mounts) always ask there.
-        let hooks = path
-            .components()
-            .collect::<Vec<_>>()
-            .windows(2)
-            .any(|w| w[0].as_os_str() == ".git" && w[1].as_os_str() == "hooks")
-            || path.ends_with(".git/config");
-        let protected = hooks || policy.deny_write.iter().any(|d| path.starts_with(d));
+        let protected = protected_write(path, policy, home.as_deref());
         let inside = policy.writable_roots.iter().any(|r| path.starts_with(r));
-        if self.inner.mode == ApprovalMode::Off || (inside && !protected && looks_like.is_none()) {
+        if self.inner.mode == ApprovalMode::Off || (inside && protected.is_none() && looks_like.is_none()) {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
-        let looks_dangerous = looks_like.is_some();
-        let reason = match (protected, looks_like) {
-            (_, Some(r)) => r,
-            (true, None) => "a protected path (credential store, git hooks or talaria's own files)".to_string(),
-            (false, None) => "outside the writable roots".to_string(),
-        };
-        let what = format!("write {}", path.display());
         let mut grounds = Vec::new();
         if !inside {
             grounds.push(AskGround::OutsideRoots);
         }
-        if protected {
+        if protected.is_some() {
             grounds.push(AskGround::ProtectedPath);
         }
-        if looks_dangerous {
+        if looks_like.is_some() {
             grounds.push(AskGround::LooksDangerous);
         }
-        self.ask("file write outside the writable roots", reason, &what, grounds, interrupt).await
+        let reason = match (&protected, looks_like) {
+            (Some(p), Some(r)) => format!("{p}; {r}"),
+            (Some(p), None) => p.clone(),
+            (None, Some(r)) => r,
+            (None, None) => "outside the writable roots".to_string(),
+        };
+        let dir = path.parent().unwrap_or(path);
+        let what = format!("write {}", path.display());
+        let ask = Ask {
+            ns: Namespace::Write,
+            category: format!("writes in {}", dir.display()),
+            reason,
+            shown: &what,
+            entry: path.display().to_string(),
+        };
+        self.ask_keyed(ask, grounds, protected.is_none(), interrupt).await
     }
 
     /// `process write` to a job that runs outside the sandbox: each line is approved like
@@ -213,37 +246,28 @@ impl Approver {
         if self.inner.mode == ApprovalMode::Off {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
-        let key = format!("mcp:{server}/{tool}");
+        let entry = format!("{server}/{tool}");
         let reason = format!("MCP tool '{tool}' of server '{server}' (not marked trust = true)");
-        self.ask_keyed(&key, reason, shown, &key, vec![AskGround::UntrustedTool], interrupt).await
+        let ask = Ask { ns: Namespace::Mcp, category: entry.clone(), reason, shown, entry };
+        self.ask_keyed(ask, vec![AskGround::UntrustedTool], true, interrupt).await
     }
 
-    async fn ask(
-        &self,
-        category: &str,
-        reason: String,
-        command: &str,
-        grounds: Vec<AskGround>,
-        interrupt: &CancellationToken,
-    ) -> Verdict {
-        self.ask_keyed(category, reason, command, &normalise_command(command), grounds, interrupt).await
-    }
-
-    /// Ask about `command`; `normalised` is its allowlist entry.
+    /// Ask about `ask.shown`. `rules`: a session or always rule may cover it (and the
+    /// user's "this session"/"always" makes one); a protected path has none.
     async fn ask_keyed(
         &self,
-        category: &str,
-        reason: String,
-        command: &str,
-        normalised: &str,
+        ask: Ask<'_>,
         grounds: Vec<AskGround>,
+        rules: bool,
         interrupt: &CancellationToken,
     ) -> Verdict {
-        let normalised = normalised.to_string();
-        if lock(&self.inner.allowlist).contains(&normalised) {
+        let Ask { ns, category, reason, shown: command, entry } = ask;
+        let allow_key = rule_key(ns, &entry);
+        let session_key = rule_key(ns, &category);
+        if rules && lock(&self.inner.allowlist).contains(&allow_key) {
             return Verdict::Allowed { note: Some("allowed by the approvals allowlist".into()), by: Provenance::Rule };
         }
-        if lock(&self.inner.session_categories).contains(category) {
+        if rules && lock(&self.inner.session_categories).contains(&session_key) {
             return Verdict::Allowed {
                 note: Some(format!("{category} approved for this session")),
                 by: Provenance::Rule,
@@ -282,15 +306,19 @@ impl Approver {
         };
         match answer {
             Approval::Once => Verdict::Allowed { note: Some("approved by the user".into()), by: Provenance::User },
+            Approval::Session | Approval::Always if !rules => Verdict::Allowed {
+                note: Some("approved by the user for this write only (a protected path asks every time)".into()),
+                by: Provenance::User,
+            },
             Approval::Session => {
-                lock(&self.inner.session_categories).insert(category.to_string());
+                lock(&self.inner.session_categories).insert(session_key);
                 let note = Some(format!("approved by the user for this session ({category})"));
                 Verdict::Allowed { note, by: Provenance::User }
             }
             Approval::Always => {
-                lock(&self.inner.allowlist).insert(normalised.clone());
+                lock(&self.inner.allowlist).insert(allow_key);
                 if let Some(path) = &self.inner.config_file {
-                    if let Err(e) = save_allowlist_entry(path, &normalised) {
+                    if let Err(e) = save_allowlist_entry(path, &config_entry(ns, &entry)) {
                         self.inner.events.send(Event::notice(
                             crate::protocol::NoticeLevel::Warn,
                             format!("could not save the approval to {}: {e}", path.display()),
@@ -320,6 +348,88 @@ impl Approver {
 
 use crate::util::lock;
 
+/// Which kind of thing a rule allows: rules of one never match another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Namespace {
+    Command,
+    Mcp,
+    Write,
+}
+
+/// One question: its namespace, the session category an answer "this session" covers,
+/// why it asks, what the prompt shows, and its always-rule entry.
+struct Ask<'a> {
+    ns: Namespace,
+    category: String,
+    reason: String,
+    shown: &'a str,
+    entry: String,
+}
+
+/// The in-memory key of a rule: its namespace, then the entry.
+fn rule_key(ns: Namespace, entry: &str) -> String {
+    format!("{ns:?}\u{0}{entry}")
+}
+
+/// How an always rule is saved in `approvals.allowlist`: commands as typed (normalised),
+/// MCP tools `mcp:<server>/<tool>`, file writes `write:<path>` — the old entries read back
+/// the same.
+fn config_entry(ns: Namespace, entry: &str) -> String {
+    match ns {
+        Namespace::Command => entry.to_string(),
+        Namespace::Mcp => format!("mcp:{entry}"),
+        Namespace::Write => format!("write:{entry}"),
+    }
+}
+
+fn key_of_config_entry(saved: &str) -> String {
+    if let Some(rest) = saved.strip_prefix("mcp:") {
+        rule_key(Namespace::Mcp, rest)
+    } else if let Some(rest) = saved.strip_prefix("write:") {
+        rule_key(Namespace::Write, rest)
+    } else {
+        rule_key(Namespace::Command, &normalise_command(saved))
+    }
+}
+
+/// Start-up files of the shells, under the home: what they hold runs at every login.
+const SHELL_STARTUP: &[&str] = &[
+    ".bashrc",
+    ".bash_profile",
+    ".bash_login",
+    ".bash_logout",
+    ".profile",
+    ".zshrc",
+    ".zshenv",
+    ".zprofile",
+    ".zlogin",
+    ".config/fish",
+    ".kshrc",
+    ".cshrc",
+    ".tcshrc",
+];
+
+/// Why a write to `path` (resolved) is protected — it asks every time, whatever rules say —
+/// or None: credential stores, talaria's config and state, `sandbox.deny_read` (all in
+/// `deny_write`), shell start-up files and anything inside a `.git` directory.
+fn protected_write(path: &Path, policy: &Policy, home: Option<&Path>) -> Option<String> {
+    let protected = |what: &str| Some(format!("{} is {what}, so each write there asks", path.display()));
+    if path.components().any(|c| c.as_os_str() == ".git") {
+        return protected("inside a .git directory (hooks and config run code on your next git command)");
+    }
+    if let Some(home) = home.map(crate::engine::sandbox::canonical) {
+        if SHELL_STARTUP.iter().any(|f| path.starts_with(home.join(f))) {
+            return protected("a shell start-up file (it runs at every login)");
+        }
+    }
+    if policy.deny_write.iter().any(|d| path.starts_with(d)) {
+        return protected(
+            "a protected path (a credential store, talaria's own config or state, or under sandbox.deny_read)",
+        );
+    }
+    None
+}
+
 /// Append `command` to `approvals.allowlist` in the user's config, keeping its comments.
 pub(crate) fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result<()> {
     crate::config_edit::edit(path, |doc| {
@@ -332,4 +442,65 @@ pub(crate) fn save_allowlist_entry(path: &Path, command: &str) -> anyhow::Result
         }
         Ok(())
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn approver(allowlist: &[&str], mode: ApprovalMode) -> Approver {
+        let mut config = Config::default();
+        config.approvals.allowlist = allowlist.iter().map(|s| s.to_string()).collect();
+        config.approvals.mode = mode;
+        let (events, _rx) = EventSink::channel();
+        Approver::new(&config, PromptPolicy::DenyUnattended, None, events)
+    }
+
+    fn allowed(v: &Verdict) -> bool {
+        matches!(v, Verdict::Allowed { .. })
+    }
+
+    /// An "always" for MCP tool `fs/write` (saved as `mcp:fs/write`, the old form) allows
+    /// that tool and never a command of the same name; command rules never allow a tool.
+    #[tokio::test]
+    async fn mcp_and_command_rules_live_in_separate_namespaces() {
+        let stop = CancellationToken::new();
+        let a = approver(&["mcp:fs/write", "make deploy", "write:/srv/notes.md"], ApprovalMode::Prompt);
+        assert!(allowed(&a.check_mcp("fs", "write", "fs › write", &stop).await));
+        assert!(!allowed(&a.check_command("mcp:fs/write", true, &stop).await));
+        assert!(!allowed(&a.check_command("./mcp:fs/write", true, &stop).await));
+        assert!(allowed(&a.check_command("make  deploy", true, &stop).await));
+        let b = approver(&["fs/write", "make deploy"], ApprovalMode::Prompt);
+        assert!(!allowed(&b.check_mcp("fs", "write", "fs › write", &stop).await));
+        assert!(!allowed(&a.check_command("write:/srv/notes.md", true, &stop).await));
+        assert_eq!(key_of_config_entry("mcp:fs/write"), rule_key(Namespace::Mcp, "fs/write"));
+        assert_eq!(config_entry(Namespace::Write, "/a b"), "write:/a b");
+    }
+
+    /// Outside an active sandbox every command asks, known safe or not, in auto and
+    /// prompt mode; inside, known safe decides only in prompt mode.
+    #[tokio::test]
+    async fn outside_the_sandbox_always_asks() {
+        let stop = CancellationToken::new();
+        for mode in [ApprovalMode::Auto, ApprovalMode::Prompt] {
+            let a = approver(&[], mode);
+            a.set_sandbox_policy(Policy::from_config(
+                &crate::config::SandboxConfig::default(),
+                Path::new("/nonexistent/work"),
+                &crate::paths::Paths::under(Path::new("/nonexistent/talaria")),
+                None,
+            ));
+            for command in ["ls", "cat notes.txt", "git status", "grep -r x ."] {
+                match a.check_command(command, false, &stop).await {
+                    Verdict::Denied { reason } => assert!(reason.contains("full rights"), "{reason}"),
+                    other => panic!("{mode:?}: {command} outside the sandbox: {other:?}"),
+                }
+                assert!(allowed(&a.check_command(command, true, &stop).await), "{mode:?}: {command} inside");
+            }
+            let inside = a.check_command("sort -S 1 --com=sh notes.txt", true, &stop).await;
+            assert_eq!(allowed(&inside), mode == ApprovalMode::Auto, "{mode:?}: {inside:?}");
+        }
+        let off = approver(&[], ApprovalMode::Off);
+        assert!(allowed(&off.check_command("cat ~/.netrc", false, &stop).await));
+    }
 }

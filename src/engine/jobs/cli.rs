@@ -24,8 +24,21 @@ pub enum JobsCli {
     Kill { id: String },
 }
 
-/// Run one `talaria jobs` command; returns the exit code.
-pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli, json: bool) -> anyhow::Result<i32> {
+/// Run one `talaria jobs` command; returns the exit code. On a terminal, what jobs
+/// printed and the commands they ran are shown without escape sequences, C1 or bidi
+/// controls (a job's OSC 52 must not reach the clipboard, nor a title the window);
+/// `raw` (`--raw`) or a pipe gets the bytes as they are, `json` is never touched.
+pub async fn run(
+    paths: &Paths,
+    config: &Config,
+    store: &Store,
+    action: JobsCli,
+    json: bool,
+    raw: bool,
+) -> anyhow::Result<i32> {
+    use std::io::IsTerminal;
+    let sanitise = !raw && !json && std::io::stdout().is_terminal();
+    let shown = |text: &str| if sanitise { crate::text::for_terminal(text) } else { text.to_string() };
     let grace = Duration::from_secs_f64(config.terminal.kill_grace_s.max(0.0));
     refresh(paths, store, grace).await?;
     match action {
@@ -43,7 +56,7 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
                     .then(|| crossterm::terminal::size().ok().map(|(w, _)| usize::from(w)))
                     .flatten();
                 for row in &rows {
-                    println!("{}", list_line(row, width));
+                    println!("{}", shown(&list_line(row, width)));
                 }
             }
             Ok(0)
@@ -63,10 +76,10 @@ pub async fn run(paths: &Paths, config: &Config, store: &Store, action: JobsCli,
             } else if !view.text.is_empty() {
                 // Following a line the job has not finished: the rest comes next, on it.
                 let unfinished = following && ends_mid_line(&index);
-                print!("{}{}", view.text, if unfinished { "" } else { "\n" });
+                print!("{}{}", shown(&view.text), if unfinished { "" } else { "\n" });
                 std::io::stdout().flush()?;
             }
-            if following && !follow_log(&jd, &index, &row)? {
+            if following && !follow_log(&jd, &index, &row, sanitise)? {
                 eprintln!("talaria: {}'s supervisor is gone without recording an exit: the job is lost", row.id());
                 return Ok(1);
             }
@@ -231,7 +244,7 @@ fn count_newlines(path: &std::path::Path, bytes: u64) -> (u64, bool) {
 
 /// Print what the job writes from the end of `index` on, until its exit record appears
 /// (true), or until its supervisor is gone without one (false: nothing will ever end it).
-fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow) -> anyhow::Result<bool> {
+fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow, sanitise: bool) -> anyhow::Result<bool> {
     let mut n: u64 = index
         .segments
         .last()
@@ -240,6 +253,18 @@ fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow) -> anyhow::Result<boo
     let mut offset = index.segments.last().map(|s| s.bytes).unwrap_or(0);
     let mut out = std::io::stdout().lock();
     let mut buf = vec![0u8; 64 * 1024];
+    // Sanitised output goes out a whole line at a time: an escape sequence may span reads.
+    let mut pending: Vec<u8> = Vec::new();
+    let mut emit = |out: &mut std::io::StdoutLock, bytes: &[u8], last: bool| -> std::io::Result<()> {
+        if !sanitise {
+            return out.write_all(bytes);
+        }
+        pending.extend_from_slice(bytes);
+        let cut = if last { pending.len() } else { pending.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1) };
+        let text = String::from_utf8_lossy(&pending[..cut]).into_owned();
+        pending.drain(..cut);
+        out.write_all(crate::text::for_terminal(&text).as_bytes())
+    };
     loop {
         let exited = jd.exit().exists();
         let mut got_any = false;
@@ -250,7 +275,7 @@ fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow) -> anyhow::Result<boo
                 if got == 0 {
                     break;
                 }
-                out.write_all(&buf[..got])?;
+                emit(&mut out, &buf[..got], false)?;
                 offset += got as u64;
                 got_any = true;
             }
@@ -262,6 +287,8 @@ fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow) -> anyhow::Result<boo
             continue;
         }
         if exited && !got_any {
+            emit(&mut out, &[], true)?;
+            out.flush()?;
             return Ok(true);
         }
         // The supervisor records the exit before it exits: gone with none on disk, lost.

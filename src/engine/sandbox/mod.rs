@@ -367,6 +367,19 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
     Ok(prepared)
 }
 
+/// The sandbox of talaria's file-tool helper (`talaria __fs`, engine/tools/fs_helper.rs):
+/// the same Landlock rules and mounts as a job, but a seccomp filter without the socket
+/// mediation (the helper opens no socket and nobody would serve its connects) and no IP
+/// socket at all.
+pub fn prepare_helper(policy: &Policy) -> Result<Prepared, SandboxError> {
+    let mut prepared = prepare(policy)?;
+    if prepared.filter.is_some() {
+        prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: false, mediate_sockets: false }));
+        prepared.handoff = None;
+    }
+    Ok(prepared)
+}
+
 /// What may be granted whole under `root` without granting anything under `holes`: `root`
 /// itself when no hole is inside it, else its entries, recursively. Symlinks are skipped
 /// (Landlock checks the file they point to). All paths are canonical.

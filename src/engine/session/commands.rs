@@ -200,10 +200,12 @@ impl Engine {
         let policy = self.env.jobs.sandbox_policy();
         let approvals = match self.env.config.approvals.mode {
             crate::config::ApprovalMode::Auto if policy.active() => {
-                "approvals: auto (sandboxed commands run; outside the sandbox, what is not known safe asks)"
+                "approvals: auto (sandboxed commands run; every command outside the sandbox asks)"
             }
             crate::config::ApprovalMode::Auto => "approvals: auto, acting as prompt (no kernel sandbox)",
-            crate::config::ApprovalMode::Prompt => "approvals: prompt (everything not known safe asks)",
+            crate::config::ApprovalMode::Prompt => {
+                "approvals: prompt (inside the sandbox what is not known safe asks; outside, everything asks)"
+            }
             crate::config::ApprovalMode::Off => "approvals: off (nothing asks; hardline commands are still refused)",
         };
         self.notice(

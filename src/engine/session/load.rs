@@ -62,7 +62,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {
             events.send(Event::notice(
                 NoticeLevel::Warn,
-                format!("no kernel sandbox: {reason}; every command that is not known safe will ask (approvals act as \"prompt\")"),
+                format!("no kernel sandbox: {reason}; every command will ask (it runs with your full rights; approvals act as \"prompt\")"),
             ));
         }
     }

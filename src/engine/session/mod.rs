@@ -358,7 +358,8 @@ impl Engine {
         if let Some(command) = crate::engine::bang::parse_bang(&text).map(str::to_string) {
             return self.feed(Input::Bang { typed: text, command }).await;
         }
-        let (expanded, missing) = crate::engine::mentions::expand(&text, &self.env.cwd());
+        let policy = self.env.approver.sandbox_policy();
+        let (expanded, missing) = crate::engine::mentions::expand(&text, &self.env.cwd(), &policy).await;
         for path in missing {
             self.notice(NoticeLevel::Warn, format!("@{path}: no such file here — not attached"));
         }

@@ -35,6 +35,19 @@ pub fn read_file_at(path: &Path, offset: Option<u64>, limit: Option<u64>, max_ch
     render_read(&bytes, &path.display().to_string(), offset, limit, max_chars)
 }
 
+/// `read_file` as the tool runs it: in the sandboxed helper, so the kernel decides whether
+/// `path` (and every link on the way) may be read.
+pub async fn read_file_sandboxed(
+    path: &Path,
+    offset: Option<u64>,
+    limit: Option<u64>,
+    max_chars: usize,
+    approvals: &Approver,
+) -> ToolResult {
+    let request = super::fs_helper::Request::Read { path: path.to_path_buf(), offset, limit, max_chars };
+    super::fs_helper::call(&approvals.sandbox_policy(), request, &CancellationToken::new()).await
+}
+
 /// The `read_file` result for a text file's bytes (also for a file read on a remote backend).
 pub(crate) fn render_read(
     bytes: &[u8],
@@ -128,7 +141,6 @@ fn split_lines(text: &str) -> Vec<&str> {
 /// The bytes of a text file, or an error the model can act on (missing, a directory, too
 /// big, binary, unreadable).
 fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
-    use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     // O_NONBLOCK: opening a FIFO must not hang the tool; fstat then tells what was opened.
     let file = std::fs::OpenOptions::new()
@@ -136,6 +148,33 @@ fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
         .custom_flags(libc::O_NONBLOCK)
         .open(path)
         .map_err(|e| io_problem(path, &e, "read"))?;
+    bytes_of(file, path)
+}
+
+/// The whole text of the UTF-8 file at `path` (for `edit_file`).
+pub(crate) fn load_text(path: &Path) -> Result<String, String> {
+    let bytes = load_text_file(path).map_err(|e| {
+        if path.exists() {
+            e
+        } else {
+            format!("{e} edit_file changes existing files; use write_file to create a new one.")
+        }
+    })?;
+    utf8(bytes, path)
+}
+
+/// The whole text of an opened file.
+pub(crate) fn text_of(file: std::fs::File, path: &Path) -> Result<String, String> {
+    utf8(bytes_of(file, path)?, path)
+}
+
+fn utf8(bytes: Vec<u8>, path: &Path) -> Result<String, String> {
+    String::from_utf8(bytes)
+        .map_err(|_| format!("{} is not valid UTF-8 text; edit_file only edits UTF-8 files", path.display()))
+}
+
+fn bytes_of(file: std::fs::File, path: &Path) -> Result<Vec<u8>, String> {
+    use std::io::Read;
     let meta = file.metadata().map_err(|e| io_problem(path, &e, "read"))?;
     if !meta.is_dir() && !meta.is_file() {
         return Err(format!(
@@ -172,7 +211,7 @@ fn load_text_file(path: &Path) -> Result<Vec<u8>, String> {
 }
 
 /// An I/O error as a sentence that says what to do next.
-fn io_problem(path: &Path, err: &std::io::Error, verb: &str) -> String {
+pub(crate) fn io_problem(path: &Path, err: &std::io::Error, verb: &str) -> String {
     match err.kind() {
         ErrorKind::NotFound => {
             let mut msg = format!("File not found: {}. Check the path", path.display());
@@ -190,6 +229,7 @@ fn io_problem(path: &Path, err: &std::io::Error, verb: &str) -> String {
             msg.push_str("; relative paths start from the session's working directory.");
             msg
         }
+        ErrorKind::PermissionDenied if super::fs_helper::in_helper() => super::fs_helper::refusal_text(path, verb),
         ErrorKind::PermissionDenied => format!("Permission denied: cannot {verb} {}", path.display()),
         _ => format!("Could not {verb} {}: {err}", path.display()),
     }
@@ -217,15 +257,36 @@ fn similar_names(path: &Path) -> Vec<String> {
 // ---------------------------------------------------------------------------------------------
 // write_file and edit_file
 
+/// Where an approved write is done.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WriteWay {
+    /// Inside the writable roots: by the sandboxed helper, so the kernel has the last word.
+    Sandboxed,
+    /// Outside them (or under a protected path), approved: in talaria, beneath the
+    /// approved directory, following no symlink.
+    Beneath,
+}
+
+/// An approved write: the resolved path, the approval note, and how to do it.
+struct Approved {
+    real: PathBuf,
+    note: Option<String>,
+    way: WriteWay,
+    /// The policy it was judged against (the helper's).
+    policy: crate::engine::sandbox::Policy,
+}
+
 /// Ask the approver whether `path` may be written, judged by where it really leads: every
-/// symlink on the way is resolved, a dangling final one included. Returns the resolved path
-/// (the one to write, so a link swapped after the check is not followed) and the approval note.
+/// symlink on the way is resolved, a dangling final one included.
 async fn approve_write(
     path: &Path,
     approvals: &Approver,
     interrupt: &CancellationToken,
-) -> Result<(PathBuf, Option<String>), ToolResult> {
-    let real = resolve_path(path);
+) -> Result<Approved, ToolResult> {
+    let real = match resolve_checked(path) {
+        Ok(real) => real,
+        Err(message) => return Err(ToolResult::error(message)),
+    };
     if std::fs::symlink_metadata(&real).is_ok_and(|m| !m.is_file()) {
         return Err(ToolResult::error(format!(
             "{} is not a regular file (a directory, FIFO, socket or device); file tools only write regular files",
@@ -233,8 +294,12 @@ async fn approve_write(
         )));
     }
     let policy = approvals.sandbox_policy();
+    let inside = approvals.write_is_inside(&real, &policy);
     match approvals.check_write(&real, &policy, interrupt).await {
-        Verdict::Allowed { note, .. } => Ok((real, note)),
+        Verdict::Allowed { note, .. } => {
+            let way = if inside && policy.active() { WriteWay::Sandboxed } else { WriteWay::Beneath };
+            Ok(Approved { real, note, way, policy })
+        }
         Verdict::Denied { reason } => Err(ToolResult {
             value: json!({ "error": format!("Writing {} was not allowed: {reason}", path.display()), "status": "denied" }),
             ok: false,
@@ -244,9 +309,25 @@ async fn approve_write(
     }
 }
 
+/// Links followed at most while resolving a path (the kernel's own limit).
+const MAX_LINK_HOPS: usize = 40;
+
 /// `path` made absolute with every symlink resolved, including a final component that is
-/// a dangling symlink (where a write would create the file) and parts that do not exist yet.
-pub(crate) fn resolve_path(path: &Path) -> PathBuf {
+/// a dangling symlink (where a write would create the file) and parts that do not exist
+/// yet; refused when it needs more than 40 links (the kernel's own limit).
+pub(crate) fn resolve_checked(path: &Path) -> Result<PathBuf, String> {
+    match resolve_counting(path) {
+        (real, true) => Ok(real),
+        (_, false) => Err(format!(
+            "{} goes through more than {MAX_LINK_HOPS} symbolic links; file tools do not follow it — give the \
+             real path",
+            path.display()
+        )),
+    }
+}
+
+/// The resolved path, and whether every link on the way was followed.
+fn resolve_counting(path: &Path) -> (PathBuf, bool) {
     use std::collections::VecDeque;
     use std::path::Component;
     let absolute = if path.is_absolute() {
@@ -267,6 +348,7 @@ pub(crate) fn resolve_path(path: &Path) -> PathBuf {
     };
     push_parts(&mut todo, &absolute);
     let mut hops = 0;
+    let mut complete = true;
     while let Some(part) = todo.pop_front() {
         if part == ".." {
             out.pop();
@@ -274,7 +356,12 @@ pub(crate) fn resolve_path(path: &Path) -> PathBuf {
         }
         let next = out.join(&part);
         match std::fs::symlink_metadata(&next) {
-            Ok(m) if m.file_type().is_symlink() && hops < 40 => {
+            Ok(m) if m.file_type().is_symlink() => {
+                if hops == MAX_LINK_HOPS {
+                    complete = false;
+                    out = next;
+                    continue;
+                }
                 hops += 1;
                 match std::fs::read_link(&next) {
                     Ok(target) => {
@@ -289,7 +376,7 @@ pub(crate) fn resolve_path(path: &Path) -> PathBuf {
             _ => out = next,
         }
     }
-    out
+    (out, complete)
 }
 
 /// Open `path` for writing without following a symlink at its end and without blocking
@@ -308,12 +395,46 @@ fn open_regular_for_write(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Replace the contents of the regular file at `path` (no symlink, FIFO or device).
-fn write_regular(path: &Path, content: &[u8]) -> std::io::Result<()> {
+/// Replace the contents of the regular file at `path` (no symlink, FIFO or device),
+/// creating it and its parent directories. Returns whether the file was created. Runs in
+/// the sandboxed helper.
+pub(crate) fn write_creating_parents(path: &Path, content: &[u8]) -> std::io::Result<bool> {
     use std::io::Write;
+    let created = std::fs::symlink_metadata(path).is_err();
+    if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
+        std::fs::create_dir_all(parent)?;
+    }
     let mut file = open_regular_for_write(path)?;
     file.set_len(0)?;
-    file.write_all(content)
+    file.write_all(content)?;
+    Ok(created)
+}
+
+/// Do an approved write the way its approval says; Ok(created) or the tool's error.
+async fn do_write(approved: &Approved, shown: &Path, content: String) -> Result<bool, ToolResult> {
+    let real = approved.real.clone();
+    match approved.way {
+        WriteWay::Sandboxed => {
+            let result = super::fs_helper::call(
+                &approved.policy,
+                super::fs_helper::Request::Write { path: real, content },
+                &CancellationToken::new(),
+            )
+            .await;
+            if result.ok {
+                Ok(result.value["created"].as_bool().unwrap_or(false))
+            } else {
+                Err(result)
+            }
+        }
+        WriteWay::Beneath => {
+            let shown = shown.to_path_buf();
+            tokio::task::spawn_blocking(move || super::fs_helper::write_beneath(&real, content.as_bytes()))
+                .await
+                .map_err(|e| ToolResult::error(format!("write failed unexpectedly: {e}")))?
+                .map_err(|e| ToolResult::error(io_problem(&shown, &e, "write")))
+        }
+    }
 }
 
 /// Write `content` to `path`, creating parent directories, after the approval check.
@@ -326,19 +447,14 @@ pub async fn write_file_at(
     if path.is_dir() {
         return ToolResult::error(format!("{} is a directory; give write_file a file path", path.display()));
     }
-    let (real, note) = match approve_write(path, approvals, interrupt).await {
+    let approved = match approve_write(path, approvals, interrupt).await {
         Ok(approved) => approved,
         Err(denied) => return denied,
     };
-    let created = std::fs::symlink_metadata(&real).is_err();
-    if let Some(parent) = real.parent().filter(|p| !p.as_os_str().is_empty()) {
-        if let Err(e) = tokio::fs::create_dir_all(parent).await {
-            return ToolResult::error(format!("Could not create the directory {}: {e}", parent.display()));
-        }
-    }
-    if let Err(e) = write_regular(&real, content.as_bytes()) {
-        return ToolResult::error(io_problem(path, &e, "write"));
-    }
+    let created = match do_write(&approved, path, content.to_string()).await {
+        Ok(created) => created,
+        Err(failed) => return failed,
+    };
     let mut value = json!({
         "status": "ok",
         "path": path.display().to_string(),
@@ -346,7 +462,7 @@ pub async fn write_file_at(
         "lines": split_lines(content).len(),
         "created": created,
     });
-    if let Some(note) = note {
+    if let Some(note) = approved.note {
         value["approval"] = json!(note);
     }
     ToolResult::ok(value)
@@ -442,36 +558,58 @@ fn not_found_message(content: &str, old: &str, path: &str) -> String {
     msg
 }
 
+/// The text of `path` read the way `way` writes: by the sandboxed helper, or beneath
+/// the approved directory.
+async fn load_for_edit(path: &Path, way: WriteWay, policy: &crate::engine::sandbox::Policy) -> ToolResult {
+    match way {
+        WriteWay::Sandboxed => {
+            let request = super::fs_helper::Request::Load { path: path.to_path_buf() };
+            super::fs_helper::call(policy, request, &CancellationToken::new()).await
+        }
+        WriteWay::Beneath => {
+            let path = path.to_path_buf();
+            match tokio::task::spawn_blocking(move || super::fs_helper::load_beneath(&path)).await {
+                Ok(Ok(text)) => ToolResult::ok(json!({ "text": text })),
+                Ok(Err(message)) => ToolResult::error(message),
+                Err(e) => ToolResult::error(format!("edit_file failed unexpectedly: {e}")),
+            }
+        }
+    }
+}
+
 /// Replace `old_string` with `new_string` in an existing file, after the approval check.
 pub async fn edit_file_at(path: &Path, edit: &Edit, approvals: &Approver, interrupt: &CancellationToken) -> ToolResult {
     let shown = path.display().to_string();
-    let prepare = |path: &Path| -> Result<Edited, String> {
-        let bytes = load_text_file(path).map_err(|e| {
-            if path.exists() {
-                e
-            } else {
-                format!("{e} edit_file changes existing files; use write_file to create a new one.")
-            }
-        })?;
-        let text = String::from_utf8(bytes)
-            .map_err(|_| format!("{shown} is not valid UTF-8 text; edit_file only edits UTF-8 files"))?;
-        apply_edit(&text, edit, &shown)
+    let apply = |loaded: &ToolResult| -> Result<Edited, String> {
+        let text = loaded.value["text"].as_str().unwrap_or_default();
+        apply_edit(text, edit, &shown)
     };
-    // Check first so the user is not asked to approve an edit that cannot be made.
-    if let Err(message) = prepare(path) {
-        return ToolResult::error(message);
+    // Check first so the user is not asked to approve an edit that cannot be made; a file
+    // the sandbox will not read (a protected one) is left to the approval.
+    let policy = approvals.sandbox_policy();
+    let first = load_for_edit(path, WriteWay::Sandboxed, &policy).await;
+    if first.ok {
+        if let Err(message) = apply(&first) {
+            return ToolResult::error(message);
+        }
+    } else if first.status != Some(ToolStatus::Denied) {
+        return first;
     }
-    let (real, note) = match approve_write(path, approvals, interrupt).await {
+    let approved = match approve_write(path, approvals, interrupt).await {
         Ok(approved) => approved,
         Err(denied) => return denied,
     };
     // The file may have changed while the approval waited: apply the edit to what is there now.
-    let edited = match prepare(&real) {
+    let now = load_for_edit(&approved.real, approved.way, &approved.policy).await;
+    if !now.ok {
+        return now;
+    }
+    let edited = match apply(&now) {
         Ok(edited) => edited,
         Err(message) => return ToolResult::error(message),
     };
-    if let Err(e) = write_regular(&real, edited.content.as_bytes()) {
-        return ToolResult::error(io_problem(path, &e, "write"));
+    if let Err(failed) = do_write(&approved, path, edited.content.clone()).await {
+        return failed;
     }
     let mut value = json!({
         "status": "ok",
@@ -480,7 +618,7 @@ pub async fn edit_file_at(path: &Path, edit: &Edit, approvals: &Approver, interr
         "line": edited.first_line,
         "snippet": snippet(&edited.content, edited.first_line, edit.new_string.lines().count().max(1)),
     });
-    if let Some(note) = note {
+    if let Some(note) = approved.note {
         value["approval"] = json!(note);
     }
     ToolResult::ok(value)
@@ -582,11 +720,8 @@ impl Tool for ReadFile {
         if backend.is_remote() {
             return super::remote_files::read_file(&ctx, &backend, &path, offset, limit).await;
         }
-        let path = ctx.resolve(&path);
         let max_chars = ctx.config.tool_output.max_chars.max(1_000);
-        tokio::task::spawn_blocking(move || read_file_at(&path, offset, limit, max_chars))
-            .await
-            .unwrap_or_else(|e| ToolResult::error(format!("read_file failed unexpectedly: {e}")))
+        read_file_sandboxed(&ctx.resolve(&path), offset, limit, max_chars, &ctx.approvals).await
     }
 }
 

@@ -2,6 +2,7 @@
 //! reads (DESIGN §4a); errors are results (`{"error": ...}`), never a crashed turn.
 
 pub mod files;
+pub mod fs_helper;
 pub mod process;
 mod remote_files;
 pub mod search;

@@ -130,8 +130,34 @@ pub fn search_at(
     }
     if unreadable > 0 {
         value["unreadable"] = json!(unreadable);
+        if super::fs_helper::in_helper() {
+            value["sandbox"] = json!(format!(
+                "{unreadable} files or directories could not be read: the sandbox stopped it (credential stores, \
+                 talaria's own files, sandbox.deny_read) or their permissions do; ways on: ask the user for what you \
+                 need from them"
+            ));
+        }
     }
     ToolResult::ok(value)
+}
+
+/// `search_files` as the tool runs it: in the sandboxed helper, so what the sandbox hides
+/// (credential stores, talaria's files, `sandbox.deny_read`) is never searched.
+pub async fn search_sandboxed(
+    root: &Path,
+    pattern: &str,
+    glob: Option<&str>,
+    max_chars: usize,
+    approvals: &crate::engine::approval::Approver,
+    interrupt: &CancellationToken,
+) -> ToolResult {
+    let request = super::fs_helper::Request::Search {
+        root: root.to_path_buf(),
+        pattern: pattern.to_string(),
+        glob: glob.map(str::to_string),
+        max_chars,
+    };
+    super::fs_helper::call(&approvals.sandbox_policy(), request, interrupt).await
 }
 
 /// `path:line:text`, the text without its line end, cut when long.
@@ -221,12 +247,8 @@ impl Tool for SearchFiles {
             Some(p) => ctx.resolve(p),
             None => ctx.cwd(),
         };
-        let glob = args.glob;
         let max_chars = ctx.config.tool_output.max_chars.max(1_000);
-        let interrupt = ctx.signals.interrupt.clone();
-        tokio::task::spawn_blocking(move || search_at(&root, &pattern, glob.as_deref(), max_chars, &interrupt))
-            .await
-            .unwrap_or_else(|e| ToolResult::error(format!("search_files failed unexpectedly: {e}")))
+        search_sandboxed(&root, &pattern, args.glob.as_deref(), max_chars, &ctx.approvals, &ctx.signals.interrupt).await
     }
 }
 

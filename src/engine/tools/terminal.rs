@@ -261,7 +261,7 @@ async fn remote_call(
     };
     // Remote commands run with the remote user's rights, outside our sandbox: approvals
     // treat them as unsandboxed (DESIGN §4b).
-    let (approval, by) = match ctx.approvals.check_command(command, false, &ctx.signals.interrupt).await {
+    let (approval, by) = match ctx.approvals.check_remote_command(command, &ctx.signals.interrupt).await {
         Verdict::Allowed { note, by } => (note, by),
         Verdict::Denied { reason } => {
             let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
