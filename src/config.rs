@@ -316,17 +316,9 @@ pub(crate) enum OnQuit {
     Keep,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum ApprovalMode {
-    /// Sandboxed commands run; every command outside the sandbox asks.
-    #[default]
-    Auto,
-    /// Inside the sandbox what is not known safe asks; outside it everything asks.
-    Prompt,
-    /// Nothing asks (hardline commands are still refused; the sandbox still applies).
-    Off,
-}
+/// `approvals.mode` (DESIGN §6); a protocol type, since `/approvals` and the editor
+/// protocol switch it for a session.
+pub use crate::protocol::ApprovalMode;
 
 /// `sandbox.mode` (DESIGN §6).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]

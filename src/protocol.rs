@@ -26,6 +26,38 @@ pub struct EngineHandle {
 /// A background job id as the model and the user see it: `job_<n>`.
 pub type JobId = String;
 
+/// What asks before it runs (`approvals.mode`, DESIGN §6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ApprovalMode {
+    /// Sandboxed commands run; every command outside the sandbox asks.
+    #[default]
+    Auto,
+    /// Inside the sandbox what is not known safe asks; outside it everything asks.
+    Prompt,
+    /// Nothing asks (hardline commands are still refused; the sandbox still applies).
+    Off,
+}
+
+impl ApprovalMode {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ApprovalMode::Auto => "auto",
+            ApprovalMode::Prompt => "prompt",
+            ApprovalMode::Off => "off",
+        }
+    }
+
+    pub(crate) fn parse(s: &str) -> Option<ApprovalMode> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Some(ApprovalMode::Auto),
+            "prompt" => Some(ApprovalMode::Prompt),
+            "off" => Some(ApprovalMode::Off),
+            _ => None,
+        }
+    }
+}
+
 /// What a message typed while the agent is busy does (DESIGN §3).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]

@@ -383,7 +383,8 @@ async fn session_load_replays_a_session_made_by_exec_and_list_finds_it() {
     ])
     .await
     .unwrap();
-    let out = home.run(&["exec", "--json", "--base-url", &server.base_url(), "remember the word zebra"]).await;
+    // The sandbox is off in these tests, so in `auto` every command asks; --yes answers for exec.
+    let out = home.run(&["exec", "--json", "--yes", "--base-url", &server.base_url(), "remember the word zebra"]).await;
     assert_eq!(out.status.code(), Some(0), "{}", common::stderr(&out));
     let ready = common::stdout(&out)
         .lines()
@@ -579,11 +580,17 @@ async fn acpx_cancel_stops_a_long_command_of_acpx_prompt() {
 }
 
 #[tokio::test(flavor = "multi_thread")]
-async fn the_model_and_the_busy_mode_are_session_settings_and_the_approval_mode_is_shown() {
+async fn the_model_the_busy_mode_and_the_approval_mode_are_session_settings() {
     let home = Home::new();
     config(&home, "auto");
-    let server =
-        ScriptedServer::start([ScriptedResponse::text("from m2"), ScriptedResponse::text("from m3")]).await.unwrap();
+    let server = ScriptedServer::start([
+        ScriptedResponse::text("from m2"),
+        ScriptedResponse::text("from m3"),
+        ScriptedResponse::tool_call("call_p", "terminal", &terminal("touch prompted_3004418")),
+        ScriptedResponse::text("made it"),
+    ])
+    .await
+    .unwrap();
     server.set_models(["m1", "m2"]);
     let mut client = SdkClient::start(&home, &server.base_url()).await;
     let tag = client.request("session/new", json!({ "cwd": home.work(), "mcpServers": [] })).await;
@@ -611,11 +618,21 @@ async fn the_model_and_the_busy_mode_are_session_settings_and_the_approval_mode_
     let models: Vec<Value> = server.chat_requests().iter().map(|r| r.body["model"].clone()).collect();
     assert_eq!(models, [json!("m2"), json!("m3")]);
 
-    let tag = client.request("session/set_mode", json!({ "sessionId": session, "modeId": "auto" })).await;
+    // The approval mode: in auto a sandboxed `touch` runs unasked; switched to prompt, it asks.
+    let tag = client.request("session/set_mode", json!({ "sessionId": session, "modeId": "never" })).await;
+    assert_eq!(client.answer(&tag).await["kind"], "error", "no such mode");
+    let tag = client.request("session/set_mode", json!({ "sessionId": session, "modeId": "prompt" })).await;
     client.result(&tag).await;
-    let tag = client.request("session/set_mode", json!({ "sessionId": session, "modeId": "off" })).await;
-    let refused = client.answer(&tag).await;
-    assert_eq!(refused["kind"], "error", "switching the approval mode is not supported yet: {refused}");
+    let switched =
+        client.wait_for("the mode update", |v| v["params"]["update"]["sessionUpdate"] == "current_mode_update").await;
+    assert_eq!(switched["params"]["update"]["currentModeId"], "prompt");
+    client.send(json!({ "op": "answers", "list": ["once"] })).await;
+    let tag = client.prompt(&session, "make a file").await;
+    assert_eq!(client.result(&tag).await["stopReason"], "end_turn");
+    let asks: Vec<Value> = client.seen().into_iter().filter(|v| v["kind"] == "permission").collect();
+    assert_eq!(asks.len(), 1, "in prompt mode the sandboxed touch asked");
+    assert_eq!(asks[0]["params"]["toolCall"]["toolCallId"], "call_p");
+    assert!(home.work().join("prompted_3004418").exists(), "allowed once: it ran");
     client.close().await;
 }
 

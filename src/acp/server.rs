@@ -25,7 +25,7 @@ use super::settings::{config_options, mode_id, modes, prompt_text};
 use super::{updates, AcpOptions, SetModelRequest, SetModelResponse};
 use crate::config::OnQuit;
 use crate::engine::SessionChoice;
-use crate::protocol::{Approval, BusyMode, Event, HistoryItem, Op};
+use crate::protocol::{Approval, ApprovalMode, BusyMode, Event, HistoryItem, Op};
 
 /// What the SDK's handlers hand over.
 pub(crate) enum Incoming {
@@ -61,6 +61,8 @@ struct Live {
     loading: Option<Loading>,
     models: Vec<String>,
     busy_mode: BusyMode,
+    /// The approval mode in force (`session/set_mode` switches it for this session).
+    approval_mode: ApprovalMode,
 }
 
 impl Live {
@@ -199,6 +201,7 @@ impl Server {
             loading: None,
             models,
             busy_mode: self.options.config.agent.busy_input_mode,
+            approval_mode: self.options.config.approvals.mode,
         };
         self.sessions.insert(id.clone(), live);
         let tx = self.events_tx.clone();
@@ -277,7 +280,7 @@ impl Server {
     fn session_setup(&self, id: &str) -> Value {
         let Some(live) = self.sessions.get(id) else { return json!({}) };
         json!({
-            "modes": modes(self.options.config.approvals.mode),
+            "modes": modes(live.approval_mode),
             "configOptions": live.settings(),
         })
     }
@@ -338,19 +341,24 @@ impl Server {
         }
     }
 
+    /// `session/set_mode`: the approval mode, for this session (as `/approvals` is).
     fn set_mode(
         &mut self,
         req: SetSessionModeRequest,
         responder: Responder<SetSessionModeResponse>,
     ) -> Result<(), Error> {
-        let current = mode_id(self.options.config.approvals.mode);
-        if req.mode_id.to_string() == current {
-            return responder.respond(typed(json!({}))?);
-        }
-        // The engine sets its approval mode at start and has no op to change it yet.
-        responder.respond_with_error(Error::invalid_params().data(json!(format!(
-            "this session's approval mode is {current} ([approvals] mode in config.toml); changing it while the session runs is not supported yet"
-        ))))
+        let id = req.session_id.to_string();
+        let Some(live) = self.sessions.get_mut(&id) else { return responder.respond_with_error(unknown_session(&id)) };
+        let Some(mode) = ApprovalMode::parse(&req.mode_id.to_string()) else {
+            return responder.respond_with_error(
+                Error::invalid_params().data(json!("the approval modes are auto, prompt and off")),
+            );
+        };
+        live.approval_mode = mode;
+        let _ = live.ops.send(Op::Command(crate::protocol::SlashCommand::Approvals(Some(mode))));
+        responder.respond(typed(json!({}))?)?;
+        self.send_update(&id, json!({ "sessionUpdate": "current_mode_update", "currentModeId": mode_id(mode) }));
+        Ok(())
     }
 
     fn set_config_option(

@@ -7,11 +7,7 @@ use crate::config::ApprovalMode;
 use crate::protocol::BusyMode;
 
 pub(super) fn mode_id(mode: ApprovalMode) -> &'static str {
-    match mode {
-        ApprovalMode::Auto => "auto",
-        ApprovalMode::Prompt => "prompt",
-        ApprovalMode::Off => "off",
-    }
+    mode.as_str()
 }
 
 /// Talaria's approval modes as ACP session modes.

@@ -452,6 +452,7 @@ impl Scheduler {
             | SlashCommand::Usage
             | SlashCommand::Backend(None)
             | SlashCommand::Permissions
+            | SlashCommand::Approvals(_)
             | SlashCommand::Mcp(_) => None,
         };
         if let (Some(name), false) = (name, self.free()) {

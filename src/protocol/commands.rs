@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::protocol::BusyMode;
+use crate::protocol::{ApprovalMode, BusyMode};
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum HeartbeatCmd {
@@ -65,6 +65,8 @@ pub enum SlashCommand {
     Usage,
     /// `/permissions` (or `/sandbox`): the sandbox mode, writable roots, approvals mode.
     Permissions,
+    /// `/approvals [auto|prompt|off]`: show or switch what asks, for this session.
+    Approvals(Option<ApprovalMode>),
     /// `/backend [local|ssh <host>|docker <container>]`: show or switch where commands run.
     Backend(Option<String>),
     Mcp(McpCmd),
@@ -129,6 +131,7 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/stop", help: "interrupt the running turn" },
     CommandHelp { usage: "/quit", help: "leave Talaria" },
     CommandHelp { usage: "/busy [redirect|steer|queue]", help: "what typing while busy does" },
+    CommandHelp { usage: "/approvals [auto|prompt|off]", help: "what asks before it runs, for this session" },
     CommandHelp { usage: "/jobs [log|poll|kill <id>]", help: "background jobs" },
     CommandHelp { usage: "/model [name]", help: "list or switch models" },
     CommandHelp {
@@ -209,6 +212,13 @@ pub(crate) fn parse(text: &str) -> Result<Command, String> {
         },
         "/stop" => no_args(SlashCommand::Stop.into()),
         "/quit" | "/exit" | "/q" => no_args(UiCommand::Quit.into()),
+        "/approvals" => match args.as_slice() {
+            [] => Ok(Command::Engine(SlashCommand::Approvals(None))),
+            [m] => ApprovalMode::parse(m)
+                .map(|m| SlashCommand::Approvals(Some(m)).into())
+                .ok_or_else(|| format!("unknown mode '{m}'; {}", usage_of("/approvals"))),
+            _ => Err(usage_of("/approvals")),
+        },
         "/busy" => match args.as_slice() {
             [] => Ok(Command::Engine(SlashCommand::Busy(None))),
             [m] => BusyMode::parse(m)
@@ -393,6 +403,12 @@ mod tests {
         assert_eq!(parse("/busy"), Ok(Command::Engine(SlashCommand::Busy(None))));
         assert_eq!(parse("/busy steer"), Ok(Command::Engine(SlashCommand::Busy(Some(BusyMode::Steer)))));
         assert!(parse("/busy sideways").unwrap_err().contains("redirect|steer|queue"));
+        assert_eq!(parse("/approvals"), Ok(Command::Engine(SlashCommand::Approvals(None))));
+        assert_eq!(
+            parse("/approvals Prompt"),
+            Ok(Command::Engine(SlashCommand::Approvals(Some(ApprovalMode::Prompt))))
+        );
+        assert!(parse("/approvals never").unwrap_err().contains("auto|prompt|off"));
         assert_eq!(parse("/jobs"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::List))));
         assert_eq!(parse("/jobs kill 3"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Kill("job_3".into())))));
         assert_eq!(parse("/jobs log job_2"), Ok(Command::Engine(SlashCommand::Jobs(JobsCmd::Log("job_2".into())))));

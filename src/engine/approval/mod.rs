@@ -59,7 +59,8 @@ pub struct Approver {
 }
 
 struct Inner {
-    mode: ApprovalMode,
+    /// `approvals.mode`, switched for the session by `/approvals` (or the editor).
+    mode: Mutex<ApprovalMode>,
     policy: PromptPolicy,
     timeout: Duration,
     config_file: Option<PathBuf>,
@@ -78,7 +79,7 @@ impl Approver {
     pub fn new(config: &Config, policy: PromptPolicy, config_file: Option<PathBuf>, events: EventSink) -> Approver {
         Approver {
             inner: Arc::new(Inner {
-                mode: config.approvals.mode,
+                mode: Mutex::new(config.approvals.mode),
                 policy,
                 timeout: Duration::from_secs(config.approvals.timeout_s.max(1)),
                 config_file,
@@ -90,6 +91,16 @@ impl Approver {
                 sandbox: Mutex::new(None),
             }),
         }
+    }
+
+    /// What asks now: `approvals.mode`, or what `/approvals` switched this session to.
+    pub(crate) fn mode(&self) -> ApprovalMode {
+        *lock(&self.inner.mode)
+    }
+
+    /// `/approvals <mode>`: from the next check on. A question already asked stays asked.
+    pub(crate) fn set_mode(&self, mode: ApprovalMode) {
+        *lock(&self.inner.mode) = mode;
     }
 
     /// Judge file writes against the session's sandbox policy (set when the session starts;
@@ -141,7 +152,7 @@ impl Approver {
             Classification::Safe => None,
         };
         let known_safe = is_known_safe(command);
-        let asks = match self.inner.mode {
+        let asks = match self.mode() {
             ApprovalMode::Off => false,
             ApprovalMode::Auto => outside_asks || (!sandboxed && !known_safe),
             ApprovalMode::Prompt => outside_asks || !known_safe,
@@ -196,7 +207,7 @@ impl Approver {
         };
         let protected = protected_write(path, policy, home.as_deref());
         let inside = policy.writable_roots.iter().any(|r| path.starts_with(r));
-        if self.inner.mode == ApprovalMode::Off || (inside && protected.is_none() && looks_like.is_none()) {
+        if self.mode() == ApprovalMode::Off || (inside && protected.is_none() && looks_like.is_none()) {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
         let mut grounds = Vec::new();
@@ -243,7 +254,7 @@ impl Approver {
         shown: &str,
         interrupt: &CancellationToken,
     ) -> Verdict {
-        if self.inner.mode == ApprovalMode::Off {
+        if self.mode() == ApprovalMode::Off {
             return Verdict::Allowed { note: None, by: Provenance::Rule };
         }
         let entry = format!("{server}/{tool}");

@@ -27,6 +27,7 @@ impl Engine {
                 tracing::error!(?command, "a command the scheduler performs reached run_command");
             }
             SlashCommand::Busy(mode) => self.busy_command(mode),
+            SlashCommand::Approvals(mode) => self.approvals_command(mode),
             SlashCommand::Jobs(cmd) => return self.jobs_command(cmd).await,
             SlashCommand::Model(None) => self.list_models(),
             SlashCommand::Model(Some(name)) => self.set_model(name),
@@ -195,10 +196,29 @@ impl Engine {
         });
     }
 
-    /// `/permissions`: what commands may touch and what still asks (DESIGN §6).
-    fn permissions(&self) {
+    /// `/approvals [mode]`: show what asks, or switch it for this session (the config keeps
+    /// its own; the editor protocol's `session/set_mode` comes here too).
+    fn approvals_command(&self, mode: Option<crate::config::ApprovalMode>) {
+        let configured = self.env.config.approvals.mode;
+        if let Some(mode) = mode {
+            self.env.approver.set_mode(mode);
+        }
+        let now = self.env.approver.mode();
+        let note = if now == configured {
+            String::new()
+        } else {
+            format!(" — this session only; config.toml says {}", configured.as_str())
+        };
+        self.notice(
+            NoticeLevel::Info,
+            format!("{}{note}\n/approvals auto|prompt|off switches it", self.approvals_line()),
+        );
+    }
+
+    /// What the approval mode in force means, in one line.
+    fn approvals_line(&self) -> &'static str {
         let policy = self.env.jobs.sandbox_policy();
-        let approvals = match self.env.config.approvals.mode {
+        match self.env.approver.mode() {
             crate::config::ApprovalMode::Auto if policy.active() => {
                 "approvals: auto (sandboxed commands run; every command outside the sandbox asks)"
             }
@@ -207,7 +227,13 @@ impl Engine {
                 "approvals: prompt (inside the sandbox what is not known safe asks; outside, everything asks)"
             }
             crate::config::ApprovalMode::Off => "approvals: off (nothing asks; hardline commands are still refused)",
-        };
+        }
+    }
+
+    /// `/permissions`: what commands may touch and what still asks (DESIGN §6).
+    fn permissions(&self) {
+        let policy = self.env.jobs.sandbox_policy();
+        let approvals = self.approvals_line();
         self.notice(
             NoticeLevel::Info,
             format!(
