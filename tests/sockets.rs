@@ -310,11 +310,11 @@ print("own-nice", os.nice(1))
     );
     let result = run(&home, &fake, &command, &[], &[]).await;
     let out = output(&result);
-    for want in
-        ["prlimit-rc=1", "renice-rc=1", "nice=0", "ptrace -1 1", "pidfd_getfd -1 1", "mem 13", "own-nice 1", "own-rc=0"]
-    {
+    for want in ["prlimit-rc=1", "renice-rc=1", "nice=0", "ptrace -1 1", "pidfd_getfd -1 1", "own-nice 1", "own-rc=0"] {
         assert!(out.contains(want), "{want}: {result}");
     }
+    // Refused by Landlock (EACCES), or first by the read-only view (EROFS).
+    assert!(out.contains("mem 13") || out.contains("mem 30"), "mem: {result}");
     assert!(out.contains("unlimited"), "talaria's file size limit is untouched: {result}");
 }
 
