@@ -464,7 +464,7 @@ impl JobsHandle {
         let write = async {
             // The supervisor holds the FIFO open for reading (the job's end), so opening it
             // for writing never blocks; a full FIFO makes the write wait for the job.
-            let mut pipe = tokio::net::unix::pipe::OpenOptions::new().open_sender(&path)?;
+            let mut pipe = open_fifo_writer(&path)?;
             pipe.write_all(data.as_bytes()).await?;
             pipe.flush().await
         };
@@ -484,8 +484,7 @@ impl JobsHandle {
         match had {
             true => {
                 // The supervisor drops its end of the FIFO: the job sees end of file.
-                std::fs::write(job.dir.stdin_eof(), "")
-                    .map_err(|e| format!("cannot close the stdin of {}: {e}", job.id))
+                job.dir.mark_stdin_eof().map_err(|e| format!("cannot close the stdin of {}: {e}", job.id))
             }
             false if job.is_running() => Err(no_stdin(&job.id)),
             false => Err(format!("{} has already exited", job.id)),
@@ -567,6 +566,19 @@ impl JobsHandle {
             }
         }
     }
+}
+
+/// The write end of a job's stdin FIFO: never through a symlink, and only a FIFO.
+fn open_fifo_writer(path: &std::path::Path) -> std::io::Result<tokio::net::unix::pipe::Sender> {
+    use std::os::unix::fs::{FileTypeExt, OpenOptionsExt};
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)?;
+    if !file.metadata()?.file_type().is_fifo() {
+        return Err(std::io::Error::other(format!("{} is not the job's stdin FIFO", path.display())));
+    }
+    tokio::net::unix::pipe::Sender::from_file(file)
 }
 
 fn no_stdin(id: &str) -> String {

@@ -174,7 +174,7 @@ async fn kill_row(paths: &Paths, store: &Store, row: &JobRow, grace: Duration) -
         return Ok(false);
     }
     let jd = JobDir::new(&paths.jobs_dir, &row.id());
-    std::fs::write(jd.kill(), "")?;
+    jd.write_kill("")?;
     group::kill_group(pgid, grace).await;
     let deadline = std::time::Instant::now() + grace + Duration::from_secs(10);
     while jd.read_exit().is_none() && std::time::Instant::now() < deadline && supervisor_alive(row) {
@@ -222,13 +222,13 @@ pub(super) fn disk_index(jd: &JobDir) -> LogIndex {
 /// The log's last byte is not a newline: its last line is not finished yet.
 fn ends_mid_line(index: &LogIndex) -> bool {
     let Some(last) = index.segments.iter().rev().find(|s| s.bytes > 0) else { return false };
-    let Ok(mut file) = std::fs::File::open(&last.path) else { return false };
+    let Ok(mut file) = super::jobdir::open_read(&last.path) else { return false };
     let mut byte = [0u8; 1];
     file.seek(SeekFrom::Start(last.bytes - 1)).is_ok() && file.read_exact(&mut byte).is_ok() && byte[0] != b'\n'
 }
 
 fn count_newlines(path: &std::path::Path, bytes: u64) -> (u64, bool) {
-    let Ok(file) = std::fs::File::open(path) else { return (0, true) };
+    let Ok(file) = super::jobdir::open_read(path) else { return (0, true) };
     let mut reader = file.take(bytes);
     let mut buf = vec![0u8; 256 * 1024];
     let (mut n, mut last) = (0, b'\n');
@@ -268,7 +268,7 @@ fn follow_log(jd: &JobDir, index: &LogIndex, row: &JobRow, sanitise: bool) -> an
     loop {
         let exited = jd.exit().exists();
         let mut got_any = false;
-        if let Ok(mut file) = std::fs::File::open(jd.segment(n)) {
+        if let Ok(mut file) = super::jobdir::open_read(&jd.segment(n)) {
             file.seek(SeekFrom::Start(offset))?;
             loop {
                 let got = file.read(&mut buf)?;

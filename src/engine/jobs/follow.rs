@@ -9,7 +9,7 @@
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -192,7 +192,7 @@ impl LogReader {
             return true;
         }
         let path = self.jd.segment(self.n);
-        match File::open(&path) {
+        match jobdir::open_read(&path) {
             Ok(f) => {
                 self.file = Some(f);
                 let mid_line = !self.at_line_start;
@@ -355,7 +355,7 @@ pub(super) async fn follow(
                             signal: leader.signal,
                             killed: false,
                             leftover: true,
-                            cwd: read_cwd(&jd),
+                            cwd: jd.read_cwd(),
                             reason: None,
                             lost: false,
                         };
@@ -398,18 +398,13 @@ pub(super) async fn follow(
         emit(&job, &events, &mut chunk);
     }
     let mut exit = exit;
-    exit.cwd = read_cwd(&jd);
+    exit.cwd = jd.read_cwd();
     // Watch notices come before the exit notice, in the order things happened.
     reg.end_watches(&job);
     reg.finish(&job, exit.clone()).await;
     if let Some(tx) = exit_tx {
         let _ = tx.send(exit);
     }
-}
-
-fn read_cwd(jd: &JobDir) -> Option<PathBuf> {
-    let text = std::fs::read_to_string(jd.cwd_file()).ok()?;
-    Some(PathBuf::from(text.trim_end_matches('\n'))).filter(|p| p.is_dir())
 }
 
 fn take_text(job: &Job, reader: &LogReader, chunk: &mut String, text: &str) {

@@ -1,8 +1,13 @@
 //! `jobs/<id>/`: what a supervisor and the talaria following it share on disk. The
 //! supervisor writes the log segments, `index.json` (where the kept log starts),
 //! `leader.json` (the leader exited but its group goes on) and `exit.json` (written last,
-//! atomically). Talaria writes `spec.json` (what to run), `owner.json` (the lease) and
-//! `kill` (a kill it asked for, so the exit record says `killed`); `stdin` is a FIFO.
+//! atomically). Talaria writes `spec.json` (what ran, for a later talaria: the supervisor
+//! gets its spec over a pipe), `owner.json` (the lease) and `kill` (a kill it asked for, so
+//! the exit record says `killed`); `stdin` is a FIFO.
+//!
+//! No job can write here (DESIGN §6a: the jobs directory is a hole in every writable root),
+//! but one file: its own `cwd`, which is read as data. Even so every file is opened without
+//! following a symlink, created with `O_EXCL`, and read with a size cap.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +39,10 @@ pub(crate) struct Spec {
     /// deleted job directory): a remote job's remote group is killed over its backend.
     #[serde(default)]
     pub(crate) on_kill: Option<String>,
+    /// The script writes its final directory to `cwd` (the one file of the job directory a
+    /// sandboxed job may write).
+    #[serde(default)]
+    pub(crate) track_cwd: bool,
 }
 
 /// The supervisor's first line on its stdout: the job has started under `setsid`.
@@ -168,21 +177,118 @@ impl JobDir {
     pub(crate) fn remove(&self) {
         let _ = std::fs::remove_dir_all(&self.path);
     }
+
+    /// Ask the supervisor to record the job as killed, with `reason` (may be empty).
+    pub(crate) fn write_kill(&self, reason: &str) -> std::io::Result<()> {
+        use std::io::Write;
+        let mut file = open_write(&self.kill(), false)?;
+        file.write_all(reason.as_bytes())
+    }
+
+    /// The reason talaria gave in `kill`, as data: None when no kill was asked.
+    pub(crate) fn read_kill(&self) -> Option<String> {
+        let bytes = read_capped(&self.kill(), 4096).ok()?;
+        Some(reason_as_data(&String::from_utf8_lossy(&bytes)))
+    }
+
+    /// Ask the supervisor to close the job's stdin.
+    pub(crate) fn mark_stdin_eof(&self) -> std::io::Result<()> {
+        open_write(&self.stdin_eof(), false).map(drop)
+    }
+
+    /// The `cwd` file, made empty before the job starts (so the sandbox can grant it alone).
+    pub(crate) fn create_cwd_file(&self) -> std::io::Result<()> {
+        create_new(&self.cwd_file()).map(drop)
+    }
+
+    /// The job's final directory as its shell wrote it: an existing absolute directory.
+    pub(crate) fn read_cwd(&self) -> Option<PathBuf> {
+        let bytes = read_capped(&self.cwd_file(), 8192).ok()?;
+        let text = String::from_utf8(bytes).ok()?;
+        let path = PathBuf::from(text.strip_suffix('\n').unwrap_or(&text));
+        (path.is_absolute() && !text.contains('\0') && path.is_dir()).then_some(path)
+    }
+}
+
+/// The most a control file (JSON record, kill reason) may hold.
+const CONTROL_MAX: u64 = 64 << 20;
+/// The longest kill reason an exit record keeps.
+const REASON_MAX_CHARS: usize = 200;
+
+/// A kill reason as plain text: trimmed, at most [`REASON_MAX_CHARS`], control and bidi
+/// characters escaped (it ends up in the model's notices and on the terminal).
+pub(crate) fn reason_as_data(raw: &str) -> String {
+    let mut out = String::new();
+    for c in raw.trim().chars().take(REASON_MAX_CHARS) {
+        let bidi = matches!(c, '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c.is_control() || bidi {
+            out.extend(c.escape_unicode());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Open a file of a job directory for reading: never through a symlink, never a FIFO or
+/// device (which could block or read something else), only a regular file.
+pub(crate) fn open_read(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::other(format!("{} is not a regular file", path.display())));
+    }
+    Ok(file)
+}
+
+/// Create a new file (mode 0600): fails if anything, a symlink included, is there.
+pub(crate) fn create_new(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new().write(true).create_new(true).mode(0o600).custom_flags(libc::O_NOFOLLOW).open(path)
+}
+
+/// Open a file for writing, created if missing, never through a symlink.
+fn open_write(path: &Path, append: bool) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .append(append)
+        .truncate(!append)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+}
+
+/// At most `max` bytes of a regular file (see [`open_read`]).
+fn read_capped(path: &Path, max: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    open_read(path)?.take(max).read_to_end(&mut bytes)?;
+    Ok(bytes)
 }
 
 pub(crate) fn read_json<T: DeserializeOwned>(path: &Path) -> Option<T> {
-    let bytes = std::fs::read(path).ok()?;
+    let bytes = read_capped(path, CONTROL_MAX).ok()?;
     serde_json::from_slice(&bytes).ok()
 }
 
-/// Write `value` as JSON: a temporary file renamed over the target, so a reader sees
-/// the old file or the new one, never half of one.
+/// Write `value` as JSON: a temporary file (new, never through a link; one per writing
+/// process) renamed over the target, so a reader sees the old file or the new one, never
+/// half of one.
 pub(crate) fn write_json<T: Serialize>(path: &Path, value: &T) -> std::io::Result<()> {
+    use std::io::Write;
     let bytes = serde_json::to_vec(value).map_err(std::io::Error::other)?;
     let mut tmp = path.as_os_str().to_owned();
-    tmp.push(".tmp");
+    tmp.push(format!(".{}.tmp", std::process::id()));
     let tmp = PathBuf::from(tmp);
-    std::fs::write(&tmp, bytes)?;
+    // A leftover of a crashed writer with our pid; unlink never follows a link.
+    let _ = std::fs::remove_file(&tmp);
+    let written = create_new(&tmp).and_then(|mut f| f.write_all(&bytes));
+    if let Err(e) = written {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(e);
+    }
     std::fs::rename(&tmp, path)
 }
 
@@ -217,5 +323,68 @@ mod tests {
         let names: Vec<String> =
             std::fs::read_dir(&jd.path).unwrap().flatten().map(|e| e.file_name().into_string().unwrap()).collect();
         assert!(names.iter().all(|n| !n.ends_with(".tmp")), "{names:?}");
+    }
+
+    #[test]
+    fn control_files_are_never_followed_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let jd = JobDir::new(dir.path(), "job_1");
+        std::fs::create_dir_all(&jd.path).unwrap();
+        let outside = dir.path().join("outside");
+        std::fs::write(&outside, "{\"Process\":{\"pid\":1,\"start\":null}}").unwrap();
+        // A link where a record is read: nothing comes back.
+        std::os::unix::fs::symlink(&outside, jd.owner()).unwrap();
+        assert_eq!(jd.read_owner(), None);
+        assert!(open_read(&jd.owner()).is_err());
+        // A FIFO where a record is read: refused at once, not waited on.
+        nix::unistd::mkfifo(&jd.index(), nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        assert_eq!(read_json::<IndexFile>(&jd.index()), None);
+        // A link planted as the temporary file of a record: the record is written, the
+        // target untouched.
+        let mut tmp = jd.exit().into_os_string();
+        tmp.push(format!(".{}.tmp", std::process::id()));
+        std::os::unix::fs::symlink(&outside, &tmp).unwrap();
+        let exit = ExitRecord {
+            code: Some(0),
+            signal: None,
+            killed: false,
+            reason: None,
+            ended_at_ms: 1,
+            output: OutputTotals::default(),
+        };
+        write_json(&jd.exit(), &exit).unwrap();
+        assert_eq!(jd.read_exit(), Some(exit));
+        assert!(std::fs::read_to_string(&outside).unwrap().contains("Process"));
+        // A link as the next log segment or the cwd file: not created through, not read.
+        std::os::unix::fs::symlink(&outside, jd.segment(1)).unwrap();
+        assert!(create_new(&jd.segment(1)).is_err());
+        std::os::unix::fs::symlink(dir.path(), jd.cwd_file()).unwrap();
+        assert_eq!(jd.read_cwd(), None);
+        // A link as the kill file: no reason read through it, none written through it.
+        std::os::unix::fs::symlink(&outside, jd.kill()).unwrap();
+        assert_eq!(jd.read_kill(), None);
+        assert!(jd.write_kill("x").is_err());
+        assert!(std::fs::read_to_string(&outside).unwrap().contains("Process"));
+    }
+
+    #[test]
+    fn a_kill_reason_is_data() {
+        let dir = tempfile::tempdir().unwrap();
+        let jd = JobDir::new(dir.path(), "job_1");
+        std::fs::create_dir_all(&jd.path).unwrap();
+        jd.write_kill(&format!("  timeout\u{1b}]52;c;cm0gLXJmIH4=\u{7}\u{202e}\n{}", "x".repeat(500))).unwrap();
+        let reason = jd.read_kill().unwrap();
+        assert!(reason.starts_with("timeout\\u{1b}]52;c;cm0gLXJmIH4=\\u{7}\\u{202e}\\u{a}xxx"), "{reason}");
+        assert!(!reason.chars().any(|c| c.is_control()), "{reason}");
+        assert!(reason.chars().count() <= 200 * 10, "{reason}");
+        // 29 characters before the x's, 200 kept in all.
+        assert_eq!(reason.matches('x').count(), 171);
+        jd.write_kill("").unwrap();
+        assert_eq!(jd.read_kill().as_deref(), Some(""));
+        // A relative path, or one that is no directory, is no cwd.
+        std::fs::write(jd.cwd_file(), "relative/dir\n").unwrap();
+        assert_eq!(jd.read_cwd(), None);
+        std::fs::write(jd.cwd_file(), format!("{}\n", dir.path().display())).unwrap();
+        assert_eq!(jd.read_cwd(), Some(dir.path().to_path_buf()));
     }
 }

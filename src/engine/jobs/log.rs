@@ -139,7 +139,8 @@ impl LogWriter {
         let path = self.dir.join(format!("{}.{}.log", self.base, self.next_index));
         self.next_index += 1;
         self.rotations += 1;
-        match std::fs::OpenOptions::new().create(true).write(true).truncate(true).open(&path) {
+        // A new file, never through a link (the directory is talaria's; see jobdir.rs).
+        match super::jobdir::create_new(&path) {
             Ok(file) => {
                 self.file = Some(file);
                 let mid_line = !self.at_line_start;
@@ -196,7 +197,7 @@ fn read_tail(index: &LogIndex, limit: usize) -> LogView {
         .rev()
         .find(|s| s.bytes > 0)
         .and_then(|s| {
-            let mut f = File::open(&s.path).ok()?;
+            let mut f = super::jobdir::open_read(&s.path).ok()?;
             f.seek(SeekFrom::Start(s.bytes - 1)).ok()?;
             let mut b = [0u8; 1];
             f.read_exact(&mut b).ok()?;
@@ -213,7 +214,7 @@ fn read_tail(index: &LogIndex, limit: usize) -> LogView {
     let mut reached_start = false;
     let mut buf = vec![0u8; 64 * 1024];
     'segments: for (i, seg) in index.segments.iter().enumerate().rev() {
-        let Ok(mut file) = File::open(&seg.path) else { break };
+        let Ok(mut file) = super::jobdir::open_read(&seg.path) else { break };
         let mut end = seg.bytes;
         while end > 0 {
             let len = (end.min(buf.len() as u64)) as usize;
@@ -314,7 +315,7 @@ fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView 
     };
     let mut buf = vec![0u8; 64 * 1024];
     'segments: for seg in &index.segments {
-        let Ok(file) = File::open(&seg.path) else { continue };
+        let Ok(file) = super::jobdir::open_read(&seg.path) else { continue };
         let mut reader = file.take(seg.bytes);
         let mut carry: Vec<u8> = Vec::new();
         loop {

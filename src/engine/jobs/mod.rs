@@ -776,7 +776,7 @@ impl Registry {
         if job.is_running() {
             job.kill_requested.store(true, Ordering::SeqCst);
             // The exit record says `killed` whoever reads it.
-            let _ = std::fs::write(job.dir.kill(), reason);
+            let _ = job.dir.write_kill(reason);
             if let Some(remote) = &job.remote {
                 self.kill_remote(job, remote).await;
             }

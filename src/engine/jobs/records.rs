@@ -130,7 +130,7 @@ pub(super) fn log_tail(jd: &JobDir) -> String {
     let saved: Option<super::jobdir::IndexFile> = super::jobdir::read_json(&jd.index());
     let newest = saved.and_then(|s| s.segments.last().map(|s| jd.segment(s.n))).or_else(|| Some(jd.segment(0)));
     let Some(path) = newest else { return String::new() };
-    let Ok(mut file) = std::fs::File::open(path) else { return String::new() };
+    let Ok(mut file) = super::jobdir::open_read(&path) else { return String::new() };
     let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     let mut bytes = Vec::new();
     if file.seek(SeekFrom::Start(len.saturating_sub(4096))).is_err() || file.read_to_end(&mut bytes).is_err() {

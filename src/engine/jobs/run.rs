@@ -233,6 +233,9 @@ async fn start_supervisor(
         .map_err(|source| SpawnError::CreateDir { path: jd.path.clone(), source })?;
     let terminal = &reg.config.terminal;
     let cwd_file = spec.track_cwd.then(|| jd.cwd_file());
+    if cwd_file.is_some() {
+        jd.create_cwd_file().map_err(|source| SpawnError::WriteDir { path: jd.path.clone(), source })?;
+    }
     let write = |source: std::io::Error| SpawnError::WriteDir { path: jd.path.clone(), source };
     let script = match transport {
         Some(t) => {
@@ -253,12 +256,15 @@ async fn start_supervisor(
         // The supervisor applies it between fork and exec of the command (engine/sandbox).
         sandbox: (spec.sandboxed && transport.is_none()).then(|| lock(&reg.sandbox).clone()),
         on_kill: transport.map(|t| t.on_kill.clone()),
+        track_cwd: cwd_file.is_some(),
     };
+    // For a later talaria (re-attach); the supervisor reads its spec from its stdin.
     jobdir::write_json(&jd.spec(), &job_spec).map_err(write)?;
     jd.write_owner(&Owner::me()).map_err(write)?;
+    let spec_bytes = serde_json::to_vec(&job_spec).map_err(|e| write(std::io::Error::other(e)))?;
 
     let mut cmd = tokio::process::Command::new(exe);
-    cmd.arg("__job").arg(&jd.path).stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::null());
+    cmd.arg("__job").arg(&jd.path).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
     for var in KEY_VARS {
         cmd.env_remove(var);
     }
@@ -276,6 +282,21 @@ async fn start_supervisor(
         });
     }
     let mut child = cmd.spawn().map_err(|source| SpawnError::StartSupervisor { exe: exe.to_path_buf(), source })?;
+    if let Some(mut stdin) = child.stdin.take() {
+        use tokio::io::AsyncWriteExt;
+        // Closed at the end of this block: the supervisor reads to end of file.
+        match tokio::time::timeout(HANDSHAKE_WAIT, stdin.write_all(&spec_bytes)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                let _ = child.start_kill();
+                return Err(SpawnError::Handshake(e));
+            }
+            Err(_) => {
+                let _ = child.start_kill();
+                return Err(SpawnError::HandshakeTimeout);
+            }
+        }
+    }
     let stdout = child.stdout.take().ok_or(SpawnError::NoHandshakePipe)?;
     let mut line = String::new();
     let mut reader = tokio::io::BufReader::new(stdout);

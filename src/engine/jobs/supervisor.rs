@@ -52,7 +52,9 @@ pub fn run(dir: &Path) -> ! {
         Err(e) => {
             say(&Handshake::Failed { error: e.clone() });
             // The job never ran: still leave an exit record, so nobody waits for it.
-            let _ = std::fs::write(jd.segment(0), format!("talaria: {e}\n"));
+            if let Ok(mut log) = jobdir::create_new(&jd.segment(0)) {
+                let _ = log.write_all(format!("talaria: {e}\n").as_bytes());
+            }
             let _ = jobdir::write_json(
                 &jd.exit(),
                 &ExitRecord {
@@ -68,6 +70,17 @@ pub fn run(dir: &Path) -> ! {
         }
     };
     std::process::exit(code)
+}
+
+/// The most a spec may take on stdin (the script is in it).
+const SPEC_MAX: u64 = 64 << 20;
+
+/// The job's spec, as talaria wrote it to our stdin before closing it.
+fn read_spec() -> Result<Spec, String> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    std::io::stdin().lock().take(SPEC_MAX).read_to_end(&mut bytes).map_err(|e| format!("cannot read the spec: {e}"))?;
+    serde_json::from_slice(&bytes).map_err(|e| format!("cannot read the spec: {e}"))
 }
 
 /// The first and only line on stdout; then stdio goes to /dev/null so talaria's end of
@@ -112,7 +125,13 @@ fn start(jd: &JobDir) -> Result<Running, String> {
             libc::signal(sig, libc::SIG_IGN);
         }
     }
-    let spec: Spec = jobdir::read_json(&jd.spec()).ok_or_else(|| format!("cannot read {}", jd.spec().display()))?;
+    // The spec comes over stdin from the talaria that started us, never from a file a job
+    // could have rewritten (DESIGN §6a).
+    let mut spec = read_spec()?;
+    if let (Some(policy), true) = (spec.sandbox.as_mut(), spec.track_cwd) {
+        // The one file of the job directory the job may write: where its shell says it ended.
+        policy.job_files.push(jd.cwd_file());
+    }
     become_subreaper();
     let sigchld = self_pipe()?;
     let (out_read, out_write) = pipe_cloexec()?;
@@ -307,7 +326,7 @@ fn fifo(jd: &JobDir) -> Result<(Stdio, Option<OwnedFd>), String> {
     let open = |flags: libc::c_int| -> Result<OwnedFd, String> {
         let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
         // SAFETY: open(2) with a valid C string; the fd is owned from here on.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NONBLOCK) };
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW) };
         if fd < 0 {
             return Err(format!("cannot open {}: {}", path.display(), std::io::Error::last_os_error()));
         }
@@ -402,7 +421,7 @@ impl Running {
                 }
             }
             reap_adopted(self.pid);
-            if self.stdin_writer.is_some() && stdin_eof.exists() {
+            if self.stdin_writer.is_some() && std::fs::symlink_metadata(&stdin_eof).is_ok() {
                 self.stdin_writer = None;
             }
             if last_lease_check.elapsed() >= LEASE_POLL && own_kill.is_none() {
@@ -502,14 +521,15 @@ impl Running {
         totals.chars += rest.chars().count() as u64;
         log.write(&rest);
         write_index(&self.jd, &log);
-        let asked = std::fs::read_to_string(self.jd.kill()).ok();
+        // What talaria wrote in `kill`, as data (bounded, escaped).
+        let asked = self.jd.read_kill();
         let killed = own_kill.is_some() || asked.is_some();
         if killed {
             // The job was killed: so is what left its group with `setsid` and was adopted by us
             // when its parent died (the exit record is written once they are gone).
             kill_adopted(self.pid);
         }
-        let reason = own_kill.or(asked.map(|r| r.trim().to_string()).filter(|r| !r.is_empty()));
+        let reason = own_kill.or(asked.filter(|r| !r.is_empty()));
         let output = OutputTotals { chars: totals.chars, bytes: totals.bytes, lines: log.index().end_line };
         let record = ExitRecord { code, signal, killed, reason, ended_at_ms: now_ms(), output };
         if let Some(cg) = &self.cgroup {
@@ -540,7 +560,7 @@ impl Lease {
 
     fn held(&mut self) -> bool {
         use std::os::unix::fs::MetadataExt;
-        let Ok(meta) = std::fs::metadata(&self.path) else {
+        let Ok(meta) = std::fs::symlink_metadata(&self.path) else {
             // No owner file counts as no owner.
             self.held_by = None;
             return false;

@@ -21,6 +21,7 @@ pub mod mounts;
 pub mod notify;
 mod seccomp;
 pub(crate) mod sockets;
+mod view;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
@@ -50,8 +51,15 @@ pub struct Policy {
     pub deny_read: Vec<PathBuf>,
     /// Not writable, whatever the roots say.
     pub deny_write: Vec<PathBuf>,
-    /// Readable and writable even under a denied path: talaria's job directory.
-    pub job_dirs: Vec<PathBuf>,
+    /// Files one job may write even under a denied path: its own `cwd` file in talaria's
+    /// jobs directory (set by its supervisor; the directory itself is denied).
+    #[serde(default)]
+    pub job_files: Vec<PathBuf>,
+    /// How jobs get the read-only view of the file system and their private `/dev/pts`
+    /// ([`view`]); None where no mount namespace can be made (then metadata outside the roots
+    /// is not protected and jobs get no terminal at all).
+    #[serde(default)]
+    pub view: Option<mounts::Namespace>,
     /// How jobs get the mount namespace that makes each root's `.git/hooks` and
     /// `.git/config` read-only; None where none can be created (they are then unprotected).
     #[serde(default)]
@@ -97,7 +105,14 @@ impl Policy {
         // Named one by one rather than by directory: tests and TALARIA_HOME users may keep
         // a workspace next to them.
         let db = paths.state_db.display().to_string();
-        deny_read.extend([paths.config_file.clone(), paths.logs_dir.clone(), paths.state_db.clone()]);
+        // The jobs directory too: no job may read another's stdin FIFO or log, nor write any
+        // job's spec, lease, kill request or exit record (DESIGN §6a).
+        deny_read.extend([
+            paths.config_file.clone(),
+            paths.logs_dir.clone(),
+            paths.state_db.clone(),
+            paths.jobs_dir.clone(),
+        ]);
         deny_read.extend(["-wal", "-shm", "-journal"].iter().map(|s| PathBuf::from(format!("{db}{s}"))));
         deny_read.extend(config.deny_read.iter().map(|p| expand(p)));
         let mut deny_write = deny_read.clone();
@@ -120,7 +135,12 @@ impl Policy {
             writable_roots: writable_roots.iter().map(|p| canonical(p)).collect(),
             deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
             deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
-            job_dirs: vec![canonical(&paths.jobs_dir)],
+            job_files: vec![],
+            view: match (config.mode, view::support()) {
+                (SandboxMode::Off, _) => None,
+                (_, mounts::GuardSupport::Available(ns)) => Some(*ns),
+                _ => None,
+            },
             git_guard: match (config.mode, mounts::support()) {
                 (SandboxMode::WorkspaceWrite, mounts::GuardSupport::Available(ns)) => Some(*ns),
                 _ => None,
@@ -172,6 +192,22 @@ impl Policy {
                 "git hooks: NOT protected from commands ({reason}); write_file/edit_file still ask before writing there"
             ),
             _ => "git hooks: NOT protected from commands (no kernel sandbox); write_file/edit_file still ask".into(),
+        }
+    }
+
+    /// One line for `/permissions`: is everything outside the roots read-only, metadata too?
+    pub(crate) fn describe_view(&self) -> String {
+        match (self.mode, self.view, view::support()) {
+            (SandboxMode::Off, ..) => "read-only view: none (sandbox off)".into(),
+            (_, Some(_), _) if self.active() => "read-only view: outside the writable roots nothing can be written or \
+                 changed (chmod, chown, touch -d, xattrs fail too); commands get a private /dev/pts, never a \
+                 terminal of yours"
+                .into(),
+            (_, _, mounts::GuardSupport::Unavailable { reason }) => format!(
+                "read-only view: NOT available ({reason}): Landlock still stops writes outside the roots, but not \
+                 chmod, chown, touch -d or xattrs there; commands get no terminal (no /dev/pts)"
+            ),
+            _ => "read-only view: NOT available (no kernel sandbox)".into(),
         }
     }
 
@@ -287,6 +323,7 @@ pub struct Prepared {
     ruleset: Option<RulesetCreated>,
     filter: Option<seccomp::Filter>,
     git_guard: Option<mounts::Plan>,
+    view: Option<view::View>,
     /// How the child hands the socket mediation's listener to its supervisor.
     handoff: Option<notify::Handoff>,
     caps: Option<caps::DropAll>,
@@ -313,10 +350,16 @@ impl Prepared {
 /// Build the ruleset in the parent: open every path, add every rule. Costs a directory
 /// listing per ancestor of a denied path (see BENCHMARKS.md for the time per command).
 pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
+    prepare_with(policy, policy.view)
+}
+
+/// [`prepare`], with the read-only view made in `view` (None: no view, and no /dev/pts).
+fn prepare_with(policy: &Policy, view: Option<mounts::Namespace>) -> Result<Prepared, SandboxError> {
     let mut prepared = Prepared {
         ruleset: None,
         filter: None,
         git_guard: None,
+        view: None,
         handoff: None,
         caps: None,
         limits: limits::Plan::default(),
@@ -342,9 +385,12 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
     for root in &policy.writable_roots {
         grantable(root, &holes, &mut writable, &mut budget)?;
     }
-    writable.extend(policy.job_dirs.iter().cloned());
-    // Devices every shell script expects to write; pipes need no rule.
-    let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/tty", "/dev/ptmx", "/dev/pts", "/dev/shm"];
+    // Granted file by file, so only the rights a file can take (write, truncate, read).
+    writable.extend(policy.job_files.iter().cloned());
+    // Devices every shell script expects to write; pipes need no rule. No /dev/tty and no
+    // /dev/pts: no job may open a terminal of talaria or the user (it could read what they
+    // type, or type for them). The view grants its private /dev/pts in the child.
+    let devices = ["/dev/null", "/dev/zero", "/dev/full", "/dev/ptmx", "/dev/shm"];
 
     let ruleset = Ruleset::default()
         .set_compatibility(CompatLevel::BestEffort)
@@ -363,6 +409,10 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
         Some(ns) => mounts::Plan::for_roots(ns, &policy.writable_roots)?,
         None => None,
     };
+    prepared.view = match view {
+        Some(ns) => Some(view::View::new(ns, &policy.writable_roots, &policy.job_files)?),
+        None => None,
+    };
     prepared.ruleset = Some(ruleset);
     Ok(prepared)
 }
@@ -372,7 +422,9 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
 /// mediation (the helper opens no socket and nobody would serve its connects) and no IP
 /// socket at all.
 pub fn prepare_helper(policy: &Policy) -> Result<Prepared, SandboxError> {
-    let mut prepared = prepare(policy)?;
+    // The helper only reads and writes files (Landlock's rights) and makes approved writes
+    // outside the roots: no read-only view (nor its cost per call), and so no /dev/pts.
+    let mut prepared = prepare_with(policy, None)?;
     if prepared.filter.is_some() {
         prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: false, mediate_sockets: false }));
         prepared.handoff = None;
@@ -410,13 +462,21 @@ fn grantable(root: &Path, holes: &[PathBuf], out: &mut Vec<PathBuf>, budget: &mu
 /// `landlock_restrict_self`, `seccomp`, `read`, `close`). A failure must abort the spawn:
 /// the command then never runs outside its sandbox.
 pub fn apply_in_child(prepared: &mut Prepared) -> std::io::Result<()> {
-    // Mounts first: once Landlock applies, no mount can be made or undone.
-    if let Some(plan) = &prepared.git_guard {
+    // Mounts first: once Landlock applies, no mount can be made or undone. The view
+    // enters the namespace and puts the git guard's binds on top of itself.
+    if let Some(view) = &prepared.view {
+        view.apply(prepared.git_guard.as_ref())?;
+    } else if let Some(plan) = &prepared.git_guard {
         plan.apply()?;
     }
     prepared.limits.apply()?;
     if let Some(caps) = &prepared.caps {
         caps.apply()?;
+    }
+    if let Some(view) = &prepared.view {
+        if let Some(ruleset) = prepared.ruleset.take() {
+            prepared.ruleset = Some(view.grant_devpts(ruleset, AccessFs::from_all(TARGET_ABI))?);
+        }
     }
     if let Some(ruleset) = prepared.ruleset.take() {
         ruleset.restrict_self().map_err(|_| std::io::Error::from_raw_os_error(libc::EPERM))?;
@@ -487,7 +547,8 @@ mod tests {
         }
         assert!(p.deny_read.contains(&canonical(dir.path()).join("th/state.db")));
         assert!(p.deny_read.contains(&canonical(dir.path()).join("th/config.toml")));
-        assert_eq!(p.job_dirs, vec![canonical(dir.path()).join("th/jobs")]);
+        assert!(p.deny_read.contains(&canonical(dir.path()).join("th/jobs")));
+        assert!(p.deny_write.contains(&canonical(dir.path()).join("th/jobs")));
         let ro = Policy::from_config(&SandboxConfig { mode: SandboxMode::ReadOnly, ..config }, &work, &paths, None);
         assert!(ro.writable_roots.is_empty());
         // What /permissions and the status line say (Landlock is on this test machine).
@@ -537,7 +598,8 @@ mod tests {
             writable_roots: vec![work.clone()],
             deny_read: vec![home.join(".ssh")],
             deny_write: vec![home.join(".ssh")],
-            job_dirs: vec![],
+            job_files: vec![],
+            view: None,
             git_guard: None,
             allow_unix_sockets: vec![],
             limits: Default::default(),
@@ -594,7 +656,8 @@ mod tests {
             writable_roots: vec![work.clone()],
             deny_read: vec![],
             deny_write: vec![],
-            job_dirs: vec![],
+            job_files: vec![],
+            view: None,
             git_guard: None,
             allow_unix_sockets: vec![],
             limits: Default::default(),
@@ -613,7 +676,8 @@ mod tests {
             writable_roots: vec![],
             deny_read: vec![],
             deny_write: vec![],
-            job_dirs: vec![],
+            job_files: vec![],
+            view: None,
             git_guard: Some(mounts::Namespace::User),
             allow_unix_sockets: vec![],
             limits: Default::default(),
@@ -648,7 +712,8 @@ mod tests {
             writable_roots: vec![work.clone()],
             deny_read: vec![],
             deny_write: vec![],
-            job_dirs: vec![],
+            job_files: vec![],
+            view: None,
             git_guard: Some(ns),
             allow_unix_sockets: vec![],
             limits: Default::default(),

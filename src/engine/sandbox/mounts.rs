@@ -164,8 +164,19 @@ impl Plan {
         Plan::new(ns, binds).map(Some)
     }
 
+    /// A plan that only enters the namespace (the read-only view, view.rs, mounts the rest).
+    pub(crate) fn empty(ns: Namespace) -> std::io::Result<Plan> {
+        Plan::new(ns, Vec::new())
+    }
+
     /// Enter the namespace and mount. Between fork and exec: syscalls only.
     pub(crate) fn apply(&self) -> std::io::Result<()> {
+        self.enter()?;
+        self.mount_binds()
+    }
+
+    /// Enter the namespace; nothing done after it reaches the parent's mount table.
+    pub(crate) fn enter(&self) -> std::io::Result<()> {
         let last = || std::io::Error::last_os_error();
         // SAFETY: unshare, open/write/close on /proc files and mount with prepared C
         // strings: all async-signal-safe, no allocation.
@@ -190,6 +201,16 @@ impl Plan {
             if libc::mount(none, c"/".as_ptr(), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
                 return Err(last());
             }
+        }
+        Ok(())
+    }
+
+    /// The binds, in the namespace [`Plan::enter`] made. Between fork and exec: syscalls only.
+    pub(crate) fn mount_binds(&self) -> std::io::Result<()> {
+        let last = || std::io::Error::last_os_error();
+        let none = std::ptr::null::<libc::c_char>();
+        // SAFETY: mount with prepared C strings: async-signal-safe, no allocation.
+        unsafe {
             for bind in &self.binds {
                 let p = bind.path.as_ptr();
                 if libc::mount(p, p, none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
@@ -208,30 +229,36 @@ impl Plan {
 
     /// Apply the plan in a forked child that exits at once: does it work here?
     fn try_in_child(&self) -> std::io::Result<()> {
-        // SAFETY: the child makes only async-signal-safe calls (apply, _exit).
-        unsafe {
-            let pid = libc::fork();
-            if pid < 0 {
+        try_in_child(|| self.apply())
+    }
+}
+
+/// Run `apply` in a forked child that exits at once: does it work here? `apply` must make
+/// only async-signal-safe calls.
+pub(crate) fn try_in_child(apply: impl Fn() -> std::io::Result<()>) -> std::io::Result<()> {
+    // SAFETY: the child makes only async-signal-safe calls (apply, _exit).
+    unsafe {
+        let pid = libc::fork();
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            let code = match apply() {
+                Ok(()) => 0,
+                Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
+            };
+            libc::_exit(code);
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, 0) < 0 {
+            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
                 return Err(std::io::Error::last_os_error());
             }
-            if pid == 0 {
-                let code = match self.apply() {
-                    Ok(()) => 0,
-                    Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
-                };
-                libc::_exit(code);
-            }
-            let mut status = 0;
-            while libc::waitpid(pid, &mut status, 0) < 0 {
-                if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
-                Some(0) => Ok(()),
-                Some(code) => Err(std::io::Error::from_raw_os_error(code)),
-                None => Err(std::io::Error::other("the probe was killed")),
-            }
+        }
+        match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
+            Some(0) => Ok(()),
+            Some(code) => Err(std::io::Error::from_raw_os_error(code)),
+            None => Err(std::io::Error::other("the probe was killed")),
         }
     }
 }

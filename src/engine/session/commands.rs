@@ -237,8 +237,9 @@ impl Engine {
         self.notice(
             NoticeLevel::Info,
             format!(
-                "{}\n{}\n{}\n{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml",
+                "{}\n{}\n{}\n{}\n{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml",
                 policy.describe(),
+                policy.describe_view(),
                 policy.describe_git_guard(),
                 policy.describe_sockets(),
                 policy.describe_limits()
