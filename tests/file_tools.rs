@@ -250,6 +250,8 @@ async fn a_write_outside_the_writable_roots_asks() {
         deny_write: vec![],
         job_dirs: vec![],
         git_guard: None,
+        git_start: Default::default(),
+        workspace: Default::default(),
         allow_unix_sockets: vec![],
         limits: Default::default(),
     };

@@ -94,6 +94,8 @@ mod tests {
             deny_write: vec![],
             job_dirs: vec![],
             git_guard: None,
+            git_start: Default::default(),
+            workspace: Default::default(),
             allow_unix_sockets: vec![],
             limits: Default::default(),
         }

@@ -182,6 +182,9 @@ impl Tool for TerminalTool {
                 } else if blocked {
                     value["sandbox"] = json!(SANDBOX_NOTE);
                 }
+                if sandboxed {
+                    note_git_guard(&ctx, &mut value);
+                }
                 if exit.leftover {
                     guard.armed = false;
                     value["session_id"] = json!(spawned.id);
@@ -434,6 +437,20 @@ fn denied_connections(denials: &[crate::engine::sandbox::notify::Denial]) -> Str
          again with sandbox=false (the user will be asked).",
         list.join("; ")
     )
+}
+
+/// After a sandboxed command: move aside what it planted for the user's own git (a
+/// `commondir`, a `.git` file, a new repository's program-naming config) and say so.
+fn note_git_guard(ctx: &ToolCtx, value: &mut serde_json::Value) {
+    let policy = ctx.jobs.sandbox_policy();
+    if policy.mode != crate::config::SandboxMode::WorkspaceWrite {
+        return;
+    }
+    let moved = crate::engine::sandbox::git_guard::sweep(&policy.writable_roots, &policy.git_start);
+    if !moved.is_empty() {
+        let text: Vec<String> = moved.iter().map(|m| m.to_string()).collect();
+        value["git_guard"] = json!(text.join("; "));
+    }
 }
 
 /// A permission error of the kind Landlock and the network filter cause.
