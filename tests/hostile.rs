@@ -539,6 +539,29 @@ async fn git_hooks_and_config_in_the_workspace_are_read_only_and_git_still_works
     assert_eq!(result["output"].as_str().unwrap_or_default().trim(), "2", "{result}");
 }
 
+/// What the sandbox stopped — a write outside the roots, a write into `.git/config` (the
+/// git guard's read-only mount) — says so in the result, with the two ways on; a command
+/// that failed for another reason gets no such note.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_sandbox_stopped_says_so_and_the_two_ways_on() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    git_repo(&home);
+    // (`touch`/`chmod` of an existing file outside the roots is metadata, which Landlock does not
+    // cover; the read-only view of the file system will stop it, with the same note.)
+    for command in ["echo x > \"$HOME/new-4901\"", "echo x >> .git/config"] {
+        let result = run_in_repo(&home, &fake, command, &[]).await;
+        assert_ne!(result["exit_code"], 0, "{command}: {result}");
+        let note = result["sandbox"].as_str().unwrap_or_default();
+        assert!(note.contains("blocked by the sandbox"), "{command}: {result}");
+        assert!(note.contains("sandbox=false") && note.contains("sandbox.writable_roots"), "{command}: {result}");
+    }
+    let result = run_in_repo(&home, &fake, "echo nope-4902; exit 3", &[]).await;
+    assert_eq!(result["exit_code"], 3, "{result}");
+    assert!(result.get("sandbox").is_none(), "{result}");
+    fake.survived().unwrap();
+}
+
 /// Where no mount namespace can be made, the hooks are not protected from commands (and
 /// talaria says so in /permissions); the file tools still ask before writing there.
 #[tokio::test(flavor = "multi_thread")]

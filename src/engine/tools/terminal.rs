@@ -423,7 +423,7 @@ async fn wait_foreground(
 }
 
 /// Told to the model when a sandboxed command failed on a permission error.
-pub(crate) const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): commands may write only under the working directory, the temp dir and sandbox.writable_roots, and cannot read credential stores (~/.ssh, ~/.aws, ...). If this command truly needs more, call terminal again with sandbox=false; the user will be asked.";
+pub(crate) const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): a sandboxed command may write (or chmod, touch, chown) only under the writable roots (the working directory, the temp dir, sandbox.writable_roots) and not git's config or hooks, and cannot read credential stores (~/.ssh, ~/.aws, ...). Two ways on: call terminal again with sandbox=false (the user is asked to approve it outside the sandbox), or the user adds the directory to sandbox.writable_roots in config.toml.";
 
 /// What the model is told when the sandbox stopped connections: which, why, and the two
 /// ways on. The addresses come from the job (escaped by the supervisor): data, not words.
