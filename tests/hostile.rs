@@ -554,6 +554,7 @@ async fn what_the_sandbox_stopped_says_so_and_the_two_ways_on() {
         assert_ne!(result["exit_code"], 0, "{command}: {result}");
         let note = result["sandbox"].as_str().unwrap_or_default();
         assert!(note.contains("blocked by the sandbox"), "{command}: {result}");
+        assert!(note.contains("Two ways on"), "{command}: {result}");
         assert!(note.contains("sandbox=false") && note.contains("sandbox.writable_roots"), "{command}: {result}");
     }
     let result = run_in_repo(&home, &fake, "echo nope-4902; exit 3", &[]).await;
