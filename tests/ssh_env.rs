@@ -1,7 +1,8 @@
 //! Secrets in talaria's environment do not reach a remote command either (DESIGN §6), even
 //! when the ssh config forwards everything (`SendEnv *`) and the server accepts it
-//! (`AcceptEnv *`): a plain variable arrives there, the secret ones do not. Its own binary,
-//! because it sets variables in the test process, which the in-process engine reads.
+//! (`AcceptEnv *`): a plain variable arrives there, the secret ones do not; `/permissions`
+//! names what is dropped, never a value. Its own binary, because it sets variables in the
+//! test process, which the in-process engine reads.
 
 mod common;
 #[path = "common/inproc.rs"]
@@ -14,7 +15,7 @@ use std::path::Path;
 use serde_json::json;
 use talaria::config::Config;
 use talaria::engine::SessionChoice;
-use talaria::protocol::Op;
+use talaria::protocol::{Op, SlashCommand};
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 
 use common::Home;
@@ -53,5 +54,29 @@ async fn secrets_are_not_forwarded_to_a_remote_command_even_with_send_env() {
         assert!(!output.contains(value.as_str()), "{name} reached the remote command: {output}");
     }
     running.turn_finished().await;
+    running.shutdown().await;
+}
+
+/// `/permissions` lists the names commands do not get (a secret-looking one, an
+/// `env_drop` one), not their values, and not a name `env_keep` brought back.
+#[tokio::test]
+async fn permissions_list_the_dropped_names_and_never_their_values() {
+    let mark = format!("{}{:05}", 49_100, std::process::id() % 100_000);
+    let (secret, kept, corp) =
+        (format!("H27_{mark}_TOKEN"), format!("H27_{mark}_KEPT_SECRET"), format!("CORP{mark}_URL"));
+    for name in [&secret, &kept, &corp] {
+        std::env::set_var(name, format!("value-of-{name}"));
+    }
+    let home = Home::new();
+    let server = ScriptedServer::start([ScriptedResponse::text("unused")]).await.unwrap();
+    let toml = format!("[sandbox]\nenv_keep = [{kept:?}]\nenv_drop = [\"CORP{mark}_*\"]\n");
+    let config = Config::from_toml(&toml, Path::new("test-config.toml")).expect("config");
+    let mut running = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    running.send(Op::Command(SlashCommand::Permissions));
+    let text = running.notice("environment:").await;
+    let line = text.lines().find(|l| l.starts_with("environment:")).unwrap_or_default().to_string();
+    assert!(line.contains(&secret) && line.contains(&corp), "{line}");
+    assert!(!line.contains(&kept), "env_keep brought it back: {line}");
+    assert!(!text.contains("value-of-"), "a value was shown: {text}");
     running.shutdown().await;
 }
