@@ -343,6 +343,10 @@ pub struct SandboxConfig {
     /// Unix sockets outside the sandbox commands may connect to (paths, `@name` abstract).
     pub allow_unix_sockets: Vec<PathBuf>,
     pub limits: crate::engine::sandbox::limits::Limits,
+    /// Variables commands get although their names look secret (exact names, `PREFIX_*`).
+    pub env_keep: Vec<String>,
+    /// Variables commands do not get besides those (exact names, `PREFIX_*`).
+    pub env_drop: Vec<String>,
 }
 
 impl Default for SandboxConfig {
@@ -354,6 +358,8 @@ impl Default for SandboxConfig {
             deny_read: Vec::new(),
             allow_unix_sockets: Vec::new(),
             limits: Default::default(),
+            env_keep: Vec::new(),
+            env_drop: Vec::new(),
         }
     }
 }

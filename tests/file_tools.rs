@@ -251,6 +251,8 @@ async fn a_write_outside_the_writable_roots_asks() {
         job_files: vec![],
         view: None,
         git_guard: None,
+        git_start: Default::default(),
+        workspace: Default::default(),
         allow_unix_sockets: vec![],
         limits: Default::default(),
     };

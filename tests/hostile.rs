@@ -325,6 +325,60 @@ async fn no_job_finds_the_provider_key() {
     }
 }
 
+/// Secrets in talaria's environment reach no command, sandboxed or approved outside it
+/// (DESIGN §6): names with KEY, SECRET, TOKEN, PASSWORD, CREDENTIAL, AUTH; `sandbox.env_keep`
+/// brings one back and GIT_AUTHOR_NAME passes; /permissions lists the names, not values.
+#[tokio::test(flavor = "multi_thread")]
+async fn secrets_in_the_environment_reach_no_command() {
+    #[rustfmt::skip]
+    let secrets = [
+        ("GITHUB_TOKEN", "ghp_SECRET4801"), ("NPM_TOKEN", "npm_SECRET4802"),
+        ("AWS_SECRET_ACCESS_KEY", "aws_SECRET4803"), ("AZURE_CLIENT_SECRET", "az_SECRET4804"),
+        ("PGPASSWORD", "pg_SECRET4805"), ("HF_TOKEN", "hf_SECRET4806"), ("MY_SERVICE_API_KEY", "svc_SECRET4807"),
+    ];
+    for keep in [None, Some("HF_TOKEN")] {
+        let home = Home::new();
+        let fake = FakeHome::new();
+        if let Some(name) = keep {
+            home.write_config(&format!("[sandbox]\nenv_keep = [\"{name}\"]\n"));
+        }
+        let server = ScriptedServer::start([
+            ScriptedResponse::tool_call("c1", "terminal", &serde_json::json!({ "command": "env" }).to_string()),
+            ScriptedResponse::tool_call(
+                "c2",
+                "terminal",
+                &serde_json::json!({ "command": "env", "sandbox": false }).to_string(),
+            ),
+            ScriptedResponse::text("done"),
+        ])
+        .await
+        .unwrap();
+        let mut cmd = home.command();
+        cmd.env("HOME", &fake.home).env("TMPDIR", &fake.tmp).env("GIT_AUTHOR_NAME", "Author4808").args([
+            "exec",
+            "--yes",
+            "--base-url",
+            &server.base_url(),
+            "go",
+        ]);
+        for (name, value) in secrets {
+            cmd.env(name, value);
+        }
+        let out = tokio::time::timeout(std::time::Duration::from_secs(120), cmd.output()).await.unwrap().unwrap();
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        let requests = server.chat_requests();
+        for request in &requests[1..] {
+            let result = last_result(request.body["messages"].as_array().unwrap());
+            let output = result["output"].as_str().unwrap_or_default();
+            assert!(output.contains("GIT_AUTHOR_NAME=Author4808"), "{result}");
+            for (name, value) in secrets {
+                let kept = keep == Some(name);
+                assert_eq!(output.contains(value), kept, "{name} (kept: {kept}) in {output}");
+            }
+        }
+    }
+}
+
 /// `process write` of a disguised `rm -rf ~` into a background shell: the shell is in the sandbox, so
 /// its input is contained; the same shell outside the sandbox gets the line approved like a
 /// command (and exec without --yes denies it).
@@ -485,6 +539,30 @@ async fn git_hooks_and_config_in_the_workspace_are_read_only_and_git_still_works
     let result = run_in_repo(&home, &fake, commit, &[]).await;
     assert_eq!(result["exit_code"], 0, "{result}");
     assert_eq!(result["output"].as_str().unwrap_or_default().trim(), "2", "{result}");
+}
+
+/// What the sandbox stopped — a write outside the roots, a write into `.git/config` (the
+/// git guard's read-only mount) — says so in the result, with the two ways on; a command
+/// that failed for another reason gets no such note.
+#[tokio::test(flavor = "multi_thread")]
+async fn what_the_sandbox_stopped_says_so_and_the_two_ways_on() {
+    let home = Home::new();
+    let fake = FakeHome::new();
+    git_repo(&home);
+    // (`touch`/`chmod` of an existing file outside the roots is metadata, which Landlock does not
+    // cover; the read-only view of the file system will stop it, with the same note.)
+    for command in ["echo x > \"$HOME/new-4901\"", "echo x >> .git/config"] {
+        let result = run_in_repo(&home, &fake, command, &[]).await;
+        assert_ne!(result["exit_code"], 0, "{command}: {result}");
+        let note = result["sandbox"].as_str().unwrap_or_default();
+        assert!(note.contains("blocked by the sandbox"), "{command}: {result}");
+        assert!(note.contains("Two ways on"), "{command}: {result}");
+        assert!(note.contains("sandbox=false") && note.contains("sandbox.writable_roots"), "{command}: {result}");
+    }
+    let result = run_in_repo(&home, &fake, "echo nope-4902; exit 3", &[]).await;
+    assert_eq!(result["exit_code"], 3, "{result}");
+    assert!(result.get("sandbox").is_none(), "{result}");
+    fake.survived().unwrap();
 }
 
 /// Where no mount namespace can be made, the hooks are not protected from commands (and

@@ -95,6 +95,8 @@ mod tests {
             job_files: vec![],
             view: None,
             git_guard: None,
+            git_start: Default::default(),
+            workspace: Default::default(),
             allow_unix_sockets: vec![],
             limits: Default::default(),
         }

@@ -431,7 +431,14 @@ impl Backends {
     ) -> Result<ScriptOutput, Degraded> {
         self.ensure(backend).await?;
         let argv = self.transport_argv(backend, &remote::marked(script));
-        let result = run_argv(&argv, stdin, limit).await;
+        // The transport (ssh's SendEnv, a docker client) gets no secret either (DESIGN §6);
+        // ssh keeps the agent socket to log in, as a remote job's does.
+        let drop: Vec<String> = crate::engine::sandbox::env::EnvFilter::from_config(&self.inner.config)
+            .dropped_here()
+            .into_iter()
+            .filter(|v| v != "SSH_AUTH_SOCK")
+            .collect();
+        let result = run_argv(&argv, stdin, &drop, limit).await;
         let out = match result {
             Ok(out) => out,
             Err(e) => {
@@ -512,11 +519,15 @@ pub(crate) struct ScriptOutput {
 async fn run_argv(
     argv: &[String],
     stdin: Option<Vec<u8>>,
+    drop_env: &[String],
     limit: Duration,
 ) -> std::io::Result<Option<std::process::Output>> {
     use tokio::io::AsyncWriteExt;
     let (program, args) = argv.split_first().ok_or_else(|| std::io::Error::other("empty command"))?;
     let mut cmd = tokio::process::Command::new(program);
+    for var in drop_env {
+        cmd.env_remove(var);
+    }
     cmd.args(args)
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())

@@ -13,12 +13,17 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::process::Command;
 
+use crate::config::SandboxMode;
+use crate::engine::sandbox::Policy;
+
 /// The whole fingerprint must be computed within this, or there is none.
 pub(crate) const FINGERPRINT_TIMEOUT: Duration = Duration::from_secs(60);
 
-/// The workspace fingerprint of `cwd` as a hex string, or None (gates always re-run).
-pub(crate) async fn fingerprint(cwd: &Path) -> Option<String> {
-    match tokio::time::timeout(FINGERPRINT_TIMEOUT, compute(cwd)).await {
+/// The fingerprint of the session's workspace as a hex string, or None (gates always re-run).
+pub(crate) async fn fingerprint(policy: &Policy) -> Option<String> {
+    let cwd = &policy.workspace;
+    let git = Git::new(cwd, policy).await;
+    match tokio::time::timeout(FINGERPRINT_TIMEOUT, compute(cwd, &git)).await {
         Ok(Ok(fp)) => Some(fp),
         Ok(Err(why)) => {
             tracing::debug!(cwd = %cwd.display(), why, "no workspace fingerprint; gates will re-run");
@@ -31,21 +36,109 @@ pub(crate) async fn fingerprint(cwd: &Path) -> Option<String> {
     }
 }
 
-fn git(cwd: &Path) -> Command {
-    let mut c = Command::new("git");
-    c.current_dir(cwd)
-        .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        // Read-only: never take the index lock another git process may want.
-        .env("GIT_OPTIONAL_LOCKS", "0")
-        .env("GIT_TERMINAL_PROMPT", "0")
-        .env("LC_ALL", "C")
-        .kill_on_drop(true);
-    c
+/// How talaria runs git: sandboxed read-only, with nothing the repository says run.
+struct Git {
+    policy: Policy,
+    /// `filter.<driver>.clean|smudge|process` the configs set: each turned off.
+    filters: Vec<String>,
 }
 
-async fn output(cwd: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
-    let out = git(cwd).args(args).stdout(Stdio::piped()).output().await.map_err(|e| format!("git: {e}"))?;
+/// Names that would point git at another repository or run a program of their choosing.
+const GIT_ENV_DROPPED: &[&str] = &[
+    "GIT_DIR",
+    "GIT_WORK_TREE",
+    "GIT_INDEX_FILE",
+    "GIT_COMMON_DIR",
+    "GIT_OBJECT_DIRECTORY",
+    "GIT_ALTERNATE_OBJECT_DIRECTORIES",
+    "GIT_EXTERNAL_DIFF",
+    "GIT_PAGER",
+    "GIT_CONFIG",
+    "GIT_CONFIG_PARAMETERS",
+    "GIT_CONFIG_COUNT",
+    "GIT_SSH",
+    "GIT_SSH_COMMAND",
+    "GIT_ASKPASS",
+    "GIT_EDITOR",
+    "GIT_EXEC_PATH",
+];
+
+impl Git {
+    async fn new(cwd: &Path, policy: &Policy) -> Git {
+        let read_only = Policy {
+            mode: match policy.mode {
+                SandboxMode::Off => SandboxMode::Off,
+                _ => SandboxMode::ReadOnly,
+            },
+            writable_roots: Vec::new(),
+            git_guard: None,
+            network: false,
+            ..policy.clone()
+        };
+        let mut git = Git { policy: read_only, filters: Vec::new() };
+        let names = output(cwd, &git, &["config", "-z", "--name-only", "--get-regexp", r"^filter\."]).await;
+        git.filters = filter_overrides(&names.unwrap_or_default());
+        git
+    }
+
+    fn command(&self, cwd: &Path) -> Result<Command, String> {
+        let mut c = Command::new("git");
+        for setting in [
+            "core.fsmonitor=false",
+            "core.hooksPath=/dev/null",
+            "diff.external=",
+            "core.pager=cat",
+            "core.sshCommand=false",
+        ] {
+            c.arg("-c").arg(setting);
+        }
+        for filter in &self.filters {
+            c.arg("-c").arg(filter);
+        }
+        for name in GIT_ENV_DROPPED {
+            c.env_remove(name);
+        }
+        c.current_dir(cwd)
+            .stdin(Stdio::null())
+            .stderr(Stdio::null())
+            // Read-only: never take the index lock another git process may want.
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("LC_ALL", "C")
+            .kill_on_drop(true);
+        if self.policy.mode != SandboxMode::Off {
+            let mut prepared = crate::engine::sandbox::prepare_helper(&self.policy).map_err(|e| e.to_string())?;
+            // SAFETY: apply_in_child makes only async-signal-safe syscalls.
+            unsafe {
+                c.pre_exec(move || crate::engine::sandbox::apply_in_child(&mut prepared));
+            }
+        }
+        Ok(c)
+    }
+}
+
+/// `-c` settings that turn off every filter driver named in `names` (`git config -z
+/// --name-only` output): empty commands, and not required (a required one would fail).
+fn filter_overrides(names: &[u8]) -> Vec<String> {
+    let mut out = Vec::new();
+    for name in names.split(|b| *b == 0 || *b == b'\n').filter(|n| !n.is_empty()) {
+        let name = String::from_utf8_lossy(name);
+        let Some(driver) = name.strip_prefix("filter.").and_then(|rest| rest.rsplit_once('.')).map(|(d, _)| d) else {
+            continue;
+        };
+        for key in ["clean", "smudge", "process"] {
+            out.push(format!("filter.{driver}.{key}="));
+        }
+        out.push(format!("filter.{driver}.required=false"));
+    }
+    out.sort();
+    out.dedup();
+    out
+}
+
+async fn output(cwd: &Path, git: &Git, args: &[&str]) -> Result<Vec<u8>, String> {
+    let out = git.command(cwd)?.args(args).stdout(Stdio::piped()).output().await.map_err(|e| format!("git: {e}"))?;
     if out.status.success() {
         Ok(out.stdout)
     } else {
@@ -53,22 +146,24 @@ async fn output(cwd: &Path, args: &[&str]) -> Result<Vec<u8>, String> {
     }
 }
 
-async fn compute(cwd: &Path) -> Result<String, String> {
-    let head = output(cwd, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).await?;
-    let diff = output(
-        cwd,
-        &["-c", "core.quotepath=false", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv"],
-    )
+async fn compute(cwd: &Path, git: &Git) -> Result<String, String> {
+    let head = output(cwd, git, &["rev-parse", "--verify", "--quiet", "HEAD^{commit}"]).await?;
+    #[rustfmt::skip]
+    let diff = output(cwd, git, &[
+        "-c", "core.quotepath=false", "diff", "HEAD", "--binary", "--no-color", "--no-ext-diff", "--no-textconv",
+        "--ignore-submodules=all",
+    ])
     .await?;
-    let top = output(cwd, &["rev-parse", "--show-toplevel"]).await?;
+    let top = output(cwd, git, &["rev-parse", "--show-toplevel"]).await?;
     let top = Path::new(OsStr::from_bytes(top.strip_suffix(b"\n").unwrap_or(&top))).to_path_buf();
     // From the top, so a gate run in a subdirectory still sees every untracked file.
-    let untracked = output(&top, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
+    let untracked = output(&top, git, &["ls-files", "--others", "--exclude-standard", "-z"]).await?;
 
     // Hash everything with git itself: a stable hash with no extra dependency, and file
     // contents are streamed rather than held in memory.
-    let mut hasher = git(cwd)
-        .args(["hash-object", "--stdin"])
+    let mut hasher = git
+        .command(cwd)?
+        .args(["hash-object", "--no-filters", "--stdin"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .spawn()
@@ -158,6 +253,44 @@ mod tests {
         assert!(status.success(), "git {args:?} failed");
     }
 
+    /// The fingerprint as a session started in `dir` computes it (sandboxed).
+    async fn fp(dir: &Path) -> Option<String> {
+        let th = tempfile::tempdir().unwrap();
+        let paths = crate::paths::Paths::under(th.path());
+        let policy = Policy::from_config(&Default::default(), dir, &paths, None);
+        fingerprint(&policy).await
+    }
+
+    /// A planted core.fsmonitor, filter and external diff never run from talaria's git,
+    /// and the fingerprint is still made. The markers would land in talaria's job
+    /// directory, the one place the read-only sandbox lets a command write.
+    #[tokio::test]
+    async fn a_planted_fsmonitor_filter_or_external_diff_never_runs() {
+        let r = repo();
+        std::fs::write(r.path().join("a"), "1").unwrap();
+        commit_all(r.path());
+        let th = tempfile::tempdir().unwrap();
+        let paths = crate::paths::Paths::under(th.path());
+        std::fs::create_dir_all(&paths.jobs_dir).unwrap();
+        let marker = |name: &str| paths.jobs_dir.join(format!("{name}-5521"));
+        let (fsm, filt, ext) = (marker("fsmonitor"), marker("filter"), marker("extdiff"));
+        for (key, value) in [
+            ("core.fsmonitor", format!("touch {}; echo", fsm.display())),
+            ("filter.evil.clean", format!("touch {}; cat", filt.display())),
+            ("filter.evil.required", "true".into()),
+            ("diff.external", format!("touch {}", ext.display())),
+        ] {
+            run_git(r.path(), &["config", key, &value]);
+        }
+        std::fs::write(r.path().join(".gitattributes"), "* filter=evil\n").unwrap();
+        std::fs::write(r.path().join("a"), "2").unwrap();
+        let policy = Policy::from_config(&Default::default(), r.path(), &paths, None);
+        assert!(fingerprint(&policy).await.is_some());
+        for m in [&fsm, &filt, &ext] {
+            assert!(!m.exists(), "{} ran", m.display());
+        }
+    }
+
     fn repo() -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         run_git(dir.path(), &["init", "-q", "-b", "main"]);
@@ -173,10 +306,10 @@ mod tests {
     async fn none_outside_a_repository_or_before_the_first_commit() {
         let plain = tempfile::tempdir().unwrap();
         std::fs::write(plain.path().join("a"), "x").unwrap();
-        assert_eq!(fingerprint(plain.path()).await, None);
+        assert_eq!(fp(plain.path()).await, None);
         let fresh = repo();
         std::fs::write(fresh.path().join("a"), "x").unwrap();
-        assert_eq!(fingerprint(fresh.path()).await, None);
+        assert_eq!(fp(fresh.path()).await, None);
     }
 
     #[tokio::test]
@@ -184,13 +317,13 @@ mod tests {
         let r = repo();
         std::fs::write(r.path().join("lib.rs"), "fn a() {}\n").unwrap();
         commit_all(r.path());
-        let a = fingerprint(r.path()).await.expect("fingerprint");
+        let a = fp(r.path()).await.expect("fingerprint");
         assert!(a.len() >= 40, "{a}");
-        assert_eq!(fingerprint(r.path()).await, Some(a.clone()));
+        assert_eq!(fp(r.path()).await, Some(a.clone()));
         std::fs::write(r.path().join("lib.rs"), "fn a() { 1 }\n").unwrap();
-        let b = fingerprint(r.path()).await.unwrap();
+        let b = fp(r.path()).await.unwrap();
         assert_ne!(a, b);
-        assert_eq!(fingerprint(r.path()).await, Some(b));
+        assert_eq!(fp(r.path()).await, Some(b));
     }
 
     #[tokio::test]
@@ -199,10 +332,10 @@ mod tests {
         std::fs::write(r.path().join("lib.rs"), "one\n").unwrap();
         commit_all(r.path());
         std::fs::write(r.path().join("lib.rs"), "two\n").unwrap();
-        let first = fingerprint(r.path()).await.unwrap();
+        let first = fp(r.path()).await.unwrap();
         // `git status --porcelain` reads ` M lib.rs` both times; the fingerprint must not.
         std::fs::write(r.path().join("lib.rs"), "three\n").unwrap();
-        let second = fingerprint(r.path()).await.unwrap();
+        let second = fp(r.path()).await.unwrap();
         assert_ne!(first, second);
     }
 
@@ -211,19 +344,19 @@ mod tests {
         let r = repo();
         std::fs::write(r.path().join(".gitignore"), "target/\n").unwrap();
         commit_all(r.path());
-        let clean = fingerprint(r.path()).await.unwrap();
+        let clean = fp(r.path()).await.unwrap();
         std::fs::create_dir(r.path().join("sub")).unwrap();
         std::fs::write(r.path().join("sub").join("new.rs"), "a\n").unwrap();
-        let with_new = fingerprint(r.path()).await.unwrap();
+        let with_new = fp(r.path()).await.unwrap();
         assert_ne!(clean, with_new);
         std::fs::write(r.path().join("sub").join("new.rs"), "b\n").unwrap();
-        let edited = fingerprint(r.path()).await.unwrap();
+        let edited = fp(r.path()).await.unwrap();
         assert_ne!(with_new, edited);
         std::fs::create_dir(r.path().join("target")).unwrap();
         std::fs::write(r.path().join("target").join("out.o"), "bin").unwrap();
-        assert_eq!(fingerprint(r.path()).await.unwrap(), edited);
+        assert_eq!(fp(r.path()).await.unwrap(), edited);
         // The same answer from a subdirectory (gates may run there).
-        assert_eq!(fingerprint(&r.path().join("sub")).await.unwrap(), edited);
+        assert_eq!(fp(&r.path().join("sub")).await.unwrap(), edited);
     }
 
     #[tokio::test]
@@ -234,9 +367,9 @@ mod tests {
         let inner = r.path().join("vendor");
         std::fs::create_dir(&inner).unwrap();
         run_git(&inner, &["init", "-q"]);
-        let fp = fingerprint(r.path()).await;
-        assert!(fp.is_some());
-        assert_eq!(fingerprint(r.path()).await, fp);
+        let first = fp(r.path()).await;
+        assert!(first.is_some());
+        assert_eq!(fp(r.path()).await, first);
     }
 
     #[tokio::test]
@@ -244,9 +377,9 @@ mod tests {
         let r = repo();
         std::fs::write(r.path().join("a"), "1").unwrap();
         commit_all(r.path());
-        let before = fingerprint(r.path()).await.unwrap();
+        let before = fp(r.path()).await.unwrap();
         std::fs::write(r.path().join("a"), "2").unwrap();
         commit_all(r.path());
-        assert_ne!(fingerprint(r.path()).await.unwrap(), before);
+        assert_ne!(fp(r.path()).await.unwrap(), before);
     }
 }

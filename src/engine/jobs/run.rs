@@ -22,8 +22,6 @@ use crate::engine::store::jobs::{JobPids, NewJob};
 use crate::engine::store::StoreError;
 use crate::protocol::JobStatus;
 
-/// Variables that hold API keys talaria knows about; never passed to commands.
-const KEY_VARS: [&str; 2] = ["OPENAI_API_KEY", "OPENROUTER_API_KEY"];
 /// How long a supervisor may take to start the command (a loaded machine is slow).
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(30);
 /// In a remote job's local directory: the transport's stderr (ssh's own messages and the
@@ -265,12 +263,13 @@ async fn start_supervisor(
 
     let mut cmd = tokio::process::Command::new(exe);
     cmd.arg("__job").arg(&jd.path).stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(Stdio::null());
-    for var in KEY_VARS {
-        cmd.env_remove(var);
-    }
-    let key_env = reg.config.model.api_key_env.trim();
-    if !key_env.is_empty() {
-        cmd.env_remove(key_env);
+    // What looks secret reaches no command (DESIGN §6); ssh of a remote job still needs
+    // the agent to log in (the remote command gets none of it: nothing is forwarded).
+    let filter = crate::engine::sandbox::env::EnvFilter::from_config(&reg.config);
+    for var in filter.dropped_here() {
+        if !(transport.is_some() && var == "SSH_AUTH_SOCK") {
+            cmd.env_remove(var);
+        }
     }
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent. The
     // supervisor gets its own session: a hang-up of talaria's terminal never reaches it.

@@ -16,6 +16,8 @@
 //! → Landlock → seccomp (and the listener handed to the supervisor) → exec.
 
 mod caps;
+pub mod env;
+pub mod git_guard;
 pub mod limits;
 pub mod mounts;
 pub mod notify;
@@ -44,6 +46,9 @@ const MAX_RULES: usize = 20_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub mode: SandboxMode,
+    /// The session's starting directory: where talaria's own git commands run.
+    #[serde(default)]
+    pub workspace: PathBuf,
     pub network: bool,
     /// Readable and writable (minus `deny_write` and `deny_read`).
     pub writable_roots: Vec<PathBuf>,
@@ -64,6 +69,9 @@ pub struct Policy {
     /// `.git/config` read-only; None where none can be created (they are then unprotected).
     #[serde(default)]
     pub git_guard: Option<mounts::Namespace>,
+    /// The roots' `.git` files and `commondir`s at session start: the only ones followed.
+    #[serde(default)]
+    pub git_start: git_guard::Start,
     /// `sandbox.allow_unix_sockets`: sockets outside the job a command may still reach
     /// (paths, `@name` for abstract ones); the rest are refused unless a process of the
     /// job made them.
@@ -129,10 +137,13 @@ impl Policy {
             writable_roots.push(std::env::temp_dir());
             writable_roots.extend(config.writable_roots.iter().map(|p| expand(p)));
         }
+        let writable_roots: Vec<PathBuf> = writable_roots.iter().map(|p| canonical(p)).collect();
         Policy {
+            git_start: git_guard::Start::scan(&writable_roots),
+            workspace: canonical(workspace),
             mode: config.mode,
             network: config.network,
-            writable_roots: writable_roots.iter().map(|p| canonical(p)).collect(),
+            writable_roots,
             deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
             deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
             job_files: vec![],
@@ -186,7 +197,9 @@ impl Policy {
             (SandboxMode::Off, ..) => "git hooks: NOT protected (sandbox off)".into(),
             (SandboxMode::ReadOnly, ..) => "git hooks: read-only like everything else (sandbox read-only)".into(),
             (_, Some(_), _) if self.active() => {
-                "git hooks: .git/hooks and .git/config of the writable roots are read-only for commands".into()
+                "git: .git of the writable roots is read-only for commands but what git writes to commit \
+                 (objects, refs, logs, index, HEAD, ...); a planted commondir or .git file is moved aside"
+                    .into()
             }
             (_, _, mounts::GuardSupport::Unavailable { reason }) => format!(
                 "git hooks: NOT protected from commands ({reason}); write_file/edit_file still ask before writing there"
@@ -314,6 +327,8 @@ pub enum SandboxError {
     Io(#[from] std::io::Error),
     #[error("cannot build the sandbox: more than {MAX_RULES} paths to list; narrow sandbox.writable_roots")]
     TooLarge,
+    #[error("the git guard refused the command: {0}")]
+    Git(#[from] git_guard::Refusal),
 }
 
 /// A policy turned into kernel objects, ready for [`apply_in_child`]. One per spawn: the
@@ -405,8 +420,12 @@ fn prepare_with(policy: &Policy, view: Option<mounts::Namespace>) -> Result<Prep
         .add_rules(path_beneath_rules(&readable, read))?
         .add_rules(path_beneath_rules(&writable, all))?
         .add_rules(path_beneath_rules(devices, all))?;
+    if policy.mode == SandboxMode::WorkspaceWrite {
+        // Before each command (DESIGN §6): what an earlier one planted is not followed.
+        git_guard::sweep(&policy.writable_roots, &policy.git_start);
+    }
     prepared.git_guard = match policy.git_guard {
-        Some(ns) => mounts::Plan::for_roots(ns, &policy.writable_roots)?,
+        Some(ns) => mounts::Plan::for_roots(ns, &policy.writable_roots, &policy.git_start)?,
         None => None,
     };
     prepared.view = match view {
@@ -594,6 +613,7 @@ mod tests {
         std::fs::write(home.join("notes.txt"), "readable").unwrap();
         let policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
+            workspace: PathBuf::new(),
             network: false,
             writable_roots: vec![work.clone()],
             deny_read: vec![home.join(".ssh")],
@@ -601,6 +621,7 @@ mod tests {
             job_files: vec![],
             view: None,
             git_guard: None,
+            git_start: Default::default(),
             allow_unix_sockets: vec![],
             limits: Default::default(),
         };
@@ -652,6 +673,7 @@ mod tests {
         std::fs::create_dir_all(work.join(".git/hooks")).unwrap();
         let policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
+            workspace: PathBuf::new(),
             network: true,
             writable_roots: vec![work.clone()],
             deny_read: vec![],
@@ -659,6 +681,7 @@ mod tests {
             job_files: vec![],
             view: None,
             git_guard: None,
+            git_start: Default::default(),
             allow_unix_sockets: vec![],
             limits: Default::default(),
         };
@@ -672,6 +695,7 @@ mod tests {
     fn permissions_say_whether_git_hooks_are_protected() {
         let mut policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
+            workspace: PathBuf::new(),
             network: true,
             writable_roots: vec![],
             deny_read: vec![],
@@ -679,13 +703,15 @@ mod tests {
             job_files: vec![],
             view: None,
             git_guard: Some(mounts::Namespace::User),
+            git_start: Default::default(),
             allow_unix_sockets: vec![],
             limits: Default::default(),
         };
         let ok = mounts::GuardSupport::Available(mounts::Namespace::User);
         assert_eq!(
             policy.describe_git_guard_with(&ok),
-            "git hooks: .git/hooks and .git/config of the writable roots are read-only for commands"
+            "git: .git of the writable roots is read-only for commands but what git writes to commit \
+             (objects, refs, logs, index, HEAD, ...); a planted commondir or .git file is moved aside"
         );
         policy.git_guard = None;
         let missing = mounts::GuardSupport::Unavailable { reason: "cannot create a mount namespace (EPERM)".into() };
@@ -708,6 +734,7 @@ mod tests {
         std::fs::remove_dir_all(work.join(".git/hooks")).unwrap();
         let policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
+            workspace: PathBuf::new(),
             network: true,
             writable_roots: vec![work.clone()],
             deny_read: vec![],
@@ -715,6 +742,7 @@ mod tests {
             job_files: vec![],
             view: None,
             git_guard: Some(ns),
+            git_start: Default::default(),
             allow_unix_sockets: vec![],
             limits: Default::default(),
         };

@@ -1,10 +1,11 @@
-//! `.git/hooks` and `.git/config` inside a writable root are read-only for jobs (DESIGN §6).
-//! Landlock cannot carve a read-only hole in a writable tree without taking `MAKE_REG` from
-//! its parent, and git needs `.git/index.lock`. So the job gets a mount namespace of its own
-//! in which those paths are read-only bind mounts, set up between fork and exec, before
-//! Landlock (a Landlocked process may not mount or unmount anything afterwards). `.git`
-//! itself is bound onto itself (still writable): a mount point cannot be renamed or removed,
-//! so a job cannot swap in a copy of `.git` whose hooks it wrote.
+//! A writable root's `.git` is read-only for jobs but what git writes to commit (DESIGN §6;
+//! which paths: [`super::git_guard`]). Landlock cannot carve a read-only hole in a writable
+//! tree without taking `MAKE_REG` from its parent, and git needs `.git/index.lock`. So the
+//! job gets a mount namespace of its own in which those paths are read-only bind mounts,
+//! set up between fork and exec, before Landlock (a Landlocked process may not mount or
+//! unmount anything afterwards). `.git` itself is bound onto itself (still writable): a
+//! mount point cannot be renamed or removed, so a job cannot swap in a copy of `.git` whose
+//! hooks it wrote.
 //!
 //! The namespace: a plain mount namespace when talaria may create one (CAP_SYS_ADMIN), else a
 //! user namespace mapping only the caller's own uid and gid (what `unshare -Urm` does). Where
@@ -71,17 +72,20 @@ fn probe() -> GuardSupport {
 struct Bind {
     path: CString,
     read_only: bool,
+    /// A writable bind inside a read-only one: remounted writable (a bind copies the flags).
+    remount_writable: bool,
     /// MS_* flags the existing mount has and a remount must keep (locked in a user namespace).
     keep: libc::c_ulong,
 }
 
 impl Bind {
     fn read_only(path: &Path) -> Bind {
-        Bind { path: c_path(path), read_only: true, keep: mount_flags(path) }
+        Bind { path: c_path(path), read_only: true, remount_writable: false, keep: mount_flags(path) }
     }
 
-    fn writable(path: &Path) -> Bind {
-        Bind { path: c_path(path), read_only: false, keep: 0 }
+    fn writable(path: &Path, under_read_only: bool) -> Bind {
+        let keep = if under_read_only { mount_flags(path) } else { 0 };
+        Bind { path: c_path(path), read_only: false, remount_writable: under_read_only, keep }
     }
 }
 
@@ -132,36 +136,25 @@ impl Plan {
         })
     }
 
-    /// The binds that protect the git directories of `roots` (each root's own `.git`).
-    /// A missing `hooks` directory is created first: otherwise a job could create it.
-    pub(crate) fn for_roots(ns: Namespace, roots: &[PathBuf]) -> std::io::Result<Option<Plan>> {
-        let mut binds = Vec::new();
-        let mut seen: Vec<PathBuf> = Vec::new();
-        for root in roots {
-            let git = root.join(".git");
-            let is_dir = std::fs::symlink_metadata(&git).is_ok_and(|m| m.is_dir());
-            if !is_dir || seen.contains(&git) {
-                continue;
-            }
-            seen.push(git.clone());
-            let hooks = git.join("hooks");
-            if std::fs::symlink_metadata(&hooks).is_err() {
-                // Fails when a job starting at the same moment made it first (then it is
-                // there to protect) or when talaria may not write here (then neither may
-                // the job, which runs as the same user with less).
-                let _ = std::fs::create_dir(&hooks);
-            }
-            binds.push(Bind::writable(&git));
-            for protected in [hooks, git.join("config")] {
-                if std::fs::symlink_metadata(&protected).is_ok() {
-                    binds.push(Bind::read_only(&protected));
-                }
-            }
-        }
+    /// The binds that protect the git directories of `roots` (see [`super::git_guard`]).
+    pub(crate) fn for_roots(
+        ns: Namespace,
+        roots: &[PathBuf],
+        start: &super::git_guard::Start,
+    ) -> Result<Option<Plan>, super::SandboxError> {
+        let home = std::env::var_os("HOME").map(PathBuf::from);
+        let guards = super::git_guard::plan(roots, start, home.as_deref())?;
+        let binds: Vec<Bind> = guards
+            .iter()
+            .map(|g| match g {
+                super::git_guard::Guard::ReadOnly(p) => Bind::read_only(p),
+                super::git_guard::Guard::Writable { path, under_read_only } => Bind::writable(path, *under_read_only),
+            })
+            .collect();
         if binds.is_empty() {
             return Ok(None);
         }
-        Plan::new(ns, binds).map(Some)
+        Ok(Some(Plan::new(ns, binds)?))
     }
 
     /// A plan that only enters the namespace (the read-only view, view.rs, mounts the rest).
@@ -216,8 +209,9 @@ impl Plan {
                 if libc::mount(p, p, none, libc::MS_BIND | libc::MS_REC, std::ptr::null()) != 0 {
                     return Err(last());
                 }
-                if bind.read_only {
-                    let flags = libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | bind.keep;
+                if bind.read_only || bind.remount_writable {
+                    let ro = if bind.read_only { libc::MS_RDONLY } else { 0 };
+                    let flags = libc::MS_REMOUNT | libc::MS_BIND | ro | bind.keep;
                     if libc::mount(none, p, none, flags, std::ptr::null()) != 0 {
                         return Err(last());
                     }
@@ -296,7 +290,8 @@ mod tests {
                     .map(|_| {
                         s.spawn(|| {
                             barrier.wait();
-                            Plan::for_roots(Namespace::Mount, &roots).map(|p| p.map(|p| p.binds.len()))
+                            Plan::for_roots(Namespace::Mount, &roots, &Default::default())
+                                .map(|p| p.map(|p| p.binds.len()))
                         })
                     })
                     .collect();

@@ -237,12 +237,13 @@ impl Engine {
         self.notice(
             NoticeLevel::Info,
             format!(
-                "{}\n{}\n{}\n{}\n{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml",
+                "{}\n{}\n{}\n{}\n{}\n{}\n{approvals}\nwiden it with sandbox.writable_roots in config.toml",
                 policy.describe(),
                 policy.describe_view(),
                 policy.describe_git_guard(),
                 policy.describe_sockets(),
-                policy.describe_limits()
+                policy.describe_limits(),
+                crate::engine::sandbox::env::EnvFilter::from_config(&self.env.config).describe()
             ),
         );
     }

@@ -197,10 +197,11 @@ impl Engine {
                     }
                 }
                 GoalEffect::RunGates => {
-                    let cwd = self.env.cwd();
+                    // In the session's root, not wherever the model `cd`'d (DESIGN §6).
+                    let policy = self.env.jobs.sandbox_policy();
                     let tx = self.boundary.tx.clone();
                     tokio::spawn(async move {
-                        let _ = tx.send(BoundaryResult::Fingerprint(goal::fingerprint(&cwd).await));
+                        let _ = tx.send(BoundaryResult::Fingerprint(goal::fingerprint(&policy).await));
                     });
                 }
                 GoalEffect::RunGate { idx, cmd } => self.spawn_gate(idx, cmd),

@@ -182,6 +182,9 @@ impl Tool for TerminalTool {
                 } else if blocked {
                     value["sandbox"] = json!(SANDBOX_NOTE);
                 }
+                if sandboxed {
+                    note_git_guard(&ctx, &mut value);
+                }
                 if exit.leftover {
                     guard.armed = false;
                     value["session_id"] = json!(spawned.id);
@@ -420,7 +423,7 @@ async fn wait_foreground(
 }
 
 /// Told to the model when a sandboxed command failed on a permission error.
-pub(crate) const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): commands may write only under the working directory, the temp dir and sandbox.writable_roots, and cannot read credential stores (~/.ssh, ~/.aws, ...). If this command truly needs more, call terminal again with sandbox=false; the user will be asked.";
+pub(crate) const SANDBOX_NOTE: &str = "blocked by the sandbox (probably): a sandboxed command may write (or chmod, touch, chown) only under the writable roots (the working directory, the temp dir, sandbox.writable_roots) and not git's config or hooks, and cannot read credential stores (~/.ssh, ~/.aws, ...). Two ways on: call terminal again with sandbox=false (the user is asked to approve it outside the sandbox), or the user adds the directory to sandbox.writable_roots in config.toml.";
 
 /// What the model is told when the sandbox stopped connections: which, why, and the two
 /// ways on. The addresses come from the job (escaped by the supervisor): data, not words.
@@ -434,6 +437,20 @@ fn denied_connections(denials: &[crate::engine::sandbox::notify::Denial]) -> Str
          again with sandbox=false (the user will be asked).",
         list.join("; ")
     )
+}
+
+/// After a sandboxed command: move aside what it planted for the user's own git (a
+/// `commondir`, a `.git` file, a new repository's program-naming config) and say so.
+fn note_git_guard(ctx: &ToolCtx, value: &mut serde_json::Value) {
+    let policy = ctx.jobs.sandbox_policy();
+    if policy.mode != crate::config::SandboxMode::WorkspaceWrite {
+        return;
+    }
+    let moved = crate::engine::sandbox::git_guard::sweep(&policy.writable_roots, &policy.git_start);
+    if !moved.is_empty() {
+        let text: Vec<String> = moved.iter().map(|m| m.to_string()).collect();
+        value["git_guard"] = json!(text.join("; "));
+    }
 }
 
 /// A permission error of the kind Landlock and the network filter cause.
