@@ -17,6 +17,7 @@
 
 mod caps;
 pub mod limits;
+pub(crate) mod listeners;
 pub mod mounts;
 pub mod notify;
 mod seccomp;
@@ -31,7 +32,7 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::config::{SandboxConfig, SandboxMode};
+use crate::config::{NetworkMode, SandboxConfig, SandboxMode};
 
 /// The file-system access rights we ask for: everything Landlock ABI 5 knows (the later
 /// ABIs add no file-system rights). Older kernels get what they support.
@@ -43,7 +44,15 @@ const MAX_RULES: usize = 20_000;
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Policy {
     pub mode: SandboxMode,
+    /// IP sockets may be opened (`sandbox.network` "on" or "ask").
     pub network: bool,
+    /// `sandbox.network = "ask"`: an IP socket reaches only talaria's proxy (and loopback
+    /// servers of the job's own processes); no datagrams, so no DNS of its own (DESIGN §6b).
+    #[serde(default)]
+    pub proxy_only: bool,
+    /// The session's proxy on 127.0.0.1; None when none runs (nothing is reachable then).
+    #[serde(default)]
+    pub proxy_port: Option<u16>,
     /// Readable and writable (minus `deny_write` and `deny_read`).
     pub writable_roots: Vec<PathBuf>,
     /// Neither readable nor writable.
@@ -116,7 +125,9 @@ impl Policy {
         }
         Policy {
             mode: config.mode,
-            network: config.network,
+            network: config.network != NetworkMode::Off,
+            proxy_only: config.network == NetworkMode::Ask,
+            proxy_port: None,
             writable_roots: writable_roots.iter().map(|p| canonical(p)).collect(),
             deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
             deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
@@ -132,7 +143,13 @@ impl Policy {
 
     /// What a supervisor needs to serve this policy's socket mediation for one job.
     pub fn notify_settings(&self, denials: PathBuf) -> notify::Settings {
-        notify::Settings { network: self.network, allow_unix_sockets: self.allow_unix_sockets.clone(), denials }
+        notify::Settings {
+            network: self.network,
+            proxy_only: self.proxy_only,
+            proxy_port: self.proxy_port,
+            allow_unix_sockets: self.allow_unix_sockets.clone(),
+            denials,
+        }
     }
 
     /// One line for `/permissions`: what commands may connect to.
@@ -184,6 +201,7 @@ impl Policy {
     pub(crate) fn short_label(&self) -> String {
         match (self.mode, self.active()) {
             (SandboxMode::Off, _) | (_, false) => "NO SANDBOX".into(),
+            (SandboxMode::WorkspaceWrite, true) if self.proxy_only => "sandbox:ask-net".into(),
             (SandboxMode::WorkspaceWrite, true) if self.network => "sandbox".into(),
             (SandboxMode::WorkspaceWrite, true) => "sandbox:offline".into(),
             (SandboxMode::ReadOnly, true) => "sandbox:ro".into(),
@@ -204,7 +222,11 @@ impl Policy {
         let roots: Vec<String> = self.writable_roots.iter().map(|p| p.display().to_string()).collect();
         format!(
             "sandbox: {mode}, kernel sandbox {kernel}; network {}; writable: {}",
-            if self.network { "on" } else { "off" },
+            match (self.network, self.proxy_only) {
+                (false, _) => "off",
+                (true, true) => "through talaria's proxy, host by host (ask)",
+                (true, false) => "on",
+            },
             if roots.is_empty() { "nothing but talaria's job files".to_string() } else { roots.join(", ") }
         )
     }
@@ -324,7 +346,11 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
     if policy.mode == SandboxMode::Off {
         return Ok(prepared);
     }
-    prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: policy.network, mediate_sockets: true }));
+    prepared.filter = Some(seccomp::Filter::new(seccomp::Rules {
+        network: policy.network,
+        proxy_only: policy.proxy_only,
+        mediate_sockets: true,
+    }));
     prepared.handoff = Some(notify::Handoff::new()?);
     prepared.caps = Some(caps::DropAll::new());
     prepared.limits = limits::Plan::new(&policy.limits).with_processes(&policy.limits, None);
@@ -374,7 +400,8 @@ pub fn prepare(policy: &Policy) -> Result<Prepared, SandboxError> {
 pub fn prepare_helper(policy: &Policy) -> Result<Prepared, SandboxError> {
     let mut prepared = prepare(policy)?;
     if prepared.filter.is_some() {
-        prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: false, mediate_sockets: false }));
+        prepared.filter =
+            Some(seccomp::Filter::new(seccomp::Rules { network: false, proxy_only: false, mediate_sockets: false }));
         prepared.handoff = None;
     }
     Ok(prepared)
@@ -534,6 +561,8 @@ mod tests {
         let policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
             network: false,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![work.clone()],
             deny_read: vec![home.join(".ssh")],
             deny_write: vec![home.join(".ssh")],
@@ -591,6 +620,8 @@ mod tests {
         let policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![work.clone()],
             deny_read: vec![],
             deny_write: vec![],
@@ -610,6 +641,8 @@ mod tests {
         let mut policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![],
             deny_read: vec![],
             deny_write: vec![],
@@ -645,6 +678,8 @@ mod tests {
         let policy = Policy {
             mode: SandboxMode::WorkspaceWrite,
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![work.clone()],
             deny_read: vec![],
             deny_write: vec![],

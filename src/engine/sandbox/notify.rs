@@ -165,6 +165,9 @@ fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub network: bool,
+    /// `sandbox.network = "ask"`: IP connections only to the proxy at `proxy_port`.
+    pub proxy_only: bool,
+    pub proxy_port: Option<u16>,
     /// `sandbox.allow_unix_sockets`: paths (and `@name` for abstract sockets).
     pub allow_unix_sockets: Vec<PathBuf>,
     /// Where denials are recorded, one JSON line each (`<job dir>/denials.jsonl`).
@@ -342,10 +345,25 @@ impl Server {
             Err(e) => return Answer::Errno(e.raw_os_error().unwrap_or(libc::ENOTSOCK)),
         };
         let Some(address) = sockets::Address::parse(&bytes) else { return Answer::Errno(libc::EINVAL) };
-        let rules = Rules { network: self.settings.network };
+        let rules = Rules {
+            network: self.settings.network,
+            proxy_only: self.settings.proxy_only,
+            proxy_port: self.settings.proxy_port,
+        };
         match sockets::first_step(call, kind, &address, rules) {
             Step::Pass => pass(call, req.id, socket, &bytes, data.as_deref(), args[3] as i32),
             Step::Deny(reason) => self.deny(call, &address, reason),
+            Step::ProbeLoopback { port } => {
+                if super::listeners::served_inside(port, &[self.supervisor]) {
+                    pass(call, req.id, socket, &bytes, data.as_deref(), args[3] as i32)
+                } else {
+                    let reason = format!(
+                        "no process of this command listens on loopback port {port}, and {}",
+                        sockets::PROXY_ONLY
+                    );
+                    self.deny(call, &address, reason)
+                }
+            }
             Step::Probe => {
                 let UnixKind(ty) = match kind {
                     Socket::Unix(ty) => UnixKind(ty),
@@ -510,7 +528,7 @@ pub fn serve_in_thread(ends: ParentEnds, settings: Settings) -> std::thread::Joi
 }
 
 /// Append one line to the denials file; created by us, never through a symlink.
-fn record(path: &Path, denial: &Denial) {
+pub(crate) fn record(path: &Path, denial: &Denial) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let Ok(mut line) = serde_json::to_string(denial) else { return };
@@ -740,7 +758,7 @@ fn exited(pidfd: &OwnedFd) -> bool {
 
 /// Is `ancestor` a proper ancestor of `pid`? (The supervisor is a child subreaper: every
 /// process of the job, orphans included, stays below it.)
-fn descends_from(pid: i32, ancestor: i32) -> bool {
+pub(crate) fn descends_from(pid: i32, ancestor: i32) -> bool {
     let mut pid = pid;
     for _ in 0..256 {
         if pid <= 1 || pid == ancestor {
