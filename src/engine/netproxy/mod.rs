@@ -132,6 +132,8 @@ struct Inner {
     asking: Mutex<HashMap<String, Waiting>>,
     log: Mutex<VecDeque<Connection>>,
     next_entry: Mutex<u64>,
+    /// Requests waiting for an answer now.
+    waiting: std::sync::atomic::AtomicUsize,
     events: Option<crate::engine::EventSink>,
 }
 
@@ -178,6 +180,7 @@ impl NetProxy {
             asking: Mutex::new(HashMap::new()),
             log: Mutex::new(VecDeque::new()),
             next_entry: Mutex::new(0),
+            waiting: Default::default(),
             events,
         });
         let weak = Arc::downgrade(&inner);
@@ -214,6 +217,11 @@ impl NetProxy {
                 entry.supervisor = Some(supervisor);
             }
         }
+    }
+
+    /// How many requests wait for an answer now (tests wait for a burst to be in).
+    pub fn waiting(&self) -> usize {
+        self.inner.waiting.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The session's connections, oldest first.
@@ -348,6 +356,8 @@ async fn decide(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16) -> (V
             }
         }
     };
+    inner.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let _waiting = Countdown(&inner.waiting);
     if let Some(tx) = asker {
         let question = Question { job: job.id.clone(), command: job.command.clone(), host: host.to_string(), port };
         let answer = inner.gate.ask(question).await;
@@ -377,6 +387,15 @@ async fn decide(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16) -> (V
         Answer::Session => (Verdict::Asked, "allowed for this session when asked".into()),
         Answer::Always => (Verdict::Asked, "allowed always when asked (saved to sandbox.network_allow)".into()),
         Answer::Deny(why) => (Verdict::Denied, why),
+    }
+}
+
+/// Counts a waiting request down when it stops waiting (answered or dropped).
+struct Countdown<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for Countdown<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
