@@ -201,7 +201,6 @@ impl Policy {
     pub(crate) fn short_label(&self) -> String {
         match (self.mode, self.active()) {
             (SandboxMode::Off, _) | (_, false) => "NO SANDBOX".into(),
-            (SandboxMode::WorkspaceWrite, true) if self.proxy_only => "sandbox:ask-net".into(),
             (SandboxMode::WorkspaceWrite, true) if self.network => "sandbox".into(),
             (SandboxMode::WorkspaceWrite, true) => "sandbox:offline".into(),
             (SandboxMode::ReadOnly, true) => "sandbox:ro".into(),
