@@ -358,6 +358,11 @@ async fn decide(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16) -> (V
     };
     inner.waiting.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     let _waiting = Countdown(&inner.waiting);
+    if asker.is_some() {
+        tracing::info!(job = %job.id, target = %key, "network proxy asks");
+    } else {
+        tracing::info!(job = %job.id, target = %key, "network proxy request waits for the open question");
+    }
     if let Some(tx) = asker {
         let question = Question { job: job.id.clone(), command: job.command.clone(), host: host.to_string(), port };
         let answer = inner.gate.ask(question).await;
