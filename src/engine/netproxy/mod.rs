@@ -230,6 +230,14 @@ impl NetProxy {
     }
 }
 
+/// The `Proxy-Authorization` value a client sends for a job's proxy URL (what curl makes
+/// of `http://job_4:<secret>@127.0.0.1:<port>`).
+pub fn proxy_authorization(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("http://")?;
+    let (creds, _) = rest.rsplit_once('@')?;
+    Some(format!("Basic {}", base64(creds.as_bytes())))
+}
+
 fn host_port(host: &str, port: u16) -> String {
     if host.contains(':') {
         format!("[{host}]:{port}")
