@@ -403,3 +403,50 @@ EOF"#
     let label = result["sandbox"].as_str().unwrap_or_default();
     assert!(label.contains("only through talaria's proxy"), "{result}");
 }
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// A 200 MB download by a job through the proxy: talaria's own RSS (the proxy runs in it)
+/// stays within 16 MiB of what it was when the download began.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_200_mb_download_keeps_talarias_rss_flat() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let size = 200u64 * 1000 * 1000;
+    let command = format!("curl -s -o /dev/null -w 'got=%{{size_download}}' http://127.0.0.1:{}/big/{size}", srv.port);
+    let args = serde_json::json!({ "command": command, "timeout": 120 }).to_string();
+    let model =
+        ScriptedServer::start([ScriptedResponse::tool_call("c1", "terminal", &args), ScriptedResponse::text("done")])
+            .await
+            .unwrap();
+    let fake_home = home.path().join("fakehome");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake_home).args(["exec", "--base-url", &model.base_url(), "go"]);
+    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let pid = child.id().unwrap();
+    let requests = srv.requests.clone();
+    let sampler = tokio::spawn(async move {
+        let (mut start, mut peak) = (None, 0u64);
+        while let Some(rss) = rss_kib(pid) {
+            if requests.load(Ordering::SeqCst) > 0 {
+                start.get_or_insert(rss);
+                peak = peak.max(rss);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (start, peak)
+    });
+    let status = tokio::time::timeout(Duration::from_secs(180), child.wait()).await.unwrap().unwrap();
+    assert!(status.success());
+    let (start, peak) = sampler.await.unwrap();
+    let start = start.expect("the download never began");
+    assert!(peak < start + 16 * 1024, "talaria grew from {start} KiB to {peak} KiB during the download");
+    let chat = model.chat_requests();
+    let last = chat[1].body["messages"].to_string();
+    assert!(last.contains(&format!("got={size}")), "{last}");
+}
