@@ -150,4 +150,65 @@ async fn main() {
     }
     let (d, p): (f64, f64) = rows.iter().fold((0.0, 0.0), |(a, b), (d, p)| (a + d, b + p));
     println!("  mean   {:8.0}         {:8.0}   {:.0} %", d / 3.0, p / 3.0, p / d * 100.0);
+
+    // The same download by curl, a process of its own (as a job is), plain HTTP.
+    let http = http_server().await;
+    let target = format!("http://127.0.0.1:{http}/{bytes}");
+    let mut rows = Vec::new();
+    for _ in 0..3 {
+        rows.push((curl(&target, &[]).await, curl(&target, &["-x", &url, "--proxytunnel"]).await));
+    }
+    println!("curl download of {mib} MiB, 3 runs (MiB/s):");
+    for (d, p) in &rows {
+        println!("  direct {d:8.0}   proxy {p:8.0}   {:.0} %", p / d * 100.0);
+    }
+    let (d, p): (f64, f64) = rows.iter().fold((0.0, 0.0), |(a, b), (d, p)| (a + d, b + p));
+    println!("  mean   {:8.0}         {:8.0}   {:.0} %", d / 3.0, p / 3.0, p / d * 100.0);
+}
+
+/// `GET /<n>` → n bytes.
+async fn http_server() -> u16 {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    let n = s.read(&mut b).await.unwrap();
+                    if n == 0 {
+                        return;
+                    }
+                    head.extend_from_slice(&b[..n]);
+                }
+                let text = String::from_utf8_lossy(&head).to_string();
+                let n: u64 = text.split(' ').nth(1).unwrap_or("/0")[1..].parse().unwrap_or(0);
+                let _ = s.write_all(format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n").as_bytes()).await;
+                let chunk = vec![7u8; 256 * 1024];
+                let mut left = n;
+                while left > 0 {
+                    let k = left.min(chunk.len() as u64) as usize;
+                    if s.write_all(&chunk[..k]).await.is_err() {
+                        return;
+                    }
+                    left -= k as u64;
+                }
+            });
+        }
+    });
+    port
+}
+
+async fn curl(url: &str, extra: &[&str]) -> f64 {
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-o", "/dev/null", "-w", "%{speed_download}"])
+        .args(extra)
+        .arg(url)
+        .output()
+        .await
+        .unwrap();
+    let bytes_per_s: f64 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+    bytes_per_s / (1 << 20) as f64
 }

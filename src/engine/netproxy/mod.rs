@@ -5,10 +5,11 @@
 //! own (`http://job_4:<secret>@127.0.0.1:<port>`), checked as `Proxy-Authorization: Basic`
 //! (else 407), which also says which job made a request. The host is decided by
 //! [`policy::decide`]; what asks goes to a [`Gate`] (the approval modal, or `exec`'s rule),
-//! one question per host:port while it is open. Bytes stream both ways through fixed
-//! buffers: a 1 GB download never sits in memory.
+//! one question per host:port while it is open. Bytes stream both ways through pipes
+//! ([`relay`], `splice`): a 1 GB download never sits in memory.
 
 pub(crate) mod policy;
+mod relay;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -27,8 +28,6 @@ use policy::{Rule, Why};
 const MAX_HEAD: usize = 64 * 1024;
 /// Connections kept for `/network` at most (the oldest go first).
 const MAX_LOG: usize = 1000;
-/// Buffer per direction of a relayed connection.
-const RELAY_BUFFER: usize = 64 * 1024;
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(30);
 
 /// A question for the user (or `exec`'s rule): may this job reach this host?
@@ -315,8 +314,7 @@ async fn serve(inner: Arc<Inner>, mut client: TcpStream) -> std::io::Result<()> 
         }
     }
     upstream.write_all(&rest).await?;
-    let relayed =
-        tokio::io::copy_bidirectional_with_sizes(&mut client, &mut upstream, RELAY_BUFFER, RELAY_BUFFER).await;
+    let relayed = relay::both_ways(&client, &upstream).await;
     let (up, down) = relayed.unwrap_or((0, 0));
     finish(&inner, entry, sent + up, down);
     Ok(())
