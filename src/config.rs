@@ -739,6 +739,29 @@ mod tests {
     use pretty_assertions::assert_eq;
 
     #[test]
+    fn sandbox_network_reads_ask_on_off_and_the_old_booleans() {
+        let rows = [
+            ("", Some(NetworkMode::Ask)),
+            ("network = \"ask\"", Some(NetworkMode::Ask)),
+            ("network = \"on\"", Some(NetworkMode::On)),
+            ("network = \"off\"", Some(NetworkMode::Off)),
+            ("network = true", Some(NetworkMode::On)),
+            ("network = false", Some(NetworkMode::Off)),
+            ("network = \"maybe\"", None),
+        ];
+        for (line, want) in rows {
+            let parsed: Result<Config, _> = toml::from_str(&format!("[sandbox]\n{line}\n"));
+            assert_eq!(parsed.ok().map(|c| c.sandbox.network), want, "{line}");
+        }
+        let c: Config =
+            toml::from_str("[sandbox]\nnetwork_allow = [\"*.crates.io\"]\nnetwork_deny = [\"x.io\"]\n").unwrap();
+        assert_eq!(
+            (c.sandbox.network_allow, c.sandbox.network_deny),
+            (vec!["*.crates.io".into()], vec!["x.io".into()])
+        );
+    }
+
+    #[test]
     fn default_toml_matches_the_typed_defaults() {
         let parsed = Config::from_toml(DEFAULT_TOML, Path::new("default.toml")).expect("default.toml parses");
         assert_eq!(parsed, Config::default());

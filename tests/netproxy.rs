@@ -370,6 +370,7 @@ def direct():
     socket.create_connection(('127.0.0.1', {p}), timeout=5).sendall(b'GET /direct-31005 HTTP/1.0\r\n\r\n')
 attempt('direct', direct)
 attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {p})))
+attempt('udp-sendmsg', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendmsg([b'x'], [], 0, ('1.1.1.1', 53)))
 attempt('dns', lambda: socket.getaddrinfo('example.com', 80))
 own = socket.socket(); own.bind(('127.0.0.1', 0)); own.listen()
 port = own.getsockname()[1]
@@ -393,6 +394,7 @@ EOF"#
         "31005",
         "direct refused 13",
         "udp refused 13",
+        "udp-sendmsg refused 13",
         "own OPEN",
         "own-proxy own-ok",
     ] {
