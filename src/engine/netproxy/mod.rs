@@ -5,7 +5,10 @@
 //! own (`http://job_4:<secret>@127.0.0.1:<port>`), checked as `Proxy-Authorization: Basic`
 //! (else 407), which also says which job made a request. The host is decided by
 //! [`policy::decide`]; what asks goes to a [`Gate`] (the approval modal, or `exec`'s rule),
-//! one question per host:port while it is open. Bytes stream both ways through pipes
+//! one question per host:port while it is open. Nothing goes around it: the job's seccomp
+//! filter opens only TCP sockets and its supervisor connects them only to this port (or to
+//! the job's own loopback servers) — the mediation of DESIGN §6a rather than a network
+//! namespace, which would need privilege or a user namespace and cut loopback in two. Bytes stream both ways through pipes
 //! ([`relay`], `splice`): a 1 GB download never sits in memory.
 
 pub(crate) mod policy;
