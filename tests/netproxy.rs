@@ -7,6 +7,8 @@
 //!   runs on 127.0.0.1, and the same job's direct connect, UDP and DNS all fail.
 
 mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -451,4 +453,44 @@ async fn a_200_mb_download_keeps_talarias_rss_flat() {
     let chat = model.chat_requests();
     let last = chat[1].body["messages"].to_string();
     assert!(last.contains(&format!("got={size}")), "{last}");
+}
+
+/// `/network` lists the session's connections (job, host:port, verdict, bytes), and each
+/// one is an event; here the engine with `--yes`'s policy, a job's curl to the test's server.
+#[tokio::test(flavor = "multi_thread")]
+async fn slash_network_lists_the_sessions_connections() {
+    use talaria::protocol::{Event, Op, SlashCommand};
+    let srv = server().await;
+    let home = tempfile::tempdir().unwrap();
+    let cmd = format!("curl -s http://127.0.0.1:{}/listed-31006", srv.port);
+    let args = serde_json::json!({ "command": cmd }).to_string();
+    let model = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", &args),
+        ScriptedResponse::text("fetched"),
+    ])
+    .await
+    .unwrap();
+    let settings = talaria::engine::llm::client::ClientSettings::new(&model.base_url()).max_retries(0);
+    let provider = Arc::new(talaria::engine::llm::client::OpenAiClient::new(settings).unwrap());
+    let mut engine = inproc::start_with_policy(
+        home.path(),
+        provider,
+        "m",
+        talaria::engine::SessionChoice::New,
+        talaria::config::Config::default(),
+        talaria::engine::approval::PromptPolicy::AllowUnattended,
+    )
+    .await;
+    engine.send(Op::Command(SlashCommand::Network));
+    engine.notice("no connections through talaria's network proxy").await;
+    engine.send(Op::Submit { text: "fetch it".into(), mode: None });
+    let event = engine.wait_for("the connection's event", |e| matches!(e, Event::NetworkConnection(_))).await;
+    let Event::NetworkConnection(conn) = event else { unreachable!() };
+    assert_eq!((conn.job.as_str(), conn.port), ("job_1", srv.port), "{conn:?}");
+    engine.turn_finished().await;
+    engine.send(Op::Command(SlashCommand::Network));
+    let text = engine.notice("job_1").await;
+    assert!(text.contains(&format!("job_1  127.0.0.1:{}  asked, allowed", srv.port)), "{text}");
+    assert!(text.contains("↓") && !text.contains("↓0 B"), "{text}");
+    engine.shutdown().await;
 }
