@@ -470,7 +470,7 @@ async fn slash_network_lists_the_sessions_connections() {
     ])
     .await
     .unwrap();
-    let settings = talaria::engine::llm::client::ClientSettings::new(&model.base_url()).max_retries(0);
+    let settings = talaria::engine::llm::client::ClientSettings::new(model.base_url()).max_retries(0);
     let provider = Arc::new(talaria::engine::llm::client::OpenAiClient::new(settings).unwrap());
     let mut engine = inproc::start_with_policy(
         home.path(),
