@@ -374,6 +374,8 @@ attempt('direct', direct)
 attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {p})))
 attempt('udp-sendmsg', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendmsg([b'x'], [], 0, ('1.1.1.1', 53)))
 attempt('dns', lambda: socket.getaddrinfo('example.com', 80))
+wild = socket.socket(); wild.bind(('0.0.0.0', 0)); print('wildcard bound', wild.getsockname()[0])
+bare = socket.socket(); bare.listen(); print('bare listen', bare.getsockname()[0])
 own = socket.socket(); own.bind(('127.0.0.1', 0)); own.listen()
 port = own.getsockname()[1]
 def serve():
@@ -397,6 +399,8 @@ EOF"#
         "direct refused 13",
         "udp refused 13",
         "udp-sendmsg refused 13",
+        "wildcard bound 127.0.0.1",
+        "bare listen 127.0.0.1",
         "own OPEN",
         "own-proxy own-ok",
     ] {

@@ -4,6 +4,8 @@
 //!   (io_uring opens and connects sockets without passing through seccomp);
 //! - `sandbox.network = false`: `socket`/`socketpair` of any family but AF_UNIX fail (TCP,
 //!   UDP, raw, packet, netlink, vsock alike);
+//! - `sandbox.network = "ask"`: only TCP among the IP sockets, no MSG_FASTOPEN `sendmsg`, and
+//!   `bind`/`listen` go to the supervisor too (listeners stay on loopback);
 //! - `connect`, and `sendto` with an address, go to the job's supervisor by user
 //!   notification ([`super::notify`]), which decides where a socket may reach;
 //! - limits and priorities change only for the caller itself: `prlimit64` with a new limit,
@@ -165,6 +167,11 @@ impl Filter {
             p.extend(block(libc::SYS_socketpair, unix_only()));
             p.extend(block(libc::SYS_sendmsg, no_fast_open(2)));
             p.extend(block(libc::SYS_sendmmsg, no_fast_open(3)));
+            if rules.mediate_sockets {
+                // Listeners stay on loopback (the supervisor binds on the job's behalf).
+                p.extend(block(libc::SYS_bind, vec![stmt(RET_K, SECCOMP_RET_USER_NOTIF)]));
+                p.extend(block(libc::SYS_listen, vec![stmt(RET_K, SECCOMP_RET_USER_NOTIF)]));
+            }
         }
         if rules.mediate_sockets {
             p.extend(block(libc::SYS_connect, vec![stmt(RET_K, SECCOMP_RET_USER_NOTIF)]));

@@ -159,6 +159,36 @@ pub(crate) fn first_step(call: Call, socket: Socket, address: &Address, rules: R
     }
 }
 
+/// Where an IP socket of a job may listen in `ask` mode: on loopback only, or anyone who
+/// can reach the machine could connect in and take the workspace away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Bind {
+    /// Bind as asked.
+    Keep,
+    /// A wildcard address becomes loopback of the same family (a dev server on `0.0.0.0`
+    /// still answers `localhost`).
+    Loopback(SocketAddr),
+    Deny(String),
+}
+
+pub(crate) fn bind_step(address: &Address) -> Bind {
+    match address {
+        Address::Ip(a) if is_loopback(a.ip()) => Bind::Keep,
+        Address::Ip(SocketAddr::V4(a)) if a.ip().is_unspecified() => {
+            Bind::Loopback(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, a.port())))
+        }
+        Address::Ip(SocketAddr::V6(a)) if a.ip().is_unspecified() => {
+            Bind::Loopback(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::LOCALHOST, a.port(), 0, 0)))
+        }
+        Address::Ip(a) => Bind::Deny(format!(
+            "commands listen only on loopback while the network goes through talaria's proxy, not on {}",
+            a.ip()
+        )),
+        // The kernel answers the rest (EINVAL, EAFNOSUPPORT).
+        _ => Bind::Keep,
+    }
+}
+
 /// Who listens at a unix address, as the probe found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Listener {
@@ -264,6 +294,17 @@ mod tests {
         for (call, socket, address, rules, want) in rows {
             assert_eq!(first_step(call, socket, address, rules), want, "{call:?} {socket:?} {address:?} {rules:?}");
         }
+    }
+
+    #[test]
+    fn in_ask_mode_a_listener_is_kept_on_loopback() {
+        let ip = |s: &str| Address::Ip(s.parse().unwrap());
+        assert_eq!(bind_step(&ip("127.0.0.1:3000")), Bind::Keep);
+        assert_eq!(bind_step(&ip("[::1]:3000")), Bind::Keep);
+        assert_eq!(bind_step(&ip("0.0.0.0:8000")), Bind::Loopback("127.0.0.1:8000".parse().unwrap()));
+        assert_eq!(bind_step(&ip("[::]:0")), Bind::Loopback("[::1]:0".parse().unwrap()));
+        assert!(matches!(bind_step(&ip("192.168.1.5:22")), Bind::Deny(_)));
+        assert_eq!(bind_step(&Address::Unspec), Bind::Keep);
     }
 
     #[test]
