@@ -84,7 +84,7 @@ fn main() {
     let paths = talaria::paths::Paths::from_env().unwrap_or_else(|_| talaria::paths::Paths::under(&cwd.join(".th")));
     let policy = Policy::from_config(&SandboxConfig::default(), &cwd, &paths, home.as_deref());
     let offline = Policy::from_config(
-        &SandboxConfig { network: false, ..SandboxConfig::default() },
+        &SandboxConfig { network: talaria::config::NetworkMode::Off, ..SandboxConfig::default() },
         &cwd,
         &paths,
         home.as_deref(),

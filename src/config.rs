@@ -333,11 +333,53 @@ pub enum SandboxMode {
     Off,
 }
 
+/// `sandbox.network` (DESIGN §6b).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum NetworkMode {
+    /// No route out but talaria's proxy, which lets listed hosts through and asks for others.
+    #[default]
+    Ask,
+    /// The whole network.
+    On,
+    /// No IP socket at all.
+    Off,
+}
+
+impl<'de> Deserialize<'de> for NetworkMode {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Form {
+            Flag(bool),
+            Name(String),
+        }
+        match Form::deserialize(d)? {
+            Form::Flag(true) => Ok(NetworkMode::On),
+            Form::Flag(false) => Ok(NetworkMode::Off),
+            Form::Name(n) => match n.as_str() {
+                "ask" => Ok(NetworkMode::Ask),
+                "on" => Ok(NetworkMode::On),
+                "off" => Ok(NetworkMode::Off),
+                other => Err(serde::de::Error::custom(format!(
+                    "unknown sandbox.network {other:?}: expected \"ask\", \"on\" or \"off\""
+                ))),
+            },
+        }
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct SandboxConfig {
     pub mode: SandboxMode,
-    pub network: bool,
+    /// `"ask"` (default): only through talaria's proxy, host by host; `"on"`; `"off"`.
+    /// `true`/`false` (the old form) read as `"on"`/`"off"`.
+    pub network: NetworkMode,
+    /// Hosts the proxy lets through without asking: exact names, `*.suffix` for subdomains.
+    pub network_allow: Vec<String>,
+    /// Hosts the proxy refuses without asking (checked before `network_allow`).
+    pub network_deny: Vec<String>,
     pub writable_roots: Vec<PathBuf>,
     pub deny_read: Vec<PathBuf>,
     /// Unix sockets outside the sandbox commands may connect to (paths, `@name` abstract).
@@ -353,7 +395,9 @@ impl Default for SandboxConfig {
     fn default() -> Self {
         SandboxConfig {
             mode: SandboxMode::WorkspaceWrite,
-            network: true,
+            network: NetworkMode::Ask,
+            network_allow: Vec::new(),
+            network_deny: Vec::new(),
             writable_roots: Vec::new(),
             deny_read: Vec::new(),
             allow_unix_sockets: Vec::new(),
@@ -699,6 +743,29 @@ fn line_of(text: &str, offset: usize) -> usize {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    #[test]
+    fn sandbox_network_reads_ask_on_off_and_the_old_booleans() {
+        let rows = [
+            ("", Some(NetworkMode::Ask)),
+            ("network = \"ask\"", Some(NetworkMode::Ask)),
+            ("network = \"on\"", Some(NetworkMode::On)),
+            ("network = \"off\"", Some(NetworkMode::Off)),
+            ("network = true", Some(NetworkMode::On)),
+            ("network = false", Some(NetworkMode::Off)),
+            ("network = \"maybe\"", None),
+        ];
+        for (line, want) in rows {
+            let parsed: Result<Config, _> = toml::from_str(&format!("[sandbox]\n{line}\n"));
+            assert_eq!(parsed.ok().map(|c| c.sandbox.network), want, "{line}");
+        }
+        let c: Config =
+            toml::from_str("[sandbox]\nnetwork_allow = [\"*.crates.io\"]\nnetwork_deny = [\"x.io\"]\n").unwrap();
+        assert_eq!(
+            (c.sandbox.network_allow, c.sandbox.network_deny),
+            (vec!["*.crates.io".into()], vec!["x.io".into()])
+        );
+    }
 
     #[test]
     fn default_toml_matches_the_typed_defaults() {

@@ -138,7 +138,8 @@ impl Run {
             Event::JobsKilled { jobs } => {
                 self.killed_awaited.extend(jobs.iter().filter(|j| j.awaited).map(|j| j.id.clone()));
             }
-            Event::RestoreInput { .. }
+            Event::NetworkConnection(_)
+            | Event::RestoreInput { .. }
             | Event::SessionReady { .. }
             | Event::EarlierHistory { .. }
             | Event::UserMessage { .. }
@@ -285,6 +286,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::Context { .. }
         | Event::SessionChoices { .. }
         | Event::JobsKilled { .. }
+        | Event::NetworkConnection(_)
         | Event::ShutdownComplete => serde_json::to_value(event)?,
     };
     if let Some(result) = value.pointer_mut("/data/outcome/result") {
@@ -363,6 +365,10 @@ impl Printer {
                 eprintln!("talaria: `talaria exec --keep-jobs` leaves background jobs running instead");
             }
             Event::Notice { level, text } => self.notice(*level, text),
+            Event::NetworkConnection(c) => {
+                self.end_line();
+                eprintln!("  ↳ {}", clean(&present::network_line(c)));
+            }
             Event::JobList { jobs } => self.notice(NoticeLevel::Info, &present::job_list(jobs)),
             Event::McpStatus { servers, tools } => {
                 self.notice(NoticeLevel::Info, &present::mcp_status(servers, *tools))

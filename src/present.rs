@@ -198,6 +198,39 @@ pub(crate) fn goal_state_word(s: GoalState) -> &'static str {
     }
 }
 
+/// Bytes in a few characters: `512 B`, `3.4 kB`, `200.0 MB`.
+fn bytes(n: u64) -> String {
+    match n {
+        0..1_000 => format!("{n} B"),
+        1_000..1_000_000 => format!("{:.1} kB", n as f64 / 1e3),
+        1_000_000..1_000_000_000 => format!("{:.1} MB", n as f64 / 1e6),
+        _ => format!("{:.2} GB", n as f64 / 1e9),
+    }
+}
+
+/// One connection through the network proxy (exec's stderr, a `/network` row).
+pub(crate) fn network_line(c: &crate::engine::netproxy::Connection) -> String {
+    use crate::engine::netproxy::Verdict;
+    let verdict = match c.verdict {
+        Verdict::Allowed => "allowed",
+        Verdict::Asked => "asked, allowed",
+        Verdict::Denied => "DENIED",
+    };
+    let host = if c.host.contains(':') { format!("[{}]:{}", c.host, c.port) } else { format!("{}:{}", c.host, c.port) };
+    let open = if c.done || c.verdict == Verdict::Denied { "" } else { ", open" };
+    format!("{}  {host}  {verdict} ({})  ↑{} ↓{}{open}", c.job, c.reason, bytes(c.sent), bytes(c.received))
+}
+
+/// `/network`: this session's connections through the proxy, one line each, oldest first.
+pub(crate) fn network_list(connections: &[crate::engine::netproxy::Connection], utc_offset_s: i64) -> String {
+    if connections.is_empty() {
+        return "no connections through talaria's network proxy in this session".into();
+    }
+    let lines: Vec<String> =
+        connections.iter().map(|c| format!("{}  {}", clock_hhmm(c.at_ms, utc_offset_s), network_line(c))).collect();
+    lines.join("\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -318,5 +351,26 @@ mod tests {
             "  no goal yet; they apply to the next /goal <text>:\n    1. $ t"
         );
         assert!(gate_list(None).starts_with("no goal and no gates"));
+    }
+
+    #[test]
+    fn a_network_row_says_job_host_verdict_and_bytes() {
+        use crate::engine::netproxy::{Connection, Verdict};
+        let c = Connection {
+            at_ms: 0,
+            job: "job_4".into(),
+            host: "registry.npmjs.org".into(),
+            port: 443,
+            sent: 1_200,
+            received: 3_400_000,
+            verdict: Verdict::Asked,
+            reason: "allowed once when asked".into(),
+            done: true,
+        };
+        assert_eq!(
+            super::network_list(&[c], 0),
+            "00:00  job_4  registry.npmjs.org:443  asked, allowed (allowed once when asked)  ↑1.2 kB ↓3.4 MB"
+        );
+        assert_eq!(super::network_list(&[], 0), "no connections through talaria's network proxy in this session");
     }
 }

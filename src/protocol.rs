@@ -513,6 +513,8 @@ pub enum AskGround {
     ProtectedPath,
     /// An MCP server's tool that is not trusted in the config.
     UntrustedTool,
+    /// A command wants a host through the network proxy (`sandbox.network = "ask"`).
+    Network,
 }
 
 impl AskGround {
@@ -525,6 +527,7 @@ impl AskGround {
             AskGround::OutsideRoots => "it writes outside the writable roots",
             AskGround::ProtectedPath => "it writes to a protected path",
             AskGround::UntrustedTool => "the MCP server is not marked trust = true",
+            AskGround::Network => "the host is not in sandbox.network_allow (a command's connection waits for you)",
         }
     }
 }
@@ -741,6 +744,8 @@ pub enum Event {
     JobsKilled {
         jobs: Vec<KilledJob>,
     },
+    /// A connection through the session's network proxy ended or was refused (DESIGN §6b).
+    NetworkConnection(crate::engine::netproxy::Connection),
     /// The engine has finished shutting down; nothing follows.
     ShutdownComplete,
 }

@@ -153,7 +153,11 @@ async fn permissions_name_the_mode_the_roots_and_whether_the_sandbox_is_active()
         (
             "[sandbox]\nmode = \"read-only\"\n".to_string(),
             "sandbox:ro",
-            vec!["sandbox: read-only", "active; network on", "writable: nothing but talaria's job files"],
+            vec![
+                "sandbox: read-only",
+                "active; network through talaria's proxy, host by host (ask)",
+                "writable: nothing but talaria's job files",
+            ],
         ),
         (
             "[sandbox]\nmode = \"off\"\n".to_string(),

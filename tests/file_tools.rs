@@ -245,6 +245,8 @@ async fn a_write_outside_the_writable_roots_asks() {
     let policy = Policy {
         mode: SandboxMode::WorkspaceWrite,
         network: true,
+        proxy_only: false,
+        proxy_port: None,
         writable_roots: vec![root.clone()],
         deny_read: vec![],
         deny_write: vec![],

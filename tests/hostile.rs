@@ -641,7 +641,8 @@ async fn with_the_sandbox_off_commands_ask_and_run_unconfined() {
 }
 
 /// `sandbox.network = false` in config.toml: a command cannot connect to a listener on
-/// 127.0.0.1 (which it reaches with the default config: the test bites).
+/// 127.0.0.1 (which it reaches with `network = "on"`: the test bites; the default, "ask",
+/// is tests/netproxy.rs).
 #[tokio::test(flavor = "multi_thread")]
 async fn network_off_in_config_blocks_a_loopback_connection() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
@@ -658,10 +659,11 @@ async fn network_off_in_config_blocks_a_loopback_connection() {
 
     let home = Home::new();
     let fake = FakeHome::new();
+    home.write_config("[sandbox]\nnetwork = \"on\"\n");
     let open = run_terminal(&home, &fake, &connect, &[], &[]).await;
     assert!(open["output"].as_str().is_some_and(|o| o.contains("connected-4419")), "network on: {open}");
     // The connection is queued on the listener before the command prints.
-    assert!(accepted(&listener), "the default config let it connect");
+    assert!(accepted(&listener), "network = \"on\" let it connect");
 
     home.write_config("[sandbox]\nnetwork = false\n");
     let blocked = run_terminal(&home, &fake, &connect, &[], &[]).await;

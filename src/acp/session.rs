@@ -344,6 +344,7 @@ impl SessionState {
                 }
             }
             Event::ShutdownComplete => out.push(Out::Closed),
+            Event::NetworkConnection(_) => {}
         }
         out
     }

@@ -89,6 +89,8 @@ mod tests {
         Policy {
             mode: crate::config::SandboxMode::Off,
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![],
             deny_read: deny,
             deny_write: vec![],

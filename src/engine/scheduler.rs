@@ -452,6 +452,7 @@ impl Scheduler {
             | SlashCommand::Usage
             | SlashCommand::Backend(None)
             | SlashCommand::Permissions
+            | SlashCommand::Network
             | SlashCommand::Approvals(_)
             | SlashCommand::Mcp(_) => None,
         };

@@ -65,6 +65,8 @@ pub enum SlashCommand {
     Usage,
     /// `/permissions` (or `/sandbox`): the sandbox mode, writable roots, approvals mode.
     Permissions,
+    /// `/network`: this session's connections through the network proxy (DESIGN §6b).
+    Network,
     /// `/approvals [auto|prompt|off]`: show or switch what asks, for this session.
     Approvals(Option<ApprovalMode>),
     /// `/backend [local|ssh <host>|docker <container>]`: show or switch where commands run.
@@ -145,6 +147,7 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/compact [focus]", help: "summarise older turns to free context" },
     CommandHelp { usage: "/usage", help: "tokens and cost: the session over every run, this run, the last turn" },
     CommandHelp { usage: "/permissions", help: "the sandbox: mode, writable roots, approvals (alias /sandbox)" },
+    CommandHelp { usage: "/network", help: "connections through talaria's network proxy: job, host, bytes, verdict" },
     CommandHelp { usage: "/backend [local|ssh <host>|docker <name>]", help: "where commands run: show or switch" },
     CommandHelp { usage: "/mcp [restart <name>|tools [name]]", help: "MCP servers: state, tools, restart one" },
     CommandHelp { usage: "/mouse", help: "toggle mouse capture (off: select text with the mouse)" },
@@ -245,6 +248,7 @@ pub(crate) fn parse(text: &str) -> Result<Command, String> {
         "/compact" => Ok(Command::Engine(SlashCommand::Compact((!rest.is_empty()).then(|| rest.to_string())))),
         "/usage" => no_args(SlashCommand::Usage.into()),
         "/permissions" | "/sandbox" => no_args(SlashCommand::Permissions.into()),
+        "/network" => no_args(SlashCommand::Network.into()),
         "/backend" => match crate::engine::backend::Backend::parse(rest) {
             _ if rest.is_empty() => Ok(Command::Engine(SlashCommand::Backend(None))),
             Ok(b) => Ok(Command::Engine(SlashCommand::Backend(Some(b.label())))),
@@ -502,6 +506,7 @@ mod tests {
         );
         assert_eq!(parse("/usage"), Ok(Command::Engine(SlashCommand::Usage)));
         assert_eq!(parse("/permissions"), Ok(Command::Engine(SlashCommand::Permissions)));
+        assert_eq!(parse("/network"), Ok(Command::Engine(SlashCommand::Network)));
         assert_eq!(parse("/backend"), Ok(Command::Engine(SlashCommand::Backend(None))));
         assert_eq!(parse("/backend ssh box"), Ok(Command::Engine(SlashCommand::Backend(Some("ssh:box".into())))));
         assert_eq!(parse("/backend docker:ci"), Ok(Command::Engine(SlashCommand::Backend(Some("docker:ci".into())))));

@@ -342,6 +342,34 @@ fn the_approval_modal_reveals_disguises_and_wraps_long_commands() {
 }
 
 #[test]
+fn the_network_question_names_the_job_the_host_and_what_each_answer_covers() {
+    use crate::protocol::AskGround;
+    let mut app = app();
+    turn_started(&mut app);
+    feed(
+        &mut app,
+        Event::ApprovalNeeded {
+            id: 5,
+            command: "job_4 (`npm install`) wants registry.npmjs.org:443".into(),
+            reason: "a command wants a host not in sandbox.network_allow".into(),
+            grounds: vec![AskGround::Network],
+        },
+    );
+    let out = screen(&mut app, 100, 24);
+    insta::assert_snapshot!("approval_modal_network", out);
+    for expected in [
+        "A command wants to reach a host (through talaria's proxy):",
+        "job_4 (`npm install`) wants registry.npmjs.org:443",
+        "allow this host until Talaria quits",
+        "always allow this host (saved to sandbox.network_allow)",
+        "refuse it: the command gets a 403",
+    ] {
+        assert!(out.contains(expected), "missing {expected:?}:\n{out}");
+    }
+    assert!(!out.contains("$ job_4"), "a host is not a command to run:\n{out}");
+}
+
+#[test]
 fn jobs_pane_with_a_job_and_its_log() {
     let mut app = app();
     let running = job(&app, "job_1", "cargo build --release", JobStatus::Running);

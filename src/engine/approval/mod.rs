@@ -295,25 +295,9 @@ impl Approver {
             }
             PromptPolicy::Ask => {}
         }
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        let (tx, rx) = oneshot::channel();
-        lock(&self.inner.pending).insert(id, tx);
-        self.inner.events.send(Event::ApprovalNeeded {
-            id,
-            command: command.to_string(),
-            reason: reason.clone(),
-            grounds,
-        });
-        let answer = tokio::select! {
-            answer = rx => answer.unwrap_or(Approval::Deny),
-            _ = tokio::time::sleep(self.inner.timeout) => {
-                lock(&self.inner.pending).remove(&id);
-                return Verdict::Denied { reason: format!("approval timed out after {} s", self.inner.timeout.as_secs()) };
-            }
-            _ = interrupt.cancelled() => {
-                lock(&self.inner.pending).remove(&id);
-                return Verdict::Denied { reason: "the user interrupted the turn".into() };
-            }
+        let answer = match self.ask_user(command, &reason, grounds, interrupt).await {
+            Ok(answer) => answer,
+            Err(reason) => return Verdict::Denied { reason },
         };
         match answer {
             Approval::Once => Verdict::Allowed { note: Some("approved by the user".into()), by: Provenance::User },
@@ -342,6 +326,37 @@ impl Approver {
         }
     }
 
+    /// Put one question to the front end and wait (bounded by `approvals.timeout_s`); the
+    /// error says why there is no answer.
+    async fn ask_user(
+        &self,
+        shown: &str,
+        reason: &str,
+        grounds: Vec<AskGround>,
+        interrupt: &CancellationToken,
+    ) -> Result<Approval, String> {
+        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        lock(&self.inner.pending).insert(id, tx);
+        self.inner.events.send(Event::ApprovalNeeded {
+            id,
+            command: shown.to_string(),
+            reason: reason.to_string(),
+            grounds,
+        });
+        tokio::select! {
+            answer = rx => Ok(answer.unwrap_or(Approval::Deny)),
+            _ = tokio::time::sleep(self.inner.timeout) => {
+                lock(&self.inner.pending).remove(&id);
+                Err(format!("approval timed out after {} s", self.inner.timeout.as_secs()))
+            }
+            _ = interrupt.cancelled() => {
+                lock(&self.inner.pending).remove(&id);
+                Err("the user interrupted the turn".into())
+            }
+        }
+    }
+
     /// Deliver the user's answer (from `Op::Approve`). Unknown ids are ignored.
     pub fn answer(&self, id: u64, decision: Approval) {
         if let Some(tx) = lock(&self.inner.pending).remove(&id) {
@@ -358,6 +373,37 @@ impl Approver {
 }
 
 use crate::util::lock;
+
+/// The network proxy's questions (DESIGN §6b): the approval modal, or `exec`'s rule —
+/// without `--yes` a host not listed is refused. Approvals off asks nothing.
+#[async_trait::async_trait]
+impl crate::engine::netproxy::Gate for Approver {
+    async fn ask(&self, question: crate::engine::netproxy::Question) -> crate::engine::netproxy::Answer {
+        use crate::engine::netproxy::Answer;
+        if self.mode() == ApprovalMode::Off {
+            return Answer::Once;
+        }
+        match self.inner.policy {
+            PromptPolicy::AllowUnattended => return Answer::Once,
+            PromptPolicy::DenyUnattended => {
+                return Answer::Deny(
+                    "talaria exec asks nobody, and the host is not in sandbox.network_allow (--yes allows what \
+                     would ask)"
+                        .into(),
+                )
+            }
+            PromptPolicy::Ask => {}
+        }
+        let reason = "a command wants a host not in sandbox.network_allow";
+        match self.ask_user(&question.shown(), reason, vec![AskGround::Network], &CancellationToken::new()).await {
+            Ok(Approval::Once) => Answer::Once,
+            Ok(Approval::Session) => Answer::Session,
+            Ok(Approval::Always) => Answer::Always,
+            Ok(Approval::Deny) => Answer::Deny("the user denied it".into()),
+            Err(why) => Answer::Deny(why),
+        }
+    }
+}
 
 /// Which kind of thing a rule allows: rules of one never match another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -221,6 +221,8 @@ struct Registry {
     /// starting for one to adopt (it did under load: a second follower, a foreground
     /// command announced as background and its notice told twice).
     records_gate: tokio::sync::RwLock<()>,
+    /// The session's network proxy (`sandbox.network = "ask"`, DESIGN §6b).
+    proxy: Mutex<Option<crate::engine::netproxy::NetProxy>>,
 }
 
 struct Job {
@@ -374,6 +376,7 @@ impl JobsHandle {
             leave: AtomicBool::new(false),
             sandbox: Mutex::new(sandbox),
             records_gate: tokio::sync::RwLock::new(()),
+            proxy: Mutex::new(None),
             backends: crate::engine::backend::Backends::new(
                 config_for_backends,
                 paths.jobs_dir.parent().map(|p| p.join("ssh")).unwrap_or_else(|| PathBuf::from("ssh")),
@@ -400,9 +403,21 @@ impl JobsHandle {
     /// the process's current directory.
     pub(crate) fn set_workspace(&self, workspace: &Path, paths: &Paths) {
         let home = std::env::var_os("HOME").map(PathBuf::from);
-        let policy =
+        let mut policy =
             crate::engine::sandbox::Policy::from_config(&self.inner.config.sandbox, workspace, paths, home.as_deref());
+        policy.proxy_port = lock(&self.inner.proxy).as_ref().map(|p| p.port());
         *lock(&self.inner.sandbox) = policy;
+    }
+
+    /// Sandboxed jobs reach the network through `proxy` from now on (`network = "ask"`).
+    pub(crate) fn set_proxy(&self, proxy: crate::engine::netproxy::NetProxy) {
+        lock(&self.inner.sandbox).proxy_port = Some(proxy.port());
+        *lock(&self.inner.proxy) = Some(proxy);
+    }
+
+    /// The session's network proxy, when one runs.
+    pub(crate) fn proxy(&self) -> Option<crate::engine::netproxy::NetProxy> {
+        lock(&self.inner.proxy).clone()
     }
 
     /// Start a command under its own supervisor, in its own session and process group.

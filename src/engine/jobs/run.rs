@@ -132,6 +132,9 @@ pub(super) async fn spawn(
         }
     };
     let Started { supervisor_pid, supervisor_start, pgid, leader_start } = started;
+    if let Some(proxy) = lock(&reg.proxy).as_ref() {
+        proxy.job_started(&id, supervisor_pid as i32);
+    }
     // Reap the supervisor if it ends while we live (it is our child until we exit).
     tokio::spawn(async move {
         let mut child = child;
@@ -271,6 +274,7 @@ async fn start_supervisor(
             cmd.env_remove(var);
         }
     }
+    cmd.envs(proxy_env(reg, spec, jd, job_spec.sandbox.as_ref()));
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent. The
     // supervisor gets its own session: a hang-up of talaria's terminal never reaches it.
     unsafe {
@@ -314,6 +318,23 @@ async fn start_supervisor(
         }
         Err(_) => Err(SpawnError::SupervisorExited),
     }
+}
+
+/// A sandboxed job in `network = "ask"` gets its own proxy URL (DESIGN §6b); nothing for
+/// the rest (outside the sandbox, remote, `on`/`off`).
+fn proxy_env(
+    reg: &Registry,
+    spec: &SpawnSpec,
+    jd: &JobDir,
+    policy: Option<&crate::engine::sandbox::Policy>,
+) -> Vec<(String, String)> {
+    if !policy.is_some_and(|p| p.proxy_only) {
+        return Vec::new();
+    }
+    let Some(proxy) = lock(&reg.proxy).clone() else { return Vec::new() };
+    let id = jd.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let url = proxy.register_job(&id, &spec.command, Some(jd.path.join(crate::engine::sandbox::notify::DENIALS_FILE)));
+    crate::engine::netproxy::job_env(&url)
 }
 
 /// The local side of a remote job: the supervisor runs `script` (the transport), and

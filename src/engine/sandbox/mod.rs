@@ -19,6 +19,7 @@ mod caps;
 pub mod env;
 pub mod git_guard;
 pub mod limits;
+pub(crate) mod listeners;
 pub mod mounts;
 pub mod notify;
 mod seccomp;
@@ -34,7 +35,7 @@ use landlock::{
 };
 use serde::{Deserialize, Serialize};
 
-use crate::config::{SandboxConfig, SandboxMode};
+use crate::config::{NetworkMode, SandboxConfig, SandboxMode};
 
 /// The file-system access rights we ask for: everything Landlock ABI 5 knows (the later
 /// ABIs add no file-system rights). Older kernels get what they support.
@@ -49,7 +50,15 @@ pub struct Policy {
     /// The session's starting directory: where talaria's own git commands run.
     #[serde(default)]
     pub workspace: PathBuf,
+    /// IP sockets may be opened (`sandbox.network` "on" or "ask").
     pub network: bool,
+    /// `sandbox.network = "ask"`: an IP socket reaches only talaria's proxy (and loopback
+    /// servers of the job's own processes); no datagrams, so no DNS of its own (DESIGN §6b).
+    #[serde(default)]
+    pub proxy_only: bool,
+    /// The session's proxy on 127.0.0.1; None when none runs (nothing is reachable then).
+    #[serde(default)]
+    pub proxy_port: Option<u16>,
     /// Readable and writable (minus `deny_write` and `deny_read`).
     pub writable_roots: Vec<PathBuf>,
     /// Neither readable nor writable.
@@ -142,7 +151,9 @@ impl Policy {
             git_start: git_guard::Start::scan(&writable_roots),
             workspace: canonical(workspace),
             mode: config.mode,
-            network: config.network,
+            network: config.network != NetworkMode::Off,
+            proxy_only: config.network == NetworkMode::Ask,
+            proxy_port: None,
             writable_roots,
             deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
             deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
@@ -163,7 +174,13 @@ impl Policy {
 
     /// What a supervisor needs to serve this policy's socket mediation for one job.
     pub fn notify_settings(&self, denials: PathBuf) -> notify::Settings {
-        notify::Settings { network: self.network, allow_unix_sockets: self.allow_unix_sockets.clone(), denials }
+        notify::Settings {
+            network: self.network,
+            proxy_only: self.proxy_only,
+            proxy_port: self.proxy_port,
+            allow_unix_sockets: self.allow_unix_sockets.clone(),
+            denials,
+        }
     }
 
     /// One line for `/permissions`: what commands may connect to.
@@ -253,7 +270,11 @@ impl Policy {
         let roots: Vec<String> = self.writable_roots.iter().map(|p| p.display().to_string()).collect();
         format!(
             "sandbox: {mode}, kernel sandbox {kernel}; network {}; writable: {}",
-            if self.network { "on" } else { "off" },
+            match (self.network, self.proxy_only) {
+                (false, _) => "off",
+                (true, true) => "through talaria's proxy, host by host (ask)",
+                (true, false) => "on",
+            },
             if roots.is_empty() { "nothing but talaria's job files".to_string() } else { roots.join(", ") }
         )
     }
@@ -382,7 +403,11 @@ fn prepare_with(policy: &Policy, view: Option<mounts::Namespace>) -> Result<Prep
     if policy.mode == SandboxMode::Off {
         return Ok(prepared);
     }
-    prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: policy.network, mediate_sockets: true }));
+    prepared.filter = Some(seccomp::Filter::new(seccomp::Rules {
+        network: policy.network,
+        proxy_only: policy.proxy_only,
+        mediate_sockets: true,
+    }));
     prepared.handoff = Some(notify::Handoff::new()?);
     prepared.caps = Some(caps::DropAll::new());
     prepared.limits = limits::Plan::new(&policy.limits).with_processes(&policy.limits, None);
@@ -445,7 +470,8 @@ pub fn prepare_helper(policy: &Policy) -> Result<Prepared, SandboxError> {
     // outside the roots: no read-only view (nor its cost per call), and so no /dev/pts.
     let mut prepared = prepare_with(policy, None)?;
     if prepared.filter.is_some() {
-        prepared.filter = Some(seccomp::Filter::new(seccomp::Rules { network: false, mediate_sockets: false }));
+        prepared.filter =
+            Some(seccomp::Filter::new(seccomp::Rules { network: false, proxy_only: false, mediate_sockets: false }));
         prepared.handoff = None;
     }
     Ok(prepared)
@@ -615,6 +641,8 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             workspace: PathBuf::new(),
             network: false,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![work.clone()],
             deny_read: vec![home.join(".ssh")],
             deny_write: vec![home.join(".ssh")],
@@ -675,6 +703,8 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             workspace: PathBuf::new(),
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![work.clone()],
             deny_read: vec![],
             deny_write: vec![],
@@ -697,6 +727,8 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             workspace: PathBuf::new(),
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![],
             deny_read: vec![],
             deny_write: vec![],
@@ -736,6 +768,8 @@ mod tests {
             mode: SandboxMode::WorkspaceWrite,
             workspace: PathBuf::new(),
             network: true,
+            proxy_only: false,
+            proxy_port: None,
             writable_roots: vec![work.clone()],
             deny_read: vec![],
             deny_write: vec![],

@@ -165,6 +165,9 @@ fn pidfd_getfd(pidfd: &OwnedFd, fd: RawFd) -> io::Result<OwnedFd> {
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub network: bool,
+    /// `sandbox.network = "ask"`: IP connections only to the proxy at `proxy_port`.
+    pub proxy_only: bool,
+    pub proxy_port: Option<u16>,
     /// `sandbox.allow_unix_sockets`: paths (and `@name` for abstract sockets).
     pub allow_unix_sockets: Vec<PathBuf>,
     /// Where denials are recorded, one JSON line each (`<job dir>/denials.jsonl`).
@@ -205,6 +208,9 @@ enum Answer {
         cloexec: bool,
     },
     Later(Pending),
+    /// Let the kernel carry out the call as asked (only where no decision depends on an
+    /// address the job could rewrite meanwhile: `bind`/`listen` of a non-IP socket).
+    Continue,
     /// The asking thread is gone (signalled, exited): nothing to answer.
     Gone,
 }
@@ -298,6 +304,18 @@ impl Server {
             }
             Answer::Later(p) if self.pending.len() < MAX_PENDING => self.pending.push(p),
             Answer::Later(p) => respond(self.listener.as_fd(), p.id, 0, -libc::EAGAIN),
+            Answer::Continue => {
+                let resp = libc::seccomp_notif_resp {
+                    id,
+                    val: 0,
+                    error: 0,
+                    flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+                };
+                // SAFETY: ioctl on our listener with a pointer to our own struct.
+                unsafe {
+                    libc::ioctl(self.listener.as_raw_fd(), libc::SECCOMP_IOCTL_NOTIF_SEND, &resp);
+                }
+            }
             Answer::Gone => {}
         }
     }
@@ -305,6 +323,9 @@ impl Server {
     fn decide(&mut self, req: &libc::seccomp_notif) -> Answer {
         let tid = req.pid as i32;
         let args = req.data.args;
+        if matches!(req.data.nr as libc::c_long, libc::SYS_bind | libc::SYS_listen) {
+            return self.decide_listen(req);
+        }
         let (call, fd, addr_ptr, addr_len) = match req.data.nr as libc::c_long {
             libc::SYS_connect => (Call::Connect, args[0] as i32, args[1], args[2] as usize),
             libc::SYS_sendto => (Call::SendTo, args[0] as i32, args[4], args[5] as usize),
@@ -342,10 +363,25 @@ impl Server {
             Err(e) => return Answer::Errno(e.raw_os_error().unwrap_or(libc::ENOTSOCK)),
         };
         let Some(address) = sockets::Address::parse(&bytes) else { return Answer::Errno(libc::EINVAL) };
-        let rules = Rules { network: self.settings.network };
+        let rules = Rules {
+            network: self.settings.network,
+            proxy_only: self.settings.proxy_only,
+            proxy_port: self.settings.proxy_port,
+        };
         match sockets::first_step(call, kind, &address, rules) {
             Step::Pass => pass(call, req.id, socket, &bytes, data.as_deref(), args[3] as i32),
             Step::Deny(reason) => self.deny(call, &address, reason),
+            Step::ProbeLoopback { port } => {
+                if super::listeners::served_inside(port, &[self.supervisor]) {
+                    pass(call, req.id, socket, &bytes, data.as_deref(), args[3] as i32)
+                } else {
+                    let reason = format!(
+                        "no process of this command listens on loopback port {port}, and {}",
+                        sockets::PROXY_ONLY
+                    );
+                    self.deny(call, &address, reason)
+                }
+            }
             Step::Probe => {
                 let UnixKind(ty) = match kind {
                     Socket::Unix(ty) => UnixKind(ty),
@@ -353,6 +389,73 @@ impl Server {
                 };
                 self.probe(call, tid, fd, socket, ty, &address, data.as_deref(), args[3] as i32)
             }
+        }
+    }
+
+    /// `bind`/`listen` in `ask` mode (the filter sends them only then): an IP socket listens
+    /// on loopback only; a wildcard bind is made a loopback one, a `listen` on an unbound
+    /// socket binds it to loopback first (the kernel would pick the wildcard).
+    fn decide_listen(&mut self, req: &libc::seccomp_notif) -> Answer {
+        let tid = req.pid as i32;
+        let args = req.data.args;
+        let bind = req.data.nr as libc::c_long == libc::SYS_bind;
+        let (addr_ptr, addr_len) = (args[1], args[2] as usize);
+        if bind && addr_len > MAX_ADDR {
+            return Answer::Errno(libc::EINVAL);
+        }
+        let bytes = if bind {
+            match read_memory(tid, addr_ptr, addr_len) {
+                Ok(b) => b,
+                Err(_) => return Answer::Errno(libc::EFAULT),
+            }
+        } else {
+            Vec::new()
+        };
+        let Ok(pidfd) = pidfd_open(tid, PIDFD_THREAD).or_else(|_| pidfd_open(tid, 0)) else { return Answer::Gone };
+        if !id_valid(self.listener.as_fd(), req.id) {
+            return Answer::Gone;
+        }
+        let socket = match pidfd_getfd(&pidfd, args[0] as i32) {
+            Ok(s) => s,
+            Err(e) => return Answer::Errno(e.raw_os_error().unwrap_or(libc::EBADF)),
+        };
+        if !matches!(socket_kind(&socket), Ok(Socket::Ip)) {
+            // A unix socket's path resolves in the job's own view: the kernel binds it.
+            return Answer::Continue;
+        }
+        if !bind {
+            // Unbound (port 0): the kernel would bind the wildcard; bind loopback first.
+            if let Some(Address::Ip(local)) = local_address(&socket) {
+                if local.port() == 0 {
+                    let loopback = match local {
+                        std::net::SocketAddr::V4(_) => std::net::SocketAddr::from((std::net::Ipv4Addr::LOCALHOST, 0)),
+                        std::net::SocketAddr::V6(_) => std::net::SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 0)),
+                    };
+                    if let Err(e) = raw_bind(&socket, &sockaddr_bytes(loopback)) {
+                        return Answer::Errno(e);
+                    }
+                }
+            }
+            // SAFETY: listen(2) on our duplicate of the job's socket.
+            let r = unsafe { libc::listen(socket.as_raw_fd(), args[1] as i32) };
+            return if r == 0 {
+                Answer::Value(0)
+            } else {
+                Answer::Errno(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))
+            };
+        }
+        let Some(address) = sockets::Address::parse(&bytes) else { return Answer::Errno(libc::EINVAL) };
+        let target = match sockets::bind_step(&address) {
+            sockets::Bind::Keep => bytes,
+            sockets::Bind::Loopback(a) => sockaddr_bytes(a),
+            sockets::Bind::Deny(reason) => {
+                self.deny_named("bind", &address, reason);
+                return Answer::Errno(libc::EACCES);
+            }
+        };
+        match raw_bind(&socket, &target) {
+            Ok(()) => Answer::Value(0),
+            Err(e) => Answer::Errno(e),
         }
     }
 
@@ -466,19 +569,19 @@ impl Server {
     }
 
     fn deny(&mut self, call: Call, address: &Address, reason: String) -> Answer {
+        let name = match call {
+            Call::Connect => "connect",
+            Call::SendTo => "sendto",
+        };
+        self.deny_named(name, address, reason);
+        Answer::Errno(libc::EACCES)
+    }
+
+    fn deny_named(&mut self, call: &str, address: &Address, reason: String) {
         if self.denied < MAX_DENIALS {
             self.denied += 1;
-            let denial = Denial {
-                call: match call {
-                    Call::Connect => "connect".into(),
-                    Call::SendTo => "sendto".into(),
-                },
-                address: address.describe(),
-                reason,
-            };
-            record(&self.settings.denials, &denial);
+            record(&self.settings.denials, &Denial { call: call.into(), address: address.describe(), reason });
         }
-        Answer::Errno(libc::EACCES)
     }
 }
 
@@ -510,7 +613,7 @@ pub fn serve_in_thread(ends: ParentEnds, settings: Settings) -> std::thread::Joi
 }
 
 /// Append one line to the denials file; created by us, never through a symlink.
-fn record(path: &Path, denial: &Denial) {
+pub(crate) fn record(path: &Path, denial: &Denial) {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
     let Ok(mut line) = serde_json::to_string(denial) else { return };
@@ -650,6 +753,47 @@ fn send_to(socket: &OwnedFd, data: &[u8], flags: i32, target: &nix::sys::socket:
     }
 }
 
+/// `bind(2)` of our duplicate of the job's socket to raw address bytes; the errno on failure.
+fn raw_bind(socket: &OwnedFd, addr: &[u8]) -> Result<(), i32> {
+    // SAFETY: bind(2) with a buffer we own of the length given.
+    let r = unsafe { libc::bind(socket.as_raw_fd(), addr.as_ptr().cast(), addr.len() as libc::socklen_t) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error().raw_os_error().unwrap_or(libc::EINVAL))
+    }
+}
+
+/// The socket's own address (`getsockname`), decoded.
+fn local_address(socket: &OwnedFd) -> Option<Address> {
+    let mut buf = [0u8; MAX_ADDR];
+    let mut len = MAX_ADDR as libc::socklen_t;
+    // SAFETY: getsockname(2) into our own buffer of `len` bytes.
+    let r = unsafe { libc::getsockname(socket.as_raw_fd(), buf.as_mut_ptr().cast(), &mut len) };
+    (r == 0).then(|| Address::parse(&buf[..(len as usize).min(MAX_ADDR)])).flatten()
+}
+
+/// A `struct sockaddr_in`/`sockaddr_in6` as the kernel reads it ([`Address::parse`] backwards).
+fn sockaddr_bytes(a: std::net::SocketAddr) -> Vec<u8> {
+    match a {
+        std::net::SocketAddr::V4(v4) => {
+            let mut b = (libc::AF_INET as u16).to_ne_bytes().to_vec();
+            b.extend_from_slice(&v4.port().to_be_bytes());
+            b.extend_from_slice(&v4.ip().octets());
+            b.extend_from_slice(&[0u8; 8]);
+            b
+        }
+        std::net::SocketAddr::V6(v6) => {
+            let mut b = (libc::AF_INET6 as u16).to_ne_bytes().to_vec();
+            b.extend_from_slice(&v6.port().to_be_bytes());
+            b.extend_from_slice(&v6.flowinfo().to_be_bytes());
+            b.extend_from_slice(&v6.ip().octets());
+            b.extend_from_slice(&v6.scope_id().to_ne_bytes());
+            b
+        }
+    }
+}
+
 fn set_nonblocking(fd: &OwnedFd, on: bool) {
     use nix::fcntl::{fcntl, FcntlArg, OFlag};
     let Ok(flags) = fcntl(fd, FcntlArg::F_GETFL) else { return };
@@ -740,7 +884,7 @@ fn exited(pidfd: &OwnedFd) -> bool {
 
 /// Is `ancestor` a proper ancestor of `pid`? (The supervisor is a child subreaper: every
 /// process of the job, orphans included, stays below it.)
-fn descends_from(pid: i32, ancestor: i32) -> bool {
+pub(crate) fn descends_from(pid: i32, ancestor: i32) -> bool {
     let mut pid = pid;
     for _ in 0..256 {
         if pid <= 1 || pid == ancestor {
@@ -765,6 +909,14 @@ fn parent_of(pid: i32) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ip_addresses_are_written_as_they_are_read() {
+        for a in ["127.0.0.1:3000", "[::1]:8080", "0.0.0.0:0", "[fe80::1%2]:22"] {
+            let a: std::net::SocketAddr = a.parse().unwrap();
+            assert_eq!(Address::parse(&sockaddr_bytes(a)), Some(Address::Ip(a)));
+        }
+    }
 
     #[test]
     fn a_process_descends_from_its_ancestors_only() {

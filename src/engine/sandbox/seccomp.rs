@@ -4,6 +4,8 @@
 //!   (io_uring opens and connects sockets without passing through seccomp);
 //! - `sandbox.network = false`: `socket`/`socketpair` of any family but AF_UNIX fail (TCP,
 //!   UDP, raw, packet, netlink, vsock alike);
+//! - `sandbox.network = "ask"`: only TCP among the IP sockets, no MSG_FASTOPEN `sendmsg`, and
+//!   `bind`/`listen` go to the supervisor too (listeners stay on loopback);
 //! - `connect`, and `sendto` with an address, go to the job's supervisor by user
 //!   notification ([`super::notify`]), which decides where a socket may reach;
 //! - limits and priorities change only for the caller itself: `prlimit64` with a new limit,
@@ -17,6 +19,11 @@ use std::os::fd::{FromRawFd, OwnedFd};
 pub(super) struct Rules {
     /// `sandbox.network`: IP and every other family but AF_UNIX may be opened.
     pub(super) network: bool,
+    /// `sandbox.network = "ask"`: of the IP sockets only TCP streams may be opened (no UDP,
+    /// so no DNS of the job's own; a datagram sent with `sendmsg` would escape the
+    /// mediation), and no `sendmsg`/`sendmmsg` with MSG_FASTOPEN (a connect the filter
+    /// cannot see).
+    pub(super) proxy_only: bool,
     /// `connect` and addressed `sendto` go to the supervisor.
     pub(super) mediate_sockets: bool,
 }
@@ -32,6 +39,8 @@ const LD_W_ABS: u16 = 0x20; // BPF_LD (0) | BPF_W (0) | BPF_ABS (0x20)
 const JEQ_K: u16 = 0x15; // BPF_JMP (5) | BPF_JEQ (0x10) | BPF_K (0)
 const JGE_K: u16 = 0x35; // BPF_JMP (5) | BPF_JGE (0x30) | BPF_K (0)
 const RET_K: u16 = 0x06; // BPF_RET | BPF_K
+const AND_K: u16 = 0x54; // BPF_ALU (4) | BPF_AND (0x50) | BPF_K
+const JSET_K: u16 = 0x45; // BPF_JMP (5) | BPF_JSET (0x40) | BPF_K
 
 const SECCOMP_RET_ALLOW: u32 = 0x7fff_0000;
 const SECCOMP_RET_ERRNO: u32 = 0x0005_0000;
@@ -109,6 +118,35 @@ fn unix_only() -> Vec<libc::sock_filter> {
     ]
 }
 
+/// `socket(family, type, protocol)` with `proxy_only`: AF_UNIX, or a TCP stream of
+/// AF_INET/AF_INET6 (protocol 0 or IPPROTO_TCP); everything else EACCES.
+fn unix_or_tcp() -> Vec<libc::sock_filter> {
+    vec![
+        stmt(LD_W_ABS, arg_low(0)),
+        jump(JEQ_K, libc::AF_UNIX as u32, 8, 0),
+        jump(JEQ_K, libc::AF_INET as u32, 1, 0),
+        jump(JEQ_K, libc::AF_INET6 as u32, 0, 7),
+        stmt(LD_W_ABS, arg_low(1)),
+        stmt(AND_K, 0xf),
+        jump(JEQ_K, libc::SOCK_STREAM as u32, 0, 4),
+        stmt(LD_W_ABS, arg_low(2)),
+        jump(JEQ_K, 0, 1, 0),
+        jump(JEQ_K, libc::IPPROTO_TCP as u32, 0, 1),
+        stmt(RET_K, SECCOMP_RET_ALLOW),
+        stmt(RET_K, errno(libc::EACCES)),
+    ]
+}
+
+/// `sendmsg`/`sendmmsg` whose flags (argument `n`) ask for TCP Fast Open: EACCES.
+fn no_fast_open(n: u32) -> Vec<libc::sock_filter> {
+    vec![
+        stmt(LD_W_ABS, arg_low(n)),
+        jump(JSET_K, libc::MSG_FASTOPEN as u32, 1, 0),
+        stmt(RET_K, SECCOMP_RET_ALLOW),
+        stmt(RET_K, errno(libc::EACCES)),
+    ]
+}
+
 impl Filter {
     pub(super) fn new(rules: Rules) -> Filter {
         let deny = errno(libc::EACCES);
@@ -124,6 +162,16 @@ impl Filter {
         if !rules.network {
             p.extend(block(libc::SYS_socket, unix_only()));
             p.extend(block(libc::SYS_socketpair, unix_only()));
+        } else if rules.proxy_only {
+            p.extend(block(libc::SYS_socket, unix_or_tcp()));
+            p.extend(block(libc::SYS_socketpair, unix_only()));
+            p.extend(block(libc::SYS_sendmsg, no_fast_open(2)));
+            p.extend(block(libc::SYS_sendmmsg, no_fast_open(3)));
+            if rules.mediate_sockets {
+                // Listeners stay on loopback (the supervisor binds on the job's behalf).
+                p.extend(block(libc::SYS_bind, vec![stmt(RET_K, SECCOMP_RET_USER_NOTIF)]));
+                p.extend(block(libc::SYS_listen, vec![stmt(RET_K, SECCOMP_RET_USER_NOTIF)]));
+            }
         }
         if rules.mediate_sockets {
             p.extend(block(libc::SYS_connect, vec![stmt(RET_K, SECCOMP_RET_USER_NOTIF)]));
@@ -190,9 +238,9 @@ mod tests {
     /// Every jump lands inside the program and every path ends in a return.
     #[test]
     fn every_jump_of_every_variant_stays_inside_the_program() {
-        for network in [false, true] {
+        for (network, proxy_only) in [(false, false), (true, false), (true, true)] {
             for mediate_sockets in [false, true] {
-                let f = Filter::new(Rules { network, mediate_sockets });
+                let f = Filter::new(Rules { network, proxy_only, mediate_sockets });
                 let n = f.program.len();
                 assert!(n < 4096);
                 for (i, ins) in f.program.iter().enumerate() {

@@ -101,7 +101,15 @@ impl Address {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Rules {
     pub(crate) network: bool,
+    /// `sandbox.network = "ask"`: IP connections only to the proxy (DESIGN §6b).
+    pub(crate) proxy_only: bool,
+    /// The session's proxy on 127.0.0.1, when one runs.
+    pub(crate) proxy_port: Option<u16>,
 }
+
+/// Why an IP connection is refused in `ask` mode (the tool result carries it).
+pub(crate) const PROXY_ONLY: &str = "commands reach the network only through talaria's proxy (HTTP_PROXY, \
+     HTTPS_PROXY and ALL_PROXY in their environment), which asks for each new host";
 
 /// What the supervisor does first.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,12 +120,34 @@ pub(crate) enum Step {
     Pass,
     /// A unix address: learn who listens there with a socket of the supervisor's own.
     Probe,
+    /// An IP connection to loopback in `ask` mode: allowed when a process of this job
+    /// listens on the port ([`super::listeners`]).
+    ProbeLoopback {
+        port: u16,
+    },
     Deny(String),
+}
+
+fn is_loopback(ip: std::net::IpAddr) -> bool {
+    match ip {
+        std::net::IpAddr::V4(v4) => v4.is_loopback(),
+        std::net::IpAddr::V6(v6) => v6.is_loopback() || v6.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()),
+    }
 }
 
 pub(crate) fn first_step(call: Call, socket: Socket, address: &Address, rules: Rules) -> Step {
     match (socket, address) {
         (Socket::Ip | Socket::Other(_), _) if !rules.network => Step::Deny("the network is off for commands".into()),
+        (Socket::Ip, Address::Ip(a)) if rules.proxy_only => {
+            if is_loopback(a.ip()) && rules.proxy_port == Some(a.port()) {
+                Step::Pass
+            } else if is_loopback(a.ip()) {
+                Step::ProbeLoopback { port: a.port() }
+            } else {
+                Step::Deny(PROXY_ONLY.into())
+            }
+        }
+        (Socket::Other(_), _) if rules.proxy_only => Step::Deny(PROXY_ONLY.into()),
         // An IP socket can only reach IP addresses (the kernel checks the family).
         (Socket::Ip | Socket::Other(_), _) => Step::Pass,
         // A connected stream ignores nothing: the kernel refuses an address on send
@@ -126,6 +156,36 @@ pub(crate) fn first_step(call: Call, socket: Socket, address: &Address, rules: R
         (Socket::Unix(_), Address::UnixPath(_) | Address::UnixAbstract(_)) => Step::Probe,
         // Names no socket, or a family a unix socket cannot use: the kernel refuses it.
         (Socket::Unix(_), _) => Step::Pass,
+    }
+}
+
+/// Where an IP socket of a job may listen in `ask` mode: on loopback only, or anyone who
+/// can reach the machine could connect in and take the workspace away.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Bind {
+    /// Bind as asked.
+    Keep,
+    /// A wildcard address becomes loopback of the same family (a dev server on `0.0.0.0`
+    /// still answers `localhost`).
+    Loopback(SocketAddr),
+    Deny(String),
+}
+
+pub(crate) fn bind_step(address: &Address) -> Bind {
+    match address {
+        Address::Ip(a) if is_loopback(a.ip()) => Bind::Keep,
+        Address::Ip(SocketAddr::V4(a)) if a.ip().is_unspecified() => {
+            Bind::Loopback(SocketAddr::V4(SocketAddrV4::new(Ipv4Addr::LOCALHOST, a.port())))
+        }
+        Address::Ip(SocketAddr::V6(a)) if a.ip().is_unspecified() => {
+            Bind::Loopback(SocketAddr::V6(SocketAddrV6::new(Ipv6Addr::LOCALHOST, a.port(), 0, 0)))
+        }
+        Address::Ip(a) => Bind::Deny(format!(
+            "commands listen only on loopback while the network goes through talaria's proxy, not on {}",
+            a.ip()
+        )),
+        // The kernel answers the rest (EINVAL, EAFNOSUPPORT).
+        _ => Bind::Keep,
     }
 }
 
@@ -204,8 +264,8 @@ mod tests {
         use Call::*;
         use Socket::*;
         use UnixType::*;
-        let on = Rules { network: true };
-        let off = Rules { network: false };
+        let on = Rules { network: true, proxy_only: false, proxy_port: None };
+        let off = Rules { network: false, proxy_only: false, proxy_port: None };
         let path = Address::UnixPath(b"/tmp/x".to_vec());
         let abs = Address::UnixAbstract(b"x".to_vec());
         let ip = Address::Ip("10.0.0.1:22".parse().unwrap());
@@ -233,6 +293,45 @@ mod tests {
         ];
         for (call, socket, address, rules, want) in rows {
             assert_eq!(first_step(call, socket, address, rules), want, "{call:?} {socket:?} {address:?} {rules:?}");
+        }
+    }
+
+    #[test]
+    fn in_ask_mode_a_listener_is_kept_on_loopback() {
+        let ip = |s: &str| Address::Ip(s.parse().unwrap());
+        assert_eq!(bind_step(&ip("127.0.0.1:3000")), Bind::Keep);
+        assert_eq!(bind_step(&ip("[::1]:3000")), Bind::Keep);
+        assert_eq!(bind_step(&ip("0.0.0.0:8000")), Bind::Loopback("127.0.0.1:8000".parse().unwrap()));
+        assert_eq!(bind_step(&ip("[::]:0")), Bind::Loopback("[::1]:0".parse().unwrap()));
+        assert!(matches!(bind_step(&ip("192.168.1.5:22")), Bind::Deny(_)));
+        assert_eq!(bind_step(&Address::Unspec), Bind::Keep);
+    }
+
+    #[test]
+    fn in_ask_mode_ip_reaches_only_the_proxy_and_loopback_is_probed() {
+        use Call::*;
+        use Socket::*;
+        let ask = Rules { network: true, proxy_only: true, proxy_port: Some(4321) };
+        let none = Rules { proxy_port: None, ..ask };
+        let ip = |s: &str| Address::Ip(s.parse().unwrap());
+        let deny = Step::Deny(PROXY_ONLY.into());
+        #[rustfmt::skip]
+        let rows = [
+            (Connect, Ip, ip("127.0.0.1:4321"), ask, Step::Pass),
+            (Connect, Ip, ip("[::ffff:127.0.0.1]:4321"), ask, Step::Pass),
+            (SendTo, Ip, ip("127.0.0.1:4321"), ask, Step::Pass),
+            (Connect, Ip, ip("127.0.0.1:4321"), none, Step::ProbeLoopback { port: 4321 }),
+            (Connect, Ip, ip("127.0.0.1:3000"), ask, Step::ProbeLoopback { port: 3000 }),
+            (Connect, Ip, ip("[::1]:3000"), ask, Step::ProbeLoopback { port: 3000 }),
+            (Connect, Ip, ip("10.0.0.1:4321"), ask, deny.clone()),
+            (Connect, Ip, ip("8.8.8.8:53"), ask, deny.clone()),
+            (SendTo, Ip, ip("1.1.1.1:53"), ask, deny.clone()),
+            (Connect, Ip, Address::Unspec, ask, Step::Pass),
+            (Connect, Other(libc::AF_NETLINK), Address::Other(16), ask, deny.clone()),
+            (Connect, Unix(UnixType::Stream), Address::UnixPath(b"/x".to_vec()), ask, Step::Probe),
+        ];
+        for (call, socket, address, rules, want) in rows {
+            assert_eq!(first_step(call, socket, &address, rules), want, "{call:?} {socket:?} {address:?} {rules:?}");
         }
     }
 

@@ -34,6 +34,7 @@ impl Engine {
             SlashCommand::Heartbeat(cmd) => self.heartbeat_command(&cmd).await,
             SlashCommand::Usage => self.usage().await,
             SlashCommand::Permissions => self.permissions(),
+            SlashCommand::Network => self.network(),
             SlashCommand::Backend(choice) => self.backend_command(choice).await,
             SlashCommand::Mcp(cmd) => self.mcp_command(cmd),
             SlashCommand::Goal(cmd) => return self.goal_command(&cmd).await,
@@ -228,6 +229,27 @@ impl Engine {
             }
             crate::config::ApprovalMode::Off => "approvals: off (nothing asks; hardline commands are still refused)",
         }
+    }
+
+    /// `/network`: the session's connections through the proxy, oldest first.
+    fn network(&self) {
+        let text = match self.env.jobs.proxy() {
+            Some(proxy) => {
+                let offset = crate::util::local_utc_offset_s(crate::util::now_ms());
+                crate::present::network_list(&proxy.connections(), offset)
+            }
+            None => format!(
+                "no network proxy in this session ({})",
+                self.env
+                    .jobs
+                    .sandbox_policy()
+                    .describe()
+                    .split("; ")
+                    .nth(1)
+                    .unwrap_or("sandbox.network is not \"ask\"")
+            ),
+        };
+        self.notice(NoticeLevel::Info, text);
     }
 
     /// `/permissions`: what commands may touch and what still asks (DESIGN §6).

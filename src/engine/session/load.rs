@@ -41,6 +41,28 @@ pub enum SessionChoice {
     Resume(String),
 }
 
+/// `sandbox.network = "ask"`: the session's network proxy (DESIGN §6b). Without it, jobs
+/// reach nothing over IP (their policy names no proxy port).
+async fn start_proxy(opts: &EngineOptions, jobs: &JobsHandle, approver: &Approver, events: &EventSink) {
+    let sandbox = &opts.config.sandbox;
+    if sandbox.mode == crate::config::SandboxMode::Off || sandbox.network != crate::config::NetworkMode::Ask {
+        return;
+    }
+    let settings = crate::engine::netproxy::Settings {
+        allow: sandbox.network_allow.clone(),
+        deny: sandbox.network_deny.clone(),
+        config_file: Some(opts.paths.config_file.clone()),
+    };
+    let gate: Arc<dyn crate::engine::netproxy::Gate> = Arc::new(approver.clone());
+    match crate::engine::netproxy::NetProxy::start(settings, gate, Some(events.clone())).await {
+        Ok(proxy) => jobs.set_proxy(proxy),
+        Err(e) => events.send(Event::notice(
+            NoticeLevel::Warn,
+            format!("cannot start the network proxy ({e}): sandboxed commands have no network this session"),
+        )),
+    }
+}
+
 /// Open (or create) the session and start the engine task.
 pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHandle<()>)> {
     let (op_tx, op_rx) = mpsc::unbounded_channel();
@@ -57,6 +79,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let (pause_file, _watch_task) = estop::watch(opts.paths.estop.clone());
     let approver =
         Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
+    start_proxy(&opts, &jobs, &approver, &events).await;
     approver.set_sandbox_policy(jobs.sandbox_policy());
     if opts.config.sandbox.mode != crate::config::SandboxMode::Off {
         if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {

@@ -431,11 +431,29 @@ fn denied_connections(denials: &[crate::engine::sandbox::notify::Denial]) -> Str
     let list: Vec<String> =
         denials.iter().take(5).map(|d| format!("{} to {}: {}", d.call, d.address, d.reason)).collect();
     let more = if denials.len() > 5 { format!(" (and {} more)", denials.len() - 5) } else { String::new() };
+    let proxy = denials.iter().any(|d| d.call == "proxy");
+    let unix = denials.iter().any(|d| d.address.starts_with("unix") || d.address.starts_with("abstract"));
+    let mut ways = Vec::new();
+    if proxy {
+        ways.push(
+            "talaria's network proxy blocked a host: the user can add it to sandbox.network_allow in config.toml, \
+             or answer \"this session\" or \"always\" when asked (talaria exec needs --yes or the list)",
+        );
+    }
+    if unix {
+        ways.push(
+            "commands may reach only sockets their own processes made: to allow one, the user can add its path \
+             to sandbox.allow_unix_sockets in config.toml",
+        );
+    }
+    if !proxy && !unix {
+        ways.push("commands reach the network only through talaria's proxy (HTTP_PROXY and HTTPS_PROXY are set)");
+    }
     format!(
-        "the sandbox stopped a connection: {}{more}. Commands may reach only sockets their own processes made. \
-         To allow one, the user can add its path to sandbox.allow_unix_sockets in config.toml; or call terminal \
-         again with sandbox=false (the user will be asked).",
-        list.join("; ")
+        "the sandbox stopped a connection: {}{more}. {}; or call terminal again with sandbox=false (the user \
+         will be asked).",
+        list.join("; "),
+        ways.join("; ")
     )
 }
 

@@ -151,6 +151,8 @@ impl App {
             Event::Context { percent, .. } => self.status.context_pct = percent,
             Event::SessionChoices { query, sessions } => self.offer_sessions(&query, sessions),
             Event::ShutdownComplete => self.exit = ExitState::Done,
+            // `/network` lists them; a refusal also reaches the tool result.
+            Event::NetworkConnection(_) => {}
             // Listings and notices: the log view covers the transcript, so what is said
             // meanwhile shows in it too.
             Event::Notice { level, text } => self.log_say(level, text),
@@ -394,6 +396,7 @@ impl App {
             | Event::GoalStatus { .. }
             | Event::SessionChoices { .. }
             | Event::JobsKilled { .. }
+            | Event::NetworkConnection(_)
             | Event::ShutdownComplete => false,
         };
         if failed && self.input_is_empty() {

@@ -217,7 +217,10 @@ fn draw_approval_box(
     let command_style = warn.add_modifier(Modifier::BOLD);
     let dim = Style::default().fg(app.theme.dim);
     let has = |g: AskGround| approval.grounds.contains(&g);
-    let heading = if has(AskGround::UntrustedTool) {
+    let network = has(AskGround::Network);
+    let heading = if network {
+        "A command wants to reach a host (through talaria's proxy):"
+    } else if has(AskGround::UntrustedTool) {
         "The agent wants to call:"
     } else if has(AskGround::OutsideRoots) || has(AskGround::ProtectedPath) {
         "The agent wants to:"
@@ -228,7 +231,13 @@ fn draw_approval_box(
     let mut command: Vec<Line<'static>> = Vec::new();
     for (i, l) in approval.command.lines().enumerate() {
         // A new line of the command is marked; a wrapped one is only indented.
-        let lead = if i == 0 { "  $ " } else { "  ↵ " };
+        let lead = if network {
+            "  "
+        } else if i == 0 {
+            "  $ "
+        } else {
+            "  ↵ "
+        };
         command.extend(wrap_line(&RLine::plain(format!("{lead}{l}"), command_style).with_hang(4), inner_w));
     }
     let mut why: Vec<Line<'static>> = vec![Line::raw("Why it asks:")];
@@ -252,13 +261,23 @@ fn draw_approval_box(
             warn,
         ));
     }
-    let choices = [
-        (Action::Once, "once", "run it this time only"),
-        (Action::Session, "session", "allow this kind of command until Talaria quits"),
-        (Action::Always, "always", "always allow this exact command (saved to approvals.allowlist)"),
-        (Action::Deny, "deny", "do not run it; the model is told"),
-        (Action::DenyAndStop, "deny & stop", "deny it and stop the turn"),
-    ];
+    let choices = if network {
+        [
+            (Action::Once, "once", "let this connection (and those waiting with it) through"),
+            (Action::Session, "session", "allow this host until Talaria quits"),
+            (Action::Always, "always", "always allow this host (saved to sandbox.network_allow)"),
+            (Action::Deny, "deny", "refuse it: the command gets a 403 and the model is told"),
+            (Action::DenyAndStop, "deny & stop", "refuse it and stop the turn"),
+        ]
+    } else {
+        [
+            (Action::Once, "once", "run it this time only"),
+            (Action::Session, "session", "allow this kind of command until Talaria quits"),
+            (Action::Always, "always", "always allow this exact command (saved to approvals.allowlist)"),
+            (Action::Deny, "deny", "do not run it; the model is told"),
+            (Action::DenyAndStop, "deny & stop", "deny it and stop the turn"),
+        ]
+    };
     let labels: Vec<String> =
         choices.iter().map(|(a, name, _)| format!("[{}] {name}", keys_of(app, Context::Approval, *a))).collect();
     let col = labels.iter().map(|l| str_width(l)).max().unwrap_or(10);

@@ -1,0 +1,500 @@
+//! The network by name (DESIGN §6b, issue #31). Two layers:
+//! - the proxy itself (`talaria::engine::netproxy`) with a test gate that answers, reached
+//!   by the real `curl` and Python `urllib` from outside any sandbox: credentials, allow and
+//!   deny lists, one question for a burst, once / session / always (saved with comments);
+//! - the real binary (`talaria exec`, `sandbox.network = "ask"` by default): the model's
+//!   `terminal` call runs curl, urllib and git through the proxy to an HTTP server the test
+//!   runs on 127.0.0.1, and the same job's direct connect, UDP and DNS all fail.
+
+mod common;
+#[path = "common/inproc.rs"]
+mod inproc;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{stderr, Home};
+use serde_json::Value;
+use talaria::engine::netproxy::{Answer, Gate, NetProxy, Question, Settings};
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+/// An HTTP server outside talaria: `/big/<n>` streams n zero bytes, anything else answers
+/// `hello <path>`. Counts the requests it got.
+struct Server {
+    port: u16,
+    requests: Arc<AtomicUsize>,
+}
+
+async fn server() -> Server {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let requests = Arc::new(AtomicUsize::new(0));
+    let count = requests.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut s, _)) = listener.accept().await else { return };
+            let count = count.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                count.fetch_add(1, Ordering::SeqCst);
+                let text = String::from_utf8_lossy(&head).to_string();
+                let path = text.split(' ').nth(1).unwrap_or("/").to_string();
+                if let Some(n) = path.strip_prefix("/big/").and_then(|n| n.parse::<u64>().ok()) {
+                    let head = format!("HTTP/1.1 200 OK\r\nContent-Length: {n}\r\nConnection: close\r\n\r\n");
+                    if s.write_all(head.as_bytes()).await.is_err() {
+                        return;
+                    }
+                    let chunk = vec![0u8; 64 * 1024];
+                    let mut left = n;
+                    while left > 0 {
+                        let k = left.min(chunk.len() as u64) as usize;
+                        if s.write_all(&chunk[..k]).await.is_err() {
+                            return;
+                        }
+                        left -= k as u64;
+                    }
+                } else {
+                    let body = format!("hello {path}");
+                    let reply =
+                        format!("HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
+                    let _ = s.write_all(reply.as_bytes()).await;
+                }
+                let _ = s.shutdown().await;
+            });
+        }
+    });
+    Server { port, requests }
+}
+
+/// A gate that records the questions and answers each with what the test releases.
+#[derive(Default)]
+struct TestGate {
+    questions: Mutex<Vec<Question>>,
+    answers: Mutex<Vec<tokio::sync::oneshot::Sender<Answer>>>,
+}
+
+#[async_trait::async_trait]
+impl Gate for TestGate {
+    async fn ask(&self, question: Question) -> Answer {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.questions.lock().unwrap().push(question);
+        self.answers.lock().unwrap().push(tx);
+        rx.await.unwrap_or(Answer::Deny("dropped".into()))
+    }
+}
+
+impl TestGate {
+    fn asked(&self) -> usize {
+        self.questions.lock().unwrap().len()
+    }
+
+    fn answer(&self, answer: Answer) {
+        let tx = self.answers.lock().unwrap().remove(0);
+        tx.send(answer).unwrap();
+    }
+}
+
+/// `curl` through the proxy at `proxy` (a URL with credentials, or without); stdout and the
+/// HTTP code as curl reports it.
+async fn curl(proxy: &str, url: &str, extra: &[&str]) -> (String, String) {
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "--max-time", "60", "-w", "\n%{http_code}", "-x", proxy])
+        .args(extra)
+        .arg(url)
+        .env_remove("NO_PROXY")
+        .env_remove("no_proxy")
+        .output()
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", &text));
+    (body.to_string(), code.trim().to_string())
+}
+
+fn settings(allow: &[&str], deny: &[&str], config: Option<std::path::PathBuf>) -> Settings {
+    Settings {
+        allow: allow.iter().map(|s| s.to_string()).collect(),
+        deny: deny.iter().map(|s| s.to_string()).collect(),
+        config_file: config,
+    }
+}
+
+/// Listed hosts pass (curl forwarding and CONNECT, Python urllib), denied ones get a 403
+/// that says who blocked them and how to allow them, and a client without the job's
+/// credential gets 407 — the proxy is the session's jobs' alone.
+#[tokio::test(flavor = "multi_thread")]
+async fn curl_and_urllib_pass_listed_hosts_and_a_denied_one_gets_a_labelled_403() {
+    let srv = server().await;
+    let gate = Arc::new(TestGate::default());
+    let proxy = NetProxy::start(settings(&["127.0.0.1"], &["localhost"], None), gate.clone(), None).await.unwrap();
+    let url = proxy.register_job("job_31001", "curl things", None);
+
+    let (body, code) = curl(&url, &format!("http://127.0.0.1:{}/plain-31001", srv.port), &[]).await;
+    assert_eq!((body.as_str(), code.as_str()), ("hello /plain-31001", "200"));
+    let (body, code) = curl(&url, &format!("http://127.0.0.1:{}/tunnel-31001", srv.port), &["--proxytunnel"]).await;
+    assert_eq!((body.as_str(), code.as_str()), ("hello /tunnel-31001", "200"));
+
+    let py = format!(
+        "import urllib.request\nprint(urllib.request.urlopen('http://127.0.0.1:{}/urllib-31001', timeout=30).read().decode())",
+        srv.port
+    );
+    let out = tokio::process::Command::new("python3").args(["-c", &py]).env("http_proxy", &url).output().await.unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "hello /urllib-31001",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let before = srv.requests.load(Ordering::SeqCst);
+    let (body, code) = curl(&url, &format!("http://localhost:{}/denied-31001", srv.port), &[]).await;
+    assert_eq!(code, "403", "{body}");
+    assert!(body.contains("talaria blocked localhost:") && body.contains("sandbox.network_deny"), "{body}");
+    assert!(body.contains("sandbox.network_allow"), "{body}");
+    let port = proxy.port();
+    let (_, code) = curl(&format!("http://127.0.0.1:{port}"), &format!("http://127.0.0.1:{}/x", srv.port), &[]).await;
+    assert_eq!(code, "407");
+    let (_, code) =
+        curl(&format!("http://job_31001:wrong@127.0.0.1:{port}"), &format!("http://127.0.0.1:{}/x", srv.port), &[])
+            .await;
+    assert_eq!(code, "407");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), before, "a refused request reached the server");
+    assert_eq!(gate.asked(), 0, "listed hosts never ask");
+
+    let log = proxy.connections();
+    let verdicts: Vec<(String, String)> = log
+        .iter()
+        .map(|c| (c.job.clone(), serde_json::to_value(c.verdict).unwrap().as_str().unwrap().to_string()))
+        .collect();
+    assert_eq!(verdicts.len(), 4, "{log:?}");
+    assert!(verdicts[..3].iter().all(|(j, v)| j == "job_31001" && v == "allowed"), "{verdicts:?}");
+    assert_eq!(verdicts[3].1, "denied");
+    assert!(log[0].received > 0 && log[0].sent > 0 && log[0].done, "{:?}", log[0]);
+}
+
+/// Three requests to one host while its question is open: one question, one answer for
+/// all. "Once" covers that burst only; "session" the host from then on; "always" also
+/// saves it to config.toml with the user's comments kept; "deny" is a 403.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_burst_asks_once_and_the_answers_last_as_long_as_they_say() {
+    let srv = server().await;
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(&config, "# my settings\n[sandbox]\n# hosts I trust\nnetwork_allow = [\"example.org\"]\n").unwrap();
+    let gate = Arc::new(TestGate::default());
+    let proxy = NetProxy::start(settings(&[], &[], Some(config.clone())), gate.clone(), None).await.unwrap();
+    let url = proxy.register_job("job_31002", "npm install", None);
+    let target = |n: u32| format!("http://127.0.0.1:{}/burst-{n}", srv.port);
+
+    let burst: Vec<_> = (0..3)
+        .map(|n| {
+            tokio::spawn({
+                let (url, t) = (url.clone(), target(n));
+                async move { curl(&url, &t, &[]).await }
+            })
+        })
+        .collect();
+    common::wait_until("three requests wait for one question", || proxy.waiting() == 3).await;
+    assert_eq!(gate.asked(), 1);
+    let q = gate.questions.lock().unwrap()[0].clone();
+    assert_eq!(q.shown(), format!("job_31002 (`npm install`) wants 127.0.0.1:{}", srv.port));
+    gate.answer(Answer::Once);
+    for (n, task) in burst.into_iter().enumerate() {
+        assert_eq!(task.await.unwrap(), (format!("hello /burst-{n}"), "200".to_string()));
+    }
+
+    // Once was for that burst: the next request asks again; deny is a 403.
+    let next = tokio::spawn({
+        let (url, t) = (url.clone(), target(10));
+        async move { curl(&url, &t, &[]).await }
+    });
+    common::wait_until("a second question", || gate.asked() == 2).await;
+    gate.answer(Answer::Deny("the user denied it".into()));
+    let (body, code) = next.await.unwrap();
+    assert_eq!(code, "403");
+    assert!(body.contains("talaria blocked 127.0.0.1:") && body.contains("the user denied it"), "{body}");
+
+    // Session: asked once more, then never again for that host.
+    let next = tokio::spawn({
+        let (url, t) = (url.clone(), target(11));
+        async move { curl(&url, &t, &[]).await }
+    });
+    common::wait_until("a third question", || gate.asked() == 3).await;
+    gate.answer(Answer::Session);
+    assert_eq!(next.await.unwrap().1, "200");
+    assert_eq!(curl(&url, &target(12), &[]).await.1, "200");
+    assert_eq!(gate.asked(), 3, "a host allowed for the session asked again");
+
+    // Always, for localhost: saved to config.toml, comments kept, and config loads.
+    let local = format!("http://localhost:{}/always", srv.port);
+    let next = tokio::spawn({
+        let url = url.clone();
+        async move { curl(&url, &local, &[]).await }
+    });
+    common::wait_until("a fourth question", || gate.asked() == 4).await;
+    gate.answer(Answer::Always);
+    assert_eq!(next.await.unwrap().1, "200");
+    let text = std::fs::read_to_string(&config).unwrap();
+    assert!(text.contains("# my settings") && text.contains("# hosts I trust"), "{text}");
+    talaria::config::Config::load(&config).unwrap();
+    let doc: toml::Table = text.parse().unwrap();
+    assert_eq!(doc["sandbox"]["network_allow"], toml::Value::Array(vec!["example.org".into(), "localhost".into()]));
+}
+
+/// A 200 MB download through the proxy streams: the process holding the proxy grows by
+/// well under 16 MiB (it is this test process here; see the exec test for talaria's own).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_200_mb_download_streams_through_the_proxy() {
+    let srv = server().await;
+    let proxy =
+        NetProxy::start(settings(&["127.0.0.1"], &[], None), Arc::new(TestGate::default()), None).await.unwrap();
+    let url = proxy.register_job("job_31003", "curl big", None);
+    let out = tokio::process::Command::new("curl")
+        .args(["-s", "-S", "-o", "/dev/null", "-w", "%{size_download}", "-x", &url])
+        .arg(format!("http://127.0.0.1:{}/big/{}", srv.port, 200u64 << 20))
+        .output()
+        .await
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), (200u64 << 20).to_string());
+    let conn = &proxy.connections()[0];
+    assert!(conn.received > 200 << 20, "{conn:?}");
+}
+
+// ---------------------------------------------------------------------------------------
+// Through the real binary.
+// ---------------------------------------------------------------------------------------
+
+/// Run `command` as the model's one `terminal` call in `talaria exec`; the tool result and
+/// exec's stdout (with `--json`, one event a line).
+async fn exec(home: &Home, command: &str, flags: &[&str]) -> (Value, String) {
+    let args = serde_json::json!({ "command": command, "timeout": 120 }).to_string();
+    let server =
+        ScriptedServer::start([ScriptedResponse::tool_call("c1", "terminal", &args), ScriptedResponse::text("done")])
+            .await
+            .unwrap();
+    let fake_home = home.path().join("fakehome");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake_home).arg("exec").args(flags).args(["--base-url", &server.base_url(), "go"]);
+    let out = tokio::time::timeout(Duration::from_secs(180), cmd.output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{command}: {}", stderr(&out));
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), 2, "{}", stderr(&out));
+    let messages = requests[1].body["messages"].as_array().unwrap().clone();
+    let content = messages.last().and_then(|m| m["content"].as_str()).unwrap_or_default().to_string();
+    let result = serde_json::from_str(&content).unwrap_or_else(|e| panic!("not a tool result ({e}): {content}"));
+    (result, String::from_utf8_lossy(&out.stdout).to_string())
+}
+
+fn output(result: &Value) -> String {
+    result["output"].as_str().unwrap_or_default().to_string()
+}
+
+/// `exec` without `--yes`: a host that is not listed is refused with a 403, and the tool
+/// result says talaria blocked it; `--json` carries the connection as an event.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_refuses_an_unlisted_host_and_says_so() {
+    let srv = server().await;
+    let home = Home::new();
+    let cmd = format!("curl -s -w ' code=%{{http_code}}' http://127.0.0.1:{}/exec-31004", srv.port);
+    let (result, stdout) = exec(&home, &cmd, &["--json"]).await;
+    let out = output(&result);
+    assert!(out.contains("talaria blocked 127.0.0.1:") && out.contains("code=403"), "{result}");
+    let label = result["sandbox"].as_str().unwrap_or_default();
+    assert!(label.contains("proxy to 127.0.0.1:") && label.contains("talaria blocked it"), "{result}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 0);
+    let events: Vec<Value> = stdout.lines().filter_map(|l| serde_json::from_str(l).ok()).collect();
+    let conn = events.iter().find(|e| e["type"] == "NetworkConnection").unwrap_or_else(|| panic!("{stdout}"));
+    assert_eq!(conn["data"]["verdict"], "denied", "{conn}");
+    assert_eq!(conn["data"]["port"], srv.port, "{conn}");
+
+    // --yes lets it through.
+    let (result, _) = exec(&home, &cmd, &["--yes"]).await;
+    assert!(output(&result).contains("hello /exec-31004 code=200"), "{result}");
+}
+
+/// With the host listed, curl, urllib and git (a dumb-HTTP clone) work through the proxy;
+/// in the same job a direct connect to that server, a UDP packet and a DNS lookup fail,
+/// while a server the job starts itself is reached directly and through the proxy.
+#[tokio::test(flavor = "multi_thread")]
+async fn listed_hosts_work_through_the_proxy_and_nothing_goes_around_it() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    // A bare repository served over dumb HTTP by the test's own server.
+    let repos = home.path().join("repos");
+    std::fs::create_dir_all(&repos).unwrap();
+    let git = |args: &[&str], dir: &std::path::Path| {
+        let out = std::process::Command::new("git").args(args).current_dir(dir).output().unwrap();
+        assert!(out.status.success(), "git {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+    };
+    let src = home.path().join("src");
+    std::fs::create_dir_all(&src).unwrap();
+    git(&["init", "-q"], &src);
+    std::fs::write(src.join("marker.txt"), "31005").unwrap();
+    git(&["add", "."], &src);
+    git(&["-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "one"], &src);
+    git(&["clone", "-q", "--bare", src.to_str().unwrap(), repos.join("r.git").to_str().unwrap()], &repos);
+    git(&["update-server-info"], &repos.join("r.git"));
+    let mut http = std::process::Command::new("python3")
+        .args(["-u", "-m", "http.server", "--bind", "127.0.0.1", "0", "--directory"])
+        .arg(&repos)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(http.stdout.take().unwrap()), &mut line).unwrap();
+    let git_port: u16 = line.split(" port ").nth(1).and_then(|r| r.split(' ').next()).unwrap().parse().unwrap();
+
+    let p = srv.port;
+    let script = format!(
+        r#"curl -s http://127.0.0.1:{p}/curl-31005; echo
+python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{p}/urllib-31005', timeout=30).read().decode())"
+git clone -q http://127.0.0.1:{git_port}/r.git clone-31005 && cat clone-31005/marker.txt; echo
+python3 - <<'EOF'
+import socket, threading
+def attempt(name, f):
+    try:
+        f(); print(name, 'OPEN')
+    except OSError as e:
+        print(name, 'refused', e.errno)
+def direct():
+    socket.create_connection(('127.0.0.1', {p}), timeout=5).sendall(b'GET /direct-31005 HTTP/1.0\r\n\r\n')
+attempt('direct', direct)
+attempt('udp', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendto(b'x', ('127.0.0.1', {p})))
+attempt('udp-sendmsg', lambda: socket.socket(socket.AF_INET, socket.SOCK_DGRAM).sendmsg([b'x'], [], 0, ('1.1.1.1', 53)))
+attempt('dns', lambda: socket.getaddrinfo('example.com', 80))
+wild = socket.socket(); wild.bind(('0.0.0.0', 0)); print('wildcard bound', wild.getsockname()[0])
+bare = socket.socket(); bare.listen(); print('bare listen', bare.getsockname()[0])
+own = socket.socket(); own.bind(('127.0.0.1', 0)); own.listen()
+port = own.getsockname()[1]
+def serve():
+    for _ in range(2):
+        c, _ = own.accept(); c.recv(4096)
+        c.sendall(b'HTTP/1.0 200 OK\r\nContent-Length: 6\r\n\r\nown-ok'); c.close()
+threading.Thread(target=serve, daemon=True).start()
+attempt('own', lambda: socket.create_connection(('127.0.0.1', port), timeout=5).sendall(b'GET / HTTP/1.0\r\n\r\n'))
+import urllib.request
+print('own-proxy', urllib.request.urlopen('http://localhost:%d/' % port, timeout=30).read().decode())
+EOF"#
+    );
+    let (result, _) = exec(&home, &script, &[]).await;
+    let _ = http.kill();
+    let _ = http.wait();
+    let out = output(&result);
+    for want in [
+        "hello /curl-31005",
+        "hello /urllib-31005",
+        "31005",
+        "direct refused 13",
+        "udp refused 13",
+        "udp-sendmsg refused 13",
+        "wildcard bound 127.0.0.1",
+        "bare listen 127.0.0.1",
+        "own OPEN",
+        "own-proxy own-ok",
+    ] {
+        assert!(out.contains(want), "missing {want:?}: {result}");
+    }
+    assert!(!out.contains("dns OPEN"), "{result}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "the direct connect reached the server: {result}");
+    let label = result["sandbox"].as_str().unwrap_or_default();
+    assert!(label.contains("only through talaria's proxy"), "{result}");
+}
+
+fn rss_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
+}
+
+/// A 200 MB download by a job through the proxy: talaria's own RSS (the proxy runs in it)
+/// stays within 16 MiB of what it was when the download began.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_200_mb_download_keeps_talarias_rss_flat() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let size = 200u64 * 1000 * 1000;
+    let command = format!("curl -s -o /dev/null -w 'got=%{{size_download}}' http://127.0.0.1:{}/big/{size}", srv.port);
+    let args = serde_json::json!({ "command": command, "timeout": 120 }).to_string();
+    let model =
+        ScriptedServer::start([ScriptedResponse::tool_call("c1", "terminal", &args), ScriptedResponse::text("done")])
+            .await
+            .unwrap();
+    let fake_home = home.path().join("fakehome");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake_home).args(["exec", "--base-url", &model.base_url(), "go"]);
+    let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
+    let pid = child.id().unwrap();
+    let requests = srv.requests.clone();
+    let sampler = tokio::spawn(async move {
+        let (mut start, mut peak) = (None, 0u64);
+        while let Some(rss) = rss_kib(pid) {
+            if requests.load(Ordering::SeqCst) > 0 {
+                start.get_or_insert(rss);
+                peak = peak.max(rss);
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        (start, peak)
+    });
+    let status = tokio::time::timeout(Duration::from_secs(180), child.wait()).await.unwrap().unwrap();
+    assert!(status.success());
+    let (start, peak) = sampler.await.unwrap();
+    let start = start.expect("the download never began");
+    assert!(peak < start + 16 * 1024, "talaria grew from {start} KiB to {peak} KiB during the download");
+    let chat = model.chat_requests();
+    let last = chat[1].body["messages"].to_string();
+    assert!(last.contains(&format!("got={size}")), "{last}");
+}
+
+/// `/network` lists the session's connections (job, host:port, verdict, bytes), and each
+/// one is an event; here the engine with `--yes`'s policy, a job's curl to the test's server.
+#[tokio::test(flavor = "multi_thread")]
+async fn slash_network_lists_the_sessions_connections() {
+    use talaria::protocol::{Event, Op, SlashCommand};
+    let srv = server().await;
+    let home = tempfile::tempdir().unwrap();
+    let cmd = format!("curl -s http://127.0.0.1:{}/listed-31006", srv.port);
+    let args = serde_json::json!({ "command": cmd }).to_string();
+    let model = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", &args),
+        ScriptedResponse::text("fetched"),
+    ])
+    .await
+    .unwrap();
+    let settings = talaria::engine::llm::client::ClientSettings::new(model.base_url()).max_retries(0);
+    let provider = Arc::new(talaria::engine::llm::client::OpenAiClient::new(settings).unwrap());
+    let mut engine = inproc::start_with_policy(
+        home.path(),
+        provider,
+        "m",
+        talaria::engine::SessionChoice::New,
+        talaria::config::Config::default(),
+        talaria::engine::approval::PromptPolicy::AllowUnattended,
+    )
+    .await;
+    engine.send(Op::Command(SlashCommand::Network));
+    engine.notice("no connections through talaria's network proxy").await;
+    engine.send(Op::Submit { text: "fetch it".into(), mode: None });
+    let event = engine.wait_for("the connection's event", |e| matches!(e, Event::NetworkConnection(_))).await;
+    let Event::NetworkConnection(conn) = event else { unreachable!() };
+    assert_eq!((conn.job.as_str(), conn.port), ("job_1", srv.port), "{conn:?}");
+    engine.turn_finished().await;
+    engine.send(Op::Command(SlashCommand::Network));
+    let text = engine.notice("job_1").await;
+    assert!(text.contains(&format!("job_1  127.0.0.1:{}  asked, allowed", srv.port)), "{text}");
+    assert!(text.contains("↓") && !text.contains("↓0 B"), "{text}");
+    engine.shutdown().await;
+}
