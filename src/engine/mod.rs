@@ -15,6 +15,7 @@ pub mod jobs;
 pub mod llm;
 pub mod mcp;
 pub(crate) mod mentions;
+pub mod rewind;
 pub mod sandbox;
 pub(crate) mod scheduler;
 pub(crate) mod signals;

@@ -1,0 +1,1 @@
+//! talaria rewind
