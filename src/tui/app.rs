@@ -5,6 +5,7 @@ mod events;
 mod extras;
 mod keys;
 mod log;
+mod rewind;
 #[cfg(test)]
 mod tests;
 

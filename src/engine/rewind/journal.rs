@@ -8,30 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use super::git::Skipped;
 
-/// What a rewind puts back.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RewindMode {
-    Code,
-    Conversation,
-    Both,
-}
-
-impl RewindMode {
-    pub fn restores_code(self) -> bool {
-        matches!(self, RewindMode::Code | RewindMode::Both)
-    }
-    pub fn restores_conversation(self) -> bool {
-        matches!(self, RewindMode::Conversation | RewindMode::Both)
-    }
-    pub fn label(self) -> &'static str {
-        match self {
-            RewindMode::Code => "code",
-            RewindMode::Conversation => "conversation",
-            RewindMode::Both => "code and conversation",
-        }
-    }
-}
+pub use crate::protocol::rewind::RewindMode;
 
 /// One line of the journal.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -160,38 +160,31 @@ impl Timeline {
 #[derive(Debug)]
 pub struct Rewinder {
     pub ws: Workspace,
-    pub journal: Journal,
     next_id: AtomicU64,
     lock: tokio::sync::Mutex<()>,
 }
 
 impl Rewinder {
-    pub fn open(
-        data_dir: &Path,
-        workspace: &Path,
-        session_id: &str,
-        max_file_bytes: u64,
-    ) -> Result<Arc<Rewinder>, RewindError> {
+    pub fn open(data_dir: &Path, workspace: &Path, max_file_bytes: u64) -> Result<Arc<Rewinder>, RewindError> {
         let ws = Workspace::open(data_dir, workspace, max_file_bytes)?;
-        let journal = ws.journal(session_id);
-        let last = journal::entries(&journal.load()?).iter().map(|e| e.id).max().unwrap_or(0);
-        Ok(Arc::new(Rewinder { ws, journal, next_id: AtomicU64::new(last + 1), lock: tokio::sync::Mutex::new(()) }))
+        // Ids only need to be unique within a session's journal, across runs too.
+        let first = crate::engine::heartbeat::now_ms().saturating_mul(1000);
+        Ok(Arc::new(Rewinder { ws, next_id: AtomicU64::new(first), lock: tokio::sync::Mutex::new(()) }))
     }
 
-    /// Snapshot before a turn; returns its id and what was too large to keep.
+    /// Snapshot before a turn of `session_id`; returns its id and what was too large to keep.
     pub async fn turn_started(
         self: &Arc<Self>,
+        session_id: &str,
         trigger: String,
         text: String,
         seq: i64,
     ) -> Result<(u64, Vec<Skipped>), RewindError> {
-        let _held = self.lock.lock().await;
-        let me = self.clone();
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        run_blocking(move || {
-            let snap = me.ws.store.snapshot()?;
+        self.with(session_id, move |ws, journal| {
+            let snap = ws.store.snapshot()?;
             let first_line: String = text.lines().next().unwrap_or("").chars().take(200).collect();
-            me.journal.append(&Record::Start {
+            journal.append(&Record::Start {
                 id,
                 trigger,
                 text: first_line,
@@ -205,30 +198,30 @@ impl Rewinder {
         .await
     }
 
-    /// Snapshot after turn `id`; returns what it changed.
-    pub async fn turn_ended(self: &Arc<Self>, id: u64) -> Result<Vec<Change>, RewindError> {
-        let _held = self.lock.lock().await;
-        let me = self.clone();
-        run_blocking(move || {
-            let tree = me.ws.store.snapshot()?.tree;
-            me.journal.append(&Record::End { id, tree: tree.clone() })?;
-            let entries = journal::entries(&me.journal.load()?);
+    /// Snapshot after turn `id`; returns its number in the list and what it changed.
+    pub async fn turn_ended(self: &Arc<Self>, session_id: &str, id: u64) -> Result<(usize, Vec<Change>), RewindError> {
+        self.with(session_id, move |ws, journal| {
+            let tree = ws.store.snapshot()?.tree;
+            journal.append(&Record::End { id, tree: tree.clone() })?;
+            let entries = journal::entries(&journal.load()?);
             match entries.iter().rev().find(|e| e.id == id) {
-                Some(e) => me.ws.store.changes(&e.start, &tree),
-                None => Ok(Vec::new()),
+                Some(e) => Ok((e.number, ws.store.changes(&e.start, &tree)?)),
+                None => Ok((0, Vec::new())),
             }
         })
         .await
     }
 
-    /// Run `f` on the store with no snapshot of a turn in between.
+    /// Run `f` on the store and `session_id`'s journal, with no other snapshot in between.
     pub async fn with<T: Send + 'static>(
         self: &Arc<Self>,
+        session_id: &str,
         f: impl FnOnce(&Workspace, &Journal) -> Result<T, RewindError> + Send + 'static,
     ) -> Result<T, RewindError> {
         let _held = self.lock.lock().await;
         let me = self.clone();
-        run_blocking(move || f(&me.ws, &me.journal)).await
+        let journal = self.ws.journal(session_id);
+        run_blocking(move || f(&me.ws, &journal)).await
     }
 }
 
@@ -238,6 +231,69 @@ async fn run_blocking<T: Send + 'static>(
     match tokio::task::spawn_blocking(f).await {
         Ok(r) => r,
         Err(e) => Err(RewindError::Other(format!("the snapshot task failed: {e}"))),
+    }
+}
+
+/// A change as the protocol carries it.
+pub fn changed_path(c: &Change) -> crate::protocol::rewind::ChangedPath {
+    let kind = match c.kind {
+        ChangeKind::Added => "added",
+        ChangeKind::Modified => "modified",
+        ChangeKind::Deleted => "deleted",
+    };
+    crate::protocol::rewind::ChangedPath { path: c.path.clone(), kind: kind.into(), added: c.added, removed: c.removed }
+}
+
+impl Entry {
+    /// How the picker and `talaria rewind list` name it.
+    pub fn label(&self) -> String {
+        match &self.kind {
+            EntryKind::Turn { trigger, text } if trigger == "user" => text.clone(),
+            EntryKind::Turn { trigger, text } => format!("[{trigger}] {text}"),
+            EntryKind::Rewind { target, mode } => format!("[rewind] to before {target} ({})", mode.label()),
+        }
+    }
+}
+
+impl Timeline {
+    /// Every entry with what it changed, oldest first.
+    pub fn points(&self, ws: &Workspace) -> Result<Vec<crate::protocol::rewind::RewindPoint>, RewindError> {
+        (0..self.entries.len())
+            .map(|i| {
+                let e = &self.entries[i];
+                Ok(crate::protocol::rewind::RewindPoint {
+                    number: e.number,
+                    label: e.label(),
+                    paths: self.changes(ws, i)?.iter().map(changed_path).collect(),
+                    conversation: e.seq.is_some(),
+                })
+            })
+            .collect()
+    }
+
+    /// What a rewind to before `n` would do, for the confirmation.
+    pub fn preview(
+        &self,
+        ws: &Workspace,
+        n: usize,
+        mode: RewindMode,
+        include_user: bool,
+    ) -> Result<(Plan, crate::protocol::rewind::RewindPreview), RewindError> {
+        let i = self.index_of(n)?;
+        let plan = if mode.restores_code() { self.plan(ws, n, include_user)? } else { Plan::default() };
+        let mut warnings = Vec::new();
+        if mode.restores_conversation() && self.entries[i].seq.is_none() {
+            warnings.push(format!("entry {n} is a rewind: only the code goes back (the conversation stays)"));
+        }
+        let steps = plan.steps.iter().map(|s| format!("{} {}", s.action.label(), s.path)).collect();
+        let preview = crate::protocol::rewind::RewindPreview {
+            number: n,
+            mode: mode.as_str().to_string(),
+            steps,
+            kept: plan.kept.clone(),
+            warnings,
+        };
+        Ok((plan, preview))
     }
 }
 
