@@ -90,12 +90,14 @@ async fn active_messages(home: &Home) -> u64 {
 
 /// The session of the issue: turn 1 writes a.txt; turn 2's command edits b.txt with
 /// `sed -i`, removes c.txt and creates d/e.txt; the user edits f.txt; turn 3 edits a.txt.
-/// `check` runs after every step (the user's repository stays as it was).
-async fn scripted_session(home: &Home, check: &dyn Fn(&str)) {
+/// `check` runs after every step (the user's repository stays as it was). Returns the
+/// number of messages after turn 1.
+async fn scripted_session(home: &Home, check: &dyn Fn(&str)) -> u64 {
     let w = home.work();
     let t1 = turn(home, true, "turn one", "write_file", json!({"path": "a.txt", "content": "one\n"})).await;
     assert_eq!(changed(&t1), vec![pair("a.txt", "added")]);
     check("turn 1");
+    let after_one = active_messages(home).await;
     let command = "sed -i 's/two/TWO/' b.txt && rm c.txt && mkdir -p d && echo e > d/e.txt";
     let t2 = turn(home, false, "turn two", "terminal", json!({ "command": command })).await;
     assert_eq!(changed(&t2), vec![pair("b.txt", "modified"), pair("c.txt", "deleted"), pair("d/e.txt", "added")]);
@@ -106,6 +108,7 @@ async fn scripted_session(home: &Home, check: &dyn Fn(&str)) {
     assert_eq!(changed(&t3), vec![pair("a.txt", "modified")], "f.txt is the user's, not turn 3's");
     check("turn 3");
     assert_eq!(read(home, "a.txt"), "three\n");
+    after_one
 }
 
 fn seed(home: &Home) {
@@ -193,9 +196,14 @@ async fn rewind_code_and_conversation_outside_a_git_repository_with_a_binary_and
     let binary: Vec<u8> = (0..=255u8).cycle().take(3000).collect();
     std::fs::write(w.join("blob.bin"), &binary).unwrap();
     std::fs::write(w.join("big.bin"), vec![1u8; 50 * 1024 * 1024]).unwrap();
-    let first = turn(&home, true, "turn one", "terminal", json!({"command": "printf 'x' >> blob.bin && echo 1 > a.txt"})).await;
-    let said: Vec<&str> = first.iter().filter(|e| e["type"] == "Notice").filter_map(|e| e["data"]["text"].as_str()).collect();
-    assert!(said.iter().any(|t| t.contains("big.bin (50 MB)") && t.contains("not kept")), "the 50 MB file is said: {said:?}");
+    let first =
+        turn(&home, true, "turn one", "terminal", json!({"command": "printf 'x' >> blob.bin && echo 1 > a.txt"})).await;
+    let said: Vec<&str> =
+        first.iter().filter(|e| e["type"] == "Notice").filter_map(|e| e["data"]["text"].as_str()).collect();
+    assert!(
+        said.iter().any(|t| t.contains("big.bin (50 MB)") && t.contains("not kept")),
+        "the 50 MB file is said: {said:?}"
+    );
     assert_eq!(changed(&first), vec![pair("a.txt", "added"), pair("blob.bin", "modified")]);
     let after_one = active_messages(&home).await;
     let edit = json!({"path": "a.txt", "old_string": "1", "new_string": "2"});
@@ -210,4 +218,33 @@ async fn rewind_code_and_conversation_outside_a_git_repository_with_a_binary_and
     assert_eq!(std::fs::metadata(w.join("big.bin")).unwrap().len(), 50 * 1024 * 1024, "the skipped file is left alone");
     assert_eq!(read(&home, "f.txt"), "the user's edit\n");
     assert_eq!(active_messages(&home).await, 0, "the conversation is back to before turn 1");
+}
+
+/// The same point as the first test, "code and conversation", in a second run (outside a
+/// git repository): the files as in the code-only rewind, and the conversation as it was
+/// before turn 2 (turn 2's message is the last thing dropped).
+#[tokio::test(flavor = "multi_thread")]
+async fn rewind_code_and_conversation_to_before_turn_2_of_the_scripted_session() {
+    let home = Home::new();
+    let w = home.work();
+    seed(&home);
+    let after_one = scripted_session(&home, &|_| {}).await;
+    assert!(active_messages(&home).await > after_one);
+    let done = rewind(&home, &["2", "--both", "--yes"]).await;
+    assert_eq!(done.status.code(), Some(0), "{}{}", stdout(&done), stderr(&done));
+    assert!(stdout(&done).contains("the conversation is back to before it"), "{}", stdout(&done));
+    assert_eq!(read(&home, "a.txt"), "one\n", "as after turn 1");
+    assert_eq!(read(&home, "b.txt"), "one\ntwo\n");
+    assert_eq!(read(&home, "c.txt"), "see\n");
+    assert!(!w.join("d").exists(), "d/ is gone");
+    assert_eq!(read(&home, "f.txt"), "the user's edit\n", "the user's edit is kept");
+    assert_eq!(active_messages(&home).await, after_one, "the conversation as after turn 1");
+    // `talaria -c` goes on from there: the next turn's request holds turn 1 and not turn 2.
+    let server = ScriptedServer::start([ScriptedResponse::text("again")]).await.unwrap();
+    let url = server.base_url();
+    let out = home.run(&["exec", "--json", "--yes", "--base-url", &url, "-c", "turn four"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let requests = server.wait_for_chat_requests(1, std::time::Duration::from_secs(30)).await;
+    let body = serde_json::to_string(&requests[0].messages()).unwrap();
+    assert!(body.contains("turn one") && !body.contains("turn two") && !body.contains("turn three"), "{body}");
 }
