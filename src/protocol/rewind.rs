@@ -96,6 +96,16 @@ pub struct RewindPreview {
     pub kept: Vec<String>,
     /// Said before confirming (a job still running, a remote backend).
     pub warnings: Vec<String>,
+    /// The user's paths go back too (`--all`): the confirmation repeats it.
+    #[serde(default)]
+    pub include_user: bool,
+}
+
+impl RewindCmd {
+    /// `/rewind` with no point: the picker.
+    pub fn picker() -> RewindCmd {
+        RewindCmd { target: None, mode: RewindMode::Both, yes: false, include_user: false }
+    }
 }
 
 impl ChangedPath {

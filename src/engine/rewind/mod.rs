@@ -292,6 +292,7 @@ impl Timeline {
             steps,
             kept: plan.kept.clone(),
             warnings,
+            include_user,
         };
         Ok((plan, preview))
     }
