@@ -7,8 +7,8 @@ fn main() {
     let work = tempfile::tempdir().unwrap();
     let data = tempfile::tempdir().unwrap();
     let w = work.path();
-    let std = std::process::Command::new("git").args(["init", "-q"]).current_dir(w).status().unwrap();
-    assert!(std.success());
+    let init = std::process::Command::new("git").args(["init", "-q"]).current_dir(w).status().unwrap();
+    assert!(init.success());
     for i in 0..10_000u32 {
         let dir = w.join(format!("d{}", i % 100));
         std::fs::create_dir_all(&dir).unwrap();
