@@ -26,6 +26,7 @@ pub struct Config {
     pub(crate) ui: UiConfig,
     pub(crate) prices: Prices,
     pub(crate) mcp: McpConfig,
+    pub(crate) rewind: RewindConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -433,6 +434,20 @@ pub(crate) struct GoalsConfig {
 impl Default for GoalsConfig {
     fn default() -> Self {
         GoalsConfig { max_turns: 20, gate_timeout_s: 300, gate_max_retries: 3 }
+    }
+}
+
+/// `[rewind]` (DESIGN §13): snapshots of the workspace before and after each turn.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub(crate) struct RewindConfig {
+    pub(crate) enabled: bool,
+    pub(crate) max_file_bytes: u64,
+}
+
+impl Default for RewindConfig {
+    fn default() -> Self {
+        RewindConfig { enabled: true, max_file_bytes: 10 * 1024 * 1024 }
     }
 }
 

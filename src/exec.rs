@@ -167,6 +167,10 @@ impl Run {
             | Event::Usage { .. }
             | Event::Context { .. }
             | Event::SessionChoices { .. }
+            | Event::TurnChanges { .. }
+            | Event::RewindPoints { .. }
+            | Event::RewindPreview(_)
+            | Event::Diff { .. }
             | Event::ShutdownComplete => {}
         }
     }
@@ -287,6 +291,10 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::SessionChoices { .. }
         | Event::JobsKilled { .. }
         | Event::NetworkConnection(_)
+        | Event::TurnChanges { .. }
+        | Event::RewindPoints { .. }
+        | Event::RewindPreview(_)
+        | Event::Diff { .. }
         | Event::ShutdownComplete => serde_json::to_value(event)?,
     };
     if let Some(result) = value.pointer_mut("/data/outcome/result") {
@@ -390,6 +398,19 @@ impl Printer {
                 };
                 self.notice(NoticeLevel::Info, &text)
             }
+            Event::TurnChanges { turn, paths } => {
+                if !paths.is_empty() {
+                    self.end_line();
+                    eprintln!("  {}", clean(&crate::protocol::rewind::changes_text(*turn, paths)));
+                }
+            }
+            Event::RewindPoints { points, warnings } => {
+                self.notice(NoticeLevel::Info, &crate::protocol::rewind::points_text(points, warnings))
+            }
+            Event::RewindPreview(preview) => {
+                self.notice(NoticeLevel::Info, &crate::protocol::rewind::preview_text(preview))
+            }
+            Event::Diff { title, text } => self.notice(NoticeLevel::Info, &format!("{title}\n{text}")),
             Event::TurnFinished { .. }
             | Event::SessionReady { .. }
             | Event::EarlierHistory { .. }

@@ -115,6 +115,39 @@ enum Command {
         #[arg(long, global = true)]
         raw: bool,
     },
+    /// Go back to before a turn of a session: `talaria rewind list`, `talaria rewind <n>`.
+    ///
+    /// `<n>` is the number `list` gives; without --yes it only prints what it would restore
+    /// (and exits 1). The session defaults to the last one in this directory.
+    #[command(args_conflicts_with_subcommands = true)]
+    Rewind {
+        #[command(subcommand)]
+        action: Option<RewindAction>,
+        /// Go back to before this turn (as `talaria rewind list` numbers them, from 1).
+        #[arg(value_name = "N")]
+        n: Option<usize>,
+        /// The session (id, id prefix or title); default: the last one in this directory.
+        #[arg(long, global = true)]
+        session: Option<String>,
+        /// Put back only the files (the conversation stays).
+        #[arg(long, conflicts_with_all = ["conversation", "both"])]
+        code: bool,
+        /// Put back only the conversation (the files stay).
+        #[arg(long, conflicts_with = "both")]
+        conversation: bool,
+        /// Files and conversation (the default).
+        #[arg(long)]
+        both: bool,
+        /// Do it (without: print what it would restore and exit 1).
+        #[arg(long)]
+        yes: bool,
+        /// Also put back the paths you changed yourself since (kept by default).
+        #[arg(long)]
+        all: bool,
+        /// JSON instead of text.
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// MCP servers from config.toml (`[mcp.servers.<name>]`).
     Mcp {
         #[command(subcommand)]
@@ -126,6 +159,12 @@ enum Command {
         #[command(flatten)]
         model: ModelArgs,
     },
+}
+
+#[derive(Subcommand, Debug)]
+enum RewindAction {
+    /// The session's turns (and rewinds), numbered from 1, with the paths each changed.
+    List,
 }
 
 #[derive(Subcommand, Debug)]
@@ -396,6 +435,27 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
                 Some(JobsAction::Kill { id }) => cli::JobsCli::Kill { id },
             };
             cli::run(&paths, &config, &store, action, json, raw).await
+        }
+        Some(Command::Rewind { action, n, session, code, conversation, both: _, yes, all, json }) => {
+            use talaria::engine::rewind::cli::{self, RewindCli};
+            use talaria::protocol::rewind::RewindMode;
+            let action = match (action, n) {
+                (Some(RewindAction::List), _) => RewindCli::List,
+                (None, Some(n)) => {
+                    let mode = if code {
+                        RewindMode::Code
+                    } else if conversation {
+                        RewindMode::Conversation
+                    } else {
+                        RewindMode::Both
+                    };
+                    RewindCli::To { n, mode, yes, include_user: all }
+                }
+                (None, None) => anyhow::bail!(
+                    "usage: talaria rewind list | talaria rewind <n> [--code|--conversation|--both] [--yes]"
+                ),
+            };
+            cli::run(&paths, &config, &store, session, action, json).await
         }
         Some(Command::Mcp { action }) => {
             let tools = matches!(action, Some(McpAction::List { tools: true }));

@@ -7,6 +7,7 @@
 
 pub mod commands;
 pub(crate) mod info;
+pub mod rewind;
 pub(crate) mod usage;
 
 use serde::{Deserialize, Serialize};
@@ -701,6 +702,23 @@ pub enum Event {
     /// `/jobs`: the session's background jobs.
     JobList {
         jobs: Vec<JobInfo>,
+    },
+    /// What turn `turn` (as `talaria rewind list` numbers it) changed in the workspace.
+    TurnChanges {
+        turn: usize,
+        paths: Vec<rewind::ChangedPath>,
+    },
+    /// `/rewind`: the points to go back to, newest first, and what to warn about.
+    RewindPoints {
+        points: Vec<rewind::RewindPoint>,
+        warnings: Vec<String>,
+    },
+    /// `/rewind <n> <mode>`: what it would do, waiting for one confirmation.
+    RewindPreview(rewind::RewindPreview),
+    /// `/diff [n]`: a unified diff of what a turn (or the session) changed.
+    Diff {
+        title: String,
+        text: String,
     },
     /// `/sessions`, or the sessions a `/resume <words>` matched (`matching`: the words).
     SessionList {

@@ -343,6 +343,14 @@ impl SessionState {
                     out.push(Out::Update(updates::agent_note(&text, json!({ "event": "job_killed", "job": job.id }))));
                 }
             }
+            Event::TurnChanges { .. } => {}
+            Event::RewindPoints { points, warnings } => {
+                self.reply(&mut out, "rewind", crate::protocol::rewind::points_text(&points, &warnings))
+            }
+            Event::RewindPreview(preview) => {
+                self.reply(&mut out, "rewind", crate::protocol::rewind::preview_text(&preview))
+            }
+            Event::Diff { title, text } => self.reply(&mut out, "diff", format!("{title}\n{text}")),
             Event::ShutdownComplete => out.push(Out::Closed),
             Event::NetworkConnection(_) => {}
         }

@@ -16,6 +16,7 @@ pub mod llm;
 pub mod mcp;
 pub(crate) mod mentions;
 pub mod netproxy;
+pub mod rewind;
 pub mod sandbox;
 pub(crate) mod scheduler;
 pub(crate) mod signals;

@@ -440,6 +440,7 @@ impl Scheduler {
             SlashCommand::Model(Some(_)) => Some("/model"),
             SlashCommand::Compact(_) => Some("/compact"),
             SlashCommand::Backend(Some(_)) => Some("/backend"),
+            SlashCommand::Rewind(r) if r.target.is_some() => Some("/rewind"),
             SlashCommand::Sessions
             | SlashCommand::Title(_)
             | SlashCommand::Busy(_)
@@ -454,6 +455,8 @@ impl Scheduler {
             | SlashCommand::Permissions
             | SlashCommand::Network
             | SlashCommand::Approvals(_)
+            | SlashCommand::Rewind(_)
+            | SlashCommand::Diff(_)
             | SlashCommand::Mcp(_) => None,
         };
         if let (Some(name), false) = (name, self.free()) {

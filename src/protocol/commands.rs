@@ -72,6 +72,10 @@ pub enum SlashCommand {
     /// `/backend [local|ssh <host>|docker <container>]`: show or switch where commands run.
     Backend(Option<String>),
     Mcp(McpCmd),
+    /// `/rewind`: the picker, or a rewind to before entry n (DESIGN §13).
+    Rewind(super::rewind::RewindCmd),
+    /// `/diff [n|session]`: what a turn changed, as a unified diff.
+    Diff(super::rewind::DiffTarget),
 }
 
 /// `/mcp`: the MCP servers (DESIGN §12).
@@ -130,6 +134,11 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
     CommandHelp { usage: "/title <text>", help: "name this session" },
     CommandHelp { usage: "/retry", help: "re-send the last message" },
     CommandHelp { usage: "/undo [n]", help: "remove the last n exchanges" },
+    CommandHelp {
+        usage: "/rewind [n] [code|conversation|both] [--all]",
+        help: "go back to before a turn: files the agent changed and/or the conversation (Esc Esc)",
+    },
+    CommandHelp { usage: "/diff [n|session]", help: "what the last turn (or turn n, or the session) changed" },
     CommandHelp { usage: "/stop", help: "interrupt the running turn" },
     CommandHelp { usage: "/quit", help: "leave Talaria" },
     CommandHelp { usage: "/busy [redirect|steer|queue]", help: "what typing while busy does" },
@@ -212,6 +221,16 @@ pub(crate) fn parse(text: &str) -> Result<Command, String> {
                 _ => Err(format!("not a positive number: {n}; {}", usage_of("/undo"))),
             },
             _ => Err(usage_of("/undo")),
+        },
+        "/rewind" => parse_rewind(&args).map(|c| Command::Engine(SlashCommand::Rewind(c))),
+        "/diff" => match args.as_slice() {
+            [] => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Last))),
+            ["session"] => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Session))),
+            [n] => match n.parse::<usize>() {
+                Ok(n) if n >= 1 => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Turn(n)))),
+                _ => Err(usage_of("/diff")),
+            },
+            _ => Err(usage_of("/diff")),
         },
         "/stop" => no_args(SlashCommand::Stop.into()),
         "/quit" | "/exit" | "/q" => no_args(UiCommand::Quit.into()),
@@ -309,6 +328,24 @@ fn parse_heartbeat(rest: &str) -> Result<HeartbeatCmd, String> {
 
 /// Read an interval from the start of `words`: `90s`, `10m`, `2h`, `1d`, or `90 minutes`.
 /// Returns the seconds and how many words it used.
+/// `/rewind [n] [code|conversation|both] [--yes] [--all]`.
+fn parse_rewind(args: &[&str]) -> Result<super::rewind::RewindCmd, String> {
+    use super::rewind::{RewindCmd, RewindMode};
+    let mut cmd = RewindCmd { target: None, mode: RewindMode::Both, yes: false, include_user: false };
+    for word in args {
+        match *word {
+            "--yes" => cmd.yes = true,
+            "--all" => cmd.include_user = true,
+            w => match (w.parse::<usize>(), RewindMode::parse(w)) {
+                (Ok(n), _) if n >= 1 && cmd.target.is_none() => cmd.target = Some(n),
+                (_, Some(mode)) => cmd.mode = mode,
+                _ => return Err(usage_of("/rewind")),
+            },
+        }
+    }
+    Ok(cmd)
+}
+
 pub(crate) fn parse_interval_words(words: &[&str]) -> Option<(u64, usize)> {
     let first = words.first()?;
     let digits: String = first.chars().take_while(|c| c.is_ascii_digit()).collect();
@@ -393,6 +430,17 @@ mod tests {
         assert_eq!(parse("/stop"), Ok(Command::Engine(SlashCommand::Stop)));
         assert_eq!(parse("/retry"), Ok(Command::Engine(SlashCommand::Retry)));
         assert_eq!(parse("/undo"), Ok(Command::Engine(SlashCommand::Undo(1))));
+        use crate::protocol::rewind::{DiffTarget, RewindCmd, RewindMode};
+        let rewind = |target, mode, yes, include_user| {
+            Ok(Command::Engine(SlashCommand::Rewind(RewindCmd { target, mode, yes, include_user })))
+        };
+        assert_eq!(parse("/rewind"), rewind(None, RewindMode::Both, false, false));
+        assert_eq!(parse("/rewind 2 code"), rewind(Some(2), RewindMode::Code, false, false));
+        assert_eq!(parse("/rewind 3 conversation --yes --all"), rewind(Some(3), RewindMode::Conversation, true, true));
+        assert!(parse("/rewind 2 sideways").unwrap_err().contains("usage: /rewind"));
+        assert_eq!(parse("/diff"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Last))));
+        assert_eq!(parse("/diff 4"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Turn(4)))));
+        assert_eq!(parse("/diff session"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Session))));
         assert_eq!(parse("/undo 3"), Ok(Command::Engine(SlashCommand::Undo(3))));
         assert!(parse("/undo zero").unwrap_err().contains("usage: /undo [n]"));
         assert!(parse("/new now").unwrap_err().contains("takes no arguments"));

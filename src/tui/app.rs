@@ -5,6 +5,7 @@ mod events;
 mod extras;
 mod keys;
 mod log;
+pub(crate) mod rewind;
 #[cfg(test)]
 mod tests;
 
@@ -193,6 +194,10 @@ pub(crate) enum Modal {
         sessions: Vec<SessionInfo>,
         selected: usize,
     },
+    /// `/rewind` (or Esc Esc): a point to go back to (newest first), then what to restore.
+    Rewind(rewind::RewindPicker),
+    /// What a rewind would do: the one confirmation.
+    RewindConfirm(crate::protocol::rewind::RewindPreview),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -320,6 +325,8 @@ pub struct App {
     /// The slash command sent to the engine whose answer has not come yet: an error gives
     /// it back to the input, selected.
     awaiting_command: Option<String>,
+    /// When Esc last did nothing on an empty, idle input (a second one soon opens /rewind).
+    last_idle_esc: Option<Instant>,
 }
 
 impl App {
@@ -385,6 +392,7 @@ impl App {
             earlier: None,
             earlier_requested: false,
             awaiting_command: None,
+            last_idle_esc: None,
         };
         app.reset_input(String::new());
         app

@@ -55,7 +55,7 @@ impl Context {
             Context::Approval => "Approval",
             Context::Help => "Help",
             Context::Confirm => "Questions",
-            Context::Picker => "Choosing a session (/resume with several matches)",
+            Context::Picker => "Choosing from a list (/resume with several matches, /rewind)",
         }
     }
 
@@ -195,13 +195,13 @@ pub(crate) const BINDABLE: &[(Context, Action, &str, &str)] = &[
     (Context::Help, Action::PageDown, "page_down", "scroll down a page"),
     (Context::Help, Action::Top, "top", "the start of the help"),
     (Context::Help, Action::Follow, "bottom", "the end of the help"),
-    (Context::Confirm, Action::Yes, "yes", "yes"),
+    (Context::Confirm, Action::Yes, "yes", "yes (in /rewind: put back what it lists)"),
     (Context::Confirm, Action::No, "no", "no (the default: Enter is the safe answer)"),
     (Context::Confirm, Action::Keep, "keep", "quit and keep the jobs running (talaria -c re-attaches them)"),
-    (Context::Picker, Action::Up, "up", "the previous session"),
-    (Context::Picker, Action::Down, "down", "the next session"),
-    (Context::Picker, Action::Open, "open", "resume the selected session"),
-    (Context::Picker, Action::Close, "close", "cancel"),
+    (Context::Picker, Action::Up, "up", "the previous row"),
+    (Context::Picker, Action::Down, "down", "the next row"),
+    (Context::Picker, Action::Open, "open", "resume the selected session; in /rewind, choose the point, then what to restore"),
+    (Context::Picker, Action::Close, "close", "cancel (in /rewind's restore choice: back to the points)"),
 ];
 
 /// A key with its modifiers, normalised so that `?` matches with or without Shift.

@@ -22,6 +22,8 @@ impl Engine {
             SlashCommand::Title(title) => self.set_title(title).await,
             SlashCommand::Retry => return self.retry().await,
             SlashCommand::Undo(n) => return self.undo(n).await,
+            SlashCommand::Rewind(cmd) => return self.rewind_command(cmd).await,
+            SlashCommand::Diff(target) => self.diff_command(target).await,
             // The scheduler turns `/stop` into an interrupt and starts `/compact` itself.
             SlashCommand::Stop | SlashCommand::Compact(_) => {
                 tracing::error!(?command, "a command the scheduler performs reached run_command");

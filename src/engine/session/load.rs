@@ -123,6 +123,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         session_id,
         system_prompt: system_prompt(&opts.config, &cwd, &instruction_files),
     };
+    let rewind = open_rewind(&opts.config, &opts.paths, &cwd, &events).await;
     let (asks_tx, asks) = mpsc::unbounded_channel();
     let mut engine = Engine {
         env,
@@ -151,6 +152,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         pause_file,
         instruction_files,
         backend_changed,
+        rewind,
     };
     // The end of the session goes to the front end now; reading the whole of a long session
     // for the model happens on the engine task, before it takes the first op.
@@ -181,6 +183,33 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         engine.run().await
     });
     Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
+}
+
+/// The workspace's snapshot store, unless rewind is off or cannot work here (said once).
+async fn open_rewind(
+    config: &Config,
+    paths: &crate::paths::Paths,
+    cwd: &Path,
+    events: &EventSink,
+) -> Option<Arc<crate::engine::rewind::Rewinder>> {
+    if !config.rewind.enabled {
+        return None;
+    }
+    let data = paths.state_db.parent()?.to_path_buf();
+    let (cwd, max) = (cwd.to_path_buf(), config.rewind.max_file_bytes);
+    let opened = tokio::task::spawn_blocking(move || crate::engine::rewind::Rewinder::open(&data, &cwd, max)).await;
+    match opened {
+        Ok(Ok(r)) => Some(r),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "rewind is off");
+            events.send(Event::notice(NoticeLevel::Warn, format!("rewind is off: {e}")));
+            None
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "rewind is off");
+            None
+        }
+    }
 }
 
 /// The session `opts` asks for (created when there is none): its id and title, and whether it

@@ -6,6 +6,7 @@
 
 mod commands;
 mod load;
+mod rewind;
 mod standing;
 mod turns;
 
@@ -102,6 +103,8 @@ struct Engine {
     instruction_files: Vec<instructions::InstructionFile>,
     /// The backend or its connection state changed: the status line follows.
     backend_changed: watch::Receiver<u64>,
+    /// Snapshots before and after each turn (DESIGN §13); None when rewind is off.
+    rewind: Option<Arc<crate::engine::rewind::Rewinder>>,
 }
 
 /// The state_meta key of a session's backend (`/backend`).

@@ -24,14 +24,25 @@ impl Engine {
         let control = TurnControl::new(self.asks_tx.clone(), self.waiting.subscribe());
         let history = std::mem::take(&mut self.history);
         let (env, ctl, omitted, meter) = (self.env.clone(), control.clone(), self.omitted, self.meter);
+        let rewind = self.rewind.clone();
         let join = match work {
             Work::Turn { inputs, trigger } => {
                 self.spawn_watchdog(&control);
-                tokio::spawn(async move { run_turn(env, ctl, history, omitted, inputs, trigger, meter).await })
+                let label = inputs.first().map(|i| i.shown.clone()).unwrap_or_default();
+                let kind = trigger_name(&trigger);
+                tokio::spawn(async move {
+                    let snap = super::rewind::before_turn(rewind.as_ref(), &env, kind, label).await;
+                    let result = run_turn(env.clone(), ctl, history, omitted, inputs, trigger, meter).await;
+                    super::rewind::after_turn(rewind.as_ref(), &env, snap).await;
+                    result
+                })
             }
-            Work::Bang(command) => {
-                tokio::spawn(async move { run_bang(env, ctl, history, omitted, command, meter).await })
-            }
+            Work::Bang(command) => tokio::spawn(async move {
+                let snap = super::rewind::before_turn(rewind.as_ref(), &env, "bang", format!("!{command}")).await;
+                let result = run_bang(env.clone(), ctl, history, omitted, command, meter).await;
+                super::rewind::after_turn(rewind.as_ref(), &env, snap).await;
+                result
+            }),
         };
         self.turn = Some(RunningTurn { control, join });
     }
@@ -106,6 +117,18 @@ impl Engine {
             events.send(event)
         });
         learnt
+    }
+}
+
+/// How the rewind list names what started a turn.
+fn trigger_name(trigger: &TurnTrigger) -> &'static str {
+    match trigger {
+        TurnTrigger::User => "user",
+        TurnTrigger::Queued => "user",
+        TurnTrigger::JobNotification => "job notice",
+        TurnTrigger::Heartbeat => "heartbeat",
+        TurnTrigger::Goal => "goal",
+        TurnTrigger::Retry => "retry",
     }
 }
 

@@ -410,6 +410,22 @@ impl Store {
         self.call(move |c| ops::deactivate_last_exchanges(c, &sid, n))
     }
 
+    /// The sequence number the session's next message gets (rewind's conversation point).
+    pub fn next_seq(&self, session_id: &str) -> impl Future<Output = Result<i64, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::next_seq(c, &sid))
+    }
+
+    /// Take every message from `seq` on out of the history (rewind's conversation part).
+    pub fn deactivate_from(
+        &self,
+        session_id: &str,
+        seq: i64,
+    ) -> impl Future<Output = Result<Option<String>, StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::deactivate_from(c, &sid, seq))
+    }
+
     pub fn meta_get(&self, key: &str) -> impl Future<Output = Result<Option<String>, StoreError>> + Send + 'static {
         let key = key.to_string();
         self.call(move |c| ops::meta_get(c, &key))

@@ -501,6 +501,36 @@ pub(crate) fn deactivate_last_exchanges(
     Ok(Some(text.unwrap_or_default()))
 }
 
+/// The sequence number the session's next message gets.
+pub(crate) fn next_seq(conn: &Connection, session_id: &str) -> Result<i64, StoreError> {
+    Ok(conn.query_row("SELECT COALESCE(MAX(seq), 0) + 1 FROM messages WHERE session_id = ?1", [session_id], |r| {
+        r.get(0)
+    })?)
+}
+
+/// Rewind's conversation part: every message from `seq` on leaves the history (kept,
+/// inactive). Returns the text of the first user message taken out.
+pub(crate) fn deactivate_from(conn: &mut Connection, session_id: &str, seq: i64) -> Result<Option<String>, StoreError> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let first: Option<Option<String>> = tx
+        .query_row(
+            &format!(
+                "SELECT content FROM messages WHERE session_id = ?1 AND active = 1 AND seq >= ?2 AND {USER_TURN}
+                 ORDER BY seq LIMIT 1"
+            ),
+            params![session_id, seq],
+            |r| r.get(0),
+        )
+        .optional()?;
+    tx.execute(
+        "UPDATE messages SET active = 0 WHERE session_id = ?1 AND active = 1 AND seq >= ?2",
+        params![session_id, seq],
+    )?;
+    tx.execute("UPDATE sessions SET updated_at = ?2 WHERE id = ?1", params![session_id, now_ms()])?;
+    tx.commit()?;
+    Ok(first.flatten())
+}
+
 pub(crate) fn meta_get(conn: &Connection, key: &str) -> Result<Option<String>, StoreError> {
     Ok(conn.query_row("SELECT value FROM state_meta WHERE key = ?1", [key], |r| r.get(0)).optional()?)
 }

@@ -175,6 +175,10 @@ impl App {
                 self.log_say(NoticeLevel::Info, text)
             }
             Event::JobsKilled { jobs } => self.log_say(NoticeLevel::Info, killed_text(&jobs)),
+            Event::TurnChanges { .. } => {}
+            Event::RewindPoints { points, warnings } => self.offer_rewind(points, warnings),
+            Event::RewindPreview(preview) => self.confirm_rewind(preview),
+            Event::Diff { title, text } => self.show_diff(title, text),
         }
     }
 
@@ -373,6 +377,7 @@ impl App {
             | Event::JobFinished { .. }
             | Event::WatchMatched { .. }
             | Event::PendingChanged { .. }
+            | Event::TurnChanges { .. }
             | Event::Phase { .. }
             | Event::Status(_)
             | Event::Usage { .. }
@@ -397,6 +402,9 @@ impl App {
             | Event::SessionChoices { .. }
             | Event::JobsKilled { .. }
             | Event::NetworkConnection(_)
+            | Event::RewindPoints { .. }
+            | Event::RewindPreview(_)
+            | Event::Diff { .. }
             | Event::ShutdownComplete => false,
         };
         if failed && self.input_is_empty() {

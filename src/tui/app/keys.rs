@@ -202,8 +202,8 @@ impl App {
     fn modal_action_key(&mut self, key: &KeyEvent, ops: &mut Vec<Op>) {
         let context = match &self.modal {
             Some(Modal::Help { .. }) => Context::Help,
-            Some(Modal::QuitConfirm | Modal::KillConfirm { .. }) => Context::Confirm,
-            Some(Modal::Sessions { .. }) => Context::Picker,
+            Some(Modal::QuitConfirm | Modal::KillConfirm { .. } | Modal::RewindConfirm(_)) => Context::Confirm,
+            Some(Modal::Sessions { .. } | Modal::Rewind(_)) => Context::Picker,
             Some(Modal::WritePrompt { .. } | Modal::WatchPrompt { .. } | Modal::LogSearch { .. }) | None => return,
         };
         let page = self.page_rows();
@@ -253,6 +253,12 @@ impl App {
                 }
                 (Some(Modal::Sessions { .. }), Action::Close | Action::Cancel) => {
                     self.input_hint = Some("resume cancelled".to_string());
+                }
+                (Some(m @ (Modal::Rewind(_) | Modal::RewindConfirm(_))), action) => {
+                    if let Err(m) = self.rewind_key(m, action, ops) {
+                        self.modal = Some(m);
+                        continue;
+                    }
                 }
                 (other, _) => {
                     self.modal = other;
@@ -455,9 +461,10 @@ impl App {
             self.transcript.follow();
         } else if self.phase == Phase::Paused {
             self.input_hint = Some("nothing to stop: Talaria is paused (/unpause resumes)".to_string());
-        } else {
+        } else if !self.esc_esc(ops) {
             // Every key answers, even with nothing to do.
-            self.input_hint = Some("nothing to stop: Talaria is idle".to_string());
+            self.input_hint =
+                Some("nothing to stop: Talaria is idle (Esc again on an empty input: /rewind)".to_string());
         }
     }
 

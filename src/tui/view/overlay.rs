@@ -13,6 +13,8 @@ use crate::tui::keymap::{Action, Context};
 use crate::tui::transcript::format_duration_ms;
 use crate::tui::wrap::{str_width, truncate_spans, wrap_line, RLine};
 
+mod rewind;
+
 fn centered(area: Rect, width: u16, height: u16) -> Rect {
     let w = width.min(area.width.saturating_sub(2)).max(1);
     let h = height.min(area.height.saturating_sub(2)).max(1);
@@ -101,6 +103,8 @@ pub(crate) fn draw_modal(frame: &mut Frame<'_>, area: Rect, app: &App) {
         Some(Modal::Sessions { query, sessions, selected }) => {
             draw_sessions(frame, area, app, query, sessions, *selected)
         }
+        Some(Modal::Rewind(picker)) => rewind::draw_picker(frame, area, app, picker),
+        Some(Modal::RewindConfirm(preview)) => rewind::draw_confirm(frame, area, app, preview),
         None => {}
     }
 }
@@ -321,6 +325,7 @@ fn draw_approval_box(
 const TYPED_HELP: &[(&str, &str)] = &[
     ("!cmd", "run a shell command yourself; its output shows here and is context for your next message"),
     ("@path", "attach a file to the message (Tab completes the path)"),
+    ("Esc Esc", "on an empty input while idle: /rewind, to go back to before a message (files and/or conversation)"),
 ];
 
 /// One help entry: `key` in a column of `col`, then its description, wrapped to `width`;
