@@ -26,6 +26,7 @@ pub struct Config {
     pub(crate) ui: UiConfig,
     pub(crate) prices: Prices,
     pub(crate) mcp: McpConfig,
+    pub agents: crate::engine::agents::AgentsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

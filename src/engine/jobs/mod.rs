@@ -7,6 +7,7 @@
 //! changes hands and no byte is lost.
 
 mod actions;
+mod agent_jobs;
 pub mod cli;
 mod follow;
 pub mod group;
@@ -221,6 +222,8 @@ struct Registry {
     /// starting for one to adopt (it did under load: a second follower, a foreground
     /// command announced as background and its notice told twice).
     records_gate: tokio::sync::RwLock<()>,
+    /// Sub-agents' streams: approvals to forward (agent_jobs.rs).
+    agents: agent_jobs::Bridge,
 }
 
 struct Job {
@@ -374,6 +377,7 @@ impl JobsHandle {
             leave: AtomicBool::new(false),
             sandbox: Mutex::new(sandbox),
             records_gate: tokio::sync::RwLock::new(()),
+            agents: Default::default(),
             backends: crate::engine::backend::Backends::new(
                 config_for_backends,
                 paths.jobs_dir.parent().map(|p| p.join("ssh")).unwrap_or_else(|| PathBuf::from("ssh")),
@@ -841,6 +845,12 @@ impl Registry {
             Some(why) => actions::lost_notice_text(&job.id, why, job.runtime(), &job.command, &tail),
             None => actions::notice_text(&job.id, &status, job.runtime(), &job.command, &tail),
         });
+        if notice.is_some() && !job.exit_seen.load(Ordering::SeqCst) {
+            // A sub-agent is told by its final answer, not by its event stream's tail.
+            if let Some(text) = self.agent_notice(job, &status).await {
+                notice = Some(text);
+            }
+        }
         if let Some(store) = &self.store {
             let end = JobEnd {
                 status: actions::record_status(&status),
@@ -926,6 +936,7 @@ impl Registry {
 
     /// New output of a job reached talaria: match its watches.
     fn feed_watches(&self, job: &Job, text: &str) {
+        self.feed_agent(job, text);
         let hits = {
             let mut watches = lock(&job.watches);
             if watches.is_empty() {
