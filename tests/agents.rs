@@ -159,3 +159,147 @@ async fn two_sub_agents_in_parallel_each_answer_once_and_the_next_request_has_bo
     assert_eq!(tasks, vec![task_a, task_b]);
     run.shutdown().await;
 }
+
+/// Live (non-zombie) processes whose command line contains `needle`, and their children.
+fn processes_of(needle: &str) -> Vec<i32> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(after) = stat.rsplit_once(')').map(|(_, a)| a.to_string()) else { continue };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let ppid: i32 = fields.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        all.push((pid, ppid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+    }
+    let mut found: Vec<i32> = all.iter().filter(|(_, _, c)| c.contains(needle)).map(|(p, _, _)| *p).collect();
+    let children: Vec<i32> = all.iter().filter(|(_, pp, _)| found.contains(pp)).map(|(p, _, _)| *p).collect();
+    found.extend(children);
+    found
+}
+
+async fn wait_processes(what: &str, needle: &str, present: bool) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        let pids = processes_of(needle);
+        if pids.is_empty() != present {
+            return pids;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The job id the agent tool returned, from the parent's history.
+fn agent_job(req: &RecordedRequest) -> Option<String> {
+    messages(req).iter().filter(|m| m["role"] == "tool").find_map(|m| {
+        let v: Value = serde_json::from_str(m["content"].as_str()?).ok()?;
+        (v["status"] == "started").then(|| v["session_id"].as_str().map(str::to_string)).flatten()
+    })
+}
+
+/// A parent that starts one sub-agent on `task`, then on `second` (a later prompt) calls
+/// `process` with `action` (+ `data`) on it; the sub-agent runs `command` and, once it sees a
+/// tool result, answers `ANSWER-<m>` with what its last request said.
+async fn one_agent_server(
+    m: u64,
+    task: String,
+    second: String,
+    action: &'static str,
+    command: String,
+) -> ScriptedServer {
+    let parent_prompt = format!("PARENT-{m}");
+    ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == parent_prompt {
+            let text = all_text(req);
+            if last_role(req) == "tool" || text.contains("[Sub-agent ") {
+                return ScriptedResponse::text("ok");
+            }
+            if text.contains(&second) {
+                let job = agent_job(req).unwrap_or_default();
+                let mut args = json!({ "action": action, "session_id": job });
+                if action == "write" {
+                    args["data"] = json!(format!("STEER-{m}"));
+                }
+                return ScriptedResponse::tool_call("call_p2", "process", &args.to_string());
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": task }).to_string());
+        }
+        if last_role(req) == "tool" || last_role(req) == "user" && messages(req).len() > 3 {
+            let text = all_text(req);
+            let steered = text.contains(&format!("STEER-{m}"));
+            let yielded = text.contains("yielded_to_background");
+            return ScriptedResponse::text(&format!("ANSWER-{m} steered={steered} yielded={yielded}"));
+        }
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command, "timeout": 600 }).to_string())
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_kill_of_a_sub_agent_ends_it_and_every_process_it_started() {
+    let m = marker();
+    let needle = format!("kill-{m}");
+    let command = format!("sleep 300; echo {needle}");
+    let second = format!("KILL-{m}");
+    let server = one_agent_server(m, format!("TASK-{m}: sleep"), second.clone(), "kill", command).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config_for(&server)).await;
+    run.send(Op::Submit { text: format!("PARENT-{m}"), mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    assert_eq!(started["status"], "started", "{started}");
+    let child_pid = started["pid"].as_i64().unwrap() as i32;
+    run.turn_finished().await;
+    // The sub-agent's command runs (its shell and its sleep).
+    let pids = wait_processes("the sub-agent's command", &needle, true).await;
+    assert!(std::path::Path::new(&format!("/proc/{child_pid}")).exists(), "the child talaria runs");
+
+    run.send(Op::Submit { text: second, mode: None });
+    let (killed, _) = run.tool_result("call_p2").await;
+    assert_eq!(killed["status"], "killed", "{killed}");
+    // None of it is left: the command's group and the child talaria.
+    wait_processes("the sub-agent's command to be gone", &needle, false).await;
+    for pid in pids.iter().chain([&child_pid]) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').and_then(|(_, a)| a.split_whitespace().next().map(str::to_string));
+        assert!(matches!(state.as_deref(), None | Some("Z")), "process {pid} is still alive: {stat}");
+    }
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_written_to_a_sub_agent_reaches_its_next_request_and_its_command_moves_to_the_background() {
+    let m = marker();
+    let needle = format!("steer-{m}");
+    let command = format!("sleep 300; echo {needle}");
+    let second = format!("WRITE-{m}");
+    let server = one_agent_server(m, format!("TASK-{m}: sleep"), second.clone(), "write", command).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config_for(&server)).await;
+    run.send(Op::Submit { text: format!("PARENT-{m}"), mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    assert_eq!(started["status"], "started", "{started}");
+    run.turn_finished().await;
+    wait_processes("the sub-agent's command", &needle, true).await;
+
+    run.send(Op::Submit { text: second, mode: None });
+    let (written, _) = run.tool_result("call_p2").await;
+    assert_eq!(written["status"], "ok", "{written}");
+    // The sub-agent's next request has the message, with its command moved to the background.
+    let answer = format!("ANSWER-{m} steered=true yielded=true");
+    run.wait_for("the sub-agent's answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer)))
+        .await;
+    let child_requests: Vec<RecordedRequest> =
+        server.chat_requests().into_iter().filter(|r| first_user(r).starts_with(&format!("TASK-{m}"))).collect();
+    let steered =
+        child_requests.iter().find(|r| all_text(r).contains(&format!("STEER-{m}"))).expect("a steered request");
+    assert!(all_text(steered).contains("OUT-OF-BAND USER MESSAGE"), "delivered like typing while busy");
+    // The sub-agent ended (exec kills what it left running), so its command is gone too.
+    wait_processes("the sub-agent's command to be gone", &needle, false).await;
+    run.shutdown().await;
+}
