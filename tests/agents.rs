@@ -303,3 +303,108 @@ async fn a_message_written_to_a_sub_agent_reaches_its_next_request_and_its_comma
     wait_processes("the sub-agent's command to be gone", &needle, false).await;
     run.shutdown().await;
 }
+
+#[path = "common/mod.rs"]
+mod common;
+
+/// A parent that starts one sub-agent whose command runs outside the sandbox (it asks); with
+/// `wait`, the parent then waits for it with `process wait` (exec ends with its turn).
+async fn unsandboxed_server(m: u64, proof: std::path::PathBuf, wait: bool) -> ScriptedServer {
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: outside");
+    ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == parent_prompt {
+            let calls = messages(req).iter().filter(|m| m["role"] == "tool").count();
+            if calls == 1 && wait {
+                let job = agent_job(req).unwrap_or_default();
+                let args = json!({ "action": "wait", "session_id": job, "timeout": 60 });
+                return ScriptedResponse::tool_call("call_p2", "process", &args.to_string());
+            }
+            if calls >= 1 || all_text(req).contains("[Sub-agent ") {
+                return ScriptedResponse::text("ok");
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": task }).to_string());
+        }
+        if last_role(req) == "tool" {
+            let result = messages(req).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+            let ran = result.contains(&format!("outside-{m}"));
+            let denied = result.contains("denied") || result.contains("--yes");
+            return ScriptedResponse::text(&format!("ANSWER-{m} ran={ran} denied={denied}"));
+        }
+        let command = format!("touch {} && echo outside-{m}", proof.display());
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command, "sandbox": false }).to_string())
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_unsandboxed_command_is_the_parents_approval_and_runs_only_when_approved() {
+    use std::sync::Arc;
+    use talaria::engine::approval::PromptPolicy;
+    use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
+    use talaria::protocol::Approval;
+    let m = marker();
+    let home = tempfile::tempdir().unwrap();
+    let proof = home.path().join(format!("proof-{m}"));
+    let server = unsandboxed_server(m, proof.clone(), false).await;
+    let provider = Arc::new(OpenAiClient::new(ClientSettings::new(&server.base_url()).max_retries(0)).unwrap());
+    let config = config_for(&server);
+    let mut run = inproc::start_with_policy(
+        home.path(),
+        provider,
+        "scripted-model",
+        SessionChoice::New,
+        config,
+        PromptPolicy::Ask,
+    )
+    .await;
+    run.send(Op::Submit { text: format!("PARENT-{m}"), mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    let job = started["session_id"].as_str().unwrap().to_string();
+    let needle = format!("outside-{m}");
+    let asked = run
+        .wait_for(
+            "the sub-agent's approval",
+            |e| matches!(e, Event::ApprovalNeeded { command, .. } if command.contains(&needle)),
+        )
+        .await;
+    let Event::ApprovalNeeded { id, command, reason, .. } = asked else { unreachable!() };
+    assert!(command.starts_with(&format!("[{job}] ")), "labelled with the sub-agent: {command}");
+    assert!(reason.contains(&format!("sub-agent {job}")), "{reason}");
+    assert!(!proof.exists(), "nothing ran before the answer");
+    run.send(Op::Approve { id, decision: Approval::Once });
+    let answer = format!("ANSWER-{m} ran=true denied=false");
+    run.wait_for("the answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer))).await;
+    assert!(proof.exists(), "the approved command ran");
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_exec_a_sub_agents_unsandboxed_command_is_denied() {
+    let m = marker();
+    let home = common::Home::new();
+    let proof = home.path().join(format!("proof-{m}"));
+    let server = unsandboxed_server(m, proof.clone(), true).await;
+    let out = home.run(&["exec", "--json", "--base-url", &server.base_url(), &format!("PARENT-{m}")]).await;
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(!proof.exists(), "the command did not run");
+    let child = server
+        .chat_requests()
+        .into_iter()
+        .filter(|r| first_user(r) == format!("TASK-{m}: outside"))
+        .find(|r| last_role(r) == "tool")
+        .expect("the sub-agent saw its command's result");
+    let result = messages(&child).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+    let result: Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(result["status"], "denied", "{result}");
+
+    // With --yes the same sub-agent command runs: the parent's policy decided.
+    let m = marker() + 1;
+    let proof = home.path().join(format!("proof-{m}"));
+    let server = unsandboxed_server(m, proof.clone(), true).await;
+    let out = home.run(&["exec", "--json", "--yes", "--base-url", &server.base_url(), &format!("PARENT-{m}")]).await;
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(proof.exists(), "allowed by --yes");
+}
