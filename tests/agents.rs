@@ -349,7 +349,7 @@ async fn a_sub_agents_unsandboxed_command_is_the_parents_approval_and_runs_only_
     let home = tempfile::tempdir().unwrap();
     let proof = home.path().join(format!("proof-{m}"));
     let server = unsandboxed_server(m, proof.clone(), false).await;
-    let provider = Arc::new(OpenAiClient::new(ClientSettings::new(&server.base_url()).max_retries(0)).unwrap());
+    let provider = Arc::new(OpenAiClient::new(ClientSettings::new(server.base_url()).max_retries(0)).unwrap());
     let config = config_for(&server);
     let mut run = inproc::start_with_policy(
         home.path(),
