@@ -408,3 +408,102 @@ async fn in_exec_a_sub_agents_unsandboxed_command_is_denied() {
     assert!(out.status.success(), "{}", common::stderr(&out));
     assert!(proof.exists(), "allowed by --yes");
 }
+
+#[path = "common/pty.rs"]
+mod pty;
+
+/// The sub-session ids of `parent`, from the database.
+fn sub_sessions(home: &std::path::Path, parent: &str) -> Vec<String> {
+    let Ok(db) = rusqlite::Connection::open(home.join("state.db")) else { return Vec::new() };
+    let Ok(mut stmt) = db.prepare("SELECT id FROM sessions WHERE parent_session_id = ?1") else { return Vec::new() };
+    stmt.query_map([parent], |row| row.get(0)).map(|rows| rows.flatten().collect()).unwrap_or_default()
+}
+
+/// The interactive session (the only one without a parent).
+fn parent_session(home: &std::path::Path) -> Option<String> {
+    let db = rusqlite::Connection::open(home.join("state.db")).ok()?;
+    db.query_row("SELECT id FROM sessions WHERE parent_session_id IS NULL", [], |r| r.get(0)).ok()
+}
+
+fn sync_wait(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_sub_agent_outlives_kill_9_of_its_parent_and_talaria_c_gets_its_answer_once() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let m = marker();
+    let home = common::Home::new();
+    let go = home.work().join(format!("go-{m}"));
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: wait for the go file");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let server = rt
+        .block_on(ScriptedServer::with_responder(move |req| {
+            let first = first_user(req);
+            if first == pp {
+                if all_text(req).contains("[Sub-agent ") {
+                    return ScriptedResponse::text(&format!("GOT-IT-{m}"));
+                }
+                if last_role(req) == "tool" {
+                    return ScriptedResponse::text("working on it");
+                }
+                return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+            }
+            if last_role(req) == "tool" {
+                let released = all_text(req).contains(&format!("released-{m}"));
+                return ScriptedResponse::text(&format!("ANSWER-{m} released={released}"));
+            }
+            let command = format!("while [ ! -e go-{m} ]; do sleep 0.05; done; echo released-{m}");
+            ScriptedResponse::tool_call(
+                "call_c1",
+                "terminal",
+                &json!({ "command": command, "timeout": 600 }).to_string(),
+            )
+        }))
+        .unwrap();
+    let url = server.base_url();
+    let args = ["--base-url", url.as_str(), "--model", "m"];
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &args, 120, 36);
+    p.wait_for(" message ", Duration::from_secs(30));
+    p.type_text(&parent_prompt);
+    p.send(b"\r");
+    // The sub-agent works: its command waits for the go file.
+    let needle = format!("go-{m} ]");
+    sync_wait("the sub-agent's command", || !processes_of(&needle).is_empty());
+    let parent = parent_session(home.path()).expect("the parent session");
+    let sub = sub_sessions(home.path(), &parent).pop().expect("a linked sub-session");
+    let child = format!("--session {sub}");
+    assert!(!processes_of(&child).is_empty(), "the child talaria runs");
+
+    let pid = p.child.process_id().expect("pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(p.wait_exit(Duration::from_secs(30)).is_some(), "the parent died");
+    drop(p);
+    assert!(!processes_of(&child).is_empty(), "the sub-agent outlived its parent");
+    assert!(!processes_of(&needle).is_empty(), "and so did its command");
+
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &[&args[..], &["-c"]].concat(), 120, 36);
+    p.wait_for(" message ", Duration::from_secs(30));
+    std::fs::write(&go, "").unwrap();
+    p.wait_for(&format!("GOT-IT-{m}"), Duration::from_secs(60));
+    let answer = format!("ANSWER-{m} released=true");
+    let last = server.chat_requests().into_iter().rev().find(|r| first_user(r) == parent_prompt).unwrap();
+    assert_eq!(count(&all_text(&last), &answer), 1, "{}", all_text(&last));
+    let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
+    let told: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ?1 AND content LIKE '[Sub-agent %'",
+            [&parent],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(told, 1, "the answer is told once");
+    sync_wait("the sub-agent to end", || processes_of(&child).is_empty() && processes_of(&needle).is_empty());
+    let _ = p.child.kill();
+    let _ = p.wait_exit(Duration::from_secs(10));
+}
