@@ -507,3 +507,48 @@ fn a_sub_agent_outlives_kill_9_of_its_parent_and_talaria_c_gets_its_answer_once(
     let _ = p.child.kill();
     let _ = p.wait_exit(Duration::from_secs(10));
 }
+
+#[path = "common/sshd.rs"]
+mod sshd;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_with_an_ssh_backend_runs_its_command_on_that_host() {
+    let sshd = sshd::Sshd::start();
+    let m = marker();
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: remote");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let backend = format!("ssh:{}", sshd::HOST);
+    let server = ScriptedServer::with_responder(move |req| {
+        if first_user(req) == pp {
+            if all_text(req).contains("[Sub-agent ") || last_role(req) == "tool" {
+                return ScriptedResponse::text("ok");
+            }
+            let args = json!({ "task": tk, "backend": backend });
+            return ScriptedResponse::tool_call("call_p1", "agent", &args.to_string());
+        }
+        if last_role(req) == "tool" {
+            let result = messages(req).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+            let v: Value = serde_json::from_str(&result).unwrap_or_default();
+            let via_ssh = v["output"].as_str().unwrap_or("").contains(&format!("ssh-yes-{m}"));
+            return ScriptedResponse::text(&format!("ANSWER-{m} ssh={via_ssh} backend={}", v["backend"]));
+        }
+        let command = format!("test -n \"$SSH_CONNECTION\" && echo ssh-yes-{m}");
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command }).to_string())
+    })
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // The parent runs locally; the ssh settings are in the config both read.
+    let text = sshd.talaria_config(10).replace(&format!("backend = \"ssh:{}\"\n", sshd::HOST), "");
+    std::fs::write(home.path().join("config.toml"), &text).unwrap();
+    let mut config = Config::from_toml(&text, std::path::Path::new("config.toml")).unwrap();
+    config.agents.run_base_url = Some(server.base_url());
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    run.send(Op::Submit { text: parent_prompt, mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    assert_eq!(started["status"], "started", "{started}");
+    let answer = format!("ANSWER-{m} ssh=true backend=\"ssh:{}\"", sshd::HOST);
+    run.wait_for("the remote answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer))).await;
+    run.shutdown().await;
+}
