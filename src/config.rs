@@ -27,6 +27,7 @@ pub struct Config {
     pub(crate) prices: Prices,
     pub(crate) mcp: McpConfig,
     pub(crate) rewind: RewindConfig,
+    pub agents: crate::engine::agents::AgentsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -31,7 +31,18 @@ fn shut_down(engine: &EngineHandle, keep_jobs: bool) {
 
 /// Send `prompt`, print until the turn (and any turns it triggers) ends, shut down.
 /// Returns the process exit code.
-pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions) -> anyhow::Result<i32> {
+pub async fn run(engine: EngineHandle, prompt: String, options: ExecOptions) -> anyhow::Result<i32> {
+    run_with_inbox(engine, prompt, options, None).await
+}
+
+/// `run`, also sending the engine what arrives on `inbox` (a sub-agent's messages and
+/// approval answers from its parent, `crate::subagent`).
+pub async fn run_with_inbox(
+    mut engine: EngineHandle,
+    prompt: String,
+    options: ExecOptions,
+    mut inbox: Option<tokio::sync::mpsc::UnboundedReceiver<Op>>,
+) -> anyhow::Result<i32> {
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
@@ -55,6 +66,15 @@ pub async fn run(mut engine: EngineHandle, prompt: String, options: ExecOptions)
                 }
             }
             _ = ticker.tick(), if progress => printer.progress(),
+            op = async {
+                match inbox.as_mut() {
+                    Some(rx) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => match op {
+                Some(op) => { let _ = engine.ops.send(op); }
+                None => inbox = None,
+            },
             _ = sigint.recv() => {
                 if run.interrupted {
                     let _ = engine.ops.send(Op::Shutdown);

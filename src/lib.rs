@@ -32,6 +32,7 @@ pub mod paths;
 pub mod present;
 pub mod protocol;
 pub mod secrets;
+pub mod subagent;
 #[cfg(any(test, feature = "testkit"))]
 pub mod testkit;
 pub mod text;

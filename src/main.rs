@@ -153,6 +153,15 @@ enum Command {
         #[command(subcommand)]
         action: Option<McpAction>,
     },
+    /// A sub-agent, started by the `agent` tool (its task comes over stdin).
+    #[command(name = "__agent", hide = true)]
+    Agent {
+        /// The session its parent made for it.
+        #[arg(long)]
+        session: String,
+        #[arg(long, default_value_t = 1)]
+        depth: u32,
+    },
     /// Serve the Agent Client Protocol on stdin/stdout, for editors (Zed, Neovim,
     /// JetBrains): `"command": "talaria", "args": ["acp"]` in the editor's agent settings.
     Acp {
@@ -233,7 +242,13 @@ fn main() {
     // Before any thread starts: re-exec without the provider keys in the environment, so
     // no command can read them from /proc/<talaria>/environ (DESIGN §6).
     let model = Paths::from_env().ok().and_then(|p| Config::load(&p.config_file).ok()).map(|c| c.model);
-    talaria::secrets::drop_keys_from_environment(&provider::secret_env_vars(&model.unwrap_or_default()));
+    let key_names = provider::secret_env_vars(&model.unwrap_or_default());
+    if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::agents::ARG) {
+        // A sub-agent: its keys and task come over stdin from its parent.
+        talaria::subagent::take_hello(&key_names);
+    } else {
+        talaria::secrets::drop_keys_from_environment(&key_names);
+    }
     let cli = Cli::parse();
     let code = match real_main(cli) {
         Ok(code) => code,
@@ -280,11 +295,18 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     let _log_guard = talaria::logging::init(&paths.logs_dir)?;
     tracing::info!(version = env!("CARGO_PKG_VERSION"), "talaria starting");
     let mut config = config;
-    let model = match &cli.command {
+    let mut model = match &cli.command {
         Some(Command::Exec { model, .. }) => model.clone().or(&cli.model),
         Some(Command::Acp { model }) => model.clone().or(&cli.model),
         _ => cli.model.clone(),
     };
+    if let (Some(Command::Agent { depth, .. }), Some(hello)) = (&cli.command, talaria::subagent::hello()) {
+        talaria::subagent::apply(&mut config, hello, *depth)?;
+        model.model = hello.model.clone().or(model.model);
+        model.base_url = hello.base_url.clone().or(model.base_url);
+    }
+    config.agents.run_model = model.model.clone();
+    config.agents.run_base_url = model.base_url.clone();
     if let Some(provider) = &model.provider {
         config.model.provider = provider.clone();
     }
@@ -472,6 +494,15 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             let starter = AcpStarter::new(&model, &paths, &config, store.clone()).await?;
             let options = talaria::acp::AcpOptions { config: config.clone(), store, starter: Arc::new(starter) };
             talaria::acp::run(options).await
+        }
+        Some(Command::Agent { session, .. }) => {
+            let hello = talaria::subagent::hello().context("a sub-agent has no task")?;
+            let choice = SessionChoice::Resume(session);
+            let (engine, resolved) =
+                start_engine(&model.model, &model.base_url, &paths, &config, store, choice, PromptPolicy::Ask).await?;
+            let code = talaria::subagent::run(engine, hello).await?;
+            drop(resolved);
+            Ok(code)
         }
         Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
     }

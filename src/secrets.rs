@@ -46,6 +46,21 @@ pub fn drop_keys_from_environment(names: &[String]) {
     }
 }
 
+/// A sub-agent (`talaria __agent`) gets its keys from its parent over stdin, not from the
+/// environment: keep them, and drop `names` from the environment in place (the supervisor
+/// already removed them; a re-exec would lose what stdin has buffered).
+pub fn install(keys: HashMap<String, String>, names: &[String]) {
+    for name in names {
+        std::env::remove_var(name);
+    }
+    let _ = KEYS.set(keys);
+}
+
+/// Every key talaria holds (what a sub-agent is handed).
+pub(crate) fn held() -> HashMap<String, String> {
+    KEYS.get().cloned().unwrap_or_default()
+}
+
 /// A key by variable name: the handed-over keys first, then the environment.
 pub fn get(name: &str) -> Option<String> {
     KEYS.get().and_then(|k| k.get(name).cloned()).or_else(|| std::env::var(name).ok()).filter(|v| !v.is_empty())

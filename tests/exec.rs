@@ -28,7 +28,7 @@ async fn exec_prints_the_streamed_answer_and_sends_the_exact_request() {
     assert_eq!(messages[1], json!({"role": "user", "content": "say hi"}));
     let mut tools = requests[0].tool_names();
     tools.sort();
-    assert_eq!(tools, ["edit_file", "process", "read_file", "search_files", "terminal", "write_file"]);
+    assert_eq!(tools, ["agent", "edit_file", "process", "read_file", "search_files", "terminal", "write_file"]);
     assert_eq!(requests[0].header("authorization"), None, "no key configured, no Authorization header");
 }
 

@@ -1,6 +1,7 @@
 //! The agent: owns the session, receives `Op`, emits `Event`. Never draws.
 
 pub(crate) mod activity;
+pub mod agents;
 pub mod approval;
 pub mod args;
 pub mod backend;

@@ -4,6 +4,7 @@
 //! pure; `Approver` performs the asking.
 
 pub(crate) mod classify;
+mod forward;
 pub(crate) mod known_safe;
 
 use std::collections::{HashMap, HashSet};

@@ -459,6 +459,13 @@ impl JobsHandle {
         if !job.state().has_stdin {
             return Err(no_stdin(&job.id));
         }
+        // A sub-agent reads messages as JSON lines (its stdin also carries approval answers).
+        let wrapped = crate::engine::agents::session_of(&job.command).map(|_| {
+            crate::engine::agents::inbound_line(&crate::engine::agents::Inbound::Message {
+                text: data.trim_end().to_string(),
+            })
+        });
+        let data = wrapped.as_deref().unwrap_or(data);
         let _serial = job.stdin_lock.lock().await;
         let path = job.dir.stdin();
         let write = async {

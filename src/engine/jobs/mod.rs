@@ -7,6 +7,7 @@
 //! changes hands and no byte is lost.
 
 mod actions;
+mod agent_jobs;
 pub mod cli;
 mod follow;
 pub mod group;
@@ -223,6 +224,8 @@ struct Registry {
     records_gate: tokio::sync::RwLock<()>,
     /// The session's network proxy (`sandbox.network = "ask"`, DESIGN §6b).
     proxy: Mutex<Option<crate::engine::netproxy::NetProxy>>,
+    /// Sub-agents' streams: approvals to forward (agent_jobs.rs).
+    agents: agent_jobs::Bridge,
 }
 
 struct Job {
@@ -377,6 +380,7 @@ impl JobsHandle {
             sandbox: Mutex::new(sandbox),
             records_gate: tokio::sync::RwLock::new(()),
             proxy: Mutex::new(None),
+            agents: Default::default(),
             backends: crate::engine::backend::Backends::new(
                 config_for_backends,
                 paths.jobs_dir.parent().map(|p| p.join("ssh")).unwrap_or_else(|| PathBuf::from("ssh")),
@@ -856,6 +860,12 @@ impl Registry {
             Some(why) => actions::lost_notice_text(&job.id, why, job.runtime(), &job.command, &tail),
             None => actions::notice_text(&job.id, &status, job.runtime(), &job.command, &tail),
         });
+        if notice.is_some() && !job.exit_seen.load(Ordering::SeqCst) {
+            // A sub-agent is told by its final answer, not by its event stream's tail.
+            if let Some(text) = self.agent_notice(job, &status).await {
+                notice = Some(text);
+            }
+        }
         if let Some(store) = &self.store {
             let end = JobEnd {
                 status: actions::record_status(&status),
@@ -941,6 +951,7 @@ impl Registry {
 
     /// New output of a job reached talaria: match its watches.
     fn feed_watches(&self, job: &Job, text: &str) {
+        self.feed_agent(job, text);
         let hits = {
             let mut watches = lock(&job.watches);
             if watches.is_empty() {

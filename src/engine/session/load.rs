@@ -74,6 +74,10 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     jobs.set_workspace(&cwd, &opts.paths);
+    // A sub-agent's jobs run under its parent's policy as it is: never wider (DESIGN §14).
+    if let Some(policy) = &opts.config.agents.inherited_sandbox {
+        jobs.set_sandbox_policy(policy.clone());
+    }
     let backend_changed = jobs.backends().subscribe();
     let instruction_files = instructions::discover(&cwd, &opts.paths.user_instructions);
     let (pause_file, _watch_task) = estop::watch(opts.paths.estop.clone());
@@ -81,6 +85,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
     start_proxy(&opts, &jobs, &approver, &events).await;
     approver.set_sandbox_policy(jobs.sandbox_policy());
+    jobs.set_agent_approver(approver.clone());
     if opts.config.sandbox.mode != crate::config::SandboxMode::Off {
         if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {
             events.send(Event::notice(
@@ -113,7 +118,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let env = TurnEnv {
         provider: opts.provider,
         model: opts.model,
-        registry: Registry::standard().with_mcp(mcp),
+        registry: Registry::standard().with_agents(&opts.config).with_mcp(mcp),
         config: opts.config.clone(),
         store: opts.store,
         events: events.clone(),

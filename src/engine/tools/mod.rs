@@ -1,6 +1,7 @@
 //! Tools the model can call. Each tool turns JSON arguments into a JSON result the model
 //! reads (DESIGN §4a); errors are results (`{"error": ...}`), never a crashed turn.
 
+pub mod agent;
 pub mod files;
 pub mod fs_helper;
 pub mod process;
@@ -142,6 +143,14 @@ impl Registry {
         r.add(Arc::new(files::EditFile));
         r.add(Arc::new(search::SearchFiles));
         r
+    }
+
+    /// Offer the `agent` tool too, unless this talaria is as deep as `agents.max_depth`.
+    pub(crate) fn with_agents(mut self, config: &Config) -> Registry {
+        if config.agents.depth < config.agents.max_depth {
+            self.add(Arc::new(agent::AgentTool));
+        }
+        self
     }
 
     pub fn add(&mut self, tool: Arc<dyn Tool>) {

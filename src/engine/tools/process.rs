@@ -82,7 +82,9 @@ impl Tool for ProcessTool {
         if args.action() == Ok(ProcessAction::Write) {
             // A job outside the sandbox gets each line approved like a command (DESIGN §6).
             let id = args.session_id.as_deref().unwrap_or("").trim();
-            let sandboxed = ctx.jobs.is_sandboxed(id).unwrap_or(true) && ctx.jobs.sandbox_policy().active();
+            // A message to a sub-agent is contained by its own sandbox and approvals.
+            let sandboxed = (ctx.jobs.is_sandboxed(id).unwrap_or(true) && ctx.jobs.sandbox_policy().active())
+                || ctx.jobs.is_agent(id);
             let data = args.data.as_deref().unwrap_or("");
             for line in data.lines().filter(|l| !l.trim().is_empty()) {
                 if let Verdict::Denied { reason } =

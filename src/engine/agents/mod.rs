@@ -1,0 +1,209 @@
+//! Sub-agents (DESIGN §14): the `agent` tool starts a child talaria (`talaria __agent`) as
+//! a background job. This module holds what both sides agree on — the child's command line,
+//! the hello line the parent writes first to its stdin (task, keys, limits, the parent's
+//! sandbox policy), the later stdin lines (messages, approval answers), and the notice that
+//! carries the final answer back. The glue in the job registry is `jobs/agent_jobs.rs`, the
+//! child's front end is `crate::subagent`.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+use crate::engine::llm::Role;
+use crate::engine::sandbox::Policy;
+use crate::engine::store::Store;
+use crate::protocol::{Approval, ApprovalMode, JobStatus};
+
+/// The hidden subcommand a sub-agent runs.
+pub const ARG: &str = "__agent";
+
+/// `[agents]` in config.toml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Sub-agents running at once; the tool refuses more until one ends.
+    pub max_parallel: usize,
+    /// How deep sub-agents nest: 1 = a sub-agent cannot start one.
+    pub max_depth: u32,
+    /// Characters of a final answer the parent model is told.
+    pub max_result_chars: usize,
+    /// Model calls a sub-agent may make in its turn.
+    pub max_turns: u32,
+    /// Seconds a sub-agent may run before it is killed; 0 = no limit.
+    pub max_runtime_s: u64,
+    /// This process's own depth: 0 for a talaria the user started, 1 for a sub-agent.
+    #[serde(skip)]
+    pub depth: u32,
+    /// The parent's sandbox policy, which a sub-agent's jobs run under as it is (so a
+    /// sub-agent never has more than its parent, whatever its own directory).
+    #[serde(skip)]
+    pub inherited_sandbox: Option<Policy>,
+    /// `--model` and `--base-url` of this run: a sub-agent talks to the same model server.
+    #[serde(skip)]
+    pub run_model: Option<String>,
+    #[serde(skip)]
+    pub run_base_url: Option<String>,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            max_parallel: 4,
+            max_depth: 1,
+            max_result_chars: 4000,
+            max_turns: 30,
+            max_runtime_s: 1800,
+            depth: 0,
+            inherited_sandbox: None,
+            run_model: None,
+            run_base_url: None,
+        }
+    }
+}
+
+/// The first line the parent writes to a sub-agent's stdin.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub task: String,
+    /// Provider keys (the child's environment has none: the supervisor drops them).
+    #[serde(default)]
+    pub keys: BTreeMap<String, String>,
+    pub max_turns: u32,
+    #[serde(default)]
+    pub read_only: bool,
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default)]
+    pub backend: Option<String>,
+    /// The parent's sandbox policy (None: the child's own from the same config).
+    #[serde(default)]
+    pub sandbox: Option<Policy>,
+    /// The parent's approval mode as the session has it now.
+    pub approvals: ApprovalMode,
+    /// The parent's TALARIA_HOME (its config, database and jobs), when it has one.
+    #[serde(default)]
+    pub home: Option<std::path::PathBuf>,
+    /// The model server of the parent's run (`--base-url`), if given.
+    #[serde(default)]
+    pub base_url: Option<String>,
+}
+
+/// Later lines from the parent to a sub-agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data")]
+pub enum Inbound {
+    /// A message, delivered like typing while busy (the busy mode of the config).
+    Message { text: String },
+    /// The parent's user answered one of the sub-agent's approvals.
+    Approve { id: u64, decision: Approval },
+}
+
+/// The line a sub-agent prints when it passed an answer on: a re-attached parent reading the
+/// log from the start asks again only what has no answer.
+pub const APPROVAL_ANSWERED: &str = "ApprovalAnswered";
+
+/// `line` for a sub-agent's stdin (one JSON object and a newline).
+pub(crate) fn inbound_line(inbound: &Inbound) -> String {
+    let mut line = serde_json::to_string(inbound).unwrap_or_default();
+    line.push('\n');
+    line
+}
+
+/// The shell command of a sub-agent job.
+pub(crate) fn command_line(exe: &Path, session: &str, depth: u32) -> String {
+    format!("exec {} {ARG} --session {session} --depth {depth}", crate::engine::jobs::sh_quote(&exe.to_string_lossy()))
+}
+
+/// The sub-session of a sub-agent job, from its command; None for any other job.
+pub(crate) fn session_of(command: &str) -> Option<String> {
+    let rest = command.strip_prefix("exec ")?;
+    let (_, after) = rest.split_once(&format!(" {ARG} --session "))?;
+    let session = after.split_whitespace().next()?;
+    session.chars().all(|c| c.is_ascii_alphanumeric() || c == '-').then(|| session.to_string())
+}
+
+/// The sub-session's last answer: the newest assistant message with text.
+pub(crate) async fn final_answer(store: &Store, session: &str) -> Option<String> {
+    let messages = store.load_messages(session).await.ok()?;
+    messages
+        .iter()
+        .rev()
+        .filter(|m| m.role == Role::Assistant)
+        .filter_map(|m| m.content.as_deref())
+        .find(|t| !t.trim().is_empty())
+        .map(str::to_string)
+}
+
+/// What the parent model is told once a sub-agent ends (DESIGN §14): its final answer,
+/// capped at `max_chars`, and the sub-session that has the rest.
+pub(crate) fn notice_text(
+    id: &str,
+    session: &str,
+    status: &JobStatus,
+    runtime: Duration,
+    answer: Option<&str>,
+    max_chars: usize,
+) -> String {
+    let dur = crate::engine::jobs::format_duration(runtime);
+    let answer = answer.map(str::trim).filter(|a| !a.is_empty());
+    let body = match answer {
+        Some(text) => crate::text::truncate_for_model(text, max_chars.max(1)),
+        None => "(no answer)".to_string(),
+    };
+    let how = match status {
+        JobStatus::Exited(0) => format!("finished after {dur}"),
+        JobStatus::Exited(code) => format!("ended with code {code} after {dur}"),
+        JobStatus::Killed => format!("was killed after {dur}"),
+        JobStatus::Running | JobStatus::Reconnecting | JobStatus::Lost => format!("was lost after {dur}"),
+    };
+    let label = if matches!(status, JobStatus::Exited(0)) { "Its final answer" } else { "Its last answer" };
+    format!("[Sub-agent {id} (session {session}) {how}. {label}:\n{body}\n(The whole conversation is in session {session}.)]")
+}
+
+/// The title of a sub-session: the task's first line, shortened.
+pub(crate) fn title_of(task: &str) -> String {
+    let line = task.lines().map(str::trim).find(|l| !l.is_empty()).unwrap_or("sub-agent");
+    let short: String = line.chars().take(60).collect();
+    if line.chars().count() > 60 {
+        format!("{short}…")
+    } else {
+        short
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use pretty_assertions::assert_eq;
+
+    #[test]
+    fn the_sub_session_is_read_back_from_the_command_line() {
+        let line = command_line(Path::new("/opt/my talaria/talaria"), "20261202-071500-3f2a", 1);
+        assert_eq!(line, "exec '/opt/my talaria/talaria' __agent --session 20261202-071500-3f2a --depth 1");
+        assert_eq!(session_of(&line).as_deref(), Some("20261202-071500-3f2a"));
+        assert_eq!(session_of("sleep 5"), None);
+        assert_eq!(session_of("echo __agent --session x"), None, "only a command that starts the binary");
+        assert_eq!(session_of("exec t __agent --session ';rm' --depth 1"), None);
+    }
+
+    #[test]
+    fn a_notice_carries_the_capped_answer_and_the_session() {
+        let long = "a".repeat(50);
+        let text = notice_text("job_3", "S1", &JobStatus::Exited(0), Duration::from_secs(3), Some(&long), 20);
+        assert!(text.starts_with("[Sub-agent job_3 (session S1) finished after 3"), "{text}");
+        assert!(text.contains("Its final answer:\n") && text.contains("session S1.)]"), "{text}");
+        assert!(!text.contains(&long), "capped: {text}");
+        let killed = notice_text("job_4", "S2", &JobStatus::Killed, Duration::from_secs(1), None, 20);
+        assert!(killed.contains("was killed") && killed.contains("(no answer)"), "{killed}");
+    }
+
+    #[test]
+    fn inbound_lines_are_one_json_object_each() {
+        let line = inbound_line(&Inbound::Message { text: "stop\nnow".into() });
+        assert_eq!(line.matches('\n').count(), 1);
+        let back: Inbound = serde_json::from_str(line.trim()).unwrap();
+        assert_eq!(back, Inbound::Message { text: "stop\nnow".into() });
+    }
+}

@@ -1,0 +1,554 @@
+//! Sub-agents (DESIGN §14, issue #34): the `agent` tool starts a child talaria as a job; its
+//! final answer comes back once. Real child processes, real HTTP to the scripted server on
+//! loopback, real SQLite.
+
+#[path = "common/inproc.rs"]
+mod inproc;
+
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use talaria::config::Config;
+use talaria::engine::SessionChoice;
+use talaria::protocol::{Event, Op};
+use talaria::testkit::scripted::{
+    finish_chunk, tool_call_chunks, usage_chunk, RecordedRequest, ScriptedResponse, ScriptedServer, DONE,
+};
+
+/// A number no other test (or earlier run) uses, for the commands' output.
+fn marker() -> u64 {
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().subsec_nanos();
+    u64::from(std::process::id()) * 1_000_000 + u64::from(nanos % 1_000_000)
+}
+
+fn messages(req: &RecordedRequest) -> Vec<Value> {
+    req.body["messages"].as_array().cloned().unwrap_or_default()
+}
+
+/// The first user message: a parent's prompt or a sub-agent's task.
+fn first_user(req: &RecordedRequest) -> String {
+    messages(req).iter().find(|m| m["role"] == "user").and_then(|m| m["content"].as_str()).unwrap_or("").to_string()
+}
+
+fn last_role(req: &RecordedRequest) -> String {
+    messages(req).last().and_then(|m| m["role"].as_str()).unwrap_or("").to_string()
+}
+
+/// Everything the request's messages say, joined.
+fn all_text(req: &RecordedRequest) -> String {
+    messages(req).iter().filter_map(|m| m["content"].as_str()).collect::<Vec<_>>().join("\n")
+}
+
+/// One response calling several tools at once.
+fn tool_calls(calls: &[(&str, &str, Value)]) -> ScriptedResponse {
+    let mut payloads = Vec::new();
+    for (i, (id, name, args)) in calls.iter().enumerate() {
+        payloads.extend(tool_call_chunks(i, id, name, &args.to_string(), 16));
+    }
+    payloads.push(finish_chunk("tool_calls"));
+    payloads.push(usage_chunk(10, 5));
+    payloads.push(DONE.to_string());
+    ScriptedResponse::sse(payloads)
+}
+
+fn config_for(server: &ScriptedServer) -> Config {
+    let mut config = Config::default();
+    config.agents.run_base_url = Some(server.base_url());
+    config.agents.run_model = Some("scripted-model".into());
+    config
+}
+
+/// Poll `cond` over the server's chat requests (60 s: two child talarias start on a loaded
+/// machine).
+async fn wait_requests(server: &ScriptedServer, what: &str, cond: impl Fn(&[RecordedRequest]) -> bool) {
+    let start = Instant::now();
+    loop {
+        if cond(&server.chat_requests()) {
+            return;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn count(haystack: &str, needle: &str) -> usize {
+    haystack.matches(needle).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_sub_agents_in_parallel_each_answer_once_and_the_next_request_has_both() {
+    let m = marker();
+    let parent_prompt = format!("PARENT-{m}: fan out");
+    let (task_a, task_b) = (format!("TASK-A-{m}: echo alpha"), format!("TASK-B-{m}: echo beta"));
+    let (pa, ta, tb) = (parent_prompt.clone(), task_a.clone(), task_b.clone());
+    let server = ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == pa {
+            if all_text(req).contains("[Sub-agent ") {
+                return ScriptedResponse::text("Both sub-agents reported.");
+            }
+            if last_role(req) == "tool" {
+                return ScriptedResponse::text("Two sub-agents are working.");
+            }
+            return tool_calls(&[
+                ("call_a", "agent", json!({ "task": ta })),
+                ("call_b", "agent", json!({ "task": tb })),
+            ]);
+        }
+        let (word, tag) = if first == ta { ("alpha", "A") } else { ("beta", "B") };
+        if last_role(req) == "tool" {
+            let output = messages(req).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+            let seen = output.contains(&format!("{word}-{m}"));
+            return ScriptedResponse::text(&format!("ANSWER-{tag}-{m} saw={seen}"));
+        }
+        let command = json!({ "command": format!("echo {word}-{m}") }).to_string();
+        ScriptedResponse::tool_call(&format!("call_{word}"), "terminal", &command)
+    })
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config_for(&server)).await;
+    let parent = run.session_id();
+    run.send(Op::Submit { text: parent_prompt.clone(), mode: None });
+    let (a, _) = run.tool_result("call_a").await;
+    let (b, _) = run.tool_result("call_b").await;
+    assert_eq!(a["status"], "started", "{a}");
+    assert_eq!(b["status"], "started", "{b}");
+    let (job_a, job_b) = (a["session_id"].as_str().unwrap().to_string(), b["session_id"].as_str().unwrap().to_string());
+    assert_ne!(job_a, job_b);
+
+    // The parent's next request after both answers carries each exactly once.
+    let (ans_a, ans_b) = (format!("ANSWER-A-{m} saw=true"), format!("ANSWER-B-{m} saw=true"));
+    let is_parent = |r: &RecordedRequest| first_user(r) == parent_prompt;
+    wait_requests(&server, "a parent request with both answers", |reqs| {
+        reqs.iter().any(|r| is_parent(r) && all_text(r).contains(&ans_a) && all_text(r).contains(&ans_b))
+    })
+    .await;
+    run.wait_for(
+        "the answers' turn to end",
+        |e| matches!(e, Event::AssistantDone { text, .. } if text.contains("Both sub-agents reported")),
+    )
+    .await;
+    let requests = server.chat_requests();
+    let last = requests.iter().rev().find(|r| is_parent(r)).unwrap();
+    let text = all_text(last);
+    assert_eq!(count(&text, &ans_a), 1, "answer A once in the last parent request: {text}");
+    assert_eq!(count(&text, &ans_b), 1, "answer B once in the last parent request: {text}");
+    assert!(text.contains(&format!("[Sub-agent {job_a} (session ")), "{text}");
+
+    // Stored once in the parent session, and nothing more arrives.
+    let stored = run.store.load_messages(&parent).await.unwrap();
+    let notices: Vec<&str> =
+        stored.iter().filter_map(|m| m.content.as_deref()).filter(|c| c.starts_with("[Sub-agent ")).collect();
+    assert_eq!(notices.len(), 2, "{notices:#?}");
+    let later = run.collect_for(Duration::from_millis(1500)).await;
+    assert!(!later.iter().any(|e| matches!(e, Event::TurnStarted { .. })), "no further turn: {later:#?}");
+
+    // The sub-sessions are in the database, linked to the parent, each with its task.
+    let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
+    let mut stmt = db.prepare("SELECT id FROM sessions WHERE parent_session_id = ?1 ORDER BY id").unwrap();
+    let children: Vec<String> = stmt.query_map([&parent], |row| row.get(0)).unwrap().map(Result::unwrap).collect();
+    assert_eq!(children.len(), 2, "{children:?}");
+    let mut tasks = Vec::new();
+    for child in &children {
+        let msgs = run.store.load_messages(child).await.unwrap();
+        tasks.extend(msgs.iter().filter_map(|m| m.content.clone()).filter(|c| c.starts_with("TASK-")));
+        assert!(text.contains(&format!("(session {child})")), "the notice names sub-session {child}");
+    }
+    tasks.sort();
+    assert_eq!(tasks, vec![task_a, task_b]);
+    run.shutdown().await;
+}
+
+/// Live (non-zombie) processes whose command line contains `needle`, and their children.
+fn processes_of(needle: &str) -> Vec<i32> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else { continue };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else { continue };
+        let Some(after) = stat.rsplit_once(')').map(|(_, a)| a.to_string()) else { continue };
+        let fields: Vec<&str> = after.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let ppid: i32 = fields.get(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        all.push((pid, ppid, String::from_utf8_lossy(&cmdline).replace('\0', " ")));
+    }
+    let mut found: Vec<i32> = all.iter().filter(|(_, _, c)| c.contains(needle)).map(|(p, _, _)| *p).collect();
+    let children: Vec<i32> = all.iter().filter(|(_, pp, _)| found.contains(pp)).map(|(p, _, _)| *p).collect();
+    found.extend(children);
+    found
+}
+
+async fn wait_processes(what: &str, needle: &str, present: bool) -> Vec<i32> {
+    let start = Instant::now();
+    loop {
+        let pids = processes_of(needle);
+        if pids.is_empty() != present {
+            return pids;
+        }
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for {what}: {pids:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The job id the agent tool returned, from the parent's history.
+fn agent_job(req: &RecordedRequest) -> Option<String> {
+    messages(req).iter().filter(|m| m["role"] == "tool").find_map(|m| {
+        let v: Value = serde_json::from_str(m["content"].as_str()?).ok()?;
+        (v["status"] == "started").then(|| v["session_id"].as_str().map(str::to_string)).flatten()
+    })
+}
+
+/// A parent that starts one sub-agent on `task`, then on `second` (a later prompt) calls
+/// `process` with `action` (+ `data`) on it; the sub-agent runs `command` and, once it sees a
+/// tool result, answers `ANSWER-<m>` with what its last request said.
+async fn one_agent_server(
+    m: u64,
+    task: String,
+    second: String,
+    action: &'static str,
+    command: String,
+) -> ScriptedServer {
+    let parent_prompt = format!("PARENT-{m}");
+    ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == parent_prompt {
+            let text = all_text(req);
+            if last_role(req) == "tool" || text.contains("[Sub-agent ") {
+                return ScriptedResponse::text("ok");
+            }
+            if text.contains(&second) {
+                let job = agent_job(req).unwrap_or_default();
+                let mut args = json!({ "action": action, "session_id": job });
+                if action == "write" {
+                    args["data"] = json!(format!("STEER-{m}"));
+                }
+                return ScriptedResponse::tool_call("call_p2", "process", &args.to_string());
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": task }).to_string());
+        }
+        if last_role(req) == "tool" || last_role(req) == "user" && messages(req).len() > 3 {
+            let text = all_text(req);
+            let steered = text.contains(&format!("STEER-{m}"));
+            let yielded = text.contains("yielded_to_background");
+            return ScriptedResponse::text(&format!("ANSWER-{m} steered={steered} yielded={yielded}"));
+        }
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command, "timeout": 600 }).to_string())
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn process_kill_of_a_sub_agent_ends_it_and_every_process_it_started() {
+    let m = marker();
+    let needle = format!("kill-{m}");
+    let command = format!("sleep 300; echo {needle}");
+    let second = format!("KILL-{m}");
+    let server = one_agent_server(m, format!("TASK-{m}: sleep"), second.clone(), "kill", command).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config_for(&server)).await;
+    run.send(Op::Submit { text: format!("PARENT-{m}"), mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    assert_eq!(started["status"], "started", "{started}");
+    let child_pid = started["pid"].as_i64().unwrap() as i32;
+    run.turn_finished().await;
+    // The sub-agent's command runs (its shell and its sleep).
+    let pids = wait_processes("the sub-agent's command", &needle, true).await;
+    assert!(std::path::Path::new(&format!("/proc/{child_pid}")).exists(), "the child talaria runs");
+
+    run.send(Op::Submit { text: second, mode: None });
+    let (killed, _) = run.tool_result("call_p2").await;
+    assert_eq!(killed["status"], "killed", "{killed}");
+    // None of it is left: the command's group and the child talaria.
+    wait_processes("the sub-agent's command to be gone", &needle, false).await;
+    for pid in pids.iter().chain([&child_pid]) {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit_once(')').and_then(|(_, a)| a.split_whitespace().next().map(str::to_string));
+        assert!(matches!(state.as_deref(), None | Some("Z")), "process {pid} is still alive: {stat}");
+    }
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_written_to_a_sub_agent_reaches_its_next_request_and_its_command_moves_to_the_background() {
+    let m = marker();
+    let needle = format!("steer-{m}");
+    let command = format!("sleep 300; echo {needle}");
+    let second = format!("WRITE-{m}");
+    let server = one_agent_server(m, format!("TASK-{m}: sleep"), second.clone(), "write", command).await;
+    let home = tempfile::tempdir().unwrap();
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config_for(&server)).await;
+    run.send(Op::Submit { text: format!("PARENT-{m}"), mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    assert_eq!(started["status"], "started", "{started}");
+    run.turn_finished().await;
+    wait_processes("the sub-agent's command", &needle, true).await;
+
+    run.send(Op::Submit { text: second, mode: None });
+    let (written, _) = run.tool_result("call_p2").await;
+    assert_eq!(written["status"], "ok", "{written}");
+    // The sub-agent's next request has the message, with its command moved to the background.
+    let answer = format!("ANSWER-{m} steered=true yielded=true");
+    run.wait_for("the sub-agent's answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer)))
+        .await;
+    let child_requests: Vec<RecordedRequest> =
+        server.chat_requests().into_iter().filter(|r| first_user(r).starts_with(&format!("TASK-{m}"))).collect();
+    let steered =
+        child_requests.iter().find(|r| all_text(r).contains(&format!("STEER-{m}"))).expect("a steered request");
+    assert!(all_text(steered).contains("OUT-OF-BAND USER MESSAGE"), "delivered like typing while busy");
+    // The sub-agent ended (exec kills what it left running), so its command is gone too.
+    wait_processes("the sub-agent's command to be gone", &needle, false).await;
+    run.shutdown().await;
+}
+
+#[path = "common/mod.rs"]
+mod common;
+
+/// A parent that starts one sub-agent whose command runs outside the sandbox (it asks); with
+/// `wait`, the parent then waits for it with `process wait` (exec ends with its turn).
+async fn unsandboxed_server(m: u64, proof: std::path::PathBuf, wait: bool) -> ScriptedServer {
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: outside");
+    ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == parent_prompt {
+            let calls = messages(req).iter().filter(|m| m["role"] == "tool").count();
+            if calls == 1 && wait {
+                let job = agent_job(req).unwrap_or_default();
+                let args = json!({ "action": "wait", "session_id": job, "timeout": 60 });
+                return ScriptedResponse::tool_call("call_p2", "process", &args.to_string());
+            }
+            if calls >= 1 || all_text(req).contains("[Sub-agent ") {
+                return ScriptedResponse::text("ok");
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": task }).to_string());
+        }
+        if last_role(req) == "tool" {
+            let result = messages(req).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+            let ran = result.contains(&format!("outside-{m}"));
+            let denied = result.contains("denied") || result.contains("--yes");
+            return ScriptedResponse::text(&format!("ANSWER-{m} ran={ran} denied={denied}"));
+        }
+        let command = format!("touch {} && echo outside-{m}", proof.display());
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command, "sandbox": false }).to_string())
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agents_unsandboxed_command_is_the_parents_approval_and_runs_only_when_approved() {
+    use std::sync::Arc;
+    use talaria::engine::approval::PromptPolicy;
+    use talaria::engine::llm::client::{ClientSettings, OpenAiClient};
+    use talaria::protocol::Approval;
+    let m = marker();
+    let home = tempfile::tempdir().unwrap();
+    let proof = home.path().join(format!("proof-{m}"));
+    let server = unsandboxed_server(m, proof.clone(), false).await;
+    let provider = Arc::new(OpenAiClient::new(ClientSettings::new(server.base_url()).max_retries(0)).unwrap());
+    let config = config_for(&server);
+    let mut run = inproc::start_with_policy(
+        home.path(),
+        provider,
+        "scripted-model",
+        SessionChoice::New,
+        config,
+        PromptPolicy::Ask,
+    )
+    .await;
+    run.send(Op::Submit { text: format!("PARENT-{m}"), mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    let job = started["session_id"].as_str().unwrap().to_string();
+    let needle = format!("outside-{m}");
+    let asked = run
+        .wait_for(
+            "the sub-agent's approval",
+            |e| matches!(e, Event::ApprovalNeeded { command, .. } if command.contains(&needle)),
+        )
+        .await;
+    let Event::ApprovalNeeded { id, command, reason, .. } = asked else { unreachable!() };
+    assert!(command.starts_with(&format!("[{job}] ")), "labelled with the sub-agent: {command}");
+    assert!(reason.contains(&format!("sub-agent {job}")), "{reason}");
+    assert!(!proof.exists(), "nothing ran before the answer");
+    run.send(Op::Approve { id, decision: Approval::Once });
+    let answer = format!("ANSWER-{m} ran=true denied=false");
+    run.wait_for("the answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer))).await;
+    assert!(proof.exists(), "the approved command ran");
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_exec_a_sub_agents_unsandboxed_command_is_denied() {
+    let m = marker();
+    let home = common::Home::new();
+    let proof = home.path().join(format!("proof-{m}"));
+    let server = unsandboxed_server(m, proof.clone(), true).await;
+    let out = home.run(&["exec", "--json", "--base-url", &server.base_url(), &format!("PARENT-{m}")]).await;
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(!proof.exists(), "the command did not run");
+    let child = server
+        .chat_requests()
+        .into_iter()
+        .filter(|r| first_user(r) == format!("TASK-{m}: outside"))
+        .find(|r| last_role(r) == "tool")
+        .expect("the sub-agent saw its command's result");
+    let result = messages(&child).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+    let result: Value = serde_json::from_str(&result).unwrap();
+    assert_eq!(result["status"], "denied", "{result}");
+
+    // With --yes the same sub-agent command runs: the parent's policy decided.
+    let m = marker() + 1;
+    let proof = home.path().join(format!("proof-{m}"));
+    let server = unsandboxed_server(m, proof.clone(), true).await;
+    let out = home.run(&["exec", "--json", "--yes", "--base-url", &server.base_url(), &format!("PARENT-{m}")]).await;
+    assert!(out.status.success(), "{}", common::stderr(&out));
+    assert!(proof.exists(), "allowed by --yes");
+}
+
+#[path = "common/pty.rs"]
+mod pty;
+
+/// The sub-session ids of `parent`, from the database.
+fn sub_sessions(home: &std::path::Path, parent: &str) -> Vec<String> {
+    let Ok(db) = rusqlite::Connection::open(home.join("state.db")) else { return Vec::new() };
+    let Ok(mut stmt) = db.prepare("SELECT id FROM sessions WHERE parent_session_id = ?1") else { return Vec::new() };
+    stmt.query_map([parent], |row| row.get(0)).map(|rows| rows.flatten().collect()).unwrap_or_default()
+}
+
+/// The interactive session (the only one without a parent).
+fn parent_session(home: &std::path::Path) -> Option<String> {
+    let db = rusqlite::Connection::open(home.join("state.db")).ok()?;
+    db.query_row("SELECT id FROM sessions WHERE parent_session_id IS NULL", [], |r| r.get(0)).ok()
+}
+
+fn sync_wait(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < Duration::from_secs(60), "timed out waiting for: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_sub_agent_outlives_kill_9_of_its_parent_and_talaria_c_gets_its_answer_once() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let m = marker();
+    let home = common::Home::new();
+    let go = home.work().join(format!("go-{m}"));
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: wait for the go file");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let server = rt
+        .block_on(ScriptedServer::with_responder(move |req| {
+            let first = first_user(req);
+            if first == pp {
+                if all_text(req).contains("[Sub-agent ") {
+                    return ScriptedResponse::text(&format!("GOT-IT-{m}"));
+                }
+                if last_role(req) == "tool" {
+                    return ScriptedResponse::text("working on it");
+                }
+                return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+            }
+            if last_role(req) == "tool" {
+                let released = all_text(req).contains(&format!("released-{m}"));
+                return ScriptedResponse::text(&format!("ANSWER-{m} released={released}"));
+            }
+            let command = format!("while [ ! -e go-{m} ]; do sleep 0.05; done; echo released-{m}");
+            ScriptedResponse::tool_call(
+                "call_c1",
+                "terminal",
+                &json!({ "command": command, "timeout": 600 }).to_string(),
+            )
+        }))
+        .unwrap();
+    let url = server.base_url();
+    let args = ["--base-url", url.as_str(), "--model", "m"];
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &args, 120, 36);
+    p.wait_for(" message ", Duration::from_secs(30));
+    p.type_text(&parent_prompt);
+    p.send(b"\r");
+    // The sub-agent works: its command waits for the go file.
+    let needle = format!("go-{m} ]");
+    sync_wait("the sub-agent's command", || !processes_of(&needle).is_empty());
+    let parent = parent_session(home.path()).expect("the parent session");
+    let sub = sub_sessions(home.path(), &parent).pop().expect("a linked sub-session");
+    let child = format!("--session {sub}");
+    assert!(!processes_of(&child).is_empty(), "the child talaria runs");
+
+    let pid = p.child.process_id().expect("pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(p.wait_exit(Duration::from_secs(30)).is_some(), "the parent died");
+    drop(p);
+    assert!(!processes_of(&child).is_empty(), "the sub-agent outlived its parent");
+    assert!(!processes_of(&needle).is_empty(), "and so did its command");
+
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &[&args[..], &["-c"]].concat(), 120, 36);
+    p.wait_for(" message ", Duration::from_secs(30));
+    std::fs::write(&go, "").unwrap();
+    p.wait_for(&format!("GOT-IT-{m}"), Duration::from_secs(60));
+    let answer = format!("ANSWER-{m} released=true");
+    let last = server.chat_requests().into_iter().rev().find(|r| first_user(r) == parent_prompt).unwrap();
+    assert_eq!(count(&all_text(&last), &answer), 1, "{}", all_text(&last));
+    let db = rusqlite::Connection::open(home.path().join("state.db")).unwrap();
+    let told: i64 = db
+        .query_row(
+            "SELECT COUNT(*) FROM messages WHERE session_id = ?1 AND content LIKE '[Sub-agent %'",
+            [&parent],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(told, 1, "the answer is told once");
+    sync_wait("the sub-agent to end", || processes_of(&child).is_empty() && processes_of(&needle).is_empty());
+    let _ = p.child.kill();
+    let _ = p.wait_exit(Duration::from_secs(10));
+}
+
+#[path = "common/sshd.rs"]
+mod sshd;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sub_agent_with_an_ssh_backend_runs_its_command_on_that_host() {
+    let sshd = sshd::Sshd::start();
+    let m = marker();
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: remote");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let backend = format!("ssh:{}", sshd::HOST);
+    let server = ScriptedServer::with_responder(move |req| {
+        if first_user(req) == pp {
+            if all_text(req).contains("[Sub-agent ") || last_role(req) == "tool" {
+                return ScriptedResponse::text("ok");
+            }
+            let args = json!({ "task": tk, "backend": backend });
+            return ScriptedResponse::tool_call("call_p1", "agent", &args.to_string());
+        }
+        if last_role(req) == "tool" {
+            let result = messages(req).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+            let v: Value = serde_json::from_str(&result).unwrap_or_default();
+            let via_ssh = v["output"].as_str().unwrap_or("").contains(&format!("ssh-yes-{m}"));
+            return ScriptedResponse::text(&format!("ANSWER-{m} ssh={via_ssh} backend={}", v["backend"]));
+        }
+        let command = format!("test -n \"$SSH_CONNECTION\" && echo ssh-yes-{m}");
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command }).to_string())
+    })
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    // The parent runs locally; the ssh settings are in the config both read.
+    let text = sshd.talaria_config(10).replace(&format!("backend = \"ssh:{}\"\n", sshd::HOST), "");
+    std::fs::write(home.path().join("config.toml"), &text).unwrap();
+    let mut config = Config::from_toml(&text, std::path::Path::new("config.toml")).unwrap();
+    config.agents.run_base_url = Some(server.base_url());
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    run.send(Op::Submit { text: parent_prompt, mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    assert_eq!(started["status"], "started", "{started}");
+    let answer = format!("ANSWER-{m} ssh=true backend=\"ssh:{}\"", sshd::HOST);
+    run.wait_for("the remote answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer))).await;
+    run.shutdown().await;
+}
