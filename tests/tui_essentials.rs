@@ -56,6 +56,8 @@ fn editor_suspend_and_copy_hand_the_terminal_over_and_back() {
     }
 
     pty.send(b"\r");
+    // "● idle" is on screen before the turn starts too: wait for the answer, then idle.
+    pty.wait_for("Hello! I am Talaria", WAIT);
     pty.wait_for("● idle", WAIT);
     pty.type_text("/copy");
     pty.send(b"\r");

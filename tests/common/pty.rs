@@ -16,6 +16,8 @@ pub struct Pty {
     writer: Arc<Mutex<Box<dyn Write + Send>>>,
     pub child: Box<dyn Child + Send + Sync>,
     _master: Box<dyn MasterPty + Send>,
+    /// Set when the reader saw the end of the terminal's output (every writer gone).
+    drained: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl Pty {
@@ -54,7 +56,9 @@ impl Pty {
             0,
         )));
         let raw = Arc::new(Mutex::new(Vec::new()));
+        let drained = Arc::new(std::sync::atomic::AtomicBool::new(false));
         {
+            let drained = drained.clone();
             let screen = screen.clone();
             let raw = raw.clone();
             let writer = writer.clone();
@@ -74,9 +78,10 @@ impl Pty {
                     raw.lock().unwrap().extend_from_slice(bytes);
                     screen.lock().unwrap().process(bytes);
                 }
+                drained.store(true, std::sync::atomic::Ordering::SeqCst);
             });
         }
-        Pty { screen, raw, writer, child, _master: pair.master }
+        Pty { screen, raw, writer, child, _master: pair.master, drained }
     }
 
     pub fn send(&self, bytes: &[u8]) {
@@ -122,6 +127,12 @@ impl Pty {
         let deadline = Instant::now() + timeout;
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
+                // What it wrote before exiting may still be on its way to the reader: wait
+                // for the end of the output (bounded: a process it left may hold the pty).
+                let drain_until = Instant::now() + Duration::from_secs(5);
+                while !self.drained.load(std::sync::atomic::Ordering::SeqCst) && Instant::now() < drain_until {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
                 return Some(status.exit_code());
             }
             if Instant::now() > deadline {
