@@ -640,7 +640,14 @@ async fn the_model_the_busy_mode_and_the_approval_mode_are_session_settings() {
 async fn a_background_jobs_exit_reaches_the_editor_as_a_line_with_talaria_fields() {
     let home = Home::new();
     config(&home, "off");
-    let background = json!({ "command": "echo done-3004416", "background": true }).to_string();
+    // The job ends only once the first turn has: its notice then starts a turn of its own
+    // (a job ending mid-turn is told to that turn instead).
+    let go = home.work().join("go-3004416");
+    let background = json!({
+        "command": format!("while [ ! -e {} ]; do sleep 0.02; done; echo done-3004416", go.display()),
+        "background": true
+    })
+    .to_string();
     let server = ScriptedServer::start([
         ScriptedResponse::tool_call("call_bg", "terminal", &background),
         ScriptedResponse::text("started it"),
@@ -652,6 +659,7 @@ async fn a_background_jobs_exit_reaches_the_editor_as_a_line_with_talaria_fields
     let session = client.new_session(&home).await;
     let tag = client.prompt(&session, "start a background job").await;
     client.result(&tag).await;
+    std::fs::write(&go, "").unwrap();
     let finished = client
         .wait_for("the job's exit", |v| v["params"]["update"]["_meta"]["talaria"]["event"] == "job_finished")
         .await;
