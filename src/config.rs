@@ -187,7 +187,7 @@ pub struct TerminalConfig {
     pub(crate) max_foreground_timeout_s: u64,
     pub kill_grace_s: f64,
     /// Where commands run: `local`, `ssh:<host>` or `docker:<container>` (DESIGN §4b).
-    pub backend: String,
+    pub backend: crate::protocol::Backend,
     /// `warn`: an unreachable remote backend gives a `degraded` result; `fail`: an error.
     pub(crate) degraded_mode: DegradedMode,
     pub(crate) ssh: SshConfig,
@@ -205,7 +205,7 @@ impl Default for TerminalConfig {
             timeout_s: 180,
             max_foreground_timeout_s: 600,
             kill_grace_s: 1.0,
-            backend: "local".into(),
+            backend: crate::protocol::Backend::Local,
             degraded_mode: DegradedMode::Warn,
             ssh: SshConfig::default(),
             docker: DockerConfig::default(),
@@ -697,9 +697,6 @@ impl Config {
                     ));
                 }
             }
-        }
-        if let Err(e) = crate::engine::backend::Backend::parse(&self.terminal.backend) {
-            return Err(invalid("terminal.backend", &e));
         }
         if self.terminal.ssh.connect_timeout_s == 0 {
             return Err(invalid("terminal.ssh.connect_timeout_s", "expected a positive number of seconds"));

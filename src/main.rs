@@ -311,9 +311,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
         config.model.provider = provider.clone();
     }
     if let Some(backend) = &model.backend {
-        let parsed =
-            talaria::engine::backend::Backend::parse(backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
-        config.terminal.backend = parsed.label();
+        let parsed = talaria::protocol::Backend::parse(backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
+        config.terminal.backend = parsed;
         config.terminal.backend_from_flag = true;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build()?;

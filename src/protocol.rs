@@ -9,10 +9,12 @@ pub mod commands;
 pub(crate) mod info;
 pub mod rewind;
 pub(crate) mod usage;
+mod backend;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+pub use backend::Backend;
 pub use commands::{Command, SlashCommand, UiCommand};
 pub(crate) use info::{
     GateInfo, GateRun, GoalInfo, GoalState, HeartbeatInfo, McpServerInfo, McpState, McpToolInfo, SessionInfo,

@@ -61,9 +61,8 @@ pub fn apply(config: &mut Config, hello: &Hello, depth: u32) -> anyhow::Result<(
     }
     config.agents.inherited_sandbox = policy;
     if let Some(backend) = &hello.backend {
-        let parsed =
-            crate::engine::backend::Backend::parse(backend).map_err(|e| anyhow::anyhow!("backend {backend}: {e}"))?;
-        config.terminal.backend = parsed.label();
+        let parsed = crate::protocol::Backend::parse(backend).map_err(|e| anyhow::anyhow!("backend {backend}: {e}"))?;
+        config.terminal.backend = parsed;
         config.terminal.backend_from_flag = true;
     }
     Ok(())

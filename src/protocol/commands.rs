@@ -70,7 +70,7 @@ pub enum SlashCommand {
     /// `/approvals [auto|prompt|off]`: show or switch what asks, for this session.
     Approvals(Option<ApprovalMode>),
     /// `/backend [local|ssh <host>|docker <container>]`: show or switch where commands run.
-    Backend(Option<String>),
+    Backend(Option<crate::protocol::Backend>),
     Mcp(McpCmd),
     /// `/rewind`: the picker, or a rewind to before entry n (DESIGN §13).
     Rewind(super::rewind::RewindCmd),
@@ -268,9 +268,9 @@ pub(crate) fn parse(text: &str) -> Result<Command, String> {
         "/usage" => no_args(SlashCommand::Usage.into()),
         "/permissions" | "/sandbox" => no_args(SlashCommand::Permissions.into()),
         "/network" => no_args(SlashCommand::Network.into()),
-        "/backend" => match crate::engine::backend::Backend::parse(rest) {
+        "/backend" => match crate::protocol::Backend::parse(rest) {
             _ if rest.is_empty() => Ok(Command::Engine(SlashCommand::Backend(None))),
-            Ok(b) => Ok(Command::Engine(SlashCommand::Backend(Some(b.label())))),
+            Ok(b) => Ok(Command::Engine(SlashCommand::Backend(Some(b)))),
             Err(e) => Err(format!("{e}; {}", usage_of("/backend"))),
         },
         "/mcp" => match args.as_slice() {
@@ -556,9 +556,10 @@ mod tests {
         assert_eq!(parse("/permissions"), Ok(Command::Engine(SlashCommand::Permissions)));
         assert_eq!(parse("/network"), Ok(Command::Engine(SlashCommand::Network)));
         assert_eq!(parse("/backend"), Ok(Command::Engine(SlashCommand::Backend(None))));
-        assert_eq!(parse("/backend ssh box"), Ok(Command::Engine(SlashCommand::Backend(Some("ssh:box".into())))));
-        assert_eq!(parse("/backend docker:ci"), Ok(Command::Engine(SlashCommand::Backend(Some("docker:ci".into())))));
-        assert_eq!(parse("/backend local"), Ok(Command::Engine(SlashCommand::Backend(Some("local".into())))));
+        use crate::protocol::Backend;
+        assert_eq!(parse("/backend ssh box"), Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Ssh("box".into()))))));
+        assert_eq!(parse("/backend docker:ci"), Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Docker("ci".into()))))));
+        assert_eq!(parse("/backend local"), Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Local)))));
         assert!(parse("/backend ftp x").unwrap_err().contains("/backend"));
         assert_eq!(parse("/sandbox"), Ok(Command::Engine(SlashCommand::Permissions)));
     }

@@ -26,59 +26,7 @@ use tokio::sync::watch;
 use crate::config::Config;
 use crate::util::lock;
 
-/// Where a session's commands run.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
-pub enum Backend {
-    Local,
-    Ssh(String),
-    Docker(String),
-}
-
-impl Backend {
-    /// `local`, `ssh:<host>` or `docker:<container>` (also `ssh <host>`, as `/backend` takes it).
-    pub fn parse(text: &str) -> Result<Backend, String> {
-        let text = text.trim();
-        if text.is_empty() || text == "local" {
-            return Ok(Backend::Local);
-        }
-        let (kind, rest) = text.split_once(':').or_else(|| text.split_once(char::is_whitespace)).ok_or_else(|| {
-            format!("unknown backend '{text}': expected \"local\", \"ssh:<host>\" or \"docker:<container>\"")
-        })?;
-        let name = rest.trim();
-        let valid = !name.is_empty()
-            && !name.starts_with('-')
-            && name.chars().all(|c| c.is_ascii_alphanumeric() || "._-@:[]%".contains(c));
-        match kind.trim() {
-            "ssh" if valid => Ok(Backend::Ssh(name.to_string())),
-            "docker" | "podman" if valid => Ok(Backend::Docker(name.to_string())),
-            "ssh" | "docker" | "podman" => Err(format!(
-                "'{name}' is not a usable host or container name (letters, digits, . _ - @ : only, not starting with -)"
-            )),
-            other => Err(format!(
-                "unknown backend kind '{other}': expected \"local\", \"ssh:<host>\" or \"docker:<container>\""
-            )),
-        }
-    }
-
-    pub(crate) fn is_remote(&self) -> bool {
-        !matches!(self, Backend::Local)
-    }
-
-    /// `local`, `ssh:box`, `docker:ci`.
-    pub fn label(&self) -> String {
-        match self {
-            Backend::Local => "local".into(),
-            Backend::Ssh(h) => format!("ssh:{h}"),
-            Backend::Docker(c) => format!("docker:{c}"),
-        }
-    }
-}
-
-impl std::fmt::Display for Backend {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.label())
-    }
-}
+pub use crate::protocol::Backend;
 
 /// The state of a remote backend as the status line shows it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,7 +122,7 @@ struct Inner {
 
 impl Backends {
     pub fn new(config: Arc<Config>, control_dir: PathBuf) -> Backends {
-        let current = Backend::parse(&config.terminal.backend).unwrap_or(Backend::Local);
+        let current = config.terminal.backend.clone();
         let (changed, _) = watch::channel(0);
         Backends {
             inner: Arc::new(Inner {
@@ -685,19 +633,6 @@ pub(crate) fn classify_docker(docker: &str, container: &str, stderr: &str) -> De
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_backends() {
-        assert_eq!(Backend::parse("local"), Ok(Backend::Local));
-        assert_eq!(Backend::parse(""), Ok(Backend::Local));
-        assert_eq!(Backend::parse("ssh:box"), Ok(Backend::Ssh("box".into())));
-        assert_eq!(Backend::parse("ssh build@box.lan"), Ok(Backend::Ssh("build@box.lan".into())));
-        assert_eq!(Backend::parse("docker:ci"), Ok(Backend::Docker("ci".into())));
-        assert!(Backend::parse("ssh:-oProxyCommand=x").is_err());
-        assert!(Backend::parse("ssh:a b").is_err());
-        assert!(Backend::parse("ftp:x").is_err());
-        assert_eq!(Backend::Ssh("box".into()).label(), "ssh:box");
-    }
 
     #[test]
     fn ssh_failures_are_classified() {

@@ -274,14 +274,9 @@ impl Engine {
 
     /// `/backend`: where commands run, its connection state, and what that means for
     /// approvals; `/backend <choice>` switches this session (remembered with it).
-    async fn backend_command(&mut self, choice: Option<String>) {
-        use crate::engine::backend::Backend;
+    async fn backend_command(&mut self, choice: Option<crate::protocol::Backend>) {
         let backends = self.env.jobs.backends().clone();
-        if let Some(choice) = choice {
-            let backend = match Backend::parse(&choice) {
-                Ok(b) => b,
-                Err(e) => return self.notice(NoticeLevel::Error, e),
-            };
+        if let Some(backend) = choice {
             backends.set_current(backend.clone());
             let key = super::backend_key(&self.env.session_id);
             let _ = self.env.store.meta_set(&key, &backend.label()).await;

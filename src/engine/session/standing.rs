@@ -140,8 +140,7 @@ impl Engine {
         // The session's backend: `--backend` for this run, else what `/backend` chose for
         // it, else `terminal.backend`.
         let terminal = &self.env.config.terminal;
-        let configured =
-            crate::engine::backend::Backend::parse(&terminal.backend).unwrap_or(crate::engine::backend::Backend::Local);
+        let configured = terminal.backend.clone();
         let backend = if terminal.backend_from_flag {
             configured
         } else {
