@@ -209,8 +209,8 @@ fn bytes(n: u64) -> String {
 }
 
 /// One connection through the network proxy (exec's stderr, a `/network` row).
-pub(crate) fn network_line(c: &crate::engine::netproxy::Connection) -> String {
-    use crate::engine::netproxy::Verdict;
+pub(crate) fn network_line(c: &crate::protocol::network::Connection) -> String {
+    use crate::protocol::network::Verdict;
     let verdict = match c.verdict {
         Verdict::Allowed => "allowed",
         Verdict::Asked => "asked, allowed",
@@ -222,7 +222,7 @@ pub(crate) fn network_line(c: &crate::engine::netproxy::Connection) -> String {
 }
 
 /// `/network`: this session's connections through the proxy, one line each, oldest first.
-pub(crate) fn network_list(connections: &[crate::engine::netproxy::Connection], utc_offset_s: i64) -> String {
+pub(crate) fn network_list(connections: &[crate::protocol::network::Connection], utc_offset_s: i64) -> String {
     if connections.is_empty() {
         return "no connections through talaria's network proxy in this session".into();
     }
@@ -355,7 +355,7 @@ mod tests {
 
     #[test]
     fn a_network_row_says_job_host_verdict_and_bytes() {
-        use crate::engine::netproxy::{Connection, Verdict};
+        use crate::protocol::network::{Connection, Verdict};
         let c = Connection {
             at_ms: 0,
             job: "job_4".into(),

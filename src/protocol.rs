@@ -10,6 +10,7 @@ pub(crate) mod info;
 pub mod rewind;
 pub(crate) mod usage;
 mod backend;
+pub mod network;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
@@ -765,7 +766,7 @@ pub enum Event {
         jobs: Vec<KilledJob>,
     },
     /// A connection through the session's network proxy ended or was refused (DESIGN §6b).
-    NetworkConnection(crate::engine::netproxy::Connection),
+    NetworkConnection(network::Connection),
     /// The engine has finished shutting down; nothing follows.
     ShutdownComplete,
 }

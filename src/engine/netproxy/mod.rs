@@ -19,7 +19,6 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
@@ -72,34 +71,7 @@ pub trait Gate: Send + Sync {
     async fn ask(&self, question: Question) -> Answer;
 }
 
-/// How a connection was decided, for `/network` and `exec --json`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Verdict {
-    /// Let through by a rule (listed, this session, the session's own server).
-    Allowed,
-    /// The user (or `--yes`) said yes when asked.
-    Asked,
-    Denied,
-}
-
-/// One connection through the proxy.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Connection {
-    /// Milliseconds since the epoch when it was asked for.
-    pub at_ms: u64,
-    pub job: String,
-    pub host: String,
-    pub port: u16,
-    /// Bytes from the job to the host, and back.
-    pub sent: u64,
-    pub received: u64,
-    pub verdict: Verdict,
-    /// Why it was let through or refused, in a few words.
-    pub reason: String,
-    /// The relay is over (bytes are final).
-    pub done: bool,
-}
+pub use crate::protocol::network::{Connection, Verdict};
 
 /// What the session's config says (and where "always" is saved).
 #[derive(Debug, Clone, Default)]
