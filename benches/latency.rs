@@ -132,6 +132,7 @@ impl Engine {
             cwd,
             approval_policy: PromptPolicy::AllowUnattended,
             reaper: false,
+            inherited_sandbox: None,
         };
         let (handle, join) = talaria::engine::start(options).await?;
         let (tx, events) = mpsc::unbounded_channel();

@@ -27,7 +27,7 @@ pub struct Config {
     pub(crate) prices: Prices,
     pub(crate) mcp: McpConfig,
     pub(crate) rewind: RewindConfig,
-    pub agents: crate::engine::agents::AgentsConfig,
+    pub agents: AgentsConfig,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -76,7 +76,7 @@ impl Price {
 
     /// Dollars for `usage`: uncached input, cache reads, cache writes and output, each at
     /// its own price.
-    pub(crate) fn cost(&self, usage: &crate::engine::llm::Usage) -> f64 {
+    pub(crate) fn cost(&self, usage: &crate::protocol::usage::Usage) -> f64 {
         let per_token = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
         per_token(usage.uncached_prompt_tokens(), self.input)
             + per_token(usage.cache_read_tokens, self.cache_read)
@@ -386,7 +386,7 @@ pub struct SandboxConfig {
     pub deny_read: Vec<PathBuf>,
     /// Unix sockets outside the sandbox commands may connect to (paths, `@name` abstract).
     pub allow_unix_sockets: Vec<PathBuf>,
-    pub limits: crate::engine::sandbox::limits::Limits,
+    pub limits: Limits,
     /// Variables commands get although their names look secret (exact names, `PREFIX_*`).
     pub env_keep: Vec<String>,
     /// Variables commands do not get besides those (exact names, `PREFIX_*`).
@@ -501,6 +501,66 @@ pub(crate) struct UiConfig {
 impl Default for UiConfig {
     fn default() -> Self {
         UiConfig { theme: ThemeName::Default, notify: NotifyMode::Bell, notify_after_s: 10, mouse: true }
+    }
+}
+
+/// `[sandbox.limits]`: the limits of one command; 0 means none.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Limits {
+    /// Tasks (processes and threads) at once.
+    pub processes: u64,
+    /// Address space per process, MiB.
+    pub address_space_mb: u64,
+    /// Largest file a process may write, MiB.
+    pub file_size_mb: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        // 2048 tasks: `cargo build -j`, `npm install`, a test suite use tens to hundreds
+        // (threads count); a fork bomb stops there. No address-space limit: V8, Go and the
+        // sanitizers reserve terabytes they never touch.
+        Limits { processes: 2048, address_space_mb: 0, file_size_mb: 65_536 }
+    }
+}
+
+/// `[agents]` in config.toml.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentsConfig {
+    /// Sub-agents running at once; the tool refuses more until one ends.
+    pub max_parallel: usize,
+    /// How deep sub-agents nest: 1 = a sub-agent cannot start one.
+    pub max_depth: u32,
+    /// Characters of a final answer the parent model is told.
+    pub max_result_chars: usize,
+    /// Model calls a sub-agent may make in its turn.
+    pub max_turns: u32,
+    /// Seconds a sub-agent may run before it is killed; 0 = no limit.
+    pub max_runtime_s: u64,
+    /// This process's own depth: 0 for a talaria the user started, 1 for a sub-agent.
+    #[serde(skip)]
+    pub depth: u32,
+    /// `--model` and `--base-url` of this run: a sub-agent talks to the same model server.
+    #[serde(skip)]
+    pub run_model: Option<String>,
+    #[serde(skip)]
+    pub run_base_url: Option<String>,
+}
+
+impl Default for AgentsConfig {
+    fn default() -> Self {
+        AgentsConfig {
+            max_parallel: 4,
+            max_depth: 1,
+            max_result_chars: 4000,
+            max_turns: 30,
+            max_runtime_s: 1800,
+            depth: 0,
+            run_model: None,
+            run_base_url: None,
+        }
     }
 }
 

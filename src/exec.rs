@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
-use crate::engine::llm::spend::Spend;
-use crate::engine::llm::Usage;
+use crate::protocol::usage::Spend;
+use crate::protocol::usage::Usage;
 use crate::present;
 use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, Phase, TurnOutcome, TurnTrigger};

@@ -534,6 +534,7 @@ async fn start_engine(
         cwd,
         approval_policy: policy,
         reaper: true,
+        inherited_sandbox: talaria::subagent::hello().and_then(talaria::subagent::inherited_sandbox),
     };
     let (handle, join) = talaria::engine::start(options).await?;
     // A panic in the engine task is fatal: like any crash, it leaves the jobs to their
@@ -585,6 +586,7 @@ impl talaria::acp::EngineStarter for AcpStarter {
             cwd,
             approval_policy: PromptPolicy::Ask,
             reaper: true,
+            inherited_sandbox: None,
         };
         let (handle, join) = talaria::engine::start(options).await?;
         // An engine that asks its front end starts MCP servers after the first frame; an

@@ -9,7 +9,7 @@ use std::io::{BufRead, Write};
 use std::sync::OnceLock;
 
 use crate::config::{Config, SandboxMode};
-use crate::engine::agents::{Hello, Inbound, APPROVAL_ANSWERED};
+use crate::engine::api::{Hello, Inbound, APPROVAL_ANSWERED};
 use crate::exec::ExecOptions;
 use crate::protocol::{EngineHandle, Op};
 
@@ -26,7 +26,7 @@ pub fn take_hello(key_names: &[String]) {
     {
         Ok(hello) => hello,
         Err(e) => {
-            eprintln!("talaria: {} is started by the agent tool only ({e})", crate::engine::agents::ARG);
+            eprintln!("talaria: {} is started by the agent tool only ({e})", crate::engine::api::AGENT_ARG);
             std::process::exit(2);
         }
     };
@@ -50,22 +50,25 @@ pub fn apply(config: &mut Config, hello: &Hello, depth: u32) -> anyhow::Result<(
     config.agent.max_iterations = hello.max_turns.max(1);
     config.jobs.orphan_grace_s = 0.0;
     config.approvals.mode = hello.approvals;
-    let mut policy = hello.sandbox.clone();
     if hello.read_only {
         config.sandbox.mode = SandboxMode::ReadOnly;
-        if let Some(policy) = &mut policy {
-            if policy.mode != SandboxMode::Off {
-                policy.mode = SandboxMode::ReadOnly;
-            }
-        }
     }
-    config.agents.inherited_sandbox = policy;
     if let Some(backend) = &hello.backend {
         let parsed = crate::protocol::Backend::parse(backend).map_err(|e| anyhow::anyhow!("backend {backend}: {e}"))?;
         config.terminal.backend = parsed;
         config.terminal.backend_from_flag = true;
     }
     Ok(())
+}
+
+/// The parent's sandbox policy the sub-agent's jobs run under (narrowed to read-only when
+/// the parent asked for a read-only sub-agent).
+pub fn inherited_sandbox(hello: &Hello) -> Option<crate::engine::api::Policy> {
+    let mut policy = hello.sandbox.clone()?;
+    if hello.read_only && policy.mode != SandboxMode::Off {
+        policy.mode = SandboxMode::ReadOnly;
+    }
+    Some(policy)
 }
 
 /// Work on the task until the turn ends, printing every event as a JSON line.

@@ -74,6 +74,7 @@ impl Harness {
             cwd: work.clone(),
             approval_policy,
             reaper: false,
+            inherited_sandbox: None,
         };
         let (handle, _join) = talaria::engine::start(options).await.expect("engine starts");
         let mut h = Harness { _home: home, work, server, ops: handle.ops, events: handle.events, seen: Vec::new() };

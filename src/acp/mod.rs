@@ -25,8 +25,7 @@ use serde_json::{json, Value};
 use tokio::sync::mpsc;
 
 use crate::config::Config;
-use crate::engine::store::Store;
-use crate::engine::SessionChoice;
+use crate::engine::api::{SessionChoice, Store};
 use crate::protocol::EngineHandle;
 use server::Incoming;
 

@@ -24,7 +24,7 @@ use super::session::{Answer, Out, PromptId, SessionState};
 use super::settings::{config_options, mode_id, modes, prompt_text};
 use super::{updates, AcpOptions, SetModelRequest, SetModelResponse};
 use crate::config::OnQuit;
-use crate::engine::SessionChoice;
+use crate::engine::api::SessionChoice;
 use crate::protocol::{Approval, ApprovalMode, BusyMode, Event, HistoryItem, Op};
 
 /// What the SDK's handlers hand over.

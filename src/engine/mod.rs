@@ -2,6 +2,7 @@
 
 pub(crate) mod activity;
 pub mod agents;
+pub mod api;
 pub mod approval;
 pub mod args;
 pub mod backend;

@@ -89,6 +89,7 @@ pub async fn start_with_policy(
         cwd: work.clone(),
         approval_policy,
         reaper: false,
+        inherited_sandbox: None,
     };
     let (handle, join) = talaria::engine::start(options).await.expect("engine starts");
     let mut running = Running { handle, join, store, paths, work, seen: Vec::new() };

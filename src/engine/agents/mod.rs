@@ -19,49 +19,7 @@ use crate::protocol::{Approval, ApprovalMode, JobStatus};
 /// The hidden subcommand a sub-agent runs.
 pub const ARG: &str = "__agent";
 
-/// `[agents]` in config.toml.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct AgentsConfig {
-    /// Sub-agents running at once; the tool refuses more until one ends.
-    pub max_parallel: usize,
-    /// How deep sub-agents nest: 1 = a sub-agent cannot start one.
-    pub max_depth: u32,
-    /// Characters of a final answer the parent model is told.
-    pub max_result_chars: usize,
-    /// Model calls a sub-agent may make in its turn.
-    pub max_turns: u32,
-    /// Seconds a sub-agent may run before it is killed; 0 = no limit.
-    pub max_runtime_s: u64,
-    /// This process's own depth: 0 for a talaria the user started, 1 for a sub-agent.
-    #[serde(skip)]
-    pub depth: u32,
-    /// The parent's sandbox policy, which a sub-agent's jobs run under as it is (so a
-    /// sub-agent never has more than its parent, whatever its own directory).
-    #[serde(skip)]
-    pub inherited_sandbox: Option<Policy>,
-    /// `--model` and `--base-url` of this run: a sub-agent talks to the same model server.
-    #[serde(skip)]
-    pub run_model: Option<String>,
-    #[serde(skip)]
-    pub run_base_url: Option<String>,
-}
-
-impl Default for AgentsConfig {
-    fn default() -> Self {
-        AgentsConfig {
-            max_parallel: 4,
-            max_depth: 1,
-            max_result_chars: 4000,
-            max_turns: 30,
-            max_runtime_s: 1800,
-            depth: 0,
-            inherited_sandbox: None,
-            run_model: None,
-            run_base_url: None,
-        }
-    }
-}
+pub use crate::config::AgentsConfig;
 
 /// The first line the parent writes to a sub-agent's stdin.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -11,28 +11,8 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use nix::sys::resource::Resource;
-use serde::{Deserialize, Serialize};
 
-/// The limits of one command; 0 means none.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct Limits {
-    /// Tasks (processes and threads) at once.
-    pub processes: u64,
-    /// Address space per process, MiB.
-    pub address_space_mb: u64,
-    /// Largest file a process may write, MiB.
-    pub file_size_mb: u64,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        // 2048 tasks: `cargo build -j`, `npm install`, a test suite use tens to hundreds
-        // (threads count); a fork bomb stops there. No address-space limit: V8, Go and the
-        // sanitizers reserve terabytes they never touch.
-        Limits { processes: 2048, address_space_mb: 0, file_size_mb: 65_536 }
-    }
-}
+pub use crate::config::Limits;
 
 /// Where a job's cgroup can be made.
 #[derive(Debug, Clone, PartialEq, Eq)]

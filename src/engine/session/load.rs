@@ -75,7 +75,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
     jobs.set_workspace(&cwd, &opts.paths);
     // A sub-agent's jobs run under its parent's policy as it is: never wider (DESIGN §14).
-    if let Some(policy) = &opts.config.agents.inherited_sandbox {
+    if let Some(policy) = &opts.inherited_sandbox {
         jobs.set_sandbox_policy(policy.clone());
     }
     let backend_changed = jobs.backends().subscribe();

@@ -51,6 +51,9 @@ pub struct EngineOptions {
     pub approval_policy: PromptPolicy,
     /// Unused: jobs are supervised by `talaria __job` (kept so callers need not change).
     pub reaper: bool,
+    /// A sub-agent's: its parent's sandbox policy, which its jobs run under as it is (so a
+    /// sub-agent never has more than its parent, whatever its own directory).
+    pub inherited_sandbox: Option<crate::engine::sandbox::Policy>,
 }
 
 /// A model turn or `!command` running as its own task.
