@@ -14,6 +14,11 @@ pub fn now_ms() -> u64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)).unwrap_or(0)
 }
 
+/// A job's runtime as notices and `talaria jobs` show it (`4.2s`, `3m12s`, `2h05m`).
+pub(crate) fn format_duration(d: std::time::Duration) -> String {
+    format_duration_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
 /// `250ms`, `3.2s`, `2m05s`, `2h05m`: how the transcript, the job pane and job notices
 /// show a duration.
 pub(crate) fn format_duration_ms(ms: u64) -> String {

@@ -17,6 +17,7 @@ pub mod jobs;
 pub mod llm;
 pub mod mcp;
 pub(crate) mod mentions;
+pub mod process;
 pub mod netproxy;
 pub mod rewind;
 pub mod sandbox;

@@ -71,7 +71,7 @@ pub(crate) fn inbound_line(inbound: &Inbound) -> String {
 
 /// The shell command of a sub-agent job.
 pub(crate) fn command_line(exe: &Path, session: &str, depth: u32) -> String {
-    format!("exec {} {ARG} --session {session} --depth {depth}", crate::engine::jobs::sh_quote(&exe.to_string_lossy()))
+    format!("exec {} {ARG} --session {session} --depth {depth}", crate::engine::process::sh_quote(&exe.to_string_lossy()))
 }
 
 /// The sub-session of a sub-agent job, from its command; None for any other job.
@@ -104,7 +104,7 @@ pub(crate) fn notice_text(
     answer: Option<&str>,
     max_chars: usize,
 ) -> String {
-    let dur = crate::engine::jobs::format_duration(runtime);
+    let dur = crate::util::format_duration(runtime);
     let answer = answer.map(str::trim).filter(|a| !a.is_empty());
     let body = match answer {
         Some(text) => crate::text::truncate_for_model(text, max_chars.max(1)),

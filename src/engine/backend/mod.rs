@@ -295,7 +295,7 @@ impl Backends {
             }
             Err(_) => {
                 if let Some(pid) = child.id() {
-                    crate::engine::jobs::group::signal_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
+                    crate::engine::process::signal_group(pid as i32, nix::sys::signal::Signal::SIGKILL);
                 }
                 let _ = child.wait().await;
                 return Err(Degraded {
@@ -538,7 +538,7 @@ pub(crate) fn transport_argv(config: &Config, control_dir: &Path, backend: &Back
             argv.extend(ssh_base_args(config, &sock));
             argv.extend(["-o".into(), "ControlMaster=no".into(), "-T".into(), "--".into(), host.clone()]);
             // ssh hands the remote login shell one string: quote the script for it.
-            argv.push(format!("sh -c {}", crate::engine::jobs::sh_quote(script)));
+            argv.push(format!("sh -c {}", crate::engine::process::sh_quote(script)));
             argv
         }
         Backend::Docker(container) => vec![

@@ -16,7 +16,7 @@
 //! the path of a command. Only the rarely taken paths (re-attach, kill, a host without GNU
 //! tail) poll with `sleep`.
 
-use crate::engine::jobs::sh_quote;
+use crate::engine::process::sh_quote;
 
 pub(crate) const STARTED: &str = "__talaria_started";
 pub(crate) const END: &str = "__talaria_end";

@@ -145,10 +145,7 @@ pub(crate) fn lost_notice_text(id: &str, why: &str, runtime: Duration, command: 
     format!("[Background job {id} was lost after {dur}: {why}. Command: {command}. Output tail: {tail}]")
 }
 
-/// A job's runtime as notices and `talaria jobs` show it (`4.2s`, `3m12s`, `2h05m`).
-pub(crate) fn format_duration(d: Duration) -> String {
-    crate::util::format_duration_ms(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
+pub(crate) use crate::util::format_duration;
 
 /// Resolve when the counter changed since this receiver last looked — for a tool's
 /// signals, since the tool started; never when its sender is gone.

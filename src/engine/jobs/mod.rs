@@ -10,7 +10,7 @@ mod actions;
 mod agent_jobs;
 pub mod cli;
 mod follow;
-pub mod group;
+pub use super::process as group;
 pub mod jobdir;
 pub mod log;
 pub mod output;
@@ -41,7 +41,8 @@ use self::output::OutputBuf;
 
 pub(crate) use self::actions::{bumped, format_duration, ProcessAction, ProcessArgs};
 pub use self::follow::LogReader;
-pub(crate) use self::run::{sh_quote, SpawnError};
+pub(crate) use self::run::SpawnError;
+pub(crate) use super::process::sh_quote;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -18,6 +18,7 @@ use super::jobdir::{self, Handshake, JobDir, Owner, Spec};
 use super::output::OutputBuf;
 use super::{lock, now_ms, Job, JobState, Registry, RemoteTarget, SpawnSpec, Spawned};
 use crate::engine::backend::{remote, RemoteJob};
+use crate::engine::process::sh_quote;
 use crate::engine::store::jobs::{JobPids, NewJob};
 use crate::engine::store::StoreError;
 use crate::protocol::JobStatus;
@@ -519,11 +520,6 @@ pub(crate) fn wrap_command(command: &str, cwd_file: Option<&Path>) -> String {
             sh_quote(&file.to_string_lossy())
         ),
     }
-}
-
-/// Single-quote a string for a POSIX shell.
-pub(crate) fn sh_quote(s: &str) -> String {
-    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::engine::jobs::group;
+use crate::engine::process as group;
 
 /// The first argument that makes `talaria` the guard.
 pub const ARG: &str = "__mcp-guard";

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::McpServerConfig;
-use crate::engine::jobs::group;
+use crate::engine::process as group;
 use crate::engine::jobs::jobdir::boot_id;
 
 /// A running stdio server (its guard). `stop` kills it (the manager calls it on every

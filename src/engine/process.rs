@@ -1,4 +1,6 @@
-//! Process groups: signal them and tell whether any member is still alive.
+//! Processes at the lowest level, for jobs, backends, sub-agents and MCP servers alike:
+//! quote a word for a POSIX shell, signal process groups and tell whether any member is
+//! still alive.
 //!
 //! A group is gone when no non-zombie process with that pgid remains in /proc (a zombie
 //! leader waiting to be reaped by tokio does not count). We never `waitpid(-1)`: that would
@@ -147,6 +149,11 @@ fn wait_gone_blocking(pgids: &[i32], within: Duration) -> Vec<i32> {
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// Single-quote a string for a POSIX shell.
+pub(crate) fn sh_quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "'\\''"))
 }
 
 #[cfg(test)]
