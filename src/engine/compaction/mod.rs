@@ -20,7 +20,7 @@ use crate::engine::store::{OmittedRows, Store};
 
 pub use plan::SUMMARY_HEADER;
 
-pub(crate) const COMPACTION_KIND: &str = "compaction";
+pub(crate) use crate::engine::store::COMPACTION_KIND;
 pub(crate) const COPY_PREFIX: &str = "copy:";
 
 /// A row re-stored as part of a compaction's kept tail (not shown twice).

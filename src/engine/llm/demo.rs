@@ -74,7 +74,7 @@ pub(crate) fn respond(request: &Request) -> Reply {
 /// definitions as the meter counts them): a fixed count here made `ctx` jump between the
 /// meter's estimate and the server's figure (2 % → 0 % → 2 % after `/compact`).
 fn prompt_tokens(request: &Request, messages: &[ChatMessage]) -> u64 {
-    use crate::engine::context::{estimate_text_tokens, estimate_tokens, MESSAGE_OVERHEAD_TOKENS};
+    use super::estimate::{estimate_text_tokens, estimate_tokens, MESSAGE_OVERHEAD_TOKENS};
     let tools = match request.body.get("tools") {
         Some(tools) if !tools.is_null() => estimate_text_tokens(&tools.to_string()) + MESSAGE_OVERHEAD_TOKENS,
         _ => 0,

@@ -4,6 +4,7 @@
 pub mod anthropic;
 pub mod client;
 pub mod demo;
+pub(crate) mod estimate;
 pub mod provider;
 pub(crate) mod spend;
 pub mod sse;

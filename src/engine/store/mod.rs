@@ -30,6 +30,9 @@ use crate::engine::llm::{Role, ToolCall};
 pub(crate) use ids::format_utc_minute;
 pub use schema::SCHEMA_VERSION;
 
+/// The display kind of a compaction summary row: the stored history starts at the latest one.
+pub(crate) const COMPACTION_KIND: &str = "compaction";
+
 /// Input history entries kept per working directory; older ones are dropped.
 pub const HISTORY_CAP_PER_CWD: usize = 1_000;
 

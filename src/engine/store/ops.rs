@@ -6,8 +6,8 @@ use super::ids::{derive_title, first_line, now_ms, random_suffix, session_id_at}
 use super::{
     ContextRows, MessagePage, OmittedRows, SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD,
 };
-use crate::engine::compaction::COMPACTION_KIND;
-use crate::engine::context::{estimate_stored, MESSAGE_OVERHEAD_TOKENS};
+use super::COMPACTION_KIND;
+use crate::engine::llm::estimate::{estimate_parts, MESSAGE_OVERHEAD_TOKENS};
 use crate::engine::llm::{Role, ToolCall};
 
 /// How long `first_line` in a summary may be.
@@ -619,6 +619,11 @@ pub(crate) fn history_list(conn: &Connection, cwd: &str, limit: usize) -> Result
     )?;
     let rows = stmt.query_map(params![cwd, limit.min(i64::MAX as usize) as i64], |r| r.get(0))?;
     Ok(rows.collect::<Result<_, _>>()?)
+}
+
+/// The same estimate for a stored row (the part of a long session left in the database).
+fn estimate_stored(row: &StoredMessage) -> u64 {
+    estimate_parts(row.content.as_deref().unwrap_or(""), &row.tool_calls, row.tool_call_id.as_deref())
 }
 
 #[cfg(test)]
