@@ -892,6 +892,7 @@ async fn a_panic_inside_a_tool_becomes_its_error_result_and_the_turn_goes_on() {
         provider: Arc::new(OpenAiClient::new(ClientSettings::new(server.base_url())).unwrap()),
         model: "m".into(),
         registry,
+        mcp: None,
         approver: Approver::new(&config, PromptPolicy::AllowUnattended, None, events.clone()),
         config,
         store,

@@ -18,6 +18,7 @@ use crate::engine::context::ContextMeter;
 use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
 use crate::engine::jobs::{JobsHandle, NoticeKind};
 use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
+use crate::engine::mcp::McpHandle;
 use crate::engine::scheduler::UserMessage;
 use crate::engine::store::{OmittedRows, Store, StoredMessage};
 use crate::engine::tools::{Concurrency, Registry, ToolCtx, ToolResult, ToolSignals};
@@ -37,6 +38,8 @@ pub struct TurnEnv {
     pub provider: Arc<dyn Provider>,
     pub model: String,
     pub registry: Registry,
+    /// The session's MCP servers (their tools are in `registry` too); None in tests.
+    pub mcp: Option<McpHandle>,
     pub config: Arc<Config>,
     pub store: Store,
     pub events: EventSink,
@@ -169,7 +172,7 @@ pub async fn run_turn(
     let mut outcome = if saved { TurnOutcome::BudgetExhausted } else { TurnOutcome::Failed };
     // Messages typed during streaming are plain user messages; after tools they are wrapped.
     let mut deliver_wrapped = false;
-    if let Some(mcp) = env.registry.mcp() {
+    if let Some(mcp) = &env.mcp {
         // Headless only (interactive runs never wait): the servers' tools are in the request.
         mcp.wait_for_startup(&control.interrupt).await;
     }

@@ -25,7 +25,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, McpServerConfig};
 use crate::engine::approval::Verdict;
-use crate::engine::tools::{Concurrency, Tool, ToolCtx, ToolResult};
+use crate::engine::tools::{Concurrency, Tool, ToolCtx, ToolResult, ToolSource};
 use crate::engine::EventSink;
 use crate::protocol::{Event, McpServerInfo, McpToolInfo, NoticeLevel, ToolStatus};
 use crate::util::lock;
@@ -592,6 +592,17 @@ struct McpTool {
     handle: McpHandle,
     exposed: String,
     entry: Entry,
+}
+
+/// The servers' tools, as the tool registry asks for them.
+impl ToolSource for McpHandle {
+    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        McpHandle::tool(self, name)
+    }
+
+    fn definitions(&self) -> Vec<Value> {
+        McpHandle::definitions(self)
+    }
 }
 
 /// Arguments in one short line: `key=value, …`, long values cut.

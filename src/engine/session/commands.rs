@@ -304,7 +304,7 @@ impl Engine {
 
     /// `/mcp`: the servers' state as data; `restart` starts one again (in the background).
     fn mcp_command(&self, cmd: McpCmd) {
-        let Some(mcp) = self.env.registry.mcp() else { return };
+        let Some(mcp) = &self.env.mcp else { return };
         let servers = mcp.status();
         match cmd {
             McpCmd::List => self.events().send(Event::McpStatus { servers, tools: false }),

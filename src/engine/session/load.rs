@@ -118,7 +118,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let env = TurnEnv {
         provider: opts.provider,
         model: opts.model,
-        registry: Registry::standard().with_agents(&opts.config).with_mcp(mcp),
+        registry: Registry::standard().with_agents(&opts.config).with_source(Arc::new(mcp.clone())),
+        mcp: Some(mcp),
         config: opts.config.clone(),
         store: opts.store,
         events: events.clone(),

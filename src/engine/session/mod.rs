@@ -342,7 +342,7 @@ impl Engine {
             }
             Op::LeaveJobs { detach } => self.env.jobs.leave_running(detach),
             Op::FrontEndReady => {
-                if let Some(mcp) = self.env.registry.mcp() {
+                if let Some(mcp) = &self.env.mcp {
                     mcp.begin();
                 }
             }
@@ -394,7 +394,7 @@ impl Engine {
         }
         // A session nothing was said in is not kept (nor listed, nor continued).
         let _ = self.env.store.delete_if_empty(&self.env.session_id).await;
-        if let Some(mcp) = self.env.registry.mcp() {
+        if let Some(mcp) = &self.env.mcp {
             mcp.shutdown().await;
         }
         let killed = self.env.jobs.shutdown().await;

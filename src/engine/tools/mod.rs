@@ -125,11 +125,20 @@ pub fn decode_arguments_for_fuzzing(args: &Value) -> Vec<String> {
     out
 }
 
-/// All tools by name: the built-in ones, and the MCP servers' tools as they are now.
+/// Tools that come and go while a session runs (the MCP servers'): the registry asks a
+/// source for a tool by name and lists its tools at each request. `mcp` registers its
+/// adapter with [`Registry::with_source`]; the registry knows nothing more of it.
+pub(crate) trait ToolSource: Send + Sync {
+    fn tool(&self, name: &str) -> Option<Arc<dyn Tool>>;
+    /// The `tools` entries of a Chat Completions request, as they are now.
+    fn definitions(&self) -> Vec<Value>;
+}
+
+/// All tools by name: the built-in ones, and the sources' tools as they are now.
 #[derive(Clone, Default)]
 pub struct Registry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
-    mcp: Option<crate::engine::mcp::McpHandle>,
+    sources: Vec<Arc<dyn ToolSource>>,
 }
 
 impl Registry {
@@ -157,18 +166,14 @@ impl Registry {
         self.tools.insert(tool.name().to_string(), tool);
     }
 
-    /// Offer the MCP servers' tools too (their list may change between requests).
-    pub(crate) fn with_mcp(mut self, mcp: crate::engine::mcp::McpHandle) -> Registry {
-        self.mcp = Some(mcp);
+    /// Offer a source's tools too (their list may change between requests).
+    pub(crate) fn with_source(mut self, source: Arc<dyn ToolSource>) -> Registry {
+        self.sources.push(source);
         self
     }
 
-    pub(crate) fn mcp(&self) -> Option<&crate::engine::mcp::McpHandle> {
-        self.mcp.as_ref()
-    }
-
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
-        self.tools.get(name).cloned().or_else(|| self.mcp.as_ref().and_then(|m| m.tool(name)))
+        self.tools.get(name).cloned().or_else(|| self.sources.iter().find_map(|s| s.tool(name)))
     }
 
     /// The `tools` array of a Chat Completions request.
@@ -185,7 +190,7 @@ impl Registry {
                     }
                 })
             })
-            .chain(self.mcp.iter().flat_map(|m| m.definitions()))
+            .chain(self.sources.iter().flat_map(|s| s.definitions()))
             .collect()
     }
 }
