@@ -51,14 +51,4 @@ mod tests {
         assert_eq!(config.agent.busy_input_mode, crate::protocol::BusyMode::Steer);
         assert_eq!(config.agent.max_iterations, 9);
     }
-
-    #[test]
-    fn allowlist_entry_is_appended_once() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        crate::engine::approval::save_allowlist_entry(&path, "git push --force").unwrap();
-        crate::engine::approval::save_allowlist_entry(&path, "git push --force").unwrap();
-        let config = crate::config::Config::load(&path).unwrap();
-        assert_eq!(config.approvals.allowlist, vec!["git push --force".to_string()]);
-    }
 }

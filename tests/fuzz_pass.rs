@@ -1,5 +1,5 @@
 //! A short fuzzing pass in every CI run (issue #19): each cargo-fuzz target's body
-//! (`talaria::testkit::fuzz`, the same functions `fuzz/fuzz_targets` hand libFuzzer's bytes)
+//! (`talaria::testkit::fuzz` and `talaria::engine::fuzz`, the same functions `fuzz/fuzz_targets` hand libFuzzer's bytes)
 //! runs on its seed inputs and on mutations of them — byte flips, insertions, deletions,
 //! repeats, tokens the parser cares about, splices of two inputs. It is not coverage-guided
 //! (that is `scripts/fuzz.sh`, which needs cargo-fuzz and minutes per target); it catches a
@@ -14,7 +14,6 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::{Duration, Instant};
 
-use talaria::testkit::fuzz::TARGETS;
 use talaria::testkit::rng::Rng;
 
 const DEFAULT_SEED: u64 = 0x7a1a_2019;
@@ -23,6 +22,11 @@ const DEFAULT_SECS: u64 = 3;
 const MAX_LEN: usize = 4096;
 /// Targets that return at once on input that is not UTF-8.
 const TEXT_TARGETS: &[&str] = &["config", "known_safe", "markdown", "tool_args"];
+
+/// Every target: the engine's parsers' and the others'.
+fn targets() -> Vec<(&'static str, fn(&[u8]))> {
+    talaria::engine::fuzz::TARGETS.iter().chain(talaria::testkit::fuzz::TARGETS).copied().collect()
+}
 
 fn env_or<T: std::str::FromStr>(name: &str, default: T) -> T {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
@@ -199,7 +203,7 @@ fn every_fuzz_target_survives_mutated_seed_inputs() {
     let iters: usize = env_or("TALARIA_FUZZ_ITERS", DEFAULT_ITERS);
     let cap = Duration::from_secs(env_or("TALARIA_FUZZ_SECS", DEFAULT_SECS));
     println!("fuzz pass: seed {seed}, up to {iters} inputs or {cap:?} per target");
-    for (name, target) in TARGETS {
+    for (name, target) in targets() {
         let mut rng = Rng::new(seed ^ (name.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let seeds = seeds(name);
         // Mutants are mutated further: the pool drifts away from the seeds over the pass.
@@ -230,7 +234,7 @@ fn every_fuzz_target_survives_mutated_seed_inputs() {
             // broken sequence still ran once, above, as it was).
             let input = match String::from_utf8_lossy(&input) {
                 std::borrow::Cow::Borrowed(_) => input,
-                std::borrow::Cow::Owned(text) if TEXT_TARGETS.contains(name) => text.into_bytes(),
+                std::borrow::Cow::Owned(text) if TEXT_TARGETS.contains(&name) => text.into_bytes(),
                 std::borrow::Cow::Owned(_) => input,
             };
             if pool.len() < 256 {
@@ -255,11 +259,15 @@ fn the_pass_covers_every_cargo_fuzz_target() {
         .filter_map(|e| e.file_name().to_string_lossy().strip_suffix(".rs").map(str::to_string))
         .collect();
     files.sort();
-    let mut names: Vec<String> = TARGETS.iter().map(|(n, _)| n.to_string()).collect();
+    let mut names: Vec<String> = targets().iter().map(|(n, _)| n.to_string()).collect();
     names.sort();
     assert_eq!(files, names);
-    for (name, _) in TARGETS {
+    for (name, _) in talaria::testkit::fuzz::TARGETS {
         let text = std::fs::read_to_string(dir.join(format!("{name}.rs"))).unwrap();
         assert!(text.contains(&format!("talaria::testkit::fuzz::{name}(data)")), "{name}.rs calls its body");
+    }
+    for (name, _) in talaria::engine::fuzz::TARGETS {
+        let text = std::fs::read_to_string(dir.join(format!("{name}.rs"))).unwrap();
+        assert!(text.contains(&format!("talaria::engine::fuzz::{name}(data)")), "{name}.rs calls its body");
     }
 }

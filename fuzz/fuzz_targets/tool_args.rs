@@ -4,4 +4,4 @@
 
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| talaria::testkit::fuzz::tool_args(data));
+fuzz_target!(|data: &[u8]| talaria::engine::fuzz::tool_args(data));

@@ -10,6 +10,8 @@ pub mod bang;
 pub mod compaction;
 pub mod context;
 pub mod estop;
+#[cfg(any(test, feature = "testkit"))]
+pub mod fuzz;
 pub mod goal;
 pub mod heartbeat;
 pub mod instructions;

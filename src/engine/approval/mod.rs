@@ -561,4 +561,14 @@ mod tests {
         let off = approver(&[], ApprovalMode::Off);
         assert!(allowed(&off.check_command("cat ~/.netrc", false, &stop).await));
     }
+
+    #[test]
+    fn allowlist_entry_is_appended_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        save_allowlist_entry(&path, "git push --force").unwrap();
+        save_allowlist_entry(&path, "git push --force").unwrap();
+        let config = crate::config::Config::load(&path).unwrap();
+        assert_eq!(config.approvals.allowlist, vec!["git push --force".to_string()]);
+    }
 }

@@ -539,4 +539,21 @@ mod tests {
         assert_eq!(ids, ["dup", "dup_2", "dup_3"]);
         assert_eq!(calls[0].function.name, "", "the nameless call stays, to get an error result");
     }
+
+    #[test]
+    fn the_scripted_servers_chunk_helpers_reassemble() {
+        use crate::testkit::scripted::{finish_chunk, text_chunks, tool_call_chunks, usage_chunk};
+        let mut acc = ChunkAccumulator::new();
+        let mut chunks = text_chunks("héllo wörld", 3);
+        chunks.extend(tool_call_chunks(0, "c1", "terminal", r#"{"command":"ls"}"#, 4));
+        chunks.push(finish_chunk("tool_calls"));
+        chunks.push(usage_chunk(1, 2));
+        for c in &chunks {
+            acc.push(c).unwrap();
+        }
+        let done = acc.finish();
+        assert_eq!(done.content, "héllo wörld");
+        assert_eq!(done.tool_calls, vec![ToolCall::new("c1", "terminal", r#"{"command":"ls"}"#)]);
+        assert_eq!(done.usage, Some(Usage::tokens(1, 2)));
+    }
 }
