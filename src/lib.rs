@@ -1,19 +1,32 @@
 //! Talaria: a full-screen terminal AI agent you never wait for.
 //!
-//! Module map: front ends and engine import `protocol`, never each other; below it, imports point down.
+//! Module map. Imports point one way: down this list, never up or across a line's
+//! neighbours (`tests/module_graph.rs` builds the graph of the shipped code and fails on a
+//! cycle; unit tests may use what is above them, e.g. the scripted model server). Outside
+//! `src/engine/` only `main.rs` names `engine::`; `acp` and `subagent` go through
+//! `engine::api`, and nothing else names the engine at all (the same test).
 //! ```text
-//! main, exec, tui, acp  front ends: parse args / draw / print; speak only `protocol` (Op out, Event in);
-//!   + present       the plain text they share for data events (/jobs, /sessions, heartbeat, goal)
-//! protocol          Op, Event, slash commands, usage, EngineHandle: the types both sides share
+//! main              CLI (clap): parse, load config, init logging, pick a mode, start engines
+//! testkit           tests only (`testkit` feature): scripted model server, non-engine fuzz bodies
+//! acp, subagent     front ends that open sessions: the editor protocol; a sub-agent's stdin/stdout
+//! engine::api       the engine as those front ends see it (sessions, a sub-agent's hello, policy)
 //! engine::session   the engine task: receives Op, performs the scheduler's effects, emits Event
-//! engine::scheduler pure: what runs next, what a busy message does, what is refused (no I/O)
-//! engine::turn      one turn: model -> tools -> model; compaction, history (rows <-> messages)
-//! engine::tools     the model's tools; they start processes only through engine::jobs
-//! engine::jobs      every spawned process: job registry, process groups, logs, notices
-//! engine::{llm, store, approval, goal, heartbeat}  providers, SQLite, approvals, standing work
-//! config, paths, text, util, logging, loopback, memory  leaves used by all above (loopback: the demo
-//!                   model's HTTP; memory: giving back pages start-up touched once)
-//! testkit           tests only (`testkit` feature): the scripted model server, built on loopback
+//! engine::turn      one turn: model -> tools -> model
+//! engine::compaction  summarising older turns
+//! engine::history   stored rows <-> model messages and transcript items
+//! engine::{mcp, mentions, fuzz}  MCP servers (their tools join the registry as a ToolSource)
+//! engine::{goal, tools}  goals and gates; the model's tools (processes only through jobs)
+//! engine::jobs      every spawned process: job registry, supervisors, logs, watches, notices
+//! engine::{agents, approval, rewind}  sub-agents, the approval flow, workspace snapshots
+//! engine::{backend, store, netproxy, context}  local/ssh/docker; SQLite; the proxy; ctx meter
+//! engine::{llm, sandbox, activity}  providers and the token estimate; containment; liveness
+//! engine::{scheduler, heartbeat, bang}, engine  pure cores; `engine` itself is the EventSink
+//! exec, tui         front ends that speak only `protocol` (Op out, Event in) and `present`
+//! config, present   typed config (its own types); the plain text shared for data events
+//! protocol          Op, Event, slash commands, Backend, usage, proxy connections: both sides' types
+//! engine::{process, args, estop, signals, instructions}  leaves: shell quoting and process
+//!                   groups, tool-argument helpers, the pause file, signals, AGENTS.md files
+//! text, util, paths, logging, loopback, memory, emulate, secrets, config_edit  leaves
 //! ```
 
 // A failure that can happen is handled; tests may unwrap (as in codex-rs).

@@ -428,6 +428,30 @@ fn imports_between_modules_form_no_cycle() {
         }
     }
     assert!(report.is_empty(), "the module map of src/lib.rs says imports point one way:\n{report}");
+    // The map as it is (`-- --nocapture`): each module above everything it imports.
+    let mut level: BTreeMap<String, usize> = BTreeMap::new();
+    fn level_of(
+        n: &str,
+        edges: &BTreeMap<String, BTreeMap<String, BTreeSet<String>>>,
+        memo: &mut BTreeMap<String, usize>,
+    ) -> usize {
+        if let Some(l) = memo.get(n) {
+            return *l;
+        }
+        let l = edges.get(n).map_or(0, |m| m.keys().map(|t| level_of(t, edges, memo) + 1).max().unwrap_or(0));
+        memo.insert(n.to_string(), l);
+        l
+    }
+    for n in graph.edges.keys() {
+        level_of(n, &graph.edges, &mut level);
+    }
+    let mut by_level: BTreeMap<usize, Vec<&str>> = BTreeMap::new();
+    for (n, l) in &level {
+        by_level.entry(*l).or_default().push(n);
+    }
+    for (l, nodes) in by_level.iter().rev() {
+        println!("{l:2}  {}", nodes.join(", "));
+    }
 }
 
 #[test]
@@ -439,6 +463,63 @@ fn outside_the_engine_only_main_names_it_and_front_ends_use_its_facade() {
         "outside src/engine only main.rs names engine::, and exec/acp/subagent only engine::{FACADE}:\n{}",
         breaks.join("\n")
     );
+}
+
+/// The lines of the module map in `src/lib.rs`: the modules each names, top first.
+fn documented_map(lib_rs: &str) -> Vec<Vec<String>> {
+    let block = lib_rs.split("//! ```text\n").nth(1).unwrap_or("").split("//! ```").next().unwrap_or("");
+    let mut lines = Vec::new();
+    for line in block.lines() {
+        let line = line.trim_start_matches("//!").trim_start_matches(' ');
+        if line.is_empty() || line.starts_with(' ') {
+            continue;
+        }
+        // The names end where the description starts (two spaces).
+        let names = line.split("  ").next().unwrap_or("");
+        let mut modules = Vec::new();
+        let mut rest = names;
+        while !rest.is_empty() {
+            rest = rest.trim_start_matches([',', ' ']);
+            if let Some(group) = rest.strip_prefix("engine::{") {
+                let (inside, after) = group.split_once('}').unwrap_or((group, ""));
+                modules.extend(inside.split(',').map(|m| format!("engine::{}", m.trim())));
+                rest = after;
+            } else {
+                let end = rest.find(',').unwrap_or(rest.len());
+                if !rest[..end].trim().is_empty() {
+                    modules.push(rest[..end].trim().to_string());
+                }
+                rest = &rest[end..];
+            }
+        }
+        lines.push(modules);
+    }
+    lines
+}
+
+#[test]
+fn the_module_map_in_lib_rs_lists_every_module_above_what_it_imports() {
+    let graph = build(&src());
+    let map = documented_map(&std::fs::read_to_string(src().join("lib.rs")).unwrap());
+    let rank: BTreeMap<&str, usize> =
+        map.iter().enumerate().flat_map(|(i, line)| line.iter().map(move |m| (m.as_str(), i))).collect();
+    let mut wrong = Vec::new();
+    for (a, targets) in &graph.edges {
+        for (b, files) in targets {
+            match (rank.get(a.as_str()), rank.get(b.as_str())) {
+                (Some(ra), Some(rb)) if ra < rb => {}
+                (None, _) => wrong.push(format!("{a} is not in the map")),
+                (_, None) => wrong.push(format!("{b} is not in the map")),
+                _ => wrong.push(format!(
+                    "{a} imports {b}, which the map lists above it or beside it ({})",
+                    files.iter().next().unwrap()
+                )),
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(wrong.is_empty(), "the module map of src/lib.rs is out of date:\n{}", wrong.join("\n"));
 }
 
 /// The checker itself: it sees each form of path, and none in comments or strings.
@@ -461,8 +542,11 @@ fn the_checker_reads_use_trees_super_paths_and_skips_comments_and_strings() {
     let src = dir.path();
     std::fs::create_dir_all(src.join("engine/jobs")).unwrap();
     std::fs::write(src.join("lib.rs"), "pub mod engine; pub mod config; pub mod exec;").unwrap();
-    std::fs::write(src.join("config.rs"), "use crate::engine::jobs::Job;\n#[cfg(test)]\nmod tests { use crate::exec::Z; }")
-        .unwrap();
+    std::fs::write(
+        src.join("config.rs"),
+        "use crate::engine::jobs::Job;\n#[cfg(test)]\nmod tests { use crate::exec::Z; }",
+    )
+    .unwrap();
     std::fs::write(src.join("exec.rs"), "use crate::engine::api::start; use crate::engine::jobs::Job;").unwrap();
     std::fs::write(src.join("engine/mod.rs"), "pub mod jobs; pub mod store; pub mod api;").unwrap();
     std::fs::write(src.join("engine/api.rs"), "pub use super::jobs::Job;").unwrap();
