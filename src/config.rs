@@ -34,7 +34,7 @@ pub struct Config {
 #[serde(default, deny_unknown_fields)]
 pub struct ModelConfig {
     /// `auto`, `openai` (any OpenAI-compatible server) or `anthropic` (Messages API).
-    pub provider: String,
+    pub provider: ModelProvider,
     pub(crate) base_url: String,
     pub(crate) name: String,
     pub api_key_env: String,
@@ -48,13 +48,39 @@ pub struct ModelConfig {
 impl Default for ModelConfig {
     fn default() -> Self {
         ModelConfig {
-            provider: "auto".into(),
+            provider: ModelProvider::Auto,
             base_url: String::new(),
             name: String::new(),
             api_key_env: String::new(),
             context_window: 128_000,
             max_tokens: 8192,
             thinking_budget: 0,
+        }
+    }
+}
+
+/// `model.provider` (DESIGN §8a): the wire protocol, or `auto` to pick one by the keys set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum ModelProvider {
+    #[default]
+    Auto,
+    /// Chat Completions, any OpenAI-compatible server.
+    Openai,
+    /// The Anthropic Messages API.
+    Anthropic,
+}
+
+impl std::str::FromStr for ModelProvider {
+    type Err = String;
+
+    /// The names config and `--provider` take.
+    fn from_str(name: &str) -> Result<ModelProvider, String> {
+        match name {
+            "auto" => Ok(ModelProvider::Auto),
+            "openai" => Ok(ModelProvider::Openai),
+            "anthropic" => Ok(ModelProvider::Anthropic),
+            other => Err(format!("unknown model provider {other:?}: expected \"auto\", \"openai\" or \"anthropic\"")),
         }
     }
 }
@@ -687,14 +713,20 @@ impl Config {
 
     /// Parse a config document; `path` is only used in error messages.
     pub fn from_toml(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let mut config: Config = toml::from_str(text).map_err(|e| {
+        let parse_error = |e: toml::de::Error, key: Option<String>| {
             let line = e.span().map(|s| line_of(text, s.start)).unwrap_or(1);
             let mut message = e.message().trim().replace('\n', " ");
-            // A wrong type points at the value: name the key it belongs to.
-            if let Some(key) = e.span().and_then(|s| key_at(text, s.start)) {
+            // A wrong value names its key: the path serde took to it (`sandbox.network_allow[2]`,
+            // inside inline tables too), else the `key =` on the line it points at.
+            if let Some(key) = key.or_else(|| e.span().and_then(|s| key_at(text, s.start))) {
                 message = format!("{key}: {message}");
             }
             ConfigError::Parse { path: path.to_path_buf(), line, message }
+        };
+        let document = toml::Deserializer::parse(text).map_err(|e| parse_error(e, None))?;
+        let mut config: Config = serde_path_to_error::deserialize(document).map_err(|e| {
+            let key = e.path().to_string();
+            parse_error(e.into_inner(), (key != ".").then_some(key))
         })?;
         config.validate(path)?;
         Ok(config)
@@ -744,9 +776,6 @@ impl Config {
         }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));
-        }
-        if !matches!(self.model.provider.as_str(), "auto" | "openai" | "anthropic") {
-            return Err(invalid("model.provider", "expected \"auto\", \"openai\" or \"anthropic\""));
         }
         for (provider, models) in &self.prices.0 {
             for (model, p) in models {
@@ -911,6 +940,60 @@ mod tests {
             .to_string();
         assert!(err.starts_with("c.toml:3: terminal.degraded_mode: "), "{err}");
         assert!(err.contains("warn") && err.contains("fail"), "{err}");
+    }
+
+    #[test]
+    fn a_wrong_type_names_the_nested_key_path_in_arrays_and_inline_tables() {
+        let cases = [
+            ("[sandbox]\nnetwork_allow = [\"a.io\", \"b.io\", 3]\n", "c.toml:2: sandbox.network_allow[2]: "),
+            (
+                "[mcp.servers.files]\ncommand = \"x\"\nenv = { A = \"1\", B = 2 }\n",
+                "c.toml:3: mcp.servers.files.env.B: ",
+            ),
+            ("sandbox = { limits = { processes = \"many\" } }\n", "c.toml:1: sandbox.limits.processes: "),
+            (
+                "[prices.openai]\nm = { input = \"x\", output = 1.0, cache_read = 1.0, cache_write = 1.0 }\n",
+                "c.toml:2: prices.openai.m.input: ",
+            ),
+            ("[agent]\nturn_liveness = { timeout_s = \"long\" }\n", "c.toml:2: agent.turn_liveness.timeout_s: "),
+        ];
+        for (text, start) in cases {
+            let err = Config::from_toml(text, Path::new("c.toml")).unwrap_err().to_string();
+            assert!(err.starts_with(start) && !err.contains('\n'), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn string_values_are_enums_and_a_wrong_one_lists_the_choices() {
+        let c = Config::from_toml(
+            "[model]\nprovider = \"anthropic\"\n[terminal]\nbackend = \"ssh:box\"\ndegraded_mode = \"fail\"\n[ui]\ntheme = \"default\"\n",
+            Path::new("c.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.model.provider, c.terminal.backend, c.terminal.degraded_mode, c.ui.theme),
+            (
+                ModelProvider::Anthropic,
+                crate::protocol::Backend::Ssh("box".into()),
+                DegradedMode::Fail,
+                ThemeName::Default
+            )
+        );
+        let cases = [
+            ("[model]\nprovider = \"gemini\"\n", "c.toml:2: model.provider: ", "`auto`, `openai`, `anthropic`"),
+            (
+                "[terminal]\nbackend = \"ftp:x\"\n",
+                "c.toml:2: terminal.backend: ",
+                "\"local\", \"ssh:<host>\" or \"docker:<container>\"",
+            ),
+            ("[terminal]\nbackend = 7\n", "c.toml:2: terminal.backend: ", "expected a backend: \"local\""),
+            ("[terminal]\ndegraded_mode = \"loud\"\n", "c.toml:2: terminal.degraded_mode: ", "expected `warn` or `fail`"),
+            ("[ui]\ntheme = \"neon\"\n", "c.toml:2: ui.theme: ", "`default`"),
+        ];
+        for (text, start, choices) in cases {
+            let err = Config::from_toml(text, Path::new("c.toml")).unwrap_err().to_string();
+            assert!(err.starts_with(start) && err.contains(choices), "{text:?}: {err}");
+        }
     }
 
     #[test]

@@ -308,7 +308,7 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     config.agents.run_model = model.model.clone();
     config.agents.run_base_url = model.base_url.clone();
     if let Some(provider) = &model.provider {
-        config.model.provider = provider.clone();
+        config.model.provider = provider.parse().map_err(|e: String| anyhow::anyhow!("--provider: {e}"))?;
     }
     if let Some(backend) = &model.backend {
         let parsed = talaria::protocol::Backend::parse(backend).map_err(|e| anyhow::anyhow!("--backend: {e}"))?;
