@@ -987,7 +987,11 @@ mod tests {
                 "\"local\", \"ssh:<host>\" or \"docker:<container>\"",
             ),
             ("[terminal]\nbackend = 7\n", "c.toml:2: terminal.backend: ", "expected a backend: \"local\""),
-            ("[terminal]\ndegraded_mode = \"loud\"\n", "c.toml:2: terminal.degraded_mode: ", "expected `warn` or `fail`"),
+            (
+                "[terminal]\ndegraded_mode = \"loud\"\n",
+                "c.toml:2: terminal.degraded_mode: ",
+                "expected `warn` or `fail`",
+            ),
             ("[ui]\ntheme = \"neon\"\n", "c.toml:2: ui.theme: ", "`default`"),
         ];
         for (text, start, choices) in cases {

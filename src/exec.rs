@@ -8,9 +8,9 @@ use std::time::Duration;
 
 use tokio::signal::unix::{signal, SignalKind};
 
+use crate::present;
 use crate::protocol::usage::Spend;
 use crate::protocol::usage::Usage;
-use crate::present;
 use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, Phase, TurnOutcome, TurnTrigger};
 
@@ -329,17 +329,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
 impl Printer {
     fn print(&mut self, event: &Event) -> anyhow::Result<()> {
         self.track(event);
-        if let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } =
-            event
-        {
-            let usage = Usage {
-                prompt_tokens: *prompt_tokens,
-                completion_tokens: *completion_tokens,
-                cache_read_tokens: *cache_read_tokens,
-                cache_write_tokens: *cache_write_tokens,
-            };
-            self.spend.add(&usage, *cost_usd);
-        }
+        self.count_usage(event);
         if self.json {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &json_line(event)?)?;
@@ -348,17 +338,7 @@ impl Printer {
             return Ok(());
         }
         match event {
-            Event::AssistantDelta(text) => {
-                if self.replied && !text.is_empty() {
-                    println!();
-                    self.replied = false;
-                }
-                let mut out = std::io::stdout().lock();
-                // Escape sequences, C1 and bidi controls from the model never reach the terminal.
-                out.write_all(crate::text::neutralise_controls(&crate::text::strip_ansi(text)).as_bytes())?;
-                out.flush()?;
-                self.mid_line = !text.ends_with('\n');
-            }
+            Event::AssistantDelta(text) => self.assistant_delta(text)?,
             Event::AssistantDone { text, .. } => {
                 self.end_line();
                 self.replied |= !text.trim().is_empty();
@@ -380,18 +360,7 @@ impl Printer {
                 eprintln!("  ↳ {} running in the background: {}", clean(&job.id), clean(&job.command))
             }
             Event::JobFinished { id, status } => eprintln!("  ↳ {} {}", clean(id), clean(&status.label())),
-            Event::JobsKilled { jobs } => {
-                self.end_line();
-                for job in jobs {
-                    let why = if job.awaited {
-                        "; the answer depended on it (the model was waiting for its result), so exec exits 1"
-                    } else {
-                        ""
-                    };
-                    eprintln!("talaria: killed {} at exit: {}{why}", clean(&job.id), clean(&job.command));
-                }
-                eprintln!("talaria: `talaria exec --keep-jobs` leaves background jobs running instead");
-            }
+            Event::JobsKilled { jobs } => self.jobs_killed(jobs),
             Event::Notice { level, text } => self.notice(*level, text),
             Event::NetworkConnection(c) => {
                 self.end_line();
@@ -452,6 +421,47 @@ impl Printer {
             | Event::ShutdownComplete => {}
         }
         Ok(())
+    }
+
+    /// Add up what the model calls cost, for the summary at the end.
+    fn count_usage(&mut self, event: &Event) {
+        if let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } =
+            event
+        {
+            let usage = Usage {
+                prompt_tokens: *prompt_tokens,
+                completion_tokens: *completion_tokens,
+                cache_read_tokens: *cache_read_tokens,
+                cache_write_tokens: *cache_write_tokens,
+            };
+            self.spend.add(&usage, *cost_usd);
+        }
+    }
+
+    fn assistant_delta(&mut self, text: &str) -> anyhow::Result<()> {
+        if self.replied && !text.is_empty() {
+            println!();
+            self.replied = false;
+        }
+        let mut out = std::io::stdout().lock();
+        // Escape sequences, C1 and bidi controls from the model never reach the terminal.
+        out.write_all(crate::text::neutralise_controls(&crate::text::strip_ansi(text)).as_bytes())?;
+        out.flush()?;
+        self.mid_line = !text.ends_with('\n');
+        Ok(())
+    }
+
+    fn jobs_killed(&mut self, jobs: &[crate::protocol::KilledJob]) {
+        self.end_line();
+        for job in jobs {
+            let why = if job.awaited {
+                "; the answer depended on it (the model was waiting for its result), so exec exits 1"
+            } else {
+                ""
+            };
+            eprintln!("talaria: killed {} at exit: {}{why}", clean(&job.id), clean(&job.command));
+        }
+        eprintln!("talaria: `talaria exec --keep-jobs` leaves background jobs running instead");
     }
 
     /// Keep what the progress line needs: which tools run, and the last line each printed.

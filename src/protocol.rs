@@ -5,12 +5,12 @@
 //! that must handle it. `talaria exec --json` prints each `Event` as
 //! `{"type":"<Variant>","data":{...}}`.
 
+mod backend;
 pub mod commands;
 pub(crate) mod info;
+pub mod network;
 pub mod rewind;
 pub(crate) mod usage;
-mod backend;
-pub mod network;
 
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;

@@ -10,7 +10,7 @@ use serde_json::{json, Value};
 use super::updates;
 use crate::present;
 use crate::protocol::commands::{self, Command, SlashCommand, UiCommand};
-use crate::protocol::{Event, HistoryItem, JobId, Op, Phase, TurnOutcome, TurnTrigger};
+use crate::protocol::{AskGround, Event, HistoryItem, JobId, Op, Phase, TurnOutcome, TurnTrigger};
 
 /// A `session/prompt` request, by the server's own number.
 pub(crate) type PromptId = u64;
@@ -203,40 +203,12 @@ impl SessionState {
                     self.prompts.push(Waiting { id, text: String::new(), delivered: true });
                 }
             }
-            Event::UserMessage { text, trigger, .. } => match trigger {
-                TurnTrigger::User | TurnTrigger::Queued | TurnTrigger::Retry => {
-                    // Messages typed before one delivery reach the model together.
-                    for p in self.prompts.iter_mut().filter(|p| !p.delivered && text.contains(p.text.as_str())) {
-                        p.delivered = true;
-                    }
-                }
-                TurnTrigger::JobNotification | TurnTrigger::Heartbeat | TurnTrigger::Goal => {
-                    out.push(Out::Update(updates::engine_message(&text, &trigger)))
-                }
-            },
+            Event::UserMessage { text, trigger, .. } => out.extend(self.user_message(&text, &trigger)),
             Event::PendingChanged { pending, queued } => out.push(Out::Update(json!({
                 "sessionUpdate": "session_info_update",
                 "_meta": updates::meta(json!({ "event": "pending", "pending": pending, "queued": queued })),
             }))),
-            Event::RestoreInput { text } => {
-                // Typed but never delivered (an interrupt, a pause): those prompts end cancelled.
-                let (back, keep): (Vec<Waiting>, Vec<Waiting>) = std::mem::take(&mut self.prompts)
-                    .into_iter()
-                    .partition(|p| !p.delivered && text.contains(p.text.as_str()));
-                self.prompts = keep;
-                if back.is_empty() {
-                    let note = format!("not sent: {text}");
-                    out.push(Out::Update(updates::agent_note(
-                        &note,
-                        json!({ "event": "restore_input", "text": text }),
-                    )));
-                } else {
-                    out.push(Out::Answer {
-                        prompts: back.iter().map(|p| p.id).collect(),
-                        answer: Answer::Stop(StopReason::Cancelled),
-                    });
-                }
-            }
+            Event::RestoreInput { text } => out.push(self.restore_input(text)),
             Event::AssistantDelta(text) => out.push(Out::Update(updates::agent_text(&text))),
             Event::ReasoningDelta(text) => out.push(Out::Update(updates::agent_thought(&text))),
             Event::AssistantDone { .. } => {}
@@ -259,19 +231,7 @@ impl SessionState {
                 out.push(Out::Update(updates::tool_finished(&call_id, &shown(&output), &outcome)));
             }
             Event::ApprovalNeeded { id, command, reason, grounds } => {
-                let call_id = self.running_tools.last().cloned().unwrap_or_else(|| format!("approval_{id}"));
-                let why: Vec<&str> = grounds.iter().map(|g| g.explain()).collect();
-                let text =
-                    if why.is_empty() { reason.clone() } else { format!("{reason}\nasks because {}", why.join("; ")) };
-                out.push(Out::Permission {
-                    approval: id,
-                    tool_call: json!({
-                        "toolCallId": call_id,
-                        "title": command,
-                        "rawInput": { "command": command, "reason": reason },
-                        "content": [{ "type": "content", "content": { "type": "text", "text": text } }],
-                    }),
-                });
+                out.push(self.approval_needed(id, &command, &reason, &grounds))
             }
             Event::JobStarted { job } => out.push(Out::Update(updates::job_started(&job))),
             Event::JobUpdated { id, status, tail } => {
@@ -288,22 +248,7 @@ impl SessionState {
                 out.push(Out::Update(updates::watch_matched(&id, &pattern, &line, more)))
             }
             Event::JobLog { .. } | Event::JobWatches { .. } | Event::Usage { .. } | Event::Context { .. } => {}
-            Event::TurnFinished { outcome } => {
-                let answer = match outcome {
-                    TurnOutcome::Completed => Answer::Stop(StopReason::EndTurn),
-                    TurnOutcome::Interrupted => Answer::Stop(StopReason::Cancelled),
-                    TurnOutcome::BudgetExhausted => Answer::Stop(StopReason::MaxTurnRequests),
-                    TurnOutcome::Failed => {
-                        Answer::Failed(self.last_error.take().unwrap_or_else(|| "the turn failed; see the log".into()))
-                    }
-                };
-                let (done, keep): (Vec<Waiting>, Vec<Waiting>) =
-                    std::mem::take(&mut self.prompts).into_iter().partition(|p| p.delivered);
-                self.prompts = keep;
-                if !done.is_empty() {
-                    out.push(Out::Answer { prompts: done.iter().map(|p| p.id).collect(), answer });
-                }
-            }
+            Event::TurnFinished { outcome } => out.extend(self.turn_finished(outcome)),
             Event::Notice { level, text } => {
                 if level == crate::protocol::NoticeLevel::Error {
                     self.last_error = Some(text.clone());
@@ -355,6 +300,66 @@ impl SessionState {
             Event::NetworkConnection(_) => {}
         }
         out
+    }
+
+    fn user_message(&mut self, text: &str, trigger: &TurnTrigger) -> Option<Out> {
+        match trigger {
+            TurnTrigger::User | TurnTrigger::Queued | TurnTrigger::Retry => {
+                // Messages typed before one delivery reach the model together.
+                for p in self.prompts.iter_mut().filter(|p| !p.delivered && text.contains(p.text.as_str())) {
+                    p.delivered = true;
+                }
+                None
+            }
+            TurnTrigger::JobNotification | TurnTrigger::Heartbeat | TurnTrigger::Goal => {
+                Some(Out::Update(updates::engine_message(text, trigger)))
+            }
+        }
+    }
+
+    /// Typed but never delivered (an interrupt, a pause): those prompts end cancelled.
+    fn restore_input(&mut self, text: String) -> Out {
+        let (back, keep): (Vec<Waiting>, Vec<Waiting>) =
+            std::mem::take(&mut self.prompts).into_iter().partition(|p| !p.delivered && text.contains(p.text.as_str()));
+        self.prompts = keep;
+        if back.is_empty() {
+            let note = format!("not sent: {text}");
+            Out::Update(updates::agent_note(&note, json!({ "event": "restore_input", "text": text })))
+        } else {
+            Out::Answer { prompts: back.iter().map(|p| p.id).collect(), answer: Answer::Stop(StopReason::Cancelled) }
+        }
+    }
+
+    fn approval_needed(&self, id: u64, command: &str, reason: &str, grounds: &[AskGround]) -> Out {
+        let call_id = self.running_tools.last().cloned().unwrap_or_else(|| format!("approval_{id}"));
+        let why: Vec<&str> = grounds.iter().map(|g| g.explain()).collect();
+        let text =
+            if why.is_empty() { reason.to_string() } else { format!("{reason}\nasks because {}", why.join("; ")) };
+        Out::Permission {
+            approval: id,
+            tool_call: json!({
+                "toolCallId": call_id,
+                "title": command,
+                "rawInput": { "command": command, "reason": reason },
+                "content": [{ "type": "content", "content": { "type": "text", "text": text } }],
+            }),
+        }
+    }
+
+    /// The delivered prompts are answered with how the turn ended.
+    fn turn_finished(&mut self, outcome: TurnOutcome) -> Option<Out> {
+        let answer = match outcome {
+            TurnOutcome::Completed => Answer::Stop(StopReason::EndTurn),
+            TurnOutcome::Interrupted => Answer::Stop(StopReason::Cancelled),
+            TurnOutcome::BudgetExhausted => Answer::Stop(StopReason::MaxTurnRequests),
+            TurnOutcome::Failed => {
+                Answer::Failed(self.last_error.take().unwrap_or_else(|| "the turn failed; see the log".into()))
+            }
+        };
+        let (done, keep): (Vec<Waiting>, Vec<Waiting>) =
+            std::mem::take(&mut self.prompts).into_iter().partition(|p| p.delivered);
+        self.prompts = keep;
+        (!done.is_empty()).then(|| Out::Answer { prompts: done.iter().map(|p| p.id).collect(), answer })
     }
 
     fn reply(&mut self, out: &mut Vec<Out>, what: &str, text: String) {

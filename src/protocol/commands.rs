@@ -557,8 +557,14 @@ mod tests {
         assert_eq!(parse("/network"), Ok(Command::Engine(SlashCommand::Network)));
         assert_eq!(parse("/backend"), Ok(Command::Engine(SlashCommand::Backend(None))));
         use crate::protocol::Backend;
-        assert_eq!(parse("/backend ssh box"), Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Ssh("box".into()))))));
-        assert_eq!(parse("/backend docker:ci"), Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Docker("ci".into()))))));
+        assert_eq!(
+            parse("/backend ssh box"),
+            Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Ssh("box".into())))))
+        );
+        assert_eq!(
+            parse("/backend docker:ci"),
+            Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Docker("ci".into())))))
+        );
         assert_eq!(parse("/backend local"), Ok(Command::Engine(SlashCommand::Backend(Some(Backend::Local)))));
         assert!(parse("/backend ftp x").unwrap_err().contains("/backend"));
         assert_eq!(parse("/sandbox"), Ok(Command::Engine(SlashCommand::Permissions)));

@@ -71,7 +71,10 @@ pub(crate) fn inbound_line(inbound: &Inbound) -> String {
 
 /// The shell command of a sub-agent job.
 pub(crate) fn command_line(exe: &Path, session: &str, depth: u32) -> String {
-    format!("exec {} {ARG} --session {session} --depth {depth}", crate::engine::process::sh_quote(&exe.to_string_lossy()))
+    format!(
+        "exec {} {ARG} --session {session} --depth {depth}",
+        crate::engine::process::sh_quote(&exe.to_string_lossy())
+    )
 }
 
 /// The sub-session of a sub-agent job, from its command; None for any other job.

@@ -14,8 +14,8 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::config::McpServerConfig;
-use crate::engine::process as group;
 use crate::engine::jobs::jobdir::boot_id;
+use crate::engine::process as group;
 
 /// A running stdio server (its guard). `stop` kills it (the manager calls it on every
 /// path out); dropping it closes the guard's socket, and the guard kills the group.

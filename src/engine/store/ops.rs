@@ -3,10 +3,10 @@
 use rusqlite::{params, Connection, OptionalExtension, Row, TransactionBehavior};
 
 use super::ids::{derive_title, first_line, now_ms, random_suffix, session_id_at};
+use super::COMPACTION_KIND;
 use super::{
     ContextRows, MessagePage, OmittedRows, SearchHit, SessionSummary, StoreError, StoredMessage, HISTORY_CAP_PER_CWD,
 };
-use super::COMPACTION_KIND;
 use crate::engine::llm::estimate::{estimate_parts, MESSAGE_OVERHEAD_TOKENS};
 use crate::engine::llm::{Role, ToolCall};
 

@@ -10,7 +10,7 @@ use super::{
 use crate::present;
 use crate::protocol::usage::Usage;
 use crate::protocol::{
-    Event, HistoryItem, JobAction, JobFate, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
+    Event, HistoryItem, JobAction, JobFate, JobId, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
     TurnOutcome, TurnTrigger,
 };
 use crate::text::{sanitize_for_display as display_text, sgr_only};
@@ -88,18 +88,7 @@ impl App {
             Event::Phase { phase } => self.phase_changed(phase),
             Event::UserMessage { text, trigger, origin } => self.user_message(text, &trigger, origin),
             Event::PendingChanged { pending, queued } => (self.pending, self.queued) = (pending, queued),
-            Event::RestoreInput { text } => {
-                let current = self.input_text();
-                if current.trim().is_empty() {
-                    // Given back (an /undo, an interrupt): selected, so what is typed next
-                    // replaces it instead of being appended to it.
-                    self.reset_input(text);
-                    self.input.select_all();
-                    self.input_hint = Some("restored: typing replaces it · ← → keep it to edit".to_string());
-                } else {
-                    self.reset_input(format!("{text}\n{current}"));
-                }
-            }
+            Event::RestoreInput { text } => self.restore_input(text),
             Event::AssistantDelta(delta) => self.transcript.append_assistant(&delta),
             Event::ReasoningDelta(delta) => self.transcript.append_reasoning(&delta),
             Event::AssistantDone { text, reasoning } => self.transcript.finish_assistant(&text, reasoning.as_deref()),
@@ -116,12 +105,7 @@ impl App {
             Event::JobUpdated { id, status, tail } => self.job_updated(id, status, &tail, ops),
             Event::JobFinished { id, status } => self.job_finished(id, status, ops),
             Event::JobLog { id, text, first_line, total_lines, from, to } => {
-                if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id)) {
-                    // Old engines sent no range: the text then starts at `first_line`.
-                    let from = if to == 0 && from == 0 { first_line } else { from };
-                    view.replace_lines(log_lines(&text), from, to, total_lines);
-                    view.inflight = false;
-                }
+                self.job_log(id, &text, first_line, total_lines, (from, to))
             }
             Event::WatchMatched { id, pattern, line, more, ended } => {
                 self.watch_matched(&id, &pattern, &line, more, ended)
@@ -132,17 +116,7 @@ impl App {
                 }
             }
             Event::TurnFinished { outcome } => self.turn_finished(outcome),
-            Event::Status(info) => {
-                if let Some(mode) = info.busy_mode {
-                    self.session.busy_mode = mode;
-                }
-                // The heartbeat's countdown runs from here until the next status.
-                self.status_at = self.now;
-                // `Event::Context` may be the only source of the context use: a status
-                // without it keeps the last one known.
-                let context_pct = info.context_pct.or(self.status.context_pct);
-                self.status = StatusInfo { context_pct, ..info };
-            }
+            Event::Status(info) => self.status_changed(info),
             Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
                 self.usage = Some((prompt_tokens, completion_tokens));
                 let usage = Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens };
@@ -160,11 +134,7 @@ impl App {
             Event::McpStatus { servers, tools } => {
                 self.log_say(NoticeLevel::Info, present::mcp_status(&servers, tools))
             }
-            Event::SessionList { sessions, matching } => {
-                let level =
-                    if sessions.is_empty() && matching.is_some() { NoticeLevel::Error } else { NoticeLevel::Info };
-                self.log_say(level, present::session_list(&sessions, matching.as_deref()))
-            }
+            Event::SessionList { sessions, matching } => self.session_list(&sessions, matching.as_deref()),
             Event::HeartbeatStatus { heartbeat } => {
                 let offset = crate::util::local_utc_offset_s(crate::util::now_ms());
                 self.log_say(NoticeLevel::Info, present::heartbeat_status(heartbeat.as_ref(), offset))
@@ -180,6 +150,45 @@ impl App {
             Event::RewindPreview(preview) => self.confirm_rewind(preview),
             Event::Diff { title, text } => self.show_diff(title, text),
         }
+    }
+
+    fn restore_input(&mut self, text: String) {
+        let current = self.input_text();
+        if current.trim().is_empty() {
+            // Given back (an /undo, an interrupt): selected, so what is typed next
+            // replaces it instead of being appended to it.
+            self.reset_input(text);
+            self.input.select_all();
+            self.input_hint = Some("restored: typing replaces it · ← → keep it to edit".to_string());
+        } else {
+            self.reset_input(format!("{text}\n{current}"));
+        }
+    }
+
+    fn job_log(&mut self, id: JobId, text: &str, first_line: u64, total_lines: u64, (from, to): (u64, u64)) {
+        if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id)) {
+            // Old engines sent no range: the text then starts at `first_line`.
+            let from = if to == 0 && from == 0 { first_line } else { from };
+            view.replace_lines(log_lines(text), from, to, total_lines);
+            view.inflight = false;
+        }
+    }
+
+    fn status_changed(&mut self, info: StatusInfo) {
+        if let Some(mode) = info.busy_mode {
+            self.session.busy_mode = mode;
+        }
+        // The heartbeat's countdown runs from here until the next status.
+        self.status_at = self.now;
+        // `Event::Context` may be the only source of the context use: a status
+        // without it keeps the last one known.
+        let context_pct = info.context_pct.or(self.status.context_pct);
+        self.status = StatusInfo { context_pct, ..info };
+    }
+
+    fn session_list(&mut self, sessions: &[SessionInfo], matching: Option<&str>) {
+        let level = if sessions.is_empty() && matching.is_some() { NoticeLevel::Error } else { NoticeLevel::Info };
+        self.log_say(level, present::session_list(sessions, matching))
     }
 
     fn watch_matched(&mut self, id: &str, pattern: &str, line: &str, more: u64, ended: bool) {

@@ -63,27 +63,10 @@ fn session_label(app: &App) -> Option<String> {
     }
 }
 
-pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
-    let fg = Style::default().fg(app.theme.status_fg);
-    let sep = Span::styled(" · ", Style::default().fg(app.theme.dim));
-    let (state, active) = state(app);
-    let mut left: Vec<Span<'static>> = vec![Span::styled(
-        format!(" {state}"),
-        Style::default().fg(app.theme.status_state).add_modifier(if active {
-            Modifier::BOLD
-        } else {
-            Modifier::empty()
-        }),
-    )];
-    if app.status.paused {
-        left.push(Span::raw(" "));
-        left.push(Span::styled(
-            " PAUSED ",
-            Style::default().fg(app.theme.paused).add_modifier(Modifier::REVERSED | Modifier::BOLD),
-        ));
-    }
-    // (text, kept, priority): when the line is narrow, facts go lowest priority first, and
-    // a kept one (a paused goal, the jobs count when no pane shows them) last of all.
+/// What the status line says besides the state, as (text, kept, priority): when the line
+/// is narrow, facts go lowest priority first, and a kept one (a paused goal, the jobs count
+/// when no pane shows them) last of all.
+fn facts(app: &App) -> Vec<(String, bool, u8)> {
     let mut facts: Vec<(String, bool, u8)> = Vec::new();
     // No pane shows the jobs at this width: say they run, and the key that lists them.
     let running = app.running_jobs();
@@ -129,7 +112,12 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     if let Some(goal) = goal.filter(|_| !goal_paused) {
         facts.push((goal, false, 7));
     }
-    let hints = if app.ctrl_c_armed() {
+    facts
+}
+
+/// The key hints at the right of the status line.
+fn hints(app: &App) -> String {
+    if app.ctrl_c_armed() {
         let key = app.keymap.hint(Context::Global, Action::Cancel);
         format!("press {key} again to quit ")
     } else if app.busy() || !app.tools.is_empty() {
@@ -140,7 +128,30 @@ pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
     } else {
         // Stop and background mean nothing while idle.
         format!("{} help ", app.keymap.hint(Context::Input, Action::HelpEmpty))
-    };
+    }
+}
+
+pub(crate) fn draw(frame: &mut Frame<'_>, area: Rect, app: &App) {
+    let fg = Style::default().fg(app.theme.status_fg);
+    let sep = Span::styled(" · ", Style::default().fg(app.theme.dim));
+    let (state, active) = state(app);
+    let mut left: Vec<Span<'static>> = vec![Span::styled(
+        format!(" {state}"),
+        Style::default().fg(app.theme.status_state).add_modifier(if active {
+            Modifier::BOLD
+        } else {
+            Modifier::empty()
+        }),
+    )];
+    if app.status.paused {
+        left.push(Span::raw(" "));
+        left.push(Span::styled(
+            " PAUSED ",
+            Style::default().fg(app.theme.paused).add_modifier(Modifier::REVERSED | Modifier::BOLD),
+        ));
+    }
+    let mut facts = facts(app);
+    let hints = hints(app);
     let width = usize::from(area.width);
     let hints_w = str_width(&hints);
     let fixed_w: usize = left.iter().map(|s| str_width(&s.content)).sum();
