@@ -120,20 +120,10 @@ impl Tool for TerminalTool {
         let sandboxed = args.sandbox != Some(false) && ctx.jobs.sandbox_policy().active();
         let (approval, by) = match ctx.approvals.check_command(command, sandboxed, &ctx.signals.interrupt).await {
             Verdict::Allowed { note, by } => (note, by),
-            Verdict::Denied { reason } => {
-                let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
-                return ToolResult { value, ok: false, exit_code: None, status: Some(ToolStatus::Denied) };
-            }
+            Verdict::Denied { reason } => return denied(reason),
         };
         if ctx.signals.interrupt.is_cancelled() {
-            let value = json!({
-                "output": "[Command interrupted]",
-                "exit_code": 130,
-                "error": null,
-                "status": "interrupted",
-                "note": "The turn was interrupted before the command started; it did not run.",
-            });
-            return ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) };
+            return not_started("The turn was interrupted before the command started; it did not run.".into());
         }
 
         let spec = SpawnSpec {
@@ -168,37 +158,7 @@ impl Tool for TerminalTool {
         };
         match ending {
             Ending::Exited(exit) => {
-                let output = ctx.jobs.output_for_model(&spawned.id).await.unwrap_or_default();
-                let new_cwd = exit.cwd.clone().unwrap_or(cwd);
-                if let Ok(mut c) = ctx.cwd.lock() {
-                    *c = new_cwd.clone();
-                }
-                let code = exit.exit_code();
-                let blocked = sandboxed && code != 0 && looks_blocked(&output);
-                let denials = if sandboxed { ctx.jobs.sandbox_denials(&spawned.id) } else { Vec::new() };
-                let mut value = base(output, Some(code), &new_cwd);
-                if !denials.is_empty() {
-                    value["sandbox"] = json!(denied_connections(&denials));
-                } else if blocked {
-                    value["sandbox"] = json!(SANDBOX_NOTE);
-                }
-                if sandboxed {
-                    note_git_guard(&ctx, &mut value);
-                }
-                if exit.leftover {
-                    guard.armed = false;
-                    value["session_id"] = json!(spawned.id);
-                    value["pid"] = json!(spawned.pid);
-                    value["note"] = json!(format!(
-                        "The command exited, but processes it started are still running as background job {id}. \
-                         Use process(action='poll'|'log'|'kill', session_id='{id}') to follow or stop them.",
-                        id = spawned.id
-                    ));
-                } else {
-                    guard.armed = false;
-                    ctx.jobs.forget(&spawned.id).await;
-                }
-                ToolResult { value, ok: code == 0, exit_code: Some(code), status: None }
+                exited(&ctx, (&spawned.id, spawned.pid), exit, cwd, sandboxed, &base, &mut guard).await
             }
             Ending::Lost => {
                 guard.armed = false;
@@ -241,6 +201,78 @@ impl Tool for TerminalTool {
 /// `terminal` on a remote backend (DESIGN §4b): connect (off the engine loop: this is the
 /// tool's task), run the command as a job whose transport reaches the host, and await it
 /// like a local one. The transport's failure is `degraded`, never the command's own.
+/// A local foreground command exited: its output, the directory it left, what the sandbox
+/// refused, and what it left running (kept as a background job).
+async fn exited(
+    ctx: &ToolCtx,
+    (id, pid): (&str, u32),
+    exit: ExitInfo,
+    cwd: std::path::PathBuf,
+    sandboxed: bool,
+    base: &(dyn Fn(String, Option<i32>, &std::path::Path) -> Value + Sync),
+    guard: &mut ForegroundGuard,
+) -> ToolResult {
+    let output = ctx.jobs.output_for_model(id).await.unwrap_or_default();
+    let new_cwd = exit.cwd.clone().unwrap_or(cwd);
+    if let Ok(mut c) = ctx.cwd.lock() {
+        *c = new_cwd.clone();
+    }
+    let code = exit.exit_code();
+    let blocked = sandboxed && code != 0 && looks_blocked(&output);
+    let denials = if sandboxed { ctx.jobs.sandbox_denials(id) } else { Vec::new() };
+    let mut value = base(output, Some(code), &new_cwd);
+    if !denials.is_empty() {
+        value["sandbox"] = json!(denied_connections(&denials));
+    } else if blocked {
+        value["sandbox"] = json!(SANDBOX_NOTE);
+    }
+    if sandboxed {
+        note_git_guard(ctx, &mut value);
+    }
+    if exit.leftover {
+        guard.armed = false;
+        value["session_id"] = json!(id);
+        value["pid"] = json!(pid);
+        value["note"] = json!(format!(
+            "The command exited, but processes it started are still running as background job {id}. \
+                 Use process(action='poll'|'log'|'kill', session_id='{id}') to follow or stop them.",
+            id = id
+        ));
+    } else {
+        guard.armed = false;
+        ctx.jobs.forget(id).await;
+    }
+    ToolResult { value, ok: code == 0, exit_code: Some(code), status: None }
+}
+
+/// The result of a command the approval flow refused.
+fn denied(reason: String) -> ToolResult {
+    let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
+    ToolResult { value, ok: false, exit_code: None, status: Some(ToolStatus::Denied) }
+}
+
+/// The result of a command an interrupt stopped before it started.
+fn not_started(note: String) -> ToolResult {
+    let value = json!({
+        "output": "[Command interrupted]",
+        "exit_code": 130,
+        "error": null,
+        "status": "interrupted",
+        "note": note,
+    });
+    ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) }
+}
+
+/// Where a remote command runs: `workdir` (absolute, `~…`, or under the remote cwd), else the
+/// remote cwd ("" = the remote home).
+fn remote_workdir(workdir: Option<&str>, remote_cwd: &str) -> String {
+    match workdir.map(str::trim).filter(|w| !w.is_empty()) {
+        Some(w) if w.starts_with('/') || w.starts_with('~') || remote_cwd.is_empty() => w.to_string(),
+        Some(w) => format!("{}/{w}", remote_cwd.trim_end_matches('/')),
+        None => remote_cwd.to_string(),
+    }
+}
+
 async fn remote_call(
     args: &TerminalArgs,
     background: bool,
@@ -251,12 +283,7 @@ async fn remote_call(
     use crate::engine::backend::remote;
     let command = args.command.as_str();
     let backends = ctx.jobs.backends().clone();
-    let remote_cwd = backends.remote_cwd(&backend);
-    let cwd = match args.workdir.as_deref().map(str::trim).filter(|w| !w.is_empty()) {
-        Some(w) if w.starts_with('/') || w.starts_with('~') || remote_cwd.is_empty() => w.to_string(),
-        Some(w) => format!("{}/{w}", remote_cwd.trim_end_matches('/')),
-        None => remote_cwd.clone(),
-    };
+    let cwd = remote_workdir(args.workdir.as_deref(), &backends.remote_cwd(&backend));
     let degraded = |d: crate::engine::backend::Degraded| {
         let value = d.to_value(&ctx.config, &backend);
         let status = d.tool_status(&ctx.config);
@@ -266,22 +293,12 @@ async fn remote_call(
     // treat them as unsandboxed (DESIGN §4b).
     let (approval, by) = match ctx.approvals.check_remote_command(command, &ctx.signals.interrupt).await {
         Verdict::Allowed { note, by } => (note, by),
-        Verdict::Denied { reason } => {
-            let value = json!({ "output": "", "exit_code": null, "error": reason, "status": "denied" });
-            return ToolResult { value, ok: false, exit_code: None, status: Some(ToolStatus::Denied) };
-        }
+        Verdict::Denied { reason } => return denied(reason),
     };
     let connected = tokio::select! {
         r = backends.ensure(&backend) => r,
         _ = ctx.signals.interrupt.cancelled() => {
-            let value = json!({
-                "output": "[Command interrupted]",
-                "exit_code": 130,
-                "error": null,
-                "status": "interrupted",
-                "note": format!("The turn was interrupted while connecting to {backend}; the command did not run."),
-            });
-            return ToolResult { value, ok: false, exit_code: Some(130), status: Some(ToolStatus::Interrupted) };
+            return not_started(format!("The turn was interrupted while connecting to {backend}; the command did not run."));
         }
     };
     if let Err(d) = connected {
@@ -328,13 +345,9 @@ async fn remote_call(
             ctx.jobs.forget(&id).await;
             let Some(code) = markers.end.filter(|_| markers.started && !exit.killed) else {
                 if exit.killed {
-                    let value = base(with_marker(output, "[Command killed]"), Some(exit.exit_code()), &shown_cwd);
-                    return ToolResult {
-                        value,
-                        ok: false,
-                        exit_code: Some(exit.exit_code()),
-                        status: Some(ToolStatus::Killed),
-                    };
+                    let code = exit.exit_code();
+                    let value = base(with_marker(output, "[Command killed]"), Some(code), &shown_cwd);
+                    return ToolResult { value, ok: false, exit_code: Some(code), status: Some(ToolStatus::Killed) };
                 }
                 let d = backends.classify(&backend, &stderr, exit.code);
                 backends.evict(&backend).await;
