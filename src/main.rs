@@ -397,56 +397,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             drop(resolved);
             Ok(code)
         }
-        None => {
-            if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
-                anyhow::bail!("not a terminal; use `talaria exec`");
-            }
-            // A `--resume` that fits several sessions opens the picker, as `/resume` does.
-            let mut pick: Option<String> = None;
-            let session = if cli.continue_session {
-                SessionChoice::ContinueInteractive
-            } else if let Some(key) = cli.resume.clone() {
-                match resume_choice(&store, &key).await? {
-                    Ok(choice) => choice,
-                    Err(_) => {
-                        pick = Some(key);
-                        SessionChoice::New
-                    }
-                }
-            } else {
-                SessionChoice::New
-            };
-            // The first frame is drawn before the engine, the session and the provider are
-            // ready; the status line fills in when they are.
-            let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner: None };
-            let screen = talaria::tui::Screen::open(options)?;
-            let started =
-                start_engine(&model.model, &model.base_url, &paths, &config, store, session, PromptPolicy::Ask).await;
-            let (engine, resolved) = match started {
-                Ok(started) => started,
-                Err(e) => {
-                    drop(screen);
-                    return Err(e);
-                }
-            };
-            if let Some(key) = pick {
-                let resume = talaria::protocol::commands::SlashCommand::Resume(Some(key));
-                let _ = engine.ops.send(talaria::protocol::Op::Command(resume));
-            }
-            let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
-            let exit = screen.run(engine, banner).await?;
-            if let Some(spend) = &exit.spend {
-                println!("This run: {spend}");
-            }
-            if let Some(kept) = exit.kept_jobs_line() {
-                println!("{kept}");
-            }
-            if let Some(id) = exit.session_id {
-                println!("Resume this session with: talaria --resume {id}");
-            }
-            drop(resolved);
-            Ok(0)
-        }
+        None => run_tui(cli.continue_session, cli.resume.clone(), &model, &paths, &config, store).await,
         Some(Command::Jobs { action, json, raw }) => {
             use talaria::engine::jobs::cli;
             let action = match action {
@@ -505,6 +456,64 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
         }
         Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
     }
+}
+
+/// `talaria` in a terminal: draw the first frame, start the engine, run the TUI.
+async fn run_tui(
+    continue_session: bool,
+    resume: Option<String>,
+    model: &ModelArgs,
+    paths: &Paths,
+    config: &Arc<Config>,
+    store: Store,
+) -> anyhow::Result<i32> {
+    if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
+        anyhow::bail!("not a terminal; use `talaria exec`");
+    }
+    // A `--resume` that fits several sessions opens the picker, as `/resume` does.
+    let mut pick: Option<String> = None;
+    let session = if continue_session {
+        SessionChoice::ContinueInteractive
+    } else if let Some(key) = resume {
+        match resume_choice(&store, &key).await? {
+            Ok(choice) => choice,
+            Err(_) => {
+                pick = Some(key);
+                SessionChoice::New
+            }
+        }
+    } else {
+        SessionChoice::New
+    };
+    // The first frame is drawn before the engine, the session and the provider are
+    // ready; the status line fills in when they are.
+    let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner: None };
+    let screen = talaria::tui::Screen::open(options)?;
+    let started = start_engine(&model.model, &model.base_url, paths, config, store, session, PromptPolicy::Ask).await;
+    let (engine, resolved) = match started {
+        Ok(started) => started,
+        Err(e) => {
+            drop(screen);
+            return Err(e);
+        }
+    };
+    if let Some(key) = pick {
+        let resume = talaria::protocol::commands::SlashCommand::Resume(Some(key));
+        let _ = engine.ops.send(talaria::protocol::Op::Command(resume));
+    }
+    let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
+    let exit = screen.run(engine, banner).await?;
+    if let Some(spend) = &exit.spend {
+        println!("This run: {spend}");
+    }
+    if let Some(kept) = exit.kept_jobs_line() {
+        println!("{kept}");
+    }
+    if let Some(id) = exit.session_id {
+        println!("Resume this session with: talaria --resume {id}");
+    }
+    drop(resolved);
+    Ok(0)
 }
 
 async fn start_engine(

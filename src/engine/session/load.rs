@@ -86,27 +86,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     start_proxy(&opts, &jobs, &approver, &events).await;
     approver.set_sandbox_policy(jobs.sandbox_policy());
     jobs.set_agent_approver(approver.clone());
-    if opts.config.sandbox.mode != crate::config::SandboxMode::Off {
-        if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {
-            events.send(Event::notice(
-                NoticeLevel::Warn,
-                format!("no kernel sandbox: {reason}; every command will ask (it runs with your full rights; approvals act as \"prompt\")"),
-            ));
-        }
-    }
-    // Headless runs have no first frame to wait for: their servers start at once, and the
-    // first model request waits for them (each within its startup_timeout_s).
-    let headless = opts.approval_policy != PromptPolicy::Ask;
-    let mcp = crate::engine::mcp::McpHandle::new(
-        opts.config.clone(),
-        &opts.paths.logs_dir,
-        cwd.clone(),
-        events.clone(),
-        headless,
-    );
-    if headless {
-        mcp.begin();
-    }
+    warn_if_no_sandbox(&opts.config, &events);
+    let mcp = start_mcp(&opts, &cwd, &events);
     let jobs_config = &opts.config.jobs;
     let scheduler = Scheduler::new(
         opts.config.agent.busy_input_mode,
@@ -171,24 +152,57 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
             format!("no earlier session in {cwd_text} to continue: this is a new one (talaria sessions list shows the others)"),
         );
     }
-    let join = tokio::spawn(async move {
-        match engine.load_context().await {
-            Ok(inputs) => {
-                for input in inputs {
-                    engine.feed(input).await;
-                }
-            }
-            Err(e) => {
-                tracing::error!(error = %format!("{e:#}"), "cannot load the session");
-                engine.notice(NoticeLevel::Error, format!("cannot load session {}: {e:#}", engine.env.session_id));
-                return;
+    let join = tokio::spawn(load_and_run(engine));
+    Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
+}
+
+/// The engine task: read the session for the model, then take ops until shutdown.
+async fn load_and_run(mut engine: Engine) {
+    match engine.load_context().await {
+        Ok(inputs) => {
+            for input in inputs {
+                engine.feed(input).await;
             }
         }
-        // A front end starts out assuming idle: a session opened paused says so.
-        engine.events().send(Event::Phase { phase: engine.scheduler.phase() });
-        engine.run().await
-    });
-    Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
+        Err(e) => {
+            tracing::error!(error = %format!("{e:#}"), "cannot load the session");
+            engine.notice(NoticeLevel::Error, format!("cannot load session {}: {e:#}", engine.env.session_id));
+            return;
+        }
+    }
+    // A front end starts out assuming idle: a session opened paused says so.
+    engine.events().send(Event::Phase { phase: engine.scheduler.phase() });
+    engine.run().await
+}
+
+/// Without a kernel sandbox every command asks: say so once, at the start.
+fn warn_if_no_sandbox(config: &Config, events: &EventSink) {
+    if config.sandbox.mode != crate::config::SandboxMode::Off {
+        if let crate::engine::sandbox::Support::Unavailable { reason } = crate::engine::sandbox::support() {
+            events.send(Event::notice(
+                NoticeLevel::Warn,
+                format!("no kernel sandbox: {reason}; every command will ask (it runs with your full rights; approvals act as \"prompt\")"),
+            ));
+        }
+    }
+}
+
+/// The session's MCP servers. Headless runs have no first frame to wait for: their servers
+/// start at once, and the first model request waits for them (each within its
+/// startup_timeout_s).
+fn start_mcp(opts: &EngineOptions, cwd: &Path, events: &EventSink) -> crate::engine::mcp::McpHandle {
+    let headless = opts.approval_policy != PromptPolicy::Ask;
+    let mcp = crate::engine::mcp::McpHandle::new(
+        opts.config.clone(),
+        &opts.paths.logs_dir,
+        cwd.to_path_buf(),
+        events.clone(),
+        headless,
+    );
+    if headless {
+        mcp.begin();
+    }
+    mcp
 }
 
 /// The workspace's snapshot store, unless rewind is off or cannot work here (said once).
