@@ -18,7 +18,7 @@ use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::oneshot;
 
-use super::jobdir::{self, IndexFile, JobDir, LeaderExit};
+use super::jobdir::{self, ExitRecord, IndexFile, JobDir, LeaderExit};
 use super::log::{LogIndex, Segment};
 use super::output::{memchr_count, Utf8Decoder};
 use super::{group, ExitInfo, Job, Registry};
@@ -315,54 +315,10 @@ pub(super) async fn follow(
         }
         // Nothing new in the log: has the job ended?
         if let Some(record) = jd.read_exit() {
-            // Everything was written before exit.json: read the rest.
-            loop {
-                let text = reader.read_some();
-                if text.is_empty() {
-                    break;
-                }
-                take_text(&job, &reader, &mut chunk, &text);
-                reg.feed_watches(&job, &text);
-            }
-            let rest = reader.finish();
-            take_text(&job, &reader, &mut chunk, &rest);
-            reg.feed_watches(&job, &rest);
-            let totals = record.output;
-            job.state().output.settle_totals(totals.chars, totals.bytes, totals.lines);
-            let killed = record.killed || job.kill_requested.load(Ordering::SeqCst);
-            // A remote job its transport gave up on: lost, with why — never its exit 255.
-            let gave_up = job.remote.as_ref().and_then(|_| super::run::remote_lost(&jd)).filter(|_| !killed);
-            break ExitInfo {
-                code: record.code,
-                signal: record.signal,
-                killed,
-                leftover,
-                cwd: None,
-                lost: gave_up.is_some(),
-                reason: gave_up.or(record.reason),
-            };
+            break ended(&reg, &job, &mut reader, &mut chunk, record, leftover);
         }
         if !leftover {
-            if let Some(leader) = jobdir::read_json::<LeaderExit>(&jd.leader()) {
-                // `cmd &`: the leader is done, its children are not. They go on as a
-                // background job under the same id; the foreground call returns now.
-                leftover = true;
-                if !job.kill_requested.load(Ordering::SeqCst) {
-                    reg.make_background(&job);
-                    if let Some(tx) = exit_tx.take() {
-                        let exit = ExitInfo {
-                            code: leader.code,
-                            signal: leader.signal,
-                            killed: false,
-                            leftover: true,
-                            cwd: jd.read_cwd(),
-                            reason: None,
-                            lost: false,
-                        };
-                        let _ = tx.send(exit);
-                    }
-                }
-            }
+            leftover = leader_exited(&reg, &job, &mut exit_tx);
         }
         if check_supervisor || last_supervisor_check.elapsed() >= supervisor_poll {
             check_supervisor = false;
@@ -405,6 +361,66 @@ pub(super) async fn follow(
     if let Some(tx) = exit_tx {
         let _ = tx.send(exit);
     }
+}
+
+/// The job wrote its exit record: everything was written before it, so read the rest, then
+/// say how it ended.
+fn ended(
+    reg: &Registry,
+    job: &Job,
+    reader: &mut LogReader,
+    chunk: &mut String,
+    record: ExitRecord,
+    leftover: bool,
+) -> ExitInfo {
+    loop {
+        let text = reader.read_some();
+        if text.is_empty() {
+            break;
+        }
+        take_text(job, reader, chunk, &text);
+        reg.feed_watches(job, &text);
+    }
+    let rest = reader.finish();
+    take_text(job, reader, chunk, &rest);
+    reg.feed_watches(job, &rest);
+    let totals = record.output;
+    job.state().output.settle_totals(totals.chars, totals.bytes, totals.lines);
+    let killed = record.killed || job.kill_requested.load(Ordering::SeqCst);
+    // A remote job its transport gave up on: lost, with why — never its exit 255.
+    let gave_up = job.remote.as_ref().and_then(|_| super::run::remote_lost(&job.dir)).filter(|_| !killed);
+    ExitInfo {
+        code: record.code,
+        signal: record.signal,
+        killed,
+        leftover,
+        cwd: None,
+        lost: gave_up.is_some(),
+        reason: gave_up.or(record.reason),
+    }
+}
+
+/// `cmd &`: the leader is done, its children are not. They go on as a background job under
+/// the same id; the foreground call returns now. True once the leader has exited.
+fn leader_exited(reg: &Registry, job: &Job, exit_tx: &mut Option<oneshot::Sender<ExitInfo>>) -> bool {
+    let jd = &job.dir;
+    let Some(leader) = jobdir::read_json::<LeaderExit>(&jd.leader()) else { return false };
+    if !job.kill_requested.load(Ordering::SeqCst) {
+        reg.make_background(job);
+        if let Some(tx) = exit_tx.take() {
+            let exit = ExitInfo {
+                code: leader.code,
+                signal: leader.signal,
+                killed: false,
+                leftover: true,
+                cwd: jd.read_cwd(),
+                reason: None,
+                lost: false,
+            };
+            let _ = tx.send(exit);
+        }
+    }
+    true
 }
 
 fn take_text(job: &Job, reader: &LogReader, chunk: &mut String, text: &str) {

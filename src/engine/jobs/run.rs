@@ -90,23 +90,7 @@ pub(super) async fn spawn(
     }
     reg.make_room()?;
     let started_at_ms = now_ms();
-    let num = match &reg.store {
-        Some(store) => {
-            let new = NewJob {
-                session_id: spec.session_id.clone(),
-                command: spec.command.clone(),
-                cwd: spec.cwd.display().to_string(),
-                background: spec.background,
-                has_stdin: spec.background,
-                boot_id: reg.boot_id.clone(),
-                started_at: started_at_ms as i64,
-            };
-            let num = store.job_insert(new).await.map_err(SpawnError::Record)? as u64;
-            reg.next_num.fetch_max(num + 1, Ordering::SeqCst);
-            num
-        }
-        None => reg.next_num.fetch_add(1, Ordering::SeqCst),
-    };
+    let num = job_number(reg, &spec, started_at_ms).await?;
     let id = format!("job_{num}");
     let jd = JobDir::new(&reg.dir, &id);
     let remote_job = target.as_ref().map(|t| RemoteJob {
@@ -141,17 +125,7 @@ pub(super) async fn spawn(
         let mut child = child;
         let _ = child.wait().await;
     });
-    if let Some(store) = &reg.store {
-        let pids = JobPids {
-            pgid: i64::from(pgid),
-            leader_start: leader_start as i64,
-            supervisor_pid: i64::from(supervisor_pid),
-            supervisor_start: supervisor_start as i64,
-        };
-        if let Err(e) = store.job_started(num as i64, pids).await {
-            tracing::warn!(error = %e, id = %id, "cannot record the job's pids");
-        }
-    }
+    record_pids(reg, num, &id, &started).await;
 
     let (done, _) = watch::channel(None);
     let job = Arc::new(Job {
@@ -211,7 +185,45 @@ pub(super) async fn spawn(
     Ok(Spawned { id, pid: pgid as u32, exit: exit_rx })
 }
 
+/// The job's number: its row in the database (which counts across restarts), else the next
+/// in this process.
+async fn job_number(reg: &Registry, spec: &SpawnSpec, started_at_ms: u64) -> Result<u64, SpawnError> {
+    Ok(match &reg.store {
+        Some(store) => {
+            let new = NewJob {
+                session_id: spec.session_id.clone(),
+                command: spec.command.clone(),
+                cwd: spec.cwd.display().to_string(),
+                background: spec.background,
+                has_stdin: spec.background,
+                boot_id: reg.boot_id.clone(),
+                started_at: started_at_ms as i64,
+            };
+            let num = store.job_insert(new).await.map_err(SpawnError::Record)? as u64;
+            reg.next_num.fetch_max(num + 1, Ordering::SeqCst);
+            num
+        }
+        None => reg.next_num.fetch_add(1, Ordering::SeqCst),
+    })
+}
+
+/// The started job's process ids in its row, so a later talaria can find and check it.
+async fn record_pids(reg: &Registry, num: u64, id: &str, started: &Started) {
+    if let Some(store) = &reg.store {
+        let pids = JobPids {
+            pgid: i64::from(started.pgid),
+            leader_start: started.leader_start as i64,
+            supervisor_pid: i64::from(started.supervisor_pid),
+            supervisor_start: started.supervisor_start as i64,
+        };
+        if let Err(e) = store.job_started(num as i64, pids).await {
+            tracing::warn!(error = %e, id = %id, "cannot record the job's pids");
+        }
+    }
+}
+
 /// What the supervisor's handshake says about a started job.
+#[derive(Clone, Copy)]
 struct Started {
     supervisor_pid: u32,
     supervisor_start: u64,
