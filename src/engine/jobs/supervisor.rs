@@ -426,26 +426,7 @@ impl Running {
             }
             if last_lease_check.elapsed() >= LEASE_POLL && own_kill.is_none() {
                 last_lease_check = Instant::now();
-                // No owner file counts as no owner.
-                let held = lease.held();
-                if !self.jd.path.exists() {
-                    // The job directory was deleted (its TALARIA_HOME is gone): no record
-                    // can point to this job any more, so no grace either.
-                    own_kill = Some("job directory removed".to_string());
-                    let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
-                    run_on_kill(self.spec.on_kill.as_deref());
-                    group::kill_groups_blocking(&[self.pid], grace);
-                } else if held {
-                    orphaned_at = None;
-                } else {
-                    let since = *orphaned_at.get_or_insert_with(Instant::now);
-                    if since.elapsed().as_secs_f64() >= self.spec.orphan_grace_s {
-                        own_kill = Some(super::records::OWNER_GONE_REASON.to_string());
-                        let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
-                        run_on_kill(self.spec.on_kill.as_deref());
-                        group::kill_groups_blocking(&[self.pid], grace);
-                    }
-                }
+                own_kill = self.check_owner(&mut lease, &mut orphaned_at);
             }
             let Leader::Exited { code, signal, at } = leader else { continue };
             if !leftover {
@@ -480,6 +461,31 @@ impl Running {
                 Some(_) => {}
             }
         }
+    }
+
+    /// Is the job still owned? Without an owner for `orphan_grace_s` (or without its job
+    /// directory) the supervisor kills the group itself and says why.
+    fn check_owner(&self, lease: &mut Lease, orphaned_at: &mut Option<Instant>) -> Option<String> {
+        // No owner file counts as no owner.
+        let held = lease.held();
+        let why = if !self.jd.path.exists() {
+            // The job directory was deleted (its TALARIA_HOME is gone): no record
+            // can point to this job any more, so no grace either.
+            "job directory removed".to_string()
+        } else if held {
+            *orphaned_at = None;
+            return None;
+        } else {
+            let since = *orphaned_at.get_or_insert_with(Instant::now);
+            if since.elapsed().as_secs_f64() < self.spec.orphan_grace_s {
+                return None;
+            }
+            super::records::OWNER_GONE_REASON.to_string()
+        };
+        let grace = Duration::from_secs_f64(self.spec.kill_grace_s.max(0.0));
+        run_on_kill(self.spec.on_kill.as_deref());
+        group::kill_groups_blocking(&[self.pid], grace);
+        Some(why)
     }
 
     /// Sleep until output, SIGCHLD or a socket call to mediate arrives, or `timeout`;
