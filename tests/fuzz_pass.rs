@@ -24,7 +24,7 @@ const MAX_LEN: usize = 4096;
 const TEXT_TARGETS: &[&str] = &["config", "known_safe", "markdown", "tool_args"];
 
 /// Every target: the engine's parsers' and the others'.
-fn targets() -> Vec<(&'static str, fn(&[u8]))> {
+fn targets() -> Vec<(&'static str, talaria::engine::fuzz::Target)> {
     talaria::engine::fuzz::TARGETS.iter().chain(talaria::testkit::fuzz::TARGETS).copied().collect()
 }
 

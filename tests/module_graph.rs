@@ -522,6 +522,77 @@ fn the_module_map_in_lib_rs_lists_every_module_above_what_it_imports() {
     assert!(wrong.is_empty(), "the module map of src/lib.rs is out of date:\n{}", wrong.join("\n"));
 }
 
+/// `(line, name, lines)` of every `fn` with a body in `code` (comments and strings blanked).
+fn function_lengths(code: &str) -> Vec<(usize, String, usize)> {
+    let b = code.as_bytes();
+    let mut found = Vec::new();
+    let mut at = 0;
+    while let Some(n) = code[at..].find("fn ") {
+        let start = at + n;
+        at = start + 3;
+        if start > 0 && (b[start - 1].is_ascii_alphanumeric() || b[start - 1] == b'_') {
+            continue;
+        }
+        let name: String = code[at..].chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+        if name.is_empty() {
+            continue;
+        }
+        // The body opens at the first `{` outside the signature's brackets; a `;` first means none.
+        let mut depth = 0i32;
+        let mut open = None;
+        for (j, &c) in b.iter().enumerate().skip(at) {
+            match c {
+                b'(' | b'[' => depth += 1,
+                b')' | b']' => depth -= 1,
+                b';' if depth <= 0 => break,
+                b'{' if depth <= 0 => {
+                    open = Some(j);
+                    break;
+                }
+                _ => {}
+            }
+        }
+        let Some(open) = open else { continue };
+        let mut braces = 0;
+        let mut close = b.len() - 1;
+        for (j, &c) in b.iter().enumerate().skip(open) {
+            match c {
+                b'{' => braces += 1,
+                b'}' => {
+                    braces -= 1;
+                    if braces == 0 {
+                        close = j;
+                        break;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let line = code[..start].matches('\n').count() + 1;
+        let lines = code[start..=close].matches('\n').count() + 1;
+        found.push((line, name, lines));
+    }
+    found
+}
+
+/// Long functions are several steps under one name: split them into named pieces.
+#[test]
+fn no_function_in_src_is_over_120_lines() {
+    let mut files = Vec::new();
+    rust_files(&src(), &mut files);
+    let mut long = Vec::new();
+    for file in files {
+        let code = code_only(&std::fs::read_to_string(&file).unwrap());
+        for (line, name, lines) in function_lengths(&code) {
+            if lines > 120 {
+                let rel = file.strip_prefix(src()).unwrap().display().to_string();
+                long.push(format!("src/{rel}:{line}: {name} has {lines} lines"));
+            }
+        }
+    }
+    assert!(long.is_empty(), "functions over 120 lines:\n{}", long.join("\n"));
+}
+
 /// The checker itself: it sees each form of path, and none in comments or strings.
 #[test]
 fn the_checker_reads_use_trees_super_paths_and_skips_comments_and_strings() {
@@ -538,6 +609,10 @@ fn the_checker_reads_use_trees_super_paths_and_skips_comments_and_strings() {
     let code = code_only("let s = \"crate::engine::x\"; // crate::engine::y\nlet c = '\"'; crate::z::w");
     assert_eq!(code.matches("crate::").count(), 1, "{code}");
     assert!(code.contains("crate::z::w"));
+    let fns = function_lengths(&code_only(
+        "fn a() {\n    let s = \"}\";\n}\ntrait T { fn b(&self); }\nfn c<T: Fn() -> u8>(x: [u8; 2]) -> u8 { 1 }\n",
+    ));
+    assert_eq!(fns, vec![(1, "a".to_string(), 3), (5, "c".to_string(), 1)]);
     let dir = tempfile::tempdir().unwrap();
     let src = dir.path();
     std::fs::create_dir_all(src.join("engine/jobs")).unwrap();

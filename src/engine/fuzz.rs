@@ -8,8 +8,11 @@ use crate::engine::args::{arg_bool, arg_str, arg_u64};
 use crate::engine::llm::anthropic::MessageAccumulator;
 use crate::engine::llm::sse::{ChunkAccumulator, SseParser};
 
+/// A fuzz target's body: any bytes in, a panic only for a bug.
+pub type Target = fn(&[u8]);
+
 /// These targets by name, as `cargo fuzz list` names them.
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[("known_safe", known_safe), ("sse", sse), ("tool_args", tool_args)];
+pub const TARGETS: &[(&str, Target)] = &[("known_safe", known_safe), ("sse", sse), ("tool_args", tool_args)];
 
 /// The SSE parser and both stream accumulators (OpenAI chunks, Anthropic events): any bytes,
 /// split anywhere, must give deltas or an error — never a panic, never unbounded memory.
