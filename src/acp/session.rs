@@ -287,7 +287,12 @@ impl SessionState {
             Event::WatchMatched { id, pattern, line, more, .. } => {
                 out.push(Out::Update(updates::watch_matched(&id, &pattern, &line, more)))
             }
-            Event::JobLog { .. } | Event::JobWatches { .. } | Event::Usage { .. } | Event::Context { .. } => {}
+            // The job's own updates already reach the editor; a sub-agent's progress is the pane's.
+            Event::JobLog { .. }
+            | Event::JobWatches { .. }
+            | Event::AgentUpdated { .. }
+            | Event::Usage { .. }
+            | Event::Context { .. } => {}
             Event::TurnFinished { outcome } => {
                 let answer = match outcome {
                     TurnOutcome::Completed => Answer::Stop(StopReason::EndTurn),

@@ -93,6 +93,7 @@ fn job(app: &App, id: &str, command: &str, status: JobStatus) -> JobInfo {
         background: true,
         has_stdin: true,
         last_line: "Compiling talaria v0.1.0".into(),
+        agent: None,
     }
 }
 
