@@ -764,3 +764,75 @@ async fn a_job_whose_command_line_looks_like_a_sub_agent_is_not_one_and_a_real_o
     assert!(waited.get("agent").is_none(), "{waited}");
     run.shutdown().await;
 }
+
+#[test]
+fn the_jobs_pane_labels_a_sub_agent_and_its_log_view_shows_its_conversation_live() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let m = marker();
+    let short = m % 100_000;
+    let home = common::Home::new();
+    let go = home.work().join(format!("go-{m}"));
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("W{short}: wait");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let server = rt
+        .block_on(ScriptedServer::with_responder(move |req| {
+            let first = first_user(req);
+            if first == pp {
+                if all_text(req).contains("[Sub-agent ") {
+                    return ScriptedResponse::text(&format!("GOT-IT-{m}"));
+                }
+                if last_role(req) == "tool" {
+                    return ScriptedResponse::text("working on it");
+                }
+                return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+            }
+            if last_role(req) == "tool" {
+                let released = all_text(req).contains(&format!("released-{m}"));
+                return ScriptedResponse::text(&format!("ANSWER-{m} released={released}"));
+            }
+            let command = format!("while [ ! -e go-{m} ]; do sleep 0.05; done; echo released-{m}");
+            ScriptedResponse::tool_call(
+                "call_c1",
+                "terminal",
+                &json!({ "command": command, "timeout": 600 }).to_string(),
+            )
+        }))
+        .unwrap();
+    let url = server.base_url();
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &["--base-url", url.as_str(), "--model", "m"], 140, 40);
+    p.wait_for(" message ", Duration::from_secs(30));
+    p.type_text(&parent_prompt);
+    p.send(b"\r");
+    // The pane names it as an agent, with its state and its task.
+    let label = format!("● working · \"{task}\"");
+    let screen = p.wait_for(&label, Duration::from_secs(60));
+    assert!(screen.contains("agent_"), "{screen}");
+    sync_wait("the sub-agent's command", || !processes_of(&format!("go-{m} ]")).is_empty());
+
+    // Its log view: the conversation drawn as the transcript draws one, not JSON lines.
+    p.send(b"\t");
+    p.wait_for("▶ agent_", Duration::from_secs(10));
+    p.send(b"\r");
+    let title = format!("sub-agent \"{task}\"");
+    let screen = p.wait_for(&title, Duration::from_secs(10));
+    let screen = if screen.contains(&format!("while [ ! -e go-{m}")) {
+        screen
+    } else {
+        p.wait_for(&format!("while [ ! -e go-{m}"), Duration::from_secs(10))
+    };
+    assert!(screen.contains("terminal"), "the tool call is a cell: {screen}");
+    assert!(!screen.contains("\"type\""), "no raw event lines: {screen}");
+    // Live: its answer appears in the open view.
+    std::fs::write(&go, "").unwrap();
+    let screen = p.wait_for(&format!("ANSWER-{m} released=true"), Duration::from_secs(60));
+    assert!(screen.contains(&title), "still the log view: {screen}");
+    assert!(!screen.contains("\"type\""), "{screen}");
+
+    // Closed, the pane says it is done.
+    p.send(b"\x1b");
+    p.wait_for(&format!("GOT-IT-{m}"), Duration::from_secs(60));
+    p.wait_for(&format!("✓ done · \"{task}\""), Duration::from_secs(30));
+    let _ = p.child.kill();
+    let _ = p.wait_exit(Duration::from_secs(10));
+}

@@ -370,6 +370,23 @@ impl JobsHandle {
         }
     }
 
+    fn event_lines(&self, job: &Job, offset: u64, limit: Option<u64>) -> JobLog {
+        let (index, counted) = {
+            let st = job.state();
+            (st.log.clone(), st.output.total_lines())
+        };
+        let limit = limit.unwrap_or(LOG_DEFAULT_LINES).clamp(1, LOG_MAX_LINES) as usize;
+        let view = super::log::read_event_lines(&index, offset, limit);
+        JobLog {
+            id: job.id.clone(),
+            text: view.text,
+            first_line: view.first_line,
+            total_lines: counted.max(view.to),
+            from: view.from,
+            to: view.to,
+        }
+    }
+
     fn watches_value(&self, job: &Job) -> Value {
         let watches = lock(&job.watches).infos();
         json!({ "session_id": job.id, "status": status_str(&job.state().status.clone()), "watches": watches })
@@ -582,7 +599,12 @@ impl JobsHandle {
                 Err(e) => Event::notice(NoticeLevel::Error, e),
             },
             JobAction::Log { offset, limit } => {
-                let log = self.job_log(&job, offset, limit);
+                let log = match offset.filter(|_| self.inner.agent_info(&job).is_some()) {
+                    // A sub-agent's log view reads its event stream on from where it was:
+                    // whole lines only, none cut short (`tui::app::agent_log`).
+                    Some(offset) => self.event_lines(&job, offset, limit),
+                    None => self.job_log(&job, offset, limit),
+                };
                 Event::JobLog {
                     id: log.id,
                     text: log.text,

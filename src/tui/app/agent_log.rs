@@ -30,20 +30,18 @@ impl AgentFeed {
         AgentFeed { id, next_line: 1, ..Default::default() }
     }
 
-    /// Take the window `from..` of the log: every whole line is one event. A last line
-    /// without its newline is read again next time. Returns whether anything changed.
-    pub(crate) fn take(&mut self, text: &str, from: u64, now: Instant) -> bool {
-        let from = from.max(1);
+    /// Take the window `from..=to` of the log: whole lines (the engine sends no line
+    /// still being written), each one event. Returns whether anything changed.
+    pub(crate) fn take(&mut self, text: &str, from: u64, to: u64, now: Instant) -> bool {
+        if from == 0 || to < from {
+            return false;
+        }
         if from > self.next_line {
             // The log rotated past what was read: what is gone is gone.
             self.next_line = from;
         }
         let mut changed = false;
-        let complete = match text.rfind('\n') {
-            Some(end) => &text[..=end],
-            None => "",
-        };
-        for (i, line) in complete.lines().enumerate() {
+        for (i, line) in text.split('\n').take((to - from + 1) as usize).enumerate() {
             let number = from + i as u64;
             if number < self.next_line {
                 continue;
@@ -162,8 +160,8 @@ impl App {
     pub(super) fn agent_log_arrived(&mut self, text: &str, from: u64, to: u64, total_lines: u64, ops: &mut Vec<Op>) {
         let now = self.now;
         let Some(feed) = &mut self.agent_feed else { return };
-        feed.take(text, from, now);
-        let more = to > 0 && to < total_lines && feed.next_line <= to;
+        feed.take(text, from, to, now);
+        let more = to > 0 && to < total_lines;
         if let Some(view) = &mut self.log_view {
             view.inflight = false;
         }
@@ -201,7 +199,7 @@ mod tests {
     }
 
     #[test]
-    fn the_stream_becomes_the_conversation_and_a_cut_line_waits() {
+    fn the_stream_becomes_the_conversation_window_by_window() {
         let now = Instant::now();
         let mut feed = AgentFeed::new("job_3".into());
         let user = Event::UserMessage {
@@ -215,15 +213,14 @@ mod tests {
             outcome: ToolOutcome { ok: true, exit_code: Some(0), status: None, duration_ms: 5, result: "{}".into() },
         };
         let answer = Event::AssistantDone { text: "It said hi.".into(), reasoning: None };
-        let mut text = [line(&user), line(&started), line(&done), "{\"type\":\"ApprovalAnswered\"}\n".into()].concat();
-        let cut = line(&answer);
-        text.push_str(&cut[..10]);
-        assert!(feed.take(&text, 1, now));
-        assert_eq!(feed.next_line, 5, "the cut line is read again");
+        let text = [line(&user), line(&started), line(&done), "{\"type\":\"ApprovalAnswered\"}".into()].concat();
+        assert!(feed.take(&text, 1, 4, now));
+        assert_eq!(feed.next_line, 5);
         assert_eq!(feed.transcript.cells().len(), 2);
-        // The same window again changes nothing; the rest of it completes the answer.
-        assert!(!feed.take(&text, 1, now));
-        assert!(feed.take(&cut, 5, now));
+        // The same window again changes nothing; the next one adds the answer.
+        assert!(!feed.take(&text, 1, 4, now));
+        assert!(!feed.take("", 0, 0, now), "nothing new");
+        assert!(feed.take(line(&answer).trim_end(), 5, 5, now));
         let theme = Theme::default();
         let shown: Vec<String> = feed.lines(60, &theme, now).iter().map(|l| l.to_string()).collect();
         let all = shown.join("\n");
