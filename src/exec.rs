@@ -9,9 +9,9 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::engine::llm::spend::Spend;
-use crate::protocol::agent::AgentInfo;
 use crate::engine::llm::Usage;
 use crate::present;
+use crate::protocol::agent::AgentInfo;
 use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, Phase, TurnOutcome, TurnTrigger};
 
@@ -51,8 +51,7 @@ pub async fn run_with_inbox(
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let _ = engine.ops.send(Op::Submit { text: prompt.clone(), mode: None });
-    let mut printer =
-        Printer {
+    let mut printer = Printer {
         json: options.json,
         mid_line: false,
         replied: false,

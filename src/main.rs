@@ -396,7 +396,12 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             if resolved.demo {
                 eprintln!("{}", talaria::engine::llm::demo::DEMO_BANNER);
             }
-            let code = talaria::exec::run(engine, prompt, talaria::exec::ExecOptions { json, keep_jobs, wait_when_paused: false }).await?;
+            let code = talaria::exec::run(
+                engine,
+                prompt,
+                talaria::exec::ExecOptions { json, keep_jobs, wait_when_paused: false },
+            )
+            .await?;
             drop(resolved);
             Ok(code)
         }

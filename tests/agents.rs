@@ -625,11 +625,8 @@ async fn past_max_parallel_a_sub_agent_queues_until_one_ends_and_wait_returns_it
     let mut statuses = vec![a["status"].as_str().unwrap().to_string(), b["status"].as_str().unwrap().to_string()];
     statuses.sort();
     assert_eq!(statuses, vec!["queued".to_string(), "started".to_string()], "{a}\n{b}");
-    let (first_job, second_job, first_task, second_task) = if a["status"] == "started" {
-        (&job_a, &job_b, &task_a, &task_b)
-    } else {
-        (&job_b, &job_a, &task_b, &task_a)
-    };
+    let (first_job, second_job, first_task, second_task) =
+        if a["status"] == "started" { (&job_a, &job_b, &task_a, &task_b) } else { (&job_b, &job_a, &task_b, &task_a) };
 
     let (waited, _) = run.tool_result("call_w").await;
     assert_eq!(waited["status"], "exited", "{waited}");
@@ -642,9 +639,9 @@ async fn past_max_parallel_a_sub_agent_queues_until_one_ends_and_wait_returns_it
     let first_of = |task: &str| requests.iter().position(|r| first_user(r) == task).unwrap();
     let last_of = |task: &str| requests.iter().rposition(|r| first_user(r) == task).unwrap();
     assert!(last_of(first_task) < first_of(second_task), "the queued sub-agent started after the first ended");
-    let queued_seen = run.seen.iter().any(|e| {
-        matches!(e, Event::AgentUpdated { id, agent } if id == second_job && agent.state == AgentState::Queued)
-    });
+    let queued_seen = run.seen.iter().any(
+        |e| matches!(e, Event::AgentUpdated { id, agent } if id == second_job && agent.state == AgentState::Queued),
+    );
     assert!(queued_seen, "the pane was told it queued");
 
     // A's end is told once as a notice; B's answer came through the wait, so never as one.
@@ -703,9 +700,10 @@ async fn pause_holds_a_sub_agent_before_its_next_model_call_and_unpause_lets_it_
     run.notice("sub-agent(s) pause too").await;
     std::fs::write(&go, "").unwrap();
     // Its command ends; its next model call waits for the unpause.
-    run.wait_for("the sub-agent to wait", |e| {
-        matches!(e, Event::AgentUpdated { id, agent } if *id == job && agent.state == AgentState::Waiting)
-    })
+    run.wait_for(
+        "the sub-agent to wait",
+        |e| matches!(e, Event::AgentUpdated { id, agent } if *id == job && agent.state == AgentState::Waiting),
+    )
     .await;
     let child = |r: &RecordedRequest| first_user(r) == task;
     let before = server.chat_requests().into_iter().filter(child).count();
@@ -714,8 +712,11 @@ async fn pause_holds_a_sub_agent_before_its_next_model_call_and_unpause_lets_it_
 
     run.send(Op::Command(SlashCommand::Unpause));
     let answer = format!("ANSWER-{m}");
-    run.wait_for("the answer after unpause", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer)))
-        .await;
+    run.wait_for(
+        "the answer after unpause",
+        |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer)),
+    )
+    .await;
     assert_eq!(server.chat_requests().into_iter().filter(child).count(), 2);
     run.shutdown().await;
 }
@@ -835,4 +836,40 @@ fn the_jobs_pane_labels_a_sub_agent_and_its_log_view_shows_its_conversation_live
     p.wait_for(&format!("✓ done · \"{task}\""), Duration::from_secs(30));
     let _ = p.child.kill();
     let _ = p.wait_exit(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exit_summary_counts_each_sub_agents_tokens() {
+    let m = marker();
+    let home = common::Home::new();
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: echo");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let server = ScriptedServer::with_responder(move |req| {
+        if first_user(req) == pp {
+            if result_of(req, "call_w").is_some() {
+                return ScriptedResponse::text("done");
+            }
+            if let Some(started) = result_of(req, "call_p1") {
+                let job = started["session_id"].as_str().unwrap_or("").to_string();
+                let args = json!({ "action": "wait", "session_id": job, "timeout": 120 });
+                return ScriptedResponse::tool_call("call_w", "process", &args.to_string());
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+        }
+        if last_role(req) == "tool" {
+            return ScriptedResponse::text(&format!("ANSWER-{m}"));
+        }
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": format!("echo e-{m}") }).to_string())
+    })
+    .await
+    .unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), &parent_prompt]).await;
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    // The parent made three calls (30 prompt tokens), the sub-agent two (20).
+    assert!(err.contains("talaria: this run: 30 in /"), "{err}");
+    let line = err.lines().find(|l| l.starts_with("talaria: sub-agent job_")).unwrap_or_default();
+    assert!(line.contains(&format!("\"TASK-{m}")) && line.contains("20 in /"), "{err}");
+    assert!(err.contains("talaria: with its 1 sub-agent(s): 50 in /"), "{err}");
 }

@@ -107,7 +107,8 @@ mod tests {
     #[test]
     fn the_summary_counts_each_sub_agent_and_the_sum() {
         let main = super::super::usage::Spend { usage: Usage::tokens(1000, 50), ..Default::default() };
-        let agent = |p, c, task: &str| AgentInfo { usage: Usage::tokens(p, c), task: task.into(), ..Default::default() };
+        let agent =
+            |p, c, task: &str| AgentInfo { usage: Usage::tokens(p, c), task: task.into(), ..Default::default() };
         let agents = vec![
             ("job_3".to_string(), agent(300, 20, "echo alpha")),
             ("job_4".to_string(), agent(0, 0, "never ran")),

@@ -116,7 +116,11 @@ impl JobsHandle {
 
     /// Start a sub-agent: spawn its child talaria, link its sub-session to the job, and hand
     /// it its hello line — now, or when one of the `agents.max_parallel` working ends.
-    pub(crate) async fn spawn_agent(&self, spec: SpawnSpec, start: AgentStart) -> Result<(Spawned, AgentState), String> {
+    pub(crate) async fn spawn_agent(
+        &self,
+        spec: SpawnSpec,
+        start: AgentStart,
+    ) -> Result<(Spawned, AgentState), String> {
         let store = self.store().ok_or("cannot start a sub-agent: the session database is not available")?;
         let spawned = self.spawn(spec).await.map_err(|e| format!("cannot start the sub-agent: {e}"))?;
         let Some(job) = self.inner.get(&spawned.id) else {

@@ -10,7 +10,7 @@ use super::{
 use crate::present;
 use crate::protocol::usage::Usage;
 use crate::protocol::{
-    Event, HistoryItem, JobId, JobAction, JobFate, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
+    Event, HistoryItem, JobAction, JobFate, JobId, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
     TurnOutcome, TurnTrigger,
 };
 use crate::text::{sanitize_for_display as display_text, sgr_only};
