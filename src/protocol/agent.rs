@@ -51,13 +51,13 @@ pub struct AgentInfo {
 }
 
 impl AgentInfo {
-    /// `"add tests for …"`: the task, quoted and cut to `max` characters.
+    /// `"add tests for …"`: the task, quoted, in at most `max` characters.
     pub(crate) fn short_task(&self, max: usize) -> String {
         let task = self.task.trim();
-        if task.chars().count() <= max {
+        if task.chars().count() + 2 <= max {
             return format!("\"{task}\"");
         }
-        let cut: String = task.chars().take(max.saturating_sub(1)).collect();
+        let cut: String = task.chars().take(max.saturating_sub(4).max(1)).collect();
         format!("\"{} …\"", cut.trim_end())
     }
 
@@ -100,7 +100,8 @@ mod tests {
     #[test]
     fn the_task_is_quoted_and_shortened() {
         let info = AgentInfo { task: "add tests for the parser and the lexer".into(), ..Default::default() };
-        assert_eq!(info.short_task(14), "\"add tests for …\"");
+        assert_eq!(info.short_task(18), "\"add tests for …\"");
+        assert_eq!(info.short_task(18).chars().count(), 17);
         assert_eq!(info.short_task(80), "\"add tests for the parser and the lexer\"");
     }
 

@@ -199,7 +199,7 @@ fn agent_rows(
                 Span::styled(name, selected_style(app, sel).add_modifier(Modifier::BOLD)),
                 Span::styled(format!(" {mark} {label}"), Style::default().fg(color)),
                 Span::styled(" · ", dim),
-                Span::raw(agent.short_task(room.saturating_sub(2))),
+                Span::raw(agent.short_task(room)),
             ],
             width,
         ),
