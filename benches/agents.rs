@@ -187,8 +187,7 @@ fn phase(rt: &tokio::runtime::Runtime, agents: bool, keys: usize) -> (Vec<f64>, 
     if agents {
         // Every sub-agent streams (its request is at the server) before the typing starts.
         loop {
-            let streaming =
-                server.chat_requests().iter().filter(|r| first_user(r).starts_with("SUB-STREAM")).count();
+            let streaming = server.chat_requests().iter().filter(|r| first_user(r).starts_with("SUB-STREAM")).count();
             if streaming >= AGENTS {
                 break;
             }
@@ -198,7 +197,7 @@ fn phase(rt: &tokio::runtime::Runtime, agents: bool, keys: usize) -> (Vec<f64>, 
     }
     wait_screen(&p, "streaming words");
     let times: Vec<f64> = keystroke::keystroke_latencies(&p, keys).into_iter().map(ms).collect();
-    let rss = if agents { agent_pids().into_iter().map(|pid| settled(pid)).collect() } else { Vec::new() };
+    let rss = if agents { agent_pids().into_iter().map(settled).collect() } else { Vec::new() };
     if agents {
         let working = server
             .chat_requests()

@@ -364,7 +364,7 @@ impl Printer {
             self.spend.add(&usage, *cost_usd);
         }
         if let Event::AgentUpdated { id, agent } = event {
-            self.agents.insert(id.clone(), agent.clone());
+            self.agents.insert(id.clone(), (**agent).clone());
         }
         if self.json {
             let mut out = std::io::stdout().lock();

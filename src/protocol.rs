@@ -328,7 +328,7 @@ pub struct JobInfo {
     pub last_line: String,
     /// Set when the job is a sub-agent (DESIGN §14).
     #[serde(default)]
-    pub agent: Option<agent::AgentInfo>,
+    pub agent: Option<Box<agent::AgentInfo>>,
 }
 
 /// Where a user-role message came from, stored with it (the `origin` column) so every
@@ -667,7 +667,8 @@ pub enum Event {
     /// A sub-agent's state, last activity or spend changed (DESIGN §14).
     AgentUpdated {
         id: JobId,
-        agent: agent::AgentInfo,
+        /// Boxed: the other events stay small.
+        agent: Box<agent::AgentInfo>,
     },
     /// A window of a job's log. `first_line`: where the kept log starts; `from`..=`to`:
     /// the lines of the log (as written, newline-counted) this window covers — the text is

@@ -415,12 +415,12 @@ fn a_sub_agent_in_the_jobs_pane_and_its_conversation_in_the_log_view() {
     };
     let info = job(&app, "job_3", "exec talaria __agent --session 20261202-101500-3f2a --depth 1", JobStatus::Running);
     feed(&mut app, Event::JobStarted { job: info });
-    feed(&mut app, Event::AgentUpdated { id: "job_3".into(), agent: agent.clone() });
+    feed(&mut app, Event::AgentUpdated { id: "job_3".into(), agent: Box::new(agent.clone()) });
     let queued = job(&app, "job_4", "exec talaria __agent --session s4 --depth 1", JobStatus::Running);
     feed(&mut app, Event::JobStarted { job: queued });
     let waiting =
         AgentInfo { task: "fix the lexer".into(), state: AgentState::Queued, activity: String::new(), ..agent };
-    feed(&mut app, Event::AgentUpdated { id: "job_4".into(), agent: waiting });
+    feed(&mut app, Event::AgentUpdated { id: "job_4".into(), agent: Box::new(waiting) });
     key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
     insta::assert_snapshot!("agent_in_jobs_pane", screen(&mut app, 110, 20));
     let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));

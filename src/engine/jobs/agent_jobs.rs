@@ -230,7 +230,7 @@ impl Registry {
     /// Tell the front end what sub-agent `job` is doing now.
     fn publish_agent(&self, job: &Job) {
         if let Some(agent) = self.agent_info(job) {
-            self.events.send(Event::AgentUpdated { id: job.id.clone(), agent });
+            self.events.send(Event::AgentUpdated { id: job.id.clone(), agent: Box::new(agent) });
         }
     }
 

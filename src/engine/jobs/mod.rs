@@ -658,7 +658,7 @@ impl Registry {
     /// A job as the UI lists it; a sub-agent's last line is its last activity.
     fn job_info(&self, job: &Job) -> JobInfo {
         let mut info = job.info();
-        info.agent = self.agent_info(job);
+        info.agent = self.agent_info(job).map(Box::new);
         if let Some(agent) = &info.agent {
             info.last_line = agent.activity.clone();
         }

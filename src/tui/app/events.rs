@@ -120,7 +120,7 @@ impl App {
             {
                 self.agent_log_arrived(&text, from, to, total_lines, ops)
             }
-            Event::AgentUpdated { id, agent } => self.agent_updated(id, agent),
+            Event::AgentUpdated { id, agent } => self.agent_updated(id, *agent),
             Event::JobLog { id, text, first_line, total_lines, from, to } => {
                 if let Some(view) = self.log_view.as_mut().filter(|v| v.source == LogSource::Job(id)) {
                     // Old engines sent no range: the text then starts at `first_line`.
@@ -297,14 +297,14 @@ impl App {
     fn agent_updated(&mut self, id: JobId, agent: crate::protocol::agent::AgentInfo) {
         if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
             row.info.last_line = agent.activity.clone();
-            row.info.agent = Some(agent.clone());
+            row.info.agent = Some(Box::new(agent.clone()));
         }
         self.agents.insert(id, agent);
     }
 
     fn job_started(&mut self, mut job: crate::protocol::JobInfo) {
         if job.agent.is_none() {
-            job.agent = self.agents.get(&job.id).cloned();
+            job.agent = self.agents.get(&job.id).cloned().map(Box::new);
         }
         match &job.agent {
             Some(agent) => job.last_line = agent.activity.clone(),

@@ -458,7 +458,7 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
         LogSource::Job(id) => match app.jobs.iter().find(|j| &j.info.id == id) {
             // A sub-agent's log is its conversation (`agent_log`), not a command's output.
             Some(job) if job.info.agent.is_some() => {
-                let agent = job.info.agent.clone().unwrap_or_default();
+                let agent = job.info.agent.as_deref().cloned().unwrap_or_default();
                 let name = id.strip_prefix("job_").map_or_else(|| id.clone(), |n| format!("agent_{n}"));
                 (
                     format!(
