@@ -625,14 +625,31 @@ async fn past_max_parallel_a_sub_agent_queues_until_one_ends_and_wait_returns_it
     let mut statuses = vec![a["status"].as_str().unwrap().to_string(), b["status"].as_str().unwrap().to_string()];
     statuses.sort();
     assert_eq!(statuses, vec!["queued".to_string(), "started".to_string()], "{a}\n{b}");
-    let (first_job, second_job, first_task, second_task) =
-        if a["status"] == "started" { (&job_a, &job_b, &task_a, &task_b) } else { (&job_b, &job_a, &task_b, &task_a) };
+    let (second_job, first_task, second_task) =
+        if a["status"] == "started" { (&job_b, &task_a, &task_b) } else { (&job_a, &task_b, &task_a) };
 
     let (waited, _) = run.tool_result("call_w").await;
     assert_eq!(waited["status"], "exited", "{waited}");
     assert_eq!(waited["agent"]["state"], "done", "{waited}");
     assert_eq!(waited["answer"], format!("ANSWER-B-{m} saw=true"), "the final answer: {waited}");
     assert!(waited.get("output_tail").is_none(), "not its raw event stream: {waited}");
+
+    // Both end; A was never waited for, so its end is told once as a notice; B's answer
+    // came through the wait, so never as one.
+    for job in [&job_a, &job_b] {
+        run.wait_since(0, "both sub-agents to end", |e| matches!(e, Event::JobFinished { id, .. } if id == job)).await;
+    }
+    let notice = format!("[Sub-agent {job_a} ");
+    let is_notice = |e: &Event| matches!(e, Event::UserMessage { text, .. } if text.starts_with(&notice));
+    run.wait_since(0, "A's notice", is_notice).await;
+    // The answer to it, and its turn's end (either may have been seen already).
+    let at = run.seen.iter().position(is_notice).unwrap();
+    let noted = |e: &Event| matches!(e, Event::AssistantDone { text, .. } if text == "noted");
+    run.wait_since(at, "the answer to the notice", noted).await;
+    let at = at + run.seen[at..].iter().position(noted).unwrap();
+    run.wait_since(at, "the notice's turn to end", |e| matches!(e, Event::TurnFinished { .. })).await;
+    assert_eq!(stored_count(&run, &parent, &notice).await, 1);
+    assert_eq!(stored_count(&run, &parent, &format!("[Sub-agent {job_b} ")).await, 0, "B was seen through wait");
 
     // The queued one made its first request only after the other one's last.
     let requests = server.chat_requests();
@@ -643,14 +660,6 @@ async fn past_max_parallel_a_sub_agent_queues_until_one_ends_and_wait_returns_it
         |e| matches!(e, Event::AgentUpdated { id, agent } if id == second_job && agent.state == AgentState::Queued),
     );
     assert!(queued_seen, "the pane was told it queued");
-
-    // A's end is told once as a notice; B's answer came through the wait, so never as one.
-    run.wait_for("the notice's turn", |e| matches!(e, Event::AssistantDone { text, .. } if text == "noted")).await;
-    run.turn_finished().await;
-    if first_job == &job_a {
-        assert_eq!(stored_count(&run, &parent, &format!("[Sub-agent {job_a} ")).await, 1);
-    }
-    assert_eq!(stored_count(&run, &parent, &format!("[Sub-agent {job_b} ")).await, 0, "B was seen through wait");
 
     // /usage counts each sub-agent (two model calls each: 10 prompt tokens apiece).
     run.send(Op::Command(SlashCommand::Usage));
