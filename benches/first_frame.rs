@@ -21,6 +21,9 @@ use common::*;
 #[path = "../tests/common/pty.rs"]
 mod pty;
 
+#[path = "common/keys.rs"]
+mod keystroke;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -144,33 +147,7 @@ fn keystrokes(
         std::thread::sleep(Duration::from_millis(5));
     }
     time_until(&p, "streaming words", Instant::now());
-    const KEY: char = 'ʬ';
-    let mut key_bytes = [0u8; 4];
-    let key_bytes = KEY.encode_utf8(&mut key_bytes).as_bytes().to_vec();
-    let mut times = Vec::with_capacity(keys);
-    for _ in 0..keys {
-        let offset = p.raw.lock().expect("raw").len();
-        let sent = Instant::now();
-        p.send(&key_bytes);
-        loop {
-            let seen = p.raw.lock().expect("raw")[offset..].windows(key_bytes.len()).any(|w| w == key_bytes.as_slice());
-            if seen {
-                times.push(sent.elapsed());
-                break;
-            }
-            assert!(sent.elapsed() < DEADLINE, "the keystroke never reached the screen:\n{}", p.contents());
-            std::thread::sleep(Duration::from_micros(100));
-        }
-        p.send(b"\x7f");
-        // The Backspace must be drawn before the next key, or the two cancel out in one frame.
-        let erased = Instant::now();
-        while p.contents().contains(KEY) {
-            assert!(erased.elapsed() < DEADLINE, "the Backspace never reached the screen");
-            std::thread::sleep(Duration::from_micros(200));
-        }
-        // Pace the typing like a fast typist (~25 keys/s), so each key meets a busy screen.
-        std::thread::sleep(Duration::from_millis(40));
-    }
+    let times = keystroke::keystroke_latencies(&p, keys);
     let pid = p.child.process_id();
     let rss = pid.map(vm_rss_mib).unwrap_or(0.0);
     let anon = pid.map(|pid| status_mib(pid, "RssAnon:")).unwrap_or(0.0);

@@ -555,7 +555,7 @@ impl Default for Limits {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct AgentsConfig {
-    /// Sub-agents running at once; the tool refuses more until one ends.
+    /// Sub-agents working at once; more queue and start when one ends.
     pub max_parallel: usize,
     /// How deep sub-agents nest: 1 = a sub-agent cannot start one.
     pub max_depth: u32,
@@ -573,6 +573,10 @@ pub struct AgentsConfig {
     pub run_model: Option<String>,
     #[serde(skip)]
     pub run_base_url: Option<String>,
+    /// A sub-agent's pause sentinel (the parent's `/pause`): its turn waits before each
+    /// model call while it exists. None for a talaria the user started.
+    #[serde(skip)]
+    pub pause_file: Option<std::path::PathBuf>,
 }
 
 impl Default for AgentsConfig {
@@ -586,6 +590,7 @@ impl Default for AgentsConfig {
             depth: 0,
             run_model: None,
             run_base_url: None,
+            pause_file: None,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::signal::unix::{signal, SignalKind};
 
 use crate::present;
+use crate::protocol::agent::AgentInfo;
 use crate::protocol::usage::Spend;
 use crate::protocol::usage::Usage;
 use crate::protocol::EngineHandle;
@@ -19,6 +20,9 @@ pub struct ExecOptions {
     pub json: bool,
     /// Leave background jobs running (detached) instead of killing them at the end.
     pub keep_jobs: bool,
+    /// Paused (the sentinel): the prompt waits for the unpause instead of failing the run
+    /// (a sub-agent, whose parent's `/pause` holds it).
+    pub wait_when_paused: bool,
 }
 
 /// End the run: background jobs are killed unless `--keep-jobs` (then detached).
@@ -47,13 +51,20 @@ pub async fn run_with_inbox(
     let mut sigterm = signal(SignalKind::terminate())?;
     let mut sighup = signal(SignalKind::hangup())?;
     let _ = engine.ops.send(Op::Submit { text: prompt.clone(), mode: None });
-    let mut printer =
-        Printer { json: options.json, mid_line: false, replied: false, spend: Spend::default(), running: Vec::new() };
+    let mut printer = Printer {
+        json: options.json,
+        mid_line: false,
+        replied: false,
+        spend: Spend::default(),
+        running: Vec::new(),
+        agents: Default::default(),
+    };
     // A long foreground command says it is alive, on a terminal only (a log file or a
     // pipe gets no ticking lines).
     let progress = !options.json && std::io::stderr().is_terminal();
     let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + PROGRESS_EVERY, PROGRESS_EVERY);
-    let mut run = Run { prompt, keep_jobs: options.keep_jobs, ..Run::default() };
+    let mut run =
+        Run { prompt, keep_jobs: options.keep_jobs, wait_when_paused: options.wait_when_paused, ..Run::default() };
     loop {
         tokio::select! {
             event = engine.events.recv() => {
@@ -101,8 +112,12 @@ pub async fn run_with_inbox(
         }
     })
     .await;
-    if !printer.json && !printer.spend.usage.is_empty() {
-        eprintln!("talaria: this run: {}", printer.spend.describe());
+    if !printer.json && (!printer.spend.usage.is_empty() || !printer.agents.is_empty()) {
+        let agents: Vec<(String, AgentInfo)> = printer.agents.clone().into_iter().collect();
+        for (i, line) in crate::protocol::agent::spend_summary(&printer.spend, &agents).lines().enumerate() {
+            let head = if i == 0 { "this run: " } else { "" };
+            eprintln!("talaria: {head}{}", line.trim_start());
+        }
     }
     Ok(run.exit_code())
 }
@@ -112,6 +127,7 @@ pub async fn run_with_inbox(
 struct Run {
     prompt: String,
     keep_jobs: bool,
+    wait_when_paused: bool,
     outcome: Option<TurnOutcome>,
     interrupted: bool,
     /// The prompt started a turn.
@@ -141,7 +157,10 @@ impl Run {
             }
             Event::Phase { phase } => self.phase = *phase,
             Event::PendingChanged { queued, .. }
-                if !self.submitted && self.phase == Phase::Paused && queued.contains(&self.prompt) =>
+                if !self.submitted
+                    && !self.wait_when_paused
+                    && self.phase == Phase::Paused
+                    && queued.contains(&self.prompt) =>
             {
                 // Paused: the prompt would wait for `talaria unpause`. A script is not left
                 // hanging: it is taken back (Esc does that) and the run fails.
@@ -174,6 +193,7 @@ impl Run {
             | Event::JobStarted { .. }
             | Event::JobUpdated { .. }
             | Event::JobFinished { .. }
+            | Event::AgentUpdated { .. }
             | Event::JobLog { .. }
             | Event::WatchMatched { .. }
             | Event::JobWatches { .. }
@@ -266,6 +286,8 @@ struct Printer {
     replied: bool,
     /// Every model call added up, for the closing line on stderr.
     spend: Spend,
+    /// Sub-agents of this run, by job id (their spend goes into the summary).
+    agents: std::collections::BTreeMap<String, AgentInfo>,
 }
 
 /// An event as `--json` prints it: without what only an interactive front end uses (the
@@ -295,6 +317,7 @@ pub(crate) fn json_line(event: &Event) -> serde_json::Result<serde_json::Value> 
         | Event::JobStarted { .. }
         | Event::JobUpdated { .. }
         | Event::JobFinished { .. }
+        | Event::AgentUpdated { .. }
         | Event::JobLog { .. }
         | Event::WatchMatched { .. }
         | Event::JobWatches { .. }
@@ -330,6 +353,9 @@ impl Printer {
     fn print(&mut self, event: &Event) -> anyhow::Result<()> {
         self.track(event);
         self.count_usage(event);
+        if let Event::AgentUpdated { id, agent } = event {
+            self.agents.insert(id.clone(), (**agent).clone());
+        }
         if self.json {
             let mut out = std::io::stdout().lock();
             serde_json::to_writer(&mut out, &json_line(event)?)?;
@@ -360,6 +386,8 @@ impl Printer {
                 eprintln!("  ↳ {} running in the background: {}", clean(&job.id), clean(&job.command))
             }
             Event::JobFinished { id, status } => eprintln!("  ↳ {} {}", clean(id), clean(&status.label())),
+            // Counted for the summary (track); its conversation is in its own session.
+            Event::AgentUpdated { .. } => {}
             Event::JobsKilled { jobs } => self.jobs_killed(jobs),
             Event::Notice { level, text } => self.notice(*level, text),
             Event::NetworkConnection(c) => {

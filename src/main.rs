@@ -302,6 +302,8 @@ fn real_main(cli: Cli) -> anyhow::Result<i32> {
     };
     if let (Some(Command::Agent { depth, .. }), Some(hello)) = (&cli.command, talaria::subagent::hello()) {
         talaria::subagent::apply(&mut config, hello, *depth)?;
+        // The parent's `/pause` holds it between model calls (the same TALARIA_HOME).
+        config.agents.pause_file = Some(paths.estop.clone());
         model.model = hello.model.clone().or(model.model);
         model.base_url = hello.base_url.clone().or(model.base_url);
     }
@@ -393,7 +395,12 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             if resolved.demo {
                 eprintln!("{}", talaria::engine::llm::demo::DEMO_BANNER);
             }
-            let code = talaria::exec::run(engine, prompt, talaria::exec::ExecOptions { json, keep_jobs }).await?;
+            let code = talaria::exec::run(
+                engine,
+                prompt,
+                talaria::exec::ExecOptions { json, keep_jobs, wait_when_paused: false },
+            )
+            .await?;
             drop(resolved);
             Ok(code)
         }

@@ -287,6 +287,7 @@ mod tests {
             background: true,
             has_stdin: false,
             last_line: "error".into(),
+            agent: None,
         };
         assert_eq!(job_list(&[job]), "job_1  exited 2   make  error");
         assert_eq!(session_list(&[], None), "no sessions yet");

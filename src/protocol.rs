@@ -5,6 +5,7 @@
 //! that must handle it. `talaria exec --json` prints each `Event` as
 //! `{"type":"<Variant>","data":{...}}`.
 
+pub mod agent;
 mod backend;
 pub mod commands;
 pub(crate) mod info;
@@ -328,6 +329,9 @@ pub struct JobInfo {
     pub background: bool,
     pub has_stdin: bool,
     pub last_line: String,
+    /// Set when the job is a sub-agent (DESIGN §14).
+    #[serde(default)]
+    pub agent: Option<Box<agent::AgentInfo>>,
 }
 
 /// Where a user-role message came from, stored with it (the `origin` column) so every
@@ -662,6 +666,12 @@ pub enum Event {
     JobFinished {
         id: JobId,
         status: JobStatus,
+    },
+    /// A sub-agent's state, last activity or spend changed (DESIGN §14).
+    AgentUpdated {
+        id: JobId,
+        /// Boxed: the other events stay small.
+        agent: Box<agent::AgentInfo>,
     },
     /// A window of a job's log. `first_line`: where the kept log starts; `from`..=`to`:
     /// the lines of the log (as written, newline-counted) this window covers — the text is

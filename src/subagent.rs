@@ -97,6 +97,7 @@ pub async fn run(engine: EngineHandle, hello: &Hello) -> anyhow::Result<i32> {
             }
         }
     });
-    let options = ExecOptions { json: true, keep_jobs: false };
+    // Paused by the parent: its task waits for `/unpause` instead of failing.
+    let options = ExecOptions { json: true, keep_jobs: false, wait_when_paused: true };
     crate::exec::run_with_inbox(engine, hello.task.clone(), options, Some(rx)).await
 }

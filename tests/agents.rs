@@ -157,6 +157,16 @@ async fn two_sub_agents_in_parallel_each_answer_once_and_the_next_request_has_bo
     }
     tasks.sort();
     assert_eq!(tasks, vec![task_a, task_b]);
+    // Each names the job that runs it: that link, not a command line, makes a job a sub-agent.
+    let mut linked: Vec<String> = children
+        .iter()
+        .map(|c| db.query_row("SELECT agent_job FROM sessions WHERE id = ?1", [c], |r| r.get::<_, i64>(0)).unwrap())
+        .map(|n| format!("job_{n}"))
+        .collect();
+    linked.sort();
+    let mut jobs = vec![job_a.clone(), job_b.clone()];
+    jobs.sort();
+    assert_eq!(linked, jobs);
     run.shutdown().await;
 }
 
@@ -551,4 +561,324 @@ async fn a_sub_agent_with_an_ssh_backend_runs_its_command_on_that_host() {
     let answer = format!("ANSWER-{m} ssh=true backend=\"ssh:{}\"", sshd::HOST);
     run.wait_for("the remote answer", |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer))).await;
     run.shutdown().await;
+}
+
+/// The result the parent's history holds for tool call `call_id`.
+fn result_of(req: &RecordedRequest, call_id: &str) -> Option<Value> {
+    messages(req)
+        .iter()
+        .filter(|m| m["role"] == "tool" && m["tool_call_id"] == call_id)
+        .find_map(|m| serde_json::from_str(m["content"].as_str()?).ok())
+}
+
+/// Stored parent messages that start with `prefix`.
+async fn stored_count(run: &inproc::Running, session: &str, prefix: &str) -> usize {
+    let stored = run.store.load_messages(session).await.unwrap();
+    stored.iter().filter_map(|m| m.content.as_deref()).filter(|c| c.starts_with(prefix)).count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_max_parallel_a_sub_agent_queues_until_one_ends_and_wait_returns_its_answer_and_usage_counts_each() {
+    use talaria::protocol::agent::AgentState;
+    use talaria::protocol::SlashCommand;
+    let m = marker();
+    let parent_prompt = format!("PARENT-{m}: two, one at a time");
+    let (task_a, task_b) = (format!("TASK-A-{m}: echo alpha"), format!("TASK-B-{m}: echo beta"));
+    let (pp, ta, tb) = (parent_prompt.clone(), task_a.clone(), task_b.clone());
+    let server = ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == pp {
+            if result_of(req, "call_w").is_some() || all_text(req).contains("[Sub-agent ") {
+                return ScriptedResponse::text("noted");
+            }
+            if let Some(b) = result_of(req, "call_b") {
+                let job = b["session_id"].as_str().unwrap_or("").to_string();
+                let args = json!({ "action": "wait", "session_id": job, "timeout": 300 });
+                return ScriptedResponse::tool_call("call_w", "process", &args.to_string());
+            }
+            return tool_calls(&[
+                ("call_a", "agent", json!({ "task": ta })),
+                ("call_b", "agent", json!({ "task": tb })),
+            ]);
+        }
+        let (word, tag) = if first == ta { ("alpha", "A") } else { ("beta", "B") };
+        if last_role(req) == "tool" {
+            let output = messages(req).last().and_then(|m| m["content"].as_str()).unwrap_or("").to_string();
+            let seen = output.contains(&format!("{word}-{m}"));
+            return ScriptedResponse::text(&format!("ANSWER-{tag}-{m} saw={seen}"));
+        }
+        let command = json!({ "command": format!("echo {word}-{m}") }).to_string();
+        ScriptedResponse::tool_call(&format!("call_{word}"), "terminal", &command)
+    })
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut config = config_for(&server);
+    config.agents.max_parallel = 1;
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    let parent = run.session_id();
+    run.send(Op::Submit { text: parent_prompt.clone(), mode: None });
+    let (a, _) = run.tool_result("call_a").await;
+    let (b, _) = run.tool_result("call_b").await;
+    let (job_a, job_b) = (a["session_id"].as_str().unwrap().to_string(), b["session_id"].as_str().unwrap().to_string());
+    // One of the two got the slot; the other waits for it (the calls run side by side).
+    let mut statuses = vec![a["status"].as_str().unwrap().to_string(), b["status"].as_str().unwrap().to_string()];
+    statuses.sort();
+    assert_eq!(statuses, vec!["queued".to_string(), "started".to_string()], "{a}\n{b}");
+    let (second_job, first_task, second_task) =
+        if a["status"] == "started" { (&job_b, &task_a, &task_b) } else { (&job_a, &task_b, &task_a) };
+
+    let (waited, _) = run.tool_result("call_w").await;
+    assert_eq!(waited["status"], "exited", "{waited}");
+    assert_eq!(waited["agent"]["state"], "done", "{waited}");
+    assert_eq!(waited["answer"], format!("ANSWER-B-{m} saw=true"), "the final answer: {waited}");
+    assert!(waited.get("output_tail").is_none(), "not its raw event stream: {waited}");
+
+    // Both end; A was never waited for, so its end is told once as a notice; B's answer
+    // came through the wait, so never as one.
+    for job in [&job_a, &job_b] {
+        run.wait_since(0, "both sub-agents to end", |e| matches!(e, Event::JobFinished { id, .. } if id == job)).await;
+    }
+    let notice = format!("[Sub-agent {job_a} ");
+    let is_notice = |e: &Event| matches!(e, Event::UserMessage { text, .. } if text.starts_with(&notice));
+    run.wait_since(0, "A's notice", is_notice).await;
+    // The answer to it, and its turn's end (either may have been seen already).
+    let at = run.seen.iter().position(is_notice).unwrap();
+    let noted = |e: &Event| matches!(e, Event::AssistantDone { text, .. } if text == "noted");
+    run.wait_since(at, "the answer to the notice", noted).await;
+    let at = at + run.seen[at..].iter().position(noted).unwrap();
+    run.wait_since(at, "the notice's turn to end", |e| matches!(e, Event::TurnFinished { .. })).await;
+    assert_eq!(stored_count(&run, &parent, &notice).await, 1);
+    assert_eq!(stored_count(&run, &parent, &format!("[Sub-agent {job_b} ")).await, 0, "B was seen through wait");
+
+    // The queued one made its first request only after the other one's last.
+    let requests = server.chat_requests();
+    let first_of = |task: &str| requests.iter().position(|r| first_user(r) == task).unwrap();
+    let last_of = |task: &str| requests.iter().rposition(|r| first_user(r) == task).unwrap();
+    assert!(last_of(first_task) < first_of(second_task), "the queued sub-agent started after the first ended");
+    let queued_seen = run.seen.iter().any(
+        |e| matches!(e, Event::AgentUpdated { id, agent } if id == second_job && agent.state == AgentState::Queued),
+    );
+    assert!(queued_seen, "the pane was told it queued");
+
+    // /usage counts each sub-agent (two model calls each: 10 prompt tokens apiece).
+    run.send(Op::Command(SlashCommand::Usage));
+    let usage = run.notice("this session (all runs)").await;
+    for (job, task) in [(&job_a, &task_a), (&job_b, &task_b)] {
+        let line = usage.lines().find(|l| l.contains(&format!("sub-agent {job} "))).unwrap_or_default();
+        assert!(line.contains(&task[..8]) && line.contains("20 in /"), "{job} in /usage: {usage}");
+    }
+    assert!(usage.contains("sub-agent sessions (all runs): 2"), "{usage}");
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pause_holds_a_sub_agent_before_its_next_model_call_and_unpause_lets_it_finish() {
+    use talaria::protocol::agent::AgentState;
+    use talaria::protocol::SlashCommand;
+    let m = marker();
+    let home = tempfile::tempdir().unwrap();
+    let go = home.path().join(format!("go-{m}"));
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: wait for the go file");
+    let (pp, tk, gp) = (parent_prompt.clone(), task.clone(), go.clone());
+    let server = ScriptedServer::with_responder(move |req| {
+        let first = first_user(req);
+        if first == pp {
+            if all_text(req).contains("[Sub-agent ") || last_role(req) == "tool" {
+                return ScriptedResponse::text("ok");
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+        }
+        if last_role(req) == "tool" {
+            return ScriptedResponse::text(&format!("ANSWER-{m}"));
+        }
+        let command = format!("while [ ! -e {} ]; do sleep 0.05; done; echo released-{m}", gp.display());
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": command, "timeout": 600 }).to_string())
+    })
+    .await
+    .unwrap();
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config_for(&server)).await;
+    run.send(Op::Submit { text: parent_prompt, mode: None });
+    let (started, _) = run.tool_result("call_p1").await;
+    let job = started["session_id"].as_str().unwrap().to_string();
+    run.turn_finished().await;
+    wait_processes("the sub-agent's command", &format!("go-{m} ]"), true).await;
+
+    run.send(Op::Command(SlashCommand::Pause(None)));
+    run.notice("sub-agent(s) pause too").await;
+    std::fs::write(&go, "").unwrap();
+    // Its command ends; its next model call waits for the unpause.
+    run.wait_for(
+        "the sub-agent to wait",
+        |e| matches!(e, Event::AgentUpdated { id, agent } if *id == job && agent.state == AgentState::Waiting),
+    )
+    .await;
+    let child = |r: &RecordedRequest| first_user(r) == task;
+    let before = server.chat_requests().into_iter().filter(child).count();
+    assert_eq!(before, 1, "no model call while paused");
+    assert!(home.path().join("ESTOP").exists());
+
+    run.send(Op::Command(SlashCommand::Unpause));
+    let answer = format!("ANSWER-{m}");
+    run.wait_for(
+        "the answer after unpause",
+        |e| matches!(e, Event::UserMessage { text, .. } if text.contains(&answer)),
+    )
+    .await;
+    assert_eq!(server.chat_requests().into_iter().filter(child).count(), 2);
+    run.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_command_line_looks_like_a_sub_agent_is_not_one_and_a_real_one_is_linked_in_sqlite() {
+    let m = marker();
+    let parent_prompt = format!("PARENT-{m}");
+    // What the old code took for a sub-agent: `exec <exe> __agent --session <id> ...`.
+    let lookalike = format!("exec bash -c 'read l; echo \"got-{m}:$l\"' __agent --session fake{m} --depth 1");
+    let (pp, cmd) = (parent_prompt.clone(), lookalike.clone());
+    let server = ScriptedServer::with_responder(move |req| {
+        if first_user(req) != pp {
+            return ScriptedResponse::text("child");
+        }
+        if result_of(req, "call_3").is_some() {
+            return ScriptedResponse::text("done");
+        }
+        if result_of(req, "call_2").is_some() {
+            let job = result_of(req, "call_1").unwrap()["session_id"].as_str().unwrap_or("").to_string();
+            let args = json!({ "action": "wait", "session_id": job, "timeout": 60 });
+            return ScriptedResponse::tool_call("call_3", "process", &args.to_string());
+        }
+        if let Some(started) = result_of(req, "call_1") {
+            let job = started["session_id"].as_str().unwrap_or("").to_string();
+            let args = json!({ "action": "write", "session_id": job, "data": format!("plain-{m}\n") });
+            return ScriptedResponse::tool_call("call_2", "process", &args.to_string());
+        }
+        let args = json!({ "command": cmd, "background": true });
+        ScriptedResponse::tool_call("call_1", "terminal", &args.to_string())
+    })
+    .await
+    .unwrap();
+    let home = tempfile::tempdir().unwrap();
+    let mut config = config_for(&server);
+    // The write to a job outside the kernel sandbox would ask; this one runs inside it or
+    // is allowed, whichever the machine has.
+    config.approvals.mode = talaria::protocol::ApprovalMode::Off;
+    let mut run = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+    run.send(Op::Submit { text: parent_prompt, mode: None });
+    let (written, _) = run.tool_result("call_2").await;
+    assert_eq!(written["status"], "ok", "{written}");
+    let (waited, _) = run.tool_result("call_3").await;
+    let tail = waited["output_tail"].as_str().unwrap_or("");
+    assert!(tail.contains(&format!("got-{m}:plain-{m}")), "written as is, not as a sub-agent message: {waited}");
+    assert!(waited.get("agent").is_none(), "{waited}");
+    run.shutdown().await;
+}
+
+#[test]
+fn the_jobs_pane_labels_a_sub_agent_and_its_log_view_shows_its_conversation_live() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let m = marker();
+    let short = m % 100_000;
+    let home = common::Home::new();
+    let go = home.work().join(format!("go-{m}"));
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("W{short}: wait");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let server = rt
+        .block_on(ScriptedServer::with_responder(move |req| {
+            let first = first_user(req);
+            if first == pp {
+                if all_text(req).contains("[Sub-agent ") {
+                    return ScriptedResponse::text(&format!("GOT-IT-{m}"));
+                }
+                if last_role(req) == "tool" {
+                    return ScriptedResponse::text("working on it");
+                }
+                return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+            }
+            if last_role(req) == "tool" {
+                let released = all_text(req).contains(&format!("released-{m}"));
+                return ScriptedResponse::text(&format!("ANSWER-{m} released={released}"));
+            }
+            let command = format!("while [ ! -e go-{m} ]; do sleep 0.05; done; echo released-{m}");
+            ScriptedResponse::tool_call(
+                "call_c1",
+                "terminal",
+                &json!({ "command": command, "timeout": 600 }).to_string(),
+            )
+        }))
+        .unwrap();
+    let url = server.base_url();
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &["--base-url", url.as_str(), "--model", "m"], 140, 40);
+    p.wait_for(" message ", Duration::from_secs(30));
+    p.type_text(&parent_prompt);
+    p.send(b"\r");
+    // The pane names it as an agent, with its state and its task.
+    let label = format!("● working · \"{task}\"");
+    let screen = p.wait_for(&label, Duration::from_secs(60));
+    assert!(screen.contains("agent_"), "{screen}");
+    sync_wait("the sub-agent's command", || !processes_of(&format!("go-{m} ]")).is_empty());
+
+    // Its log view: the conversation drawn as the transcript draws one, not JSON lines.
+    p.send(b"\t");
+    p.wait_for("▶ agent_", Duration::from_secs(10));
+    p.send(b"\r");
+    let title = format!("sub-agent \"{task}\"");
+    let screen = p.wait_for(&title, Duration::from_secs(10));
+    let screen = if screen.contains(&format!("while [ ! -e go-{m}")) {
+        screen
+    } else {
+        p.wait_for(&format!("while [ ! -e go-{m}"), Duration::from_secs(10))
+    };
+    assert!(screen.contains("terminal"), "the tool call is a cell: {screen}");
+    assert!(!screen.contains("\"type\""), "no raw event lines: {screen}");
+    // Live: its answer appears in the open view.
+    std::fs::write(&go, "").unwrap();
+    let screen = p.wait_for(&format!("ANSWER-{m} released=true"), Duration::from_secs(60));
+    assert!(screen.contains(&title), "still the log view: {screen}");
+    assert!(!screen.contains("\"type\""), "{screen}");
+
+    // Closed, the pane says it is done.
+    p.send(b"\x1b");
+    p.wait_for(&format!("GOT-IT-{m}"), Duration::from_secs(60));
+    p.wait_for(&format!("✓ done · \"{task}\""), Duration::from_secs(30));
+    let _ = p.child.kill();
+    let _ = p.wait_exit(Duration::from_secs(10));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_exit_summary_counts_each_sub_agents_tokens() {
+    let m = marker();
+    let home = common::Home::new();
+    let parent_prompt = format!("PARENT-{m}");
+    let task = format!("TASK-{m}: echo");
+    let (pp, tk) = (parent_prompt.clone(), task.clone());
+    let server = ScriptedServer::with_responder(move |req| {
+        if first_user(req) == pp {
+            if result_of(req, "call_w").is_some() {
+                return ScriptedResponse::text("done");
+            }
+            if let Some(started) = result_of(req, "call_p1") {
+                let job = started["session_id"].as_str().unwrap_or("").to_string();
+                let args = json!({ "action": "wait", "session_id": job, "timeout": 120 });
+                return ScriptedResponse::tool_call("call_w", "process", &args.to_string());
+            }
+            return ScriptedResponse::tool_call("call_p1", "agent", &json!({ "task": tk }).to_string());
+        }
+        if last_role(req) == "tool" {
+            return ScriptedResponse::text(&format!("ANSWER-{m}"));
+        }
+        ScriptedResponse::tool_call("call_c1", "terminal", &json!({ "command": format!("echo e-{m}") }).to_string())
+    })
+    .await
+    .unwrap();
+    let out = home.run(&["exec", "--base-url", &server.base_url(), &parent_prompt]).await;
+    let err = common::stderr(&out);
+    assert!(out.status.success(), "{err}");
+    // The parent made three calls (30 prompt tokens), the sub-agent two (20).
+    assert!(err.contains("talaria: this run: 30 in /"), "{err}");
+    let line = err.lines().find(|l| l.starts_with("talaria: sub-agent job_")).unwrap_or_default();
+    assert!(line.contains(&format!("\"TASK-{m}")) && line.contains("20 in /"), "{err}");
+    assert!(err.contains("talaria: with its 1 sub-agent(s): 50 in /"), "{err}");
 }

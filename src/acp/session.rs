@@ -247,7 +247,12 @@ impl SessionState {
             Event::WatchMatched { id, pattern, line, more, .. } => {
                 out.push(Out::Update(updates::watch_matched(&id, &pattern, &line, more)))
             }
-            Event::JobLog { .. } | Event::JobWatches { .. } | Event::Usage { .. } | Event::Context { .. } => {}
+            // The job's own updates already reach the editor; a sub-agent's progress is the pane's.
+            Event::JobLog { .. }
+            | Event::JobWatches { .. }
+            | Event::AgentUpdated { .. }
+            | Event::Usage { .. }
+            | Event::Context { .. } => {}
             Event::TurnFinished { outcome } => out.extend(self.turn_finished(outcome)),
             Event::Notice { level, text } => {
                 if level == crate::protocol::NoticeLevel::Error {

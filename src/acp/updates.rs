@@ -274,6 +274,7 @@ mod tests {
             background: true,
             has_stdin: false,
             last_line: String::new(),
+            agent: None,
         };
         let started = job_started(&job);
         assert_eq!(started["content"]["text"], "\n↳ job_2 running in the background: sleep 300\n");

@@ -182,6 +182,13 @@ pub async fn run_turn(
             outcome = TurnOutcome::Interrupted;
             break;
         }
+        // A sub-agent whose parent paused waits here, before its next model call.
+        if let Some(file) = &env.config.agents.pause_file {
+            if wait_while_paused(&env, &control, file).await {
+                outcome = TurnOutcome::Interrupted;
+                break;
+            }
+        }
         // Watch for redirects before taking the pending messages: one typed from here on
         // either goes into this request or aborts it, never waits behind a whole answer.
         let mut redirect = control.redirect_tx.subscribe();
@@ -251,6 +258,32 @@ pub async fn run_turn(
     // `Event::TurnFinished` is sent by the engine once it no longer counts the turn as
     // running, so a message or command sent on seeing it is not treated as busy input.
     TurnResult { history, omitted, outcome, usage, meter }
+}
+
+/// How often a paused sub-agent looks whether its parent unpaused.
+const PAUSE_POLL: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// A sub-agent's pause (its parent's `/pause`, DESIGN §14): nothing in flight is stopped,
+/// but no model call starts until the sentinel is gone; the stream says `Paused` meanwhile
+/// (the parent's pane shows it waiting). True when it was interrupted while it waited.
+async fn wait_while_paused(env: &TurnEnv, control: &TurnControl, file: &std::path::Path) -> bool {
+    if !crate::engine::estop::is_paused(file) {
+        return false;
+    }
+    // Waiting on purpose is not a stalled turn.
+    let _hold = control.activity.as_ref().map(|a| a.hold());
+    env.events.send(Event::Phase { phase: crate::protocol::Phase::Paused });
+    let interrupted = loop {
+        tokio::select! {
+            _ = control.interrupt.cancelled() => break true,
+            _ = tokio::time::sleep(PAUSE_POLL) => {}
+        }
+        if !crate::engine::estop::is_paused(file) {
+            break false;
+        }
+    };
+    env.events.send(Event::Phase { phase: crate::protocol::Phase::Turn });
+    interrupted
 }
 
 /// The turn's own inputs, in order. Job notices waiting when the user starts a turn go in

@@ -1,6 +1,7 @@
 //! The TUI's state as plain data, and `update(AppEvent) -> Vec<Op>`: every decision the
 //! front end makes, with no I/O, so it is tested without a terminal or an engine.
 
+mod agent_log;
 mod events;
 mod extras;
 mod keys;
@@ -265,6 +266,11 @@ pub struct App {
     pub(crate) spend: crate::protocol::usage::Spend,
     pub(crate) tools: Vec<RunningTool>,
     pub(crate) jobs: Vec<JobRow>,
+    /// Every sub-agent of this run as last heard of (the pane's rows are pruned; the exit
+    /// summary counts them all).
+    pub(crate) agents: std::collections::BTreeMap<JobId, crate::protocol::agent::AgentInfo>,
+    /// The conversation of the sub-agent whose log view is open.
+    pub(crate) agent_feed: Option<agent_log::AgentFeed>,
     pub(crate) focus: Focus,
     pub(crate) tool_sel: usize,
     pub(crate) job_sel: usize,
@@ -360,6 +366,8 @@ impl App {
             spend: Default::default(),
             tools: Vec::new(),
             jobs: Vec::new(),
+            agents: Default::default(),
+            agent_feed: None,
             focus: Focus::Input,
             tool_sel: 0,
             job_sel: 0,
@@ -409,6 +417,12 @@ impl App {
             AppEvent::Engine(event) => self.on_engine(event, &mut ops),
         }
         self.normalise_focus();
+        // A sub-agent's conversation is kept only while its log view is open.
+        if let Some(feed) = &self.agent_feed {
+            if self.log_view.as_ref().map(|v| &v.source) != Some(&LogSource::Job(feed.id.clone())) {
+                self.agent_feed = None;
+            }
+        }
         self.sync_input_style();
         self.load_earlier_near_the_top(&mut ops);
         ops
@@ -449,6 +463,7 @@ impl App {
         }
         self.transcript_area = t;
         self.visible = self.transcript.prepare(t.width, usize::from(t.height), &self.theme);
+        self.render_agent_log();
         // The full hint where it fits; at 40 columns a shorter one, never a cut one.
         let short = usize::from(areas.input.width.saturating_sub(4)) < super::wrap::str_width(PLACEHOLDER);
         if short != self.placeholder_short {

@@ -146,7 +146,9 @@ impl Screen {
         restore();
         result?;
         let app = &self.app;
-        let spend = (!app.spend.usage.is_empty()).then(|| app.spend.describe());
+        let agents: Vec<(String, crate::protocol::agent::AgentInfo)> = app.agents.clone().into_iter().collect();
+        let spent = !app.spend.usage.is_empty() || agents.iter().any(|(_, a)| !a.usage.is_empty());
+        let spend = spent.then(|| crate::protocol::agent::spend_summary(&app.spend, &agents));
         // Only a session something was said in is kept, so only that one can be resumed.
         let said = app.transcript.cells().iter().any(|c| matches!(c.body, transcript::CellBody::User { .. }));
         let session_id = app.session.session_id.clone().filter(|_| said);

@@ -93,6 +93,7 @@ fn job(app: &App, id: &str, command: &str, status: JobStatus) -> JobInfo {
         background: true,
         has_stdin: true,
         last_line: "Compiling talaria v0.1.0".into(),
+        agent: None,
     }
 }
 
@@ -393,6 +394,74 @@ fn jobs_pane_with_a_job_and_its_log() {
         },
     );
     insta::assert_snapshot!("job_log", screen(&mut app, 100, 20));
+}
+
+/// A sub-agent in the pane (`agent_3 ● working · "task …"`) and its log view: its event
+/// stream drawn as a conversation, and the ops that read it on from where it was.
+#[test]
+fn a_sub_agent_in_the_jobs_pane_and_its_conversation_in_the_log_view() {
+    use super::app::LOG_LIMIT;
+    use crate::protocol::agent::{AgentInfo, AgentState};
+    use crate::protocol::usage::Usage;
+    use crate::protocol::JobAction;
+    let mut app = app();
+    let agent = AgentInfo {
+        session: "20261202-101500-3f2a".into(),
+        task: "add tests for the parser and the lexer".into(),
+        state: AgentState::Working,
+        activity: "terminal: cargo test -p parser".into(),
+        usage: Usage::tokens(1200, 80),
+        cost_usd: None,
+    };
+    let info = job(&app, "job_3", "exec talaria __agent --session 20261202-101500-3f2a --depth 1", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: info });
+    feed(&mut app, Event::AgentUpdated { id: "job_3".into(), agent: Box::new(agent.clone()) });
+    let queued = job(&app, "job_4", "exec talaria __agent --session s4 --depth 1", JobStatus::Running);
+    feed(&mut app, Event::JobStarted { job: queued });
+    let waiting =
+        AgentInfo { task: "fix the lexer".into(), state: AgentState::Queued, activity: String::new(), ..agent };
+    feed(&mut app, Event::AgentUpdated { id: "job_4".into(), agent: Box::new(waiting) });
+    key(&mut app, KeyCode::Tab, KeyModifiers::NONE);
+    insta::assert_snapshot!("agent_in_jobs_pane", screen(&mut app, 110, 20));
+    let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));
+    assert_eq!(
+        ops,
+        vec![Op::Job { id: "job_3".into(), action: JobAction::Log { offset: Some(1), limit: Some(LOG_LIMIT) } }],
+        "its event stream from the first line"
+    );
+    let events = [
+        Event::UserMessage {
+            text: "add tests for the parser".into(),
+            trigger: TurnTrigger::User,
+            origin: Origin::Typed,
+        },
+        Event::AssistantDone { text: "I will run the tests first.".into(), reasoning: None },
+        Event::ToolStarted { call_id: "c1".into(), name: "terminal".into(), summary: "cargo test -p parser".into() },
+        Event::ToolFinished { call_id: "c1".into(), outcome: outcome(true, 0, 1200) },
+    ];
+    let text = events.iter().map(|e| serde_json::to_string(e).unwrap()).collect::<Vec<_>>().join("\n");
+    let ops = app.update(AppEvent::Engine(Event::JobLog {
+        id: "job_3".into(),
+        text,
+        first_line: 1,
+        total_lines: 4,
+        from: 1,
+        to: 4,
+    }));
+    assert!(ops.is_empty(), "all of it read: {ops:?}");
+    let shown = screen(&mut app, 110, 20);
+    assert!(!shown.contains("\"type\""), "{shown}");
+    insta::assert_snapshot!("agent_log_view", shown);
+    // More output: only what follows is asked for.
+    let ops = app.update(AppEvent::Engine(Event::JobUpdated {
+        id: "job_3".into(),
+        status: JobStatus::Running,
+        tail: "{}".into(),
+    }));
+    assert_eq!(
+        ops,
+        vec![Op::Job { id: "job_3".into(), action: JobAction::Log { offset: Some(5), limit: Some(LOG_LIMIT) } }]
+    );
 }
 
 /// Keys and the view use one layer order: with the log view, a modal and an approval open,

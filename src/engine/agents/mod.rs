@@ -77,14 +77,6 @@ pub(crate) fn command_line(exe: &Path, session: &str, depth: u32) -> String {
     )
 }
 
-/// The sub-session of a sub-agent job, from its command; None for any other job.
-pub(crate) fn session_of(command: &str) -> Option<String> {
-    let rest = command.strip_prefix("exec ")?;
-    let (_, after) = rest.split_once(&format!(" {ARG} --session "))?;
-    let session = after.split_whitespace().next()?;
-    session.chars().all(|c| c.is_ascii_alphanumeric() || c == '-').then(|| session.to_string())
-}
-
 /// The sub-session's last answer: the newest assistant message with text.
 pub(crate) async fn final_answer(store: &Store, session: &str) -> Option<String> {
     let messages = store.load_messages(session).await.ok()?;
@@ -138,16 +130,6 @@ pub(crate) fn title_of(task: &str) -> String {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
-
-    #[test]
-    fn the_sub_session_is_read_back_from_the_command_line() {
-        let line = command_line(Path::new("/opt/my talaria/talaria"), "20261202-071500-3f2a", 1);
-        assert_eq!(line, "exec '/opt/my talaria/talaria' __agent --session 20261202-071500-3f2a --depth 1");
-        assert_eq!(session_of(&line).as_deref(), Some("20261202-071500-3f2a"));
-        assert_eq!(session_of("sleep 5"), None);
-        assert_eq!(session_of("echo __agent --session x"), None, "only a command that starts the binary");
-        assert_eq!(session_of("exec t __agent --session ';rm' --depth 1"), None);
-    }
 
     #[test]
     fn a_notice_carries_the_capped_answer_and_the_session() {

@@ -186,6 +186,17 @@ fn runtime_s(job: &Job) -> f64 {
     (job.runtime().as_secs_f64() * 10.0).round() / 10.0
 }
 
+/// What the model sees of a sub-agent in `poll`, `wait` and `list`.
+fn agent_value(agent: &crate::protocol::agent::AgentInfo) -> Value {
+    json!({
+        "state": agent.state.as_str(),
+        "task": agent.task,
+        "agent_session": agent.session,
+        "last_activity": agent.activity,
+        "tokens": { "prompt": agent.usage.prompt_tokens, "completion": agent.usage.completion_tokens },
+    })
+}
+
 fn not_found(id: &str) -> Value {
     json!({
         "status": "not_found",
@@ -224,7 +235,7 @@ impl JobsHandle {
         }
         match action {
             ProcessAction::List => self.list_value(),
-            ProcessAction::Poll => self.poll_value(&job),
+            ProcessAction::Poll => self.poll_any(&job).await,
             ProcessAction::Log => self.log_value(&job, args.offset, args.limit),
             ProcessAction::Wait => {
                 let asked = args.timeout.map(Duration::from_secs).unwrap_or(Duration::from_secs(30));
@@ -261,15 +272,20 @@ impl JobsHandle {
                     let st = job.state();
                     (st.status.clone(), st.output.last_line(200))
                 };
-                json!({
+                let agent = self.inner.agent_info(job);
+                let mut value = json!({
                     "session_id": job.id,
                     "command": job.command,
                     "status": status_str(&status),
                     "pid": job.pid,
                     "exit_code": exit_code_value(&status),
                     "runtime_s": runtime_s(job),
-                    "last_line": last_line,
-                })
+                    "last_line": agent.as_ref().map_or(last_line, |a| a.activity.clone()),
+                });
+                if let Some(agent) = &agent {
+                    value["agent"] = agent_value(agent);
+                }
+                value
             })
             .collect();
         json!({ "jobs": jobs })
@@ -290,6 +306,24 @@ impl JobsHandle {
             "runtime_s": runtime_s(job),
             "output_tail": tail,
         })
+    }
+
+    /// `poll` of any job; a sub-agent's says what it does instead of its event stream's
+    /// tail and, once it has ended, carries its final answer (capped at
+    /// `agents.max_result_chars`).
+    async fn poll_any(&self, job: &Job) -> Value {
+        let mut value = self.poll_value(job);
+        let Some(agent) = self.inner.agent_info(job) else { return value };
+        if let Some(fields) = value.as_object_mut() {
+            fields.remove("output_tail");
+        }
+        value["agent"] = agent_value(&agent);
+        if !job.is_running() {
+            let answer = self.inner.agent_answer(job).await;
+            value["answer"] = json!(answer.unwrap_or_else(|| "(no answer)".to_string()));
+            value["note"] = json!(format!("The whole conversation is in session {}.", agent.session));
+        }
+        value
     }
 
     fn log_value(&self, job: &Job, offset: Option<u64>, limit: Option<u64>) -> Value {
@@ -323,6 +357,23 @@ impl JobsHandle {
         };
         let limit = limit.unwrap_or(LOG_DEFAULT_LINES).clamp(1, LOG_MAX_LINES) as usize;
         let view = read_lines(&index, offset, limit);
+        JobLog {
+            id: job.id.clone(),
+            text: view.text,
+            first_line: view.first_line,
+            total_lines: counted.max(view.to),
+            from: view.from,
+            to: view.to,
+        }
+    }
+
+    fn event_lines(&self, job: &Job, offset: u64, limit: Option<u64>) -> JobLog {
+        let (index, counted) = {
+            let st = job.state();
+            (st.log.clone(), st.output.total_lines())
+        };
+        let limit = limit.unwrap_or(LOG_DEFAULT_LINES).clamp(1, LOG_MAX_LINES) as usize;
+        let view = super::log::read_event_lines(&index, offset, limit);
         JobLog {
             id: job.id.clone(),
             text: view.text,
@@ -401,20 +452,24 @@ impl JobsHandle {
         // still releases the wait.
         let mut release = signals.release_gen.clone();
         let mut yielded = signals.yield_gen.clone();
+        let agent = self.inner.agent_info(job);
         let still_running = |status: &str, extra: (&str, Value)| {
             let mut v = json!({
                 "status": status,
                 "process_running": true,
                 "session_id": job.id,
                 "runtime_s": runtime_s(job),
-                "output_tail": job.state().output.clean_tail(POLL_TAIL),
             });
+            match &agent {
+                Some(agent) => v["agent"] = agent_value(agent),
+                None => v["output_tail"] = json!(job.state().output.clean_tail(POLL_TAIL)),
+            }
             v[extra.0] = extra.1;
             v
         };
         tokio::select! {
             biased;
-            _ = done.wait_for(Option::is_some) => self.poll_value(job),
+            _ = async { drop(done.wait_for(Option::is_some).await) } => self.poll_any(job).await,
             _ = signals.interrupt.cancelled() => still_running("interrupted", ("reason", json!("the user interrupted the turn"))),
             _ = bumped(&mut release) => still_running("released", ("reason", json!("user message"))),
             _ = bumped(&mut yielded) => {
@@ -457,7 +512,7 @@ impl JobsHandle {
             return Err(no_stdin(&job.id));
         }
         // A sub-agent reads messages as JSON lines (its stdin also carries approval answers).
-        let wrapped = crate::engine::agents::session_of(&job.command).map(|_| {
+        let wrapped = self.inner.agent_info(job).map(|_| {
             crate::engine::agents::inbound_line(&crate::engine::agents::Inbound::Message {
                 text: data.trim_end().to_string(),
             })
@@ -541,7 +596,12 @@ impl JobsHandle {
                 Err(e) => Event::notice(NoticeLevel::Error, e),
             },
             JobAction::Log { offset, limit } => {
-                let log = self.job_log(&job, offset, limit);
+                let log = match offset.filter(|_| self.inner.agent_info(&job).is_some()) {
+                    // A sub-agent's log view reads its event stream on from where it was:
+                    // whole lines only, none cut short (`tui::app::agent_log`).
+                    Some(offset) => self.event_lines(&job, offset, limit),
+                    None => self.job_log(&job, offset, limit),
+                };
                 Event::JobLog {
                     id: log.id,
                     text: log.text,

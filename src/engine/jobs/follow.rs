@@ -358,6 +358,9 @@ pub(super) async fn follow(
     // Watch notices come before the exit notice, in the order things happened.
     reg.end_watches(&job);
     reg.finish(&job, exit.clone()).await;
+    if reg.agent_info(&job).is_some() {
+        reg.start_queued_agents().await;
+    }
     if let Some(tx) = exit_tx {
         let _ = tx.send(exit);
     }

@@ -281,13 +281,33 @@ fn read_tail(index: &LogIndex, limit: usize) -> LogView {
         }
         let mut current = String::new();
         let mut cut = false;
-        push_capped(&mut current, &mut cut, line);
+        push_capped(&mut current, &mut cut, line, LINE_CAP);
         text.push_str(&finish_line(&mut current, &mut cut));
     }
     LogView { text, first_line, from, to }
 }
 
+/// Lines a sub-agent's event stream may be (a tool result is capped at
+/// `tool_output.max_chars`, JSON escaping can double it).
+const EVENT_LINE_CAP: usize = 1 << 20;
+
+/// Whole lines from `offset` on, each up to `EVENT_LINE_CAP`, without the last line while it
+/// has no newline yet: a sub-agent's event stream, one JSON object a line (DESIGN §14).
+pub(crate) fn read_event_lines(index: &LogIndex, offset: u64, limit: usize) -> LogView {
+    read_forward_with(index, Some(offset), limit, EVENT_LINE_CAP, true)
+}
+
 fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView {
+    read_forward_with(index, offset, limit, LINE_CAP, false)
+}
+
+fn read_forward_with(
+    index: &LogIndex,
+    offset: Option<u64>,
+    limit: usize,
+    line_cap: usize,
+    whole_only: bool,
+) -> LogView {
     let first_line = index.first_line();
     let limit = limit.max(1);
     let mut lines: std::collections::VecDeque<(u64, String)> = std::collections::VecDeque::new();
@@ -326,7 +346,7 @@ fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView 
             carry.extend_from_slice(&buf[..n]);
             let mut from = 0;
             while let Some(pos) = carry[from..].iter().position(|b| *b == b'\n') {
-                push_capped(&mut current, &mut cut, &carry[from..from + pos]);
+                push_capped(&mut current, &mut cut, &carry[from..from + pos], line_cap);
                 let line = finish_line(&mut current, &mut cut);
                 if std::mem::take(&mut skip_partial) {
                     lineno += 1;
@@ -346,11 +366,11 @@ fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView 
                 Err(e) if e.error_len().is_none() => e.valid_up_to(),
                 _ => rest.len(),
             };
-            push_capped(&mut current, &mut cut, &rest[..whole]);
+            push_capped(&mut current, &mut cut, &rest[..whole], line_cap);
             carry = rest[whole..].to_vec();
         }
     }
-    if !done && !current.is_empty() {
+    if !done && !current.is_empty() && !whole_only {
         let line = finish_line(&mut current, &mut cut);
         keep(lineno, line, &mut lines);
     }
@@ -360,7 +380,7 @@ fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView 
         _ => (0, 0),
     };
     let mut text = String::new();
-    if index.dropped_bytes > 0 && from == first_line {
+    if index.dropped_bytes > 0 && from == first_line && !whole_only {
         text.push_str(&dropped_marker(index));
         text.push('\n');
     }
@@ -373,12 +393,12 @@ fn read_forward(index: &LogIndex, offset: Option<u64>, limit: usize) -> LogView 
     LogView { text, first_line, from, to }
 }
 
-fn push_capped(current: &mut String, cut: &mut bool, bytes: &[u8]) {
+fn push_capped(current: &mut String, cut: &mut bool, bytes: &[u8], line_cap: usize) {
     if *cut || bytes.is_empty() {
         return;
     }
     let text = String::from_utf8_lossy(bytes);
-    let room = LINE_CAP.saturating_sub(current.len());
+    let room = line_cap.saturating_sub(current.len());
     if text.len() <= room {
         current.push_str(&text);
     } else {

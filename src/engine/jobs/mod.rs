@@ -40,6 +40,7 @@ use self::log::LogIndex;
 use self::output::OutputBuf;
 
 pub(crate) use self::actions::{bumped, format_duration, ProcessAction, ProcessArgs};
+pub(crate) use self::agent_jobs::AgentStart;
 pub use self::follow::LogReader;
 pub(crate) use self::run::SpawnError;
 pub(crate) use super::process::sh_quote;
@@ -317,6 +318,7 @@ impl Job {
             background: st.background,
             has_stdin: st.has_stdin,
             last_line: st.output.last_line(200),
+            agent: None,
         }
     }
 
@@ -512,7 +514,7 @@ impl JobsHandle {
 
     /// Every job the UI and the model can see (foreground jobs still awaited included).
     pub async fn list(&self) -> Vec<JobInfo> {
-        self.inner.all().iter().map(|j| j.info()).collect()
+        self.inner.all().iter().map(|j| self.inner.job_info(j)).collect()
     }
 
     /// What became of each job of `session_id` that still has a record (by id): a
@@ -647,11 +649,21 @@ impl JobsHandle {
 }
 
 impl Registry {
-    /// `job_3`, or just `3` (models do that).
+    /// `job_3`, `agent_3` (as the pane names a sub-agent), or just `3` (models do that).
     fn get(&self, id: &str) -> Option<Arc<Job>> {
         let id = id.trim();
-        let num: u64 = id.strip_prefix("job_").unwrap_or(id).parse().ok()?;
+        let num: u64 = id.strip_prefix("job_").or_else(|| id.strip_prefix("agent_")).unwrap_or(id).parse().ok()?;
         lock(&self.jobs).get(&num).cloned()
+    }
+
+    /// A job as the UI lists it; a sub-agent's last line is its last activity.
+    fn job_info(&self, job: &Job) -> JobInfo {
+        let mut info = job.info();
+        info.agent = self.agent_info(job).map(Box::new);
+        if let Some(agent) = &info.agent {
+            info.last_line = agent.activity.clone();
+        }
+        info
     }
 
     fn all(&self) -> Vec<Arc<Job>> {
@@ -732,7 +744,7 @@ impl Registry {
             }
             st.announced = true;
             drop(st);
-            job.info()
+            self.job_info(job)
         };
         self.events.send(Event::JobStarted { job: info });
         true
@@ -894,6 +906,8 @@ impl Registry {
                 self.queue_notice(job, NoticeKind::Exit, text);
             }
         }
+        // Done before the exit is seen: a `process wait` that returns now says so.
+        self.agent_done(job);
         job.done.send_replace(Some(exit));
     }
 

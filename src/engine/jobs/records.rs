@@ -271,6 +271,7 @@ impl Registry {
             awaited: AtomicBool::new(false),
             ended_away,
         });
+        self.recognise_agent(&job).await;
         lock(&self.jobs).insert(num, job.clone());
         if job.remote.is_some() && !ended_away {
             let lease_s = spec.as_ref().map_or(self.config.jobs.orphan_grace_s, |s| s.orphan_grace_s);

@@ -341,15 +341,34 @@ impl Engine {
             }
             Ok(None) | Err(_) => self.session_usage.describe(),
         };
-        self.notice(
-            NoticeLevel::Info,
-            format!(
-                "this session (all runs): {session} · this run: {} · last turn: {} · {}{unpriced}",
-                self.session_usage.describe(),
-                self.last_turn_usage.describe(),
-                self.meter.label()
-            ),
+        let mut text = format!(
+            "this session (all runs): {session} · this run: {} · last turn: {} · {}{unpriced}",
+            self.session_usage.describe(),
+            self.last_turn_usage.describe(),
+            self.meter.label()
         );
+        // Sub-agents (DESIGN §14): each one's spend this run, then what their sessions used
+        // over every run (the database has tokens, not dollars).
+        let agents = self.env.jobs.agents();
+        let summary = crate::protocol::agent::spend_summary(&self.session_usage, &agents);
+        for line in summary.lines().skip(1) {
+            text.push('\n');
+            text.push_str(line);
+        }
+        if let Ok(subs) = self.env.store.sub_session_usage(&self.env.session_id).await {
+            let used: Vec<_> = subs.iter().filter(|(_, p, c)| p + c > 0).collect();
+            if !used.is_empty() {
+                let sum = crate::protocol::usage::Spend {
+                    usage: crate::protocol::usage::Usage::tokens(
+                        used.iter().map(|(_, p, _)| p).sum(),
+                        used.iter().map(|(_, _, c)| c).sum(),
+                    ),
+                    ..Default::default()
+                };
+                text.push_str(&format!("\n  sub-agent sessions (all runs): {} · {}", used.len(), sum.describe()));
+            }
+        }
+        self.notice(NoticeLevel::Info, text);
     }
 
     /// `/compact [focus]`: the summary request runs as its own task; Esc cancels it.
@@ -389,6 +408,19 @@ impl Engine {
             Ok(_) => {
                 if self.scheduler.paused() {
                     self.notice(NoticeLevel::Warn, crate::engine::scheduler::pause_notice(reason));
+                }
+                let working = self
+                    .env
+                    .jobs
+                    .agents()
+                    .iter()
+                    .filter(|(_, a)| a.state != crate::protocol::agent::AgentState::Done)
+                    .count();
+                if working > 0 {
+                    self.notice(
+                        NoticeLevel::Info,
+                        format!("{working} sub-agent(s) pause too: each waits before its next model call (/unpause)"),
+                    );
                 }
                 vec![Input::PauseChanged { paused: true, reason: reason.map(str::to_string) }]
             }

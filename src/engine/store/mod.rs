@@ -227,6 +227,35 @@ impl Store {
         self.call(move |c| ops::create_session(c, &model, &cwd, parent.as_deref()))
     }
 
+    /// Link sub-session `session_id` to job `num`, which runs it.
+    pub(crate) fn set_agent_job(
+        &self,
+        session_id: &str,
+        num: i64,
+    ) -> impl Future<Output = Result<(), StoreError>> + Send + 'static {
+        let sid = session_id.to_string();
+        self.call(move |c| ops::set_agent_job(c, &sid, num))
+    }
+
+    /// The sub-session (id, title) job `num` runs, if it is a sub-agent of session `parent`.
+    pub(crate) fn agent_of_job(
+        &self,
+        num: i64,
+        parent: &str,
+    ) -> impl Future<Output = Result<Option<(String, String)>, StoreError>> + Send + 'static {
+        let parent = parent.to_string();
+        self.call(move |c| ops::agent_of_job(c, num, &parent))
+    }
+
+    /// Tokens of each sub-session of `parent` over every run: (session, prompt, completion).
+    pub(crate) fn sub_session_usage(
+        &self,
+        parent: &str,
+    ) -> impl Future<Output = Result<Vec<(String, u64, u64)>, StoreError>> + Send + 'static {
+        let parent = parent.to_string();
+        self.call(move |c| ops::sub_session_usage(c, &parent))
+    }
+
     /// Record why and when a session ended (a later message clears it again).
     pub fn end_session(
         &self,

@@ -39,6 +39,37 @@ pub(crate) fn create_session(
     Err(StoreError("could not find a free session id after 16 tries; try again".into()))
 }
 
+/// Link sub-session `session_id` to job `num`, which runs it (DESIGN §14).
+pub(crate) fn set_agent_job(conn: &Connection, session_id: &str, num: i64) -> Result<(), StoreError> {
+    let n = conn.execute("UPDATE sessions SET agent_job = ?2 WHERE id = ?1", params![session_id, num])?;
+    require_session(n, session_id)
+}
+
+/// The sub-session job `num` runs, if it is a sub-agent of `parent`: its id and title.
+pub(crate) fn agent_of_job(conn: &Connection, num: i64, parent: &str) -> Result<Option<(String, String)>, StoreError> {
+    Ok(conn
+        .query_row(
+            "SELECT id, COALESCE(title, '') FROM sessions WHERE agent_job = ?1 AND parent_session_id = ?2",
+            params![num, parent],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?)
+}
+
+/// Tokens the sub-sessions of `parent` used, over every run: (session, prompt, completion).
+pub(crate) fn sub_session_usage(conn: &Connection, parent: &str) -> Result<Vec<(String, u64, u64)>, StoreError> {
+    let mut stmt = conn.prepare(
+        "SELECT id, prompt_tokens, completion_tokens FROM sessions WHERE parent_session_id = ?1 ORDER BY started_at",
+    )?;
+    let rows = stmt.query_map([parent], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?)))?;
+    let mut out = Vec::new();
+    for row in rows {
+        let (id, p, c) = row?;
+        out.push((id, p.max(0) as u64, c.max(0) as u64));
+    }
+    Ok(out)
+}
+
 pub(crate) fn end_session(conn: &Connection, session_id: &str, reason: &str) -> Result<(), StoreError> {
     let n = conn.execute(
         "UPDATE sessions SET ended_at = ?2, end_reason = ?3, updated_at = ?2 WHERE id = ?1",

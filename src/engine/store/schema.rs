@@ -9,7 +9,7 @@ use super::StoreError;
 /// The schema version this build writes.
 pub const SCHEMA_VERSION: i64 = MIGRATIONS.len() as i64;
 
-const MIGRATIONS: &[&str] = &[V1, V2, V3, V4];
+const MIGRATIONS: &[&str] = &[V1, V2, V3, V4, V5];
 
 /// Version 1: sessions, messages and state_meta.
 const V1: &str = "
@@ -139,6 +139,13 @@ UPDATE messages SET origin = CASE
     ELSE 'typed'
 END
 WHERE role = 'user';
+";
+
+/// Version 5: a sub-agent's session names the job that runs it (DESIGN §14). With
+/// `parent_session_id` this is what makes a job a sub-agent: the link, never its command line.
+const V5: &str = "
+ALTER TABLE sessions ADD COLUMN agent_job INTEGER;
+CREATE INDEX sessions_agent_job ON sessions (agent_job);
 ";
 
 /// The version recorded in the database; 0 for an empty database.

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 use super::{arg_str, Concurrency, Tool, ToolCtx, ToolResult};
 use crate::engine::agents::{self, Hello};
 use crate::engine::args::lenient;
-use crate::engine::jobs::SpawnSpec;
+use crate::engine::jobs::{AgentStart, SpawnSpec};
+use crate::protocol::agent::AgentState;
 
 pub struct AgentTool;
 
@@ -90,14 +91,6 @@ async fn start(args: AgentArgs, ctx: &ToolCtx) -> Result<Value, String> {
     if limits.depth >= limits.max_depth {
         return Err(format!("a sub-agent cannot start sub-agents here (agents.max_depth = {})", limits.max_depth));
     }
-    let running = ctx.jobs.running_agents();
-    if running >= limits.max_parallel.max(1) {
-        return Err(format!(
-            "{running} sub-agents are running (agents.max_parallel = {}); wait for one to finish \
-             (process(action='wait', session_id)) or kill one, then start this one",
-            limits.max_parallel
-        ));
-    }
     if let Some(backend) = &args.backend {
         crate::engine::backend::Backend::parse(backend).map_err(|e| format!("agent: backend: {e}"))?;
     }
@@ -124,7 +117,6 @@ async fn start(args: AgentArgs, ctx: &ToolCtx) -> Result<Value, String> {
         // it runs is sandboxed under the policy handed over below.
         sandboxed: false,
     };
-    let spawned = ctx.jobs.spawn(spec).await.map_err(|e| format!("cannot start the sub-agent: {e}"))?;
     let max_turns = args.max_turns.map(|t| t.clamp(1, u64::from(limits.max_turns.max(1))) as u32);
     let hello = Hello {
         task: args.task.clone(),
@@ -140,12 +132,26 @@ async fn start(args: AgentArgs, ctx: &ToolCtx) -> Result<Value, String> {
     };
     let mut line = serde_json::to_string(&hello).map_err(|e| e.to_string())?;
     line.push('\n');
-    if let Err(e) = ctx.jobs.write_agent_line(&spawned.id, &line).await {
-        ctx.jobs.kill(&spawned.id).await;
-        return Err(format!("cannot start the sub-agent: {e}"));
-    }
-    if limits.max_runtime_s > 0 {
-        ctx.jobs.limit_runtime(&spawned.id, Duration::from_secs(limits.max_runtime_s));
+    let start = AgentStart {
+        session: session.clone(),
+        task: agents::title_of(&args.task),
+        hello: line,
+        limit: (limits.max_runtime_s > 0).then(|| Duration::from_secs(limits.max_runtime_s)),
+    };
+    let (spawned, state) = ctx.jobs.spawn_agent(spec, start).await?;
+    if state == AgentState::Queued {
+        return Ok(json!({
+            "status": "queued",
+            "session_id": spawned.id,
+            "agent_session": session,
+            "pid": spawned.pid,
+            "note": format!(
+                "{} sub-agents are working (agents.max_parallel); this one starts when one of them ends. \
+                 Its final answer comes as a message when it ends; process(action='poll'|'wait'|'kill', \
+                 session_id=...) follows or stops it meanwhile.",
+                limits.max_parallel.max(1)
+            ),
+        }));
     }
     Ok(json!({
         "status": "started",

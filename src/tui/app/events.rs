@@ -29,7 +29,7 @@ fn killed_text(jobs: &[crate::protocol::KilledJob]) -> String {
 }
 
 /// How a user-role message is labelled: from its stored origin, never from its text.
-fn user_origin(origin: Origin, trigger: Option<&TurnTrigger>) -> UserOrigin {
+pub(super) fn user_origin(origin: Origin, trigger: Option<&TurnTrigger>) -> UserOrigin {
     match origin {
         Origin::Typed if trigger == Some(&TurnTrigger::Retry) => UserOrigin::Retry,
         Origin::Typed => UserOrigin::Typed,
@@ -104,6 +104,12 @@ impl App {
             Event::JobStarted { job } => self.job_started(job),
             Event::JobUpdated { id, status, tail } => self.job_updated(id, status, &tail, ops),
             Event::JobFinished { id, status } => self.job_finished(id, status, ops),
+            Event::JobLog { id, text, total_lines, from, to, .. }
+                if self.agent_feed.as_ref().is_some_and(|f| f.id == id) =>
+            {
+                self.agent_log_arrived(&text, from, to, total_lines, ops)
+            }
+            Event::AgentUpdated { id, agent } => self.agent_updated(id, *agent),
             Event::JobLog { id, text, first_line, total_lines, from, to } => {
                 self.job_log(id, &text, first_line, total_lines, (from, to))
             }
@@ -297,8 +303,22 @@ impl App {
         });
     }
 
+    fn agent_updated(&mut self, id: JobId, agent: crate::protocol::agent::AgentInfo) {
+        if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
+            row.info.last_line = agent.activity.clone();
+            row.info.agent = Some(Box::new(agent.clone()));
+        }
+        self.agents.insert(id, agent);
+    }
+
     fn job_started(&mut self, mut job: crate::protocol::JobInfo) {
-        job.last_line = last_line(&job.last_line);
+        if job.agent.is_none() {
+            job.agent = self.agents.get(&job.id).cloned().map(Box::new);
+        }
+        match &job.agent {
+            Some(agent) => job.last_line = agent.activity.clone(),
+            None => job.last_line = last_line(&job.last_line),
+        }
         job.command = display_text(&job.command);
         let finished_at_ms = (!job.status.is_running()).then_some(self.wall_ms);
         match self.jobs.iter_mut().find(|j| j.info.id == job.id) {
@@ -313,7 +333,8 @@ impl App {
 
     fn job_updated(&mut self, id: String, status: JobStatus, tail: &str, ops: &mut Vec<Op>) {
         if let Some(row) = self.jobs.iter_mut().find(|j| j.info.id == id) {
-            let line = last_line(tail);
+            // A sub-agent's output is its event stream: its last line is its activity.
+            let line = if row.info.agent.is_some() { String::new() } else { last_line(tail) };
             if !line.is_empty() {
                 row.info.last_line = line;
             }
@@ -384,6 +405,7 @@ impl App {
             | Event::JobStarted { .. }
             | Event::JobUpdated { .. }
             | Event::JobFinished { .. }
+            | Event::AgentUpdated { .. }
             | Event::WatchMatched { .. }
             | Event::PendingChanged { .. }
             | Event::TurnChanges { .. }
@@ -476,6 +498,12 @@ impl App {
     /// (`of 47`, the matches) keep up and new lines load below without moving the view. The
     /// latter at most once a second: it is a read from that line on, not from the end.
     fn refresh_log(&mut self, id: &str, ops: &mut Vec<Op>) {
+        if self.agent_feed.as_ref().is_some_and(|f| f.id == id) {
+            if !self.log_view.as_ref().is_some_and(|v| v.inflight) {
+                self.request_agent_log(ops);
+            }
+            return;
+        }
         let now = self.now;
         let Some(view) = &mut self.log_view else { return };
         if view.source != LogSource::Job(id.to_string()) || view.inflight {
@@ -510,6 +538,15 @@ impl App {
 
     /// Open the log view of a job and ask the engine for its log.
     pub(super) fn open_job_log(&mut self, id: String, ops: &mut Vec<Op>) {
+        // The pane names a sub-agent `agent_3`; its job is `job_3`.
+        let id = match id.trim().strip_prefix("agent_") {
+            Some(num) => format!("job_{num}"),
+            None => id,
+        };
+        if self.is_agent_job(&id) {
+            return self.open_agent_log(id, ops);
+        }
+        self.agent_feed = None;
         ops.push(Op::Job { id: id.clone(), action: JobAction::Log { offset: None, limit: Some(LOG_LIMIT) } });
         self.log_view = Some(LogView::new(LogSource::Job(id), Vec::new(), true));
     }

@@ -45,6 +45,7 @@ fn running_job(id: &str) -> JobInfo {
         background: true,
         has_stdin: true,
         last_line: String::new(),
+        agent: None,
     }
 }
 

@@ -456,6 +456,21 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
     let dim = Style::default().fg(app.theme.dim);
     let (title, running) = match &view.source {
         LogSource::Job(id) => match app.jobs.iter().find(|j| &j.info.id == id) {
+            // A sub-agent's log is its conversation (`agent_log`), not a command's output.
+            Some(job) if job.info.agent.is_some() => {
+                let agent = job.info.agent.as_deref().cloned().unwrap_or_default();
+                let name = id.strip_prefix("job_").map_or_else(|| id.clone(), |n| format!("agent_{n}"));
+                (
+                    format!(
+                        " {name} · {} · {} · sub-agent {} · session {} ",
+                        agent.state.as_str(),
+                        format_duration_ms(job.shown_runtime_ms(app.wall_ms)),
+                        agent.short_task(40),
+                        agent.session
+                    ),
+                    job.info.status.is_running(),
+                )
+            }
             Some(job) => (
                 format!(
                     " {id} · {} · {} · $ {} ",

@@ -6,6 +6,7 @@ use ratatui::text::{Line, Span};
 use ratatui::widgets::{Block, Borders, Paragraph};
 use ratatui::Frame;
 
+use crate::protocol::agent::{AgentInfo, AgentState};
 use crate::protocol::JobStatus;
 use crate::tui::app::{App, Focus, Layer};
 use crate::tui::keymap::{Action, Context};
@@ -131,6 +132,10 @@ pub(crate) fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
     for i in shown {
         let job = &app.jobs[i];
         let sel = focused && i == app.job_sel;
+        if let Some(agent) = &job.info.agent {
+            lines.extend(agent_rows(app, job, agent, sel, width));
+            continue;
+        }
         let (mark, color) = status_mark(app, &job.info.status);
         let runtime = format_duration_ms(job.shown_runtime_ms(app.wall_ms));
         lines.push(truncate_spans(
@@ -157,6 +162,50 @@ pub(crate) fn draw_jobs(frame: &mut Frame<'_>, area: Rect, app: &App) {
         lines.push(truncate_spans(vec![Span::styled(format!("  {}", parts.join(" · ")), dim)], width));
     }
     frame.render_widget(Paragraph::new(lines), inner);
+}
+
+/// A sub-agent's three rows: `agent_3 ● working · "add tests for …"`, its runtime and
+/// tokens, its last activity.
+fn agent_rows(
+    app: &App,
+    job: &crate::tui::app::JobRow,
+    agent: &AgentInfo,
+    sel: bool,
+    width: usize,
+) -> Vec<Line<'static>> {
+    let dim = Style::default().fg(app.theme.dim);
+    let name = match job.info.id.strip_prefix("job_") {
+        Some(num) => format!("agent_{num}"),
+        None => job.info.id.clone(),
+    };
+    let (mark, color, label) = match (agent.state, &job.info.status) {
+        (AgentState::Done, JobStatus::Exited(0)) => ("✓".to_string(), app.theme.tool_ok, "done".to_string()),
+        (AgentState::Done, status) | (_, status @ (JobStatus::Exited(_) | JobStatus::Killed | JobStatus::Lost)) => {
+            let (mark, color) = status_mark(app, status);
+            (mark, color, format!("done ({})", status.label()))
+        }
+        (AgentState::Working, _) => ("●".to_string(), app.theme.tool_running, "working".to_string()),
+        (AgentState::Waiting, _) => ("◐".to_string(), app.theme.notice_warn, "waiting".to_string()),
+        (AgentState::Queued, _) => ("○".to_string(), app.theme.dim, "queued".to_string()),
+    };
+    let head = format!("  {name} {mark} {label} · ");
+    let room = width.saturating_sub(str_width(&head)).max(8);
+    let runtime = format_duration_ms(job.shown_runtime_ms(app.wall_ms));
+    let tokens = if agent.usage.is_empty() { String::new() } else { format!(" · {}", agent.spend().describe()) };
+    vec![
+        truncate_spans(
+            vec![
+                Span::styled(if sel { "▶ " } else { "  " }, selected_style(app, sel)),
+                Span::styled(name, selected_style(app, sel).add_modifier(Modifier::BOLD)),
+                Span::styled(format!(" {mark} {label}"), Style::default().fg(color)),
+                Span::styled(" · ", dim),
+                Span::raw(agent.short_task(room)),
+            ],
+            width,
+        ),
+        truncate_spans(vec![Span::styled(format!("  sub-agent · {runtime}{tokens}"), dim)], width),
+        truncate_spans(vec![Span::styled(format!("  {}", agent.activity), dim)], width),
+    ]
 }
 
 #[cfg(test)]
