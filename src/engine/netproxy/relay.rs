@@ -5,6 +5,7 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use nix::fcntl::{splice, SpliceFFlags};
 use tokio::io::Interest;
@@ -13,10 +14,22 @@ use tokio::net::TcpStream;
 /// A pipe's capacity asked for (the kernel may give less to an unprivileged user).
 const PIPE_SIZE: usize = 1 << 20;
 
-/// Relay until both directions reached end of file; (bytes a → b, bytes b → a).
-pub(super) async fn both_ways(a: &TcpStream, b: &TcpStream) -> io::Result<(u64, u64)> {
-    let (up, down) = tokio::join!(one_way(a, b), one_way(b, a));
-    Ok((up?, down?))
+/// Bytes relayed so far each way (a → b, b → a), readable when the relay is dropped.
+#[derive(Default)]
+pub(super) struct Counts {
+    up: AtomicU64,
+    down: AtomicU64,
+}
+
+impl Counts {
+    pub(super) fn get(&self) -> (u64, u64) {
+        (self.up.load(Ordering::Relaxed), self.down.load(Ordering::Relaxed))
+    }
+}
+
+/// Relay until both directions reached end of file (or one failed).
+pub(super) async fn both_ways(a: &TcpStream, b: &TcpStream, counts: &Counts) {
+    let _ = tokio::join!(one_way(a, b, &counts.up), one_way(b, a, &counts.down));
 }
 
 fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -26,10 +39,9 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok((r, w))
 }
 
-async fn one_way(from: &TcpStream, to: &TcpStream) -> io::Result<u64> {
+async fn one_way(from: &TcpStream, to: &TcpStream, total: &AtomicU64) -> io::Result<()> {
     let (pipe_r, pipe_w) = pipe()?;
     let flags = SpliceFFlags::SPLICE_F_MOVE | SpliceFFlags::SPLICE_F_NONBLOCK;
-    let mut total = 0u64;
     loop {
         let n = from
             .async_io(Interest::READABLE, || Ok(splice(from.as_fd(), None, pipe_w.as_fd(), None, PIPE_SIZE, flags)?))
@@ -42,7 +54,7 @@ async fn one_way(from: &TcpStream, to: &TcpStream) -> io::Result<u64> {
         };
         if n == 0 {
             let _ = nix::sys::socket::shutdown(to.as_raw_fd(), nix::sys::socket::Shutdown::Write);
-            return Ok(total);
+            return Ok(());
         }
         let mut left = n;
         while left > 0 {
@@ -50,7 +62,7 @@ async fn one_way(from: &TcpStream, to: &TcpStream) -> io::Result<u64> {
                 .async_io(Interest::WRITABLE, || Ok(splice(pipe_r.as_fd(), None, to.as_fd(), None, left, flags)?))
                 .await?;
             left -= m;
+            total.fetch_add(m as u64, Ordering::Relaxed);
         }
-        total += n as u64;
     }
 }
