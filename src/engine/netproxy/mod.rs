@@ -409,7 +409,7 @@ async fn serve(inner: Arc<Inner>, mut client: TcpStream) -> std::io::Result<()> 
         }
     }
     upstream.write_all(&rest).await?;
-    let counts = Arc::new(relay::Counts::default());
+    let counts = relay::Counts::default();
     tokio::select! {
         _ = relay::both_ways(&client, &upstream, &counts) => {}
         // The job ended: what it left behind loses the connection.
