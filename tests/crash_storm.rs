@@ -179,8 +179,17 @@ fn unaccounted(home: &Path, db: &rusqlite::Connection) -> Vec<Proc> {
         })
     };
     let recorded_group = |p: &Proc| records.iter().any(|r| r.pgid == Some(i64::from(p.pgid)));
+    // The session's network proxy lives on for jobs a killed talaria left (#31); its socket
+    // under netproxy/ is its record (it removes it when it ends; the final check below sees
+    // that it does).
+    let proxy_recorded = |p: &Proc| {
+        p.cmdline.contains("__netproxy")
+            && std::fs::read_dir(home.join("netproxy"))
+                .is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "sock")))
+    };
     procs
         .iter()
+        .filter(|p| !proxy_recorded(p))
         .filter(|p| {
             let mut at = Some(*p);
             let mut hops = 0;
