@@ -9,7 +9,9 @@
 //! filter opens only TCP sockets and its supervisor connects them only to this port (or to
 //! the job's own loopback servers) — the mediation of DESIGN §6a rather than a network
 //! namespace, which would need privilege or a user namespace and cut loopback in two. Bytes stream both ways through pipes
-//! ([`relay`], `splice`): a 1 GB download never sits in memory.
+//! ([`relay`], `splice`): a 1 GB download never sits in memory. Talaria runs it in a process
+//! of its own per session ([`service`], driven through [`client`]), so that jobs kept running
+//! after talaria quits keep their network; a job's credential ends with the job.
 
 pub(crate) mod client;
 pub(crate) mod policy;
