@@ -176,13 +176,18 @@ impl Gate for Controller {
 /// The body of `talaria __netproxy`. Never returns.
 pub fn run() -> ! {
     let code = match tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build() {
-        Ok(rt) => match rt.block_on(serve()) {
-            Ok(()) => 0,
-            Err(e) => {
-                eprintln!("talaria network proxy: {e}");
-                1
+        Ok(rt) => {
+            let result = rt.block_on(serve());
+            // The socket is gone already: exit now, without waiting for blocking lookups.
+            rt.shutdown_background();
+            match result {
+                Ok(()) => 0,
+                Err(e) => {
+                    eprintln!("talaria network proxy: {e}");
+                    1
+                }
             }
-        },
+        }
         Err(_) => 1,
     };
     std::process::exit(code)
