@@ -231,6 +231,10 @@ fn main() {
             None => std::process::exit(2),
         }
     }
+    // The session's network proxy, outliving talaria for kept jobs (src/engine/netproxy/service.rs).
+    if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::netproxy::service::ARG) {
+        talaria::engine::netproxy::service::run();
+    }
     // The sandboxed file-tool helper: no tokio, no config (src/engine/tools/fs_helper.rs).
     if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::tools::fs_helper::ARG) {
         talaria::engine::tools::fs_helper::run();

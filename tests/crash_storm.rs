@@ -179,8 +179,19 @@ fn unaccounted(home: &Path, db: &rusqlite::Connection) -> Vec<Proc> {
         })
     };
     let recorded_group = |p: &Proc| records.iter().any(|r| r.pgid == Some(i64::from(p.pgid)));
+    // The session's network proxy lives on for jobs a killed talaria left (#31); its socket
+    // under netproxy/ is its record (it removes it when it ends; the final check below sees
+    // that it does).
+    // Without a socket it is ending (it removes the socket, then exits): it must be gone soon.
+    let proxy_recorded = |p: &Proc| {
+        p.cmdline.contains("__netproxy")
+            && (std::fs::read_dir(home.join("netproxy"))
+                .is_ok_and(|d| d.flatten().any(|e| e.path().extension().is_some_and(|x| x == "sock")))
+                || ends_within(p.pid, Duration::from_secs(5)))
+    };
     procs
         .iter()
+        .filter(|p| !proxy_recorded(p))
         .filter(|p| {
             let mut at = Some(*p);
             let mut hops = 0;
@@ -198,6 +209,18 @@ fn unaccounted(home: &Path, db: &rusqlite::Connection) -> Vec<Proc> {
         })
         .cloned()
         .collect()
+}
+
+/// Is process `pid` gone (or a zombie) within `limit`?
+fn ends_within(pid: i32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if stat_fields(pid).is_none_or(|(state, _, _)| state == 'Z' || state == 'X') {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
 }
 
 fn integrity_ok(db: &rusqlite::Connection) -> String {

@@ -250,6 +250,53 @@ async fn a_burst_asks_once_and_the_answers_last_as_long_as_they_say() {
     assert_eq!(doc["sandbox"]["network_allow"], toml::Value::Array(vec!["example.org".into(), "localhost".into()]));
 }
 
+/// A glob must not open the user's own services: with `*.localhost` allowed, the name
+/// `api-31007.localhost` resolves to 127.0.0.1 (RFC 6761; the proxy resolves it), so it asks
+/// like a new host, saying where it leads — denied, nothing reaches the server; "this
+/// session" lets it through from then on. A name listed exactly passes without asking.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
+    let srv = server().await;
+    let gate = Arc::new(TestGate::default());
+    let allow = ["*.localhost", "exact-31007.localhost"];
+    let proxy = NetProxy::start(settings(&allow, &[], None), gate.clone(), None).await.unwrap();
+    let url = proxy.register_job("job_31007", "curl local", None);
+    let glob = format!("http://api-31007.localhost:{}/glob-31007", srv.port);
+
+    let first = tokio::spawn({
+        let (url, glob) = (url.clone(), glob.clone());
+        async move { curl(&url, &glob, &[]).await }
+    });
+    common::wait_until("the question about a name on this machine", || gate.asked() == 1).await;
+    let q = gate.questions.lock().unwrap()[0].clone();
+    assert_eq!(
+        q.shown(),
+        format!(
+            "job_31007 (`curl local`) wants api-31007.localhost:{} — it resolves to 127.0.0.1, this machine",
+            srv.port
+        )
+    );
+    gate.answer(Answer::Deny("the user denied it".into()));
+    let (body, code) = first.await.unwrap();
+    assert_eq!(code, "403", "{body}");
+    assert!(body.contains("talaria blocked api-31007.localhost:"), "{body}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 0, "a glob reached a loopback service");
+
+    let exact = format!("http://exact-31007.localhost:{}/exact-31007", srv.port);
+    assert_eq!(curl(&url, &exact, &["--proxytunnel"]).await, ("hello /exact-31007".to_string(), "200".to_string()));
+    assert_eq!(gate.asked(), 1, "an exact listing asked");
+
+    let again = tokio::spawn({
+        let (url, glob) = (url.clone(), glob.clone());
+        async move { curl(&url, &glob, &[]).await }
+    });
+    common::wait_until("asked again after a denial", || gate.asked() == 2).await;
+    gate.answer(Answer::Session);
+    assert_eq!(again.await.unwrap(), ("hello /glob-31007".to_string(), "200".to_string()));
+    assert_eq!(curl(&url, &glob, &[]).await.1, "200");
+    assert_eq!(gate.asked(), 2, "allowed for the session, it asked again");
+}
+
 /// A 200 MB download through the proxy streams: the process holding the proxy grows by
 /// well under 16 MiB (it is this test process here; see the exec test for talaria's own).
 #[tokio::test(flavor = "multi_thread")]
@@ -412,13 +459,146 @@ EOF"#
     assert!(label.contains("only through talaria's proxy"), "{result}");
 }
 
+/// Run the model's `terminal` calls one after another in one `talaria exec`; their tool
+/// results, in order.
+async fn exec_calls(home: &Home, calls: &[Value], flags: &[&str]) -> Vec<Value> {
+    let mut script: Vec<ScriptedResponse> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, args)| ScriptedResponse::tool_call(&format!("c{i}"), "terminal", &args.to_string()))
+        .collect();
+    script.push(ScriptedResponse::text("done"));
+    let server = ScriptedServer::start(script).await.unwrap();
+    let fake_home = home.path().join("fakehome");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake_home).arg("exec").args(flags).args(["--base-url", &server.base_url(), "go"]);
+    let out = tokio::time::timeout(Duration::from_secs(180), cmd.output()).await.unwrap().unwrap();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let requests = server.chat_requests();
+    assert_eq!(requests.len(), calls.len() + 1, "{}", stderr(&out));
+    requests[1..]
+        .iter()
+        .map(|r| {
+            let content =
+                r.body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
+            serde_json::from_str(&content).unwrap_or_else(|e| panic!("not a tool result ({e}): {content}"))
+        })
+        .collect()
+}
+
+/// A job's credential ends with the job, not when talaria quits: a later job of the same
+/// session that uses the first one's proxy URL gets 407; its own URL passes.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_finished_jobs_credential_stops_working() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let p = srv.port;
+    let first = format!("printf %s \"$HTTP_PROXY\" > cred-31008.txt; curl -s http://127.0.0.1:{p}/first-31008");
+    let second = format!(
+        "curl -s -o /dev/null -w 'stale=%{{http_code}}' -x \"$(cat cred-31008.txt)\" http://127.0.0.1:{p}/stale-31008; \
+         echo; curl -s http://127.0.0.1:{p}/own-31008"
+    );
+    let calls = [serde_json::json!({ "command": first }), serde_json::json!({ "command": second })];
+    let results = exec_calls(&home, &calls, &[]).await;
+    assert!(output(&results[0]).contains("hello /first-31008"), "{}", results[0]);
+    let out = output(&results[1]);
+    assert!(out.contains("stale=407") && out.contains("hello /own-31008"), "{}", results[1]);
+    let used = std::fs::read_to_string(home.work().join("cred-31008.txt")).unwrap();
+    assert!(used.starts_with("http://job_1:") && used.contains("@127.0.0.1:"), "{used}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "the ended job's credential reached the server");
+}
+
+/// The pids of this home's network proxy processes (`talaria __netproxy`, its TALARIA_HOME).
+fn proxy_pids(home: &Home) -> Vec<u32> {
+    let marker = format!("TALARIA_HOME={}", home.path().display());
+    let mut pids = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if !cmdline.split(|b| *b == 0).any(|a| a == b"__netproxy") {
+            continue;
+        }
+        let environ = std::fs::read(format!("/proc/{pid}/environ")).unwrap_or_default();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let zombie = state.rsplit_once(')').is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && environ.split(|b| *b == 0).any(|v| v == marker.as_bytes()) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+/// The network proxy process among `pid`'s children.
+fn proxy_child(pid: u32) -> Option<u32> {
+    let tasks = std::fs::read_dir(format!("/proc/{pid}/task")).ok()?;
+    let children: Vec<u32> = tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("children")).ok())
+        .flat_map(|text| text.split_whitespace().filter_map(|c| c.parse().ok()).collect::<Vec<u32>>())
+        .collect();
+    children.into_iter().find(|c| {
+        let cmdline = std::fs::read(format!("/proc/{c}/cmdline")).unwrap_or_default();
+        cmdline.split(|b| *b == 0).any(|a| a == b"__netproxy")
+    })
+}
+
+fn proxy_sockets(home: &Home) -> Vec<std::path::PathBuf> {
+    let Ok(dir) = std::fs::read_dir(home.path().join("netproxy")) else { return Vec::new() };
+    dir.flatten().map(|e| e.path()).filter(|p| p.extension().is_some_and(|x| x == "sock")).collect()
+}
+
+/// Kept jobs keep their network. `exec --keep-jobs` quits while its background job waits;
+/// the session's proxy (a process of its own) stays for it: the job reaches a listed host,
+/// and a host that would ask is refused with the labelled 403 (no one to ask). `exec -c`
+/// takes the same proxy over (same process) and its command reaches the host too. Once the
+/// kept job has ended, the proxy process ends and its socket is gone.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_kept_job_keeps_its_network_after_talaria_quits() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let p = srv.port;
+    let kept = format!(
+        "while [ ! -e go-31009 ]; do sleep 0.05; done; curl -s http://127.0.0.1:{p}/kept-31009 > kept.txt; \
+         curl -s -w ' code=%{{http_code}}' http://localhost:{p}/ask-31009 > asked.txt; touch done-31009; \
+         while [ ! -e end-31009 ]; do sleep 0.05; done"
+    );
+    let results =
+        exec_calls(&home, &[serde_json::json!({ "command": kept, "background": true })], &["--keep-jobs"]).await;
+    assert!(results[0].to_string().contains("job_1"), "{}", results[0]);
+    let pids = proxy_pids(&home);
+    assert_eq!(pids.len(), 1, "one proxy process for the session");
+    assert_eq!(proxy_sockets(&home).len(), 1);
+
+    std::fs::write(home.work().join("go-31009"), "").unwrap();
+    let done = home.work().join("done-31009");
+    common::wait_until("the kept job's requests", || done.exists()).await;
+    assert_eq!(std::fs::read_to_string(home.work().join("kept.txt")).unwrap(), "hello /kept-31009");
+    let asked = std::fs::read_to_string(home.work().join("asked.txt")).unwrap();
+    assert!(asked.contains("code=403") && asked.contains("no one to ask"), "{asked}");
+    assert!(asked.contains("talaria blocked localhost:"), "{asked}");
+
+    // Resumed: the same process serves the new talaria's jobs.
+    let again = serde_json::json!({ "command": format!("curl -s http://127.0.0.1:{p}/again-31009") });
+    let results = exec_calls(&home, &[again], &["-c", "--keep-jobs"]).await;
+    assert!(output(&results[0]).contains("hello /again-31009"), "{}", results[0]);
+    assert_eq!(proxy_pids(&home), pids, "exec -c started a proxy of its own");
+
+    std::fs::write(home.work().join("end-31009"), "").unwrap();
+    common::wait_until("the proxy ends with the last job", || proxy_pids(&home).is_empty()).await;
+    assert!(proxy_sockets(&home).is_empty(), "{:?}", proxy_sockets(&home));
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "the refused request reached the server");
+}
+
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
 }
 
-/// A 200 MB download by a job through the proxy: talaria's own RSS (the proxy runs in it)
-/// stays within 16 MiB of what it was when the download began.
+/// A 200 MB download by a job through the proxy: talaria's RSS and the proxy process's
+/// stay within 16 MiB of what they were when the download began.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_200_mb_download_keeps_talarias_rss_flat() {
     let srv = server().await;
@@ -438,22 +618,45 @@ async fn a_200_mb_download_keeps_talarias_rss_flat() {
     let mut child = cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::null()).spawn().unwrap();
     let pid = child.id().unwrap();
     let requests = srv.requests.clone();
+    // The proxy runs in a process of its own (a child of talaria's): both stay flat.
+    let exited = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let over = exited.clone();
     let sampler = tokio::spawn(async move {
         let (mut start, mut peak) = (None, 0u64);
-        while let Some(rss) = rss_kib(pid) {
+        let (mut proxy, mut proxy_start, mut proxy_peak) = (None, None, 0u64);
+        // Until talaria has exited (a read during its re-exec at start may find no VmRSS).
+        while !over.load(Ordering::SeqCst) {
+            let Some(rss) = rss_kib(pid) else {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                continue;
+            };
+            if proxy.is_none() {
+                proxy = proxy_child(pid);
+            }
+            let proxy_rss = proxy.and_then(rss_kib);
             if requests.load(Ordering::SeqCst) > 0 {
                 start.get_or_insert(rss);
                 peak = peak.max(rss);
+                if let Some(p) = proxy_rss {
+                    proxy_start.get_or_insert(p);
+                    proxy_peak = proxy_peak.max(p);
+                }
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        (start, peak)
+        (start, peak, proxy_start, proxy_peak)
     });
     let status = tokio::time::timeout(Duration::from_secs(180), child.wait()).await.unwrap().unwrap();
+    exited.store(true, Ordering::SeqCst);
     assert!(status.success());
-    let (start, peak) = sampler.await.unwrap();
+    let (start, peak, proxy_start, proxy_peak) = sampler.await.unwrap();
     let start = start.expect("the download never began");
     assert!(peak < start + 16 * 1024, "talaria grew from {start} KiB to {peak} KiB during the download");
+    let proxy_start = proxy_start.expect("the proxy process was not seen during the download");
+    assert!(
+        proxy_peak < proxy_start + 16 * 1024,
+        "the proxy grew from {proxy_start} KiB to {proxy_peak} KiB during the download"
+    );
     let chat = model.chat_requests();
     let last = chat[1].body["messages"].to_string();
     assert!(last.contains(&format!("got={size}")), "{last}");

@@ -225,7 +225,7 @@ struct Registry {
     /// command announced as background and its notice told twice).
     records_gate: tokio::sync::RwLock<()>,
     /// The session's network proxy (`sandbox.network = "ask"`, DESIGN §6b).
-    proxy: Mutex<Option<crate::engine::netproxy::NetProxy>>,
+    proxy: Mutex<Option<crate::engine::netproxy::client::ProxyClient>>,
     /// Sub-agents' streams: approvals to forward (agent_jobs.rs).
     agents: agent_jobs::Bridge,
 }
@@ -417,14 +417,19 @@ impl JobsHandle {
     }
 
     /// Sandboxed jobs reach the network through `proxy` from now on (`network = "ask"`).
-    pub(crate) fn set_proxy(&self, proxy: crate::engine::netproxy::NetProxy) {
+    pub(crate) fn set_proxy(&self, proxy: crate::engine::netproxy::client::ProxyClient) {
         lock(&self.inner.sandbox).proxy_port = Some(proxy.port());
         *lock(&self.inner.proxy) = Some(proxy);
     }
 
     /// The session's network proxy, when one runs.
-    pub(crate) fn proxy(&self) -> Option<crate::engine::netproxy::NetProxy> {
+    pub(crate) fn proxy(&self) -> Option<crate::engine::netproxy::client::ProxyClient> {
         lock(&self.inner.proxy).clone()
+    }
+
+    /// The talaria binary that runs supervisors (and the network proxy's process).
+    pub(crate) fn exe(&self) -> Option<PathBuf> {
+        self.inner.exe.clone()
     }
 
     /// Start a command under its own supervisor, in its own session and process group.
@@ -854,6 +859,10 @@ impl Registry {
     /// The job has ended: record it (once, in SQLite), tell the UI and (for background
     /// jobs) queue the model's notification.
     async fn finish(&self, job: &Job, exit: ExitInfo) {
+        // Its proxy credential ends with it, not at quit (a process it left must not go on).
+        if let Some(proxy) = lock(&self.proxy).as_ref() {
+            proxy.job_ended(&job.id);
+        }
         let status = exit.status();
         let (announced, background, tail) = {
             let mut st = job.state();

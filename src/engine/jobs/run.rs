@@ -109,6 +109,9 @@ pub(super) async fn spawn(
     let (started, child) = match result {
         Ok(ok) => ok,
         Err(e) => {
+            if let Some(proxy) = lock(&reg.proxy).as_ref() {
+                proxy.job_ended(&id);
+            }
             jd.remove();
             if let Some(store) = &reg.store {
                 drop(store.job_delete(num as i64));
@@ -118,7 +121,7 @@ pub(super) async fn spawn(
     };
     let Started { supervisor_pid, supervisor_start, pgid, leader_start } = started;
     if let Some(proxy) = lock(&reg.proxy).as_ref() {
-        proxy.job_started(&id, supervisor_pid as i32);
+        proxy.job_started(&id, supervisor_pid as i32, supervisor_start);
     }
     // Reap the supervisor if it ends while we live (it is our child until we exit).
     tokio::spawn(async move {
@@ -287,7 +290,7 @@ async fn start_supervisor(
             cmd.env_remove(var);
         }
     }
-    cmd.envs(proxy_env(reg, spec, jd, job_spec.sandbox.as_ref()));
+    cmd.envs(proxy_env(reg, spec, jd, job_spec.sandbox.as_ref()).await);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent. The
     // supervisor gets its own session: a hang-up of talaria's terminal never reaches it.
     unsafe {
@@ -335,7 +338,7 @@ async fn start_supervisor(
 
 /// A sandboxed job in `network = "ask"` gets its own proxy URL (DESIGN §6b); nothing for
 /// the rest (outside the sandbox, remote, `on`/`off`).
-fn proxy_env(
+async fn proxy_env(
     reg: &Registry,
     spec: &SpawnSpec,
     jd: &JobDir,
@@ -346,8 +349,12 @@ fn proxy_env(
     }
     let Some(proxy) = lock(&reg.proxy).clone() else { return Vec::new() };
     let id = jd.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    let url = proxy.register_job(&id, &spec.command, Some(jd.path.join(crate::engine::sandbox::notify::DENIALS_FILE)));
-    crate::engine::netproxy::job_env(&url)
+    let denials = Some(jd.path.join(crate::engine::sandbox::notify::DENIALS_FILE));
+    match proxy.register_job(&id, &spec.command, denials).await {
+        Some(url) => crate::engine::netproxy::job_env(&url),
+        // The proxy is gone: the job has no network (its connects are refused, labelled).
+        None => Vec::new(),
+    }
 }
 
 /// The local side of a remote job: the supervisor runs `script` (the transport), and

@@ -9,10 +9,14 @@
 //! filter opens only TCP sockets and its supervisor connects them only to this port (or to
 //! the job's own loopback servers) — the mediation of DESIGN §6a rather than a network
 //! namespace, which would need privilege or a user namespace and cut loopback in two. Bytes stream both ways through pipes
-//! ([`relay`], `splice`): a 1 GB download never sits in memory.
+//! ([`relay`], `splice`): a 1 GB download never sits in memory. Talaria runs it in a process
+//! of its own per session ([`service`], driven through [`client`]), so that jobs kept running
+//! after talaria quits keep their network; a job's credential ends with the job.
 
+pub(crate) mod client;
 pub(crate) mod policy;
 mod relay;
+pub mod service;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -22,6 +26,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use crate::util::lock;
 use policy::{Rule, Why};
@@ -31,14 +36,17 @@ const MAX_HEAD: usize = 64 * 1024;
 /// Connections kept for `/network` at most (the oldest go first).
 const MAX_LOG: usize = 1000;
 const UPSTREAM_CONNECT: Duration = Duration::from_secs(30);
+const RESOLVE: Duration = Duration::from_secs(15);
 
 /// A question for the user (or `exec`'s rule): may this job reach this host?
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Question {
     pub job: String,
     pub command: String,
     pub host: String,
     pub port: u16,
+    /// What the user should know besides the name ("it resolves to 127.0.0.1 …").
+    pub note: Option<String>,
 }
 
 impl Question {
@@ -48,16 +56,21 @@ impl Question {
         if command.len() < self.command.len() {
             command.push('…');
         }
-        format!("{} (`{command}`) wants {}", self.job, host_port(&self.host, self.port))
+        let mut line = format!("{} (`{command}`) wants {}", self.job, host_port(&self.host, self.port));
+        if let Some(note) = &self.note {
+            line.push_str(" — ");
+            line.push_str(note);
+        }
+        line
     }
 }
 
 /// The answer to a [`Question`].
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Answer {
     /// This request (and the others waiting on the same question).
     Once,
-    /// The host, until talaria quits.
+    /// The host, for the rest of the session (while its proxy runs: kept jobs too).
     Session,
     /// The host for good: saved to `sandbox.network_allow`.
     Always,
@@ -74,7 +87,7 @@ pub trait Gate: Send + Sync {
 pub use crate::protocol::network::{Connection, Verdict};
 
 /// What the session's config says (and where "always" is saved).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
 pub struct Settings {
     pub allow: Vec<String>,
     pub deny: Vec<String>,
@@ -87,10 +100,22 @@ pub struct Settings {
 struct JobEntry {
     id: String,
     command: String,
-    /// Its supervisor: the job's processes are below it (loopback servers of the session).
-    supervisor: Option<i32>,
+    /// Its supervisor (pid, start time in clock ticks): the job's processes are below it
+    /// (loopback servers of the session), and the job has ended when it is gone.
+    supervisor: Option<(i32, u64)>,
     /// Where refusals are recorded for the job's tool result.
     denials: Option<PathBuf>,
+    /// Cancelled when the job ends: its credential is gone and its tunnels close.
+    ended: CancellationToken,
+}
+
+/// What the proxy tells whoever runs it (talaria's engine, through `service`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Report {
+    /// A connection was asked for (`done: false`) or is over; `entry` numbers it.
+    Connection { entry: u64, connection: Connection },
+    /// Something the user should see (an "always" that could not be saved).
+    Warning(String),
 }
 
 type Waiting = watch::Receiver<Option<Answer>>;
@@ -102,13 +127,15 @@ struct Inner {
     /// `Proxy-Authorization` value → the job it belongs to.
     jobs: Mutex<HashMap<String, JobEntry>>,
     session_hosts: Mutex<HashSet<String>>,
+    /// Names the user let reach this machine for the session, asked knowing where they resolve.
+    session_local: Mutex<HashSet<String>>,
     /// Open questions by host:port: later requests wait for the same answer.
     asking: Mutex<HashMap<String, Waiting>>,
     log: Mutex<VecDeque<Connection>>,
     next_entry: Mutex<u64>,
     /// Requests waiting for an answer now.
     waiting: std::sync::atomic::AtomicUsize,
-    events: Option<crate::engine::EventSink>,
+    events: Option<tokio::sync::mpsc::UnboundedSender<Report>>,
 }
 
 /// The running proxy; cheap to clone. It stops accepting once every handle is gone.
@@ -141,7 +168,7 @@ impl NetProxy {
     pub async fn start(
         settings: Settings,
         gate: Arc<dyn Gate>,
-        events: Option<crate::engine::EventSink>,
+        events: Option<tokio::sync::mpsc::UnboundedSender<Report>>,
     ) -> std::io::Result<NetProxy> {
         let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
         let port = listener.local_addr()?.port();
@@ -151,6 +178,7 @@ impl NetProxy {
             settings: Mutex::new(settings),
             jobs: Mutex::new(HashMap::new()),
             session_hosts: Mutex::new(HashSet::new()),
+            session_local: Mutex::new(HashSet::new()),
             asking: Mutex::new(HashMap::new()),
             log: Mutex::new(VecDeque::new()),
             next_entry: Mutex::new(0),
@@ -178,19 +206,60 @@ impl NetProxy {
     pub fn register_job(&self, id: &str, command: &str, denials: Option<PathBuf>) -> String {
         let secret = random_hex(16);
         let header = format!("Basic {}", base64(format!("{id}:{secret}").as_bytes()));
-        let entry = JobEntry { id: id.to_string(), command: command.to_string(), supervisor: None, denials };
+        let entry = JobEntry {
+            id: id.to_string(),
+            command: command.to_string(),
+            supervisor: None,
+            denials,
+            ended: CancellationToken::new(),
+        };
         lock(&self.inner.jobs).insert(header, entry);
         format!("http://{id}:{secret}@127.0.0.1:{}", self.inner.port)
     }
 
     /// The job's supervisor is known (after the spawn): its processes' loopback servers
-    /// are the session's own.
-    pub fn job_started(&self, id: &str, supervisor: i32) {
+    /// are the session's own, and the job lives as long as it does.
+    pub fn job_started(&self, id: &str, supervisor: i32, supervisor_start: u64) {
         for entry in lock(&self.inner.jobs).values_mut() {
             if entry.id == id {
-                entry.supervisor = Some(supervisor);
+                entry.supervisor = Some((supervisor, supervisor_start));
             }
         }
+    }
+
+    /// Job `id` has ended: its credential stops working (407) and its open tunnels close —
+    /// a process it left behind cannot go on using the network in its name.
+    pub fn job_ended(&self, id: &str) {
+        lock(&self.inner.jobs).retain(|_, entry| {
+            let keep = entry.id != id;
+            if !keep {
+                entry.ended.cancel();
+            }
+            keep
+        });
+    }
+
+    /// End the jobs whose supervisor is gone (and, with `unstarted`, those never started:
+    /// nobody is left to start them); how many jobs may still use the proxy.
+    pub fn sweep(&self, unstarted: bool) -> usize {
+        let mut jobs = lock(&self.inner.jobs);
+        jobs.retain(|_, entry| {
+            let keep = match entry.supervisor {
+                Some((pid, start)) => crate::engine::jobs::group::process_alive(pid, Some(start)),
+                None => !unstarted,
+            };
+            if !keep {
+                tracing::info!(job = %entry.id, "the job has ended: its proxy credential is revoked");
+                entry.ended.cancel();
+            }
+            keep
+        });
+        jobs.len()
+    }
+
+    /// The config changed (a new talaria took the session over): its lists from now on.
+    pub fn set_settings(&self, settings: Settings) {
+        *lock(&self.inner.settings) = settings;
     }
 
     /// How many requests wait for an answer now (tests wait for a burst to be in).
@@ -201,6 +270,14 @@ impl NetProxy {
     /// The session's connections, oldest first.
     pub fn connections(&self) -> Vec<Connection> {
         lock(&self.inner.log).iter().cloned().collect()
+    }
+
+    /// The same, each with the number its reports carry.
+    pub(crate) fn numbered_connections(&self) -> Vec<(u64, Connection)> {
+        let next = *lock(&self.inner.next_entry);
+        let log = lock(&self.inner.log);
+        let first = next - log.len() as u64;
+        log.iter().cloned().enumerate().map(|(i, c)| (first + i as u64, c)).collect()
     }
 }
 
@@ -247,7 +324,24 @@ async fn serve(inner: Arc<Inner>, mut client: TcpStream) -> std::io::Result<()> 
         Kind::Connect { host, port } => (host, port, Target::Connect),
         Kind::Forward { host, port, head } => (host, port, Target::Forward(head)),
     };
-    let (verdict, reason) = decide(&inner, &job, &host, port).await;
+    let (mut verdict, mut reason) = decide(&inner, &job, &host, port).await;
+    // Resolved only once the name may pass (a refused name is never looked up: a name can
+    // carry data to whoever runs its DNS), and connected to what was checked.
+    let mut addrs = Vec::new();
+    if verdict != Verdict::Denied {
+        match resolve(&host, port).await {
+            Ok(found) => addrs = found,
+            Err(e) => {
+                let entry = record(&inner, &job, &host, port, verdict, &reason);
+                finish(&inner, entry, 0, 0);
+                let body = format!("talaria's proxy cannot resolve {host}: {e}\n");
+                return respond(&mut client, 502, "Bad Gateway", &body).await;
+            }
+        }
+        if let Some(local) = addrs.iter().map(|a| a.ip()).find(|ip| this_machine(*ip)) {
+            (verdict, reason) = check_local(&inner, &job, &host, port, local, (verdict, reason)).await;
+        }
+    }
     let entry = record(&inner, &job, &host, port, verdict, &reason);
     if verdict == Verdict::Denied {
         finish(&inner, entry, 0, 0);
@@ -255,7 +349,7 @@ async fn serve(inner: Arc<Inner>, mut client: TcpStream) -> std::io::Result<()> 
         let body = blocked_body(&host, port, &reason);
         return respond(&mut client, 403, "Forbidden", &body).await;
     }
-    let upstream = match tokio::time::timeout(UPSTREAM_CONNECT, TcpStream::connect((host.as_str(), port))).await {
+    let upstream = match tokio::time::timeout(UPSTREAM_CONNECT, TcpStream::connect(&addrs[..])).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => {
             finish(&inner, entry, 0, 0);
@@ -289,8 +383,13 @@ async fn serve(inner: Arc<Inner>, mut client: TcpStream) -> std::io::Result<()> 
         }
     }
     upstream.write_all(&rest).await?;
-    let relayed = relay::both_ways(&client, &upstream).await;
-    let (up, down) = relayed.unwrap_or((0, 0));
+    let counts = relay::Counts::default();
+    tokio::select! {
+        _ = relay::both_ways(&client, &upstream, &counts) => {}
+        // The job ended: what it left behind loses the connection.
+        _ = job.ended.cancelled() => {}
+    }
+    let (up, down) = counts.get();
     finish(&inner, entry, sent + up, down);
     Ok(())
 }
@@ -301,12 +400,7 @@ async fn decide(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16) -> (V
     if policy::is_loopback(host) && port == inner.port {
         return (Verdict::Denied, "that is talaria's proxy itself".into());
     }
-    let own_server = policy::is_loopback(host) && {
-        let supervisors: Vec<i32> = lock(&inner.jobs).values().filter_map(|j| j.supervisor).collect();
-        tokio::task::spawn_blocking(move || crate::engine::sandbox::listeners::served_inside(port, &supervisors))
-            .await
-            .unwrap_or(false)
-    };
+    let own_server = policy::is_loopback(host) && own_server(inner, port).await;
     let rule = {
         let settings = lock(&inner.settings);
         let session = lock(&inner.session_hosts);
@@ -325,7 +419,82 @@ async fn decide(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16) -> (V
         Rule::Deny(pattern) => return (Verdict::Denied, format!("listed in sandbox.network_deny ({pattern})")),
         Rule::Ask => {}
     }
-    let key = host_port(host, port);
+    ask(inner, job, host, port, None).await
+}
+
+/// Does a process of the session's jobs listen on loopback `port`?
+async fn own_server(inner: &Inner, port: u16) -> bool {
+    let supervisors: Vec<i32> = lock(&inner.jobs).values().filter_map(|j| j.supervisor.map(|s| s.0)).collect();
+    tokio::task::spawn_blocking(move || crate::engine::sandbox::listeners::served_inside(port, &supervisors))
+        .await
+        .unwrap_or(false)
+}
+
+/// A name that may pass resolved to this machine: the user's own services are there, so
+/// unless the name says so itself, or the user listed this exact name, or the port is a
+/// server of the session's own jobs, it asks — saying where the name leads.
+async fn check_local(
+    inner: &Arc<Inner>,
+    job: &JobEntry,
+    host: &str,
+    port: u16,
+    local: std::net::IpAddr,
+    decided: (Verdict, String),
+) -> (Verdict, String) {
+    if port == inner.port {
+        return (Verdict::Denied, "that is talaria's proxy itself".into());
+    }
+    let allowed = {
+        let settings = lock(&inner.settings);
+        policy::local_allowed(host, &settings.allow, &lock(&inner.session_local))
+    };
+    if allowed {
+        return decided;
+    }
+    if local.is_loopback() && own_server(inner, port).await {
+        return (Verdict::Allowed, "a server of this session's commands".into());
+    }
+    tracing::info!(job = %job.id, host, %local, "a name that may pass resolves to this machine: asking");
+    ask(inner, job, host, port, Some(format!("it resolves to {local}, this machine"))).await
+}
+
+/// Is `ip` this machine: loopback, the unspecified address (the kernel takes it as local), or
+/// one of its own addresses (a socket can be bound to it)?
+fn this_machine(ip: std::net::IpAddr) -> bool {
+    use std::net::IpAddr;
+    let ip = match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    ip.is_loopback() || ip.is_unspecified() || std::net::TcpListener::bind((ip, 0)).is_ok()
+}
+
+/// The addresses of `host`: an address is itself; `localhost` and `*.localhost` are loopback
+/// (RFC 6761, never sent to DNS); anything else the system's resolver answers.
+async fn resolve(host: &str, port: u16) -> std::io::Result<Vec<std::net::SocketAddr>> {
+    use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr};
+    if let Ok(ip) = host.parse::<std::net::IpAddr>() {
+        return Ok(vec![SocketAddr::new(ip, port)]);
+    }
+    if host == "localhost" || host.ends_with(".localhost") {
+        return Ok(vec![(Ipv4Addr::LOCALHOST, port).into(), (Ipv6Addr::LOCALHOST, port).into()]);
+    }
+    let found = tokio::time::timeout(RESOLVE, tokio::net::lookup_host((host, port)))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "no answer in time"))??;
+    let found: Vec<SocketAddr> = found.collect();
+    if found.is_empty() {
+        return Err(std::io::Error::new(std::io::ErrorKind::NotFound, "no address"));
+    }
+    Ok(found)
+}
+
+/// Ask about `host:port`: one question for every request that comes while it is open.
+/// `note` says the name resolves to this machine: then "this session" and "always" are for
+/// reaching it there.
+async fn ask(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16, note: Option<String>) -> (Verdict, String) {
+    let local = note.is_some();
+    let key = if local { format!("{} (this machine)", host_port(host, port)) } else { host_port(host, port) };
     let (mut rx, asker) = {
         let mut asking = lock(&inner.asking);
         match asking.get(&key) {
@@ -345,14 +514,16 @@ async fn decide(inner: &Arc<Inner>, job: &JobEntry, host: &str, port: u16) -> (V
         tracing::info!(job = %job.id, target = %key, "network proxy request waits for the open question");
     }
     if let Some(tx) = asker {
-        let question = Question { job: job.id.clone(), command: job.command.clone(), host: host.to_string(), port };
+        let question =
+            Question { job: job.id.clone(), command: job.command.clone(), host: host.to_string(), port, note };
         let answer = inner.gate.ask(question).await;
+        let session = if local { &inner.session_local } else { &inner.session_hosts };
         match &answer {
             Answer::Session => {
-                lock(&inner.session_hosts).insert(host.to_string());
+                lock(session).insert(host.to_string());
             }
             Answer::Always => {
-                lock(&inner.session_hosts).insert(host.to_string());
+                lock(session).insert(host.to_string());
                 save_allowed_host(inner, host);
             }
             Answer::Once | Answer::Deny(_) => {}
@@ -397,10 +568,10 @@ fn save_allowed_host(inner: &Inner, host: &str) {
     let Some(path) = path else { return };
     if let Err(e) = save_network_allow(&path, host) {
         if let Some(events) = &inner.events {
-            events.send(crate::protocol::Event::notice(
-                crate::protocol::NoticeLevel::Warn,
-                format!("could not save {host} to sandbox.network_allow in {}: {e}", path.display()),
-            ));
+            let _ = events.send(Report::Warning(format!(
+                "could not save {host} to sandbox.network_allow in {}: {e}",
+                path.display()
+            )));
         }
     }
 }
@@ -438,6 +609,9 @@ fn record(inner: &Inner, job: &JobEntry, host: &str, port: u16, verdict: Verdict
     if log.len() >= MAX_LOG {
         log.pop_front();
     }
+    if let Some(events) = &inner.events {
+        let _ = events.send(Report::Connection { entry: id, connection: conn.clone() });
+    }
     log.push_back(conn);
     id
 }
@@ -453,7 +627,7 @@ fn finish(inner: &Inner, entry: u64, sent: u64, received: u64) {
     conn.received = received;
     conn.done = true;
     if let Some(events) = &inner.events {
-        events.send(crate::protocol::Event::NetworkConnection(conn.clone()));
+        let _ = events.send(Report::Connection { entry, connection: conn.clone() });
     }
 }
 
@@ -628,9 +802,16 @@ mod tests {
             command: "npm install".into(),
             host: "registry.npmjs.org".into(),
             port: 443,
+            note: None,
         };
         assert_eq!(q.shown(), "job_4 (`npm install`) wants registry.npmjs.org:443");
-        let v6 = Question { job: "job_1".into(), command: "x".into(), host: "::1".into(), port: 80 };
-        assert_eq!(v6.shown(), "job_1 (`x`) wants [::1]:80");
+        let v6 = Question {
+            job: "job_1".into(),
+            command: "x".into(),
+            host: "::1".into(),
+            port: 80,
+            note: Some("it resolves to ::1, this machine".into()),
+        };
+        assert_eq!(v6.shown(), "job_1 (`x`) wants [::1]:80 — it resolves to ::1, this machine");
     }
 }

@@ -85,6 +85,24 @@ pub(crate) fn decide(f: &Facts<'_>) -> Rule {
     Rule::Ask
 }
 
+/// Does the host say where it goes — an address, or `localhost` itself? Then the user saw
+/// that when they listed it or answered for it. (`app.localhost` is a name like any other
+/// here, so that a `*.localhost` glob does not open every loopback port.)
+pub(crate) fn names_its_address(host: &str) -> bool {
+    host == "localhost" || host.parse::<std::net::IpAddr>().is_ok()
+}
+
+/// A name that resolved to this machine (loopback, the unspecified address, or one of its
+/// own addresses): may it go there without asking? Only when the name says so itself, the
+/// user listed this exact name (a `*.suffix` glob does not count: whoever runs the suffix's
+/// DNS can point a name at 127.0.0.1 and reach the user's own services), or allowed it for
+/// this session knowing where it resolves.
+pub(crate) fn local_allowed(host: &str, allow: &[String], session_local: &HashSet<String>) -> bool {
+    names_its_address(host)
+        || allow.iter().any(|p| !normalise_host(p).starts_with("*.") && matches(p, host))
+        || session_local.contains(host)
+}
+
 /// Split a CONNECT target or URL authority into (host, port); `default` when no port.
 pub(crate) fn split_authority(authority: &str, default: u16) -> Option<(String, u16)> {
     let authority = authority.rsplit_once('@').map_or(authority, |(_, a)| a);
@@ -151,6 +169,21 @@ mod tests {
         assert_eq!(decide(&f("127.0.0.1", true)), Rule::Allow(Why::OwnServer));
         assert_eq!(decide(&f("127.0.0.1", false)), Rule::Ask);
         assert_eq!(decide(&f("somewhere.example", false)), Rule::Ask);
+    }
+
+    #[test]
+    fn a_name_that_resolves_to_this_machine_passes_only_when_named_exactly() {
+        let allow = vec!["*.example".to_string(), "dev.internal".to_string()];
+        let mut session = HashSet::new();
+        assert!(!local_allowed("api.example", &allow, &session), "a glob reached loopback");
+        assert!(local_allowed("dev.internal", &allow, &session));
+        assert!(local_allowed("127.0.0.1", &allow, &session) && local_allowed("::1", &allow, &session));
+        assert!(local_allowed("localhost", &allow, &session) && local_allowed("10.1.2.3", &allow, &session));
+        assert!(!local_allowed("app.localhost", &["*.localhost".to_string()], &session));
+        assert!(local_allowed("app.localhost", &["app.localhost".to_string()], &session));
+        session.insert("api.example".to_string());
+        assert!(local_allowed("api.example", &allow, &session));
+        assert!(!local_allowed("other.example", &allow, &session));
     }
 
     #[test]

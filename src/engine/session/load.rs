@@ -43,7 +43,7 @@ pub enum SessionChoice {
 
 /// `sandbox.network = "ask"`: the session's network proxy (DESIGN §6b). Without it, jobs
 /// reach nothing over IP (their policy names no proxy port).
-async fn start_proxy(opts: &EngineOptions, jobs: &JobsHandle, approver: &Approver, events: &EventSink) {
+async fn start_proxy(opts: &EngineOptions, session: &str, jobs: &JobsHandle, approver: &Approver, events: &EventSink) {
     let sandbox = &opts.config.sandbox;
     if sandbox.mode == crate::config::SandboxMode::Off || sandbox.network != crate::config::NetworkMode::Ask {
         return;
@@ -54,7 +54,13 @@ async fn start_proxy(opts: &EngineOptions, jobs: &JobsHandle, approver: &Approve
         config_file: Some(opts.paths.config_file.clone()),
     };
     let gate: Arc<dyn crate::engine::netproxy::Gate> = Arc::new(approver.clone());
-    match crate::engine::netproxy::NetProxy::start(settings, gate, Some(events.clone())).await {
+    // A process of its own, so that jobs kept running after talaria quits keep it.
+    let dir = opts.paths.jobs_dir.parent().map(|p| p.join("netproxy")).unwrap_or_else(|| "netproxy".into());
+    let Some(exe) = jobs.exe() else { return };
+    let logs = &opts.paths.logs_dir;
+    let client =
+        crate::engine::netproxy::client::ProxyClient::open(&exe, &dir, logs, session, settings, gate, events.clone());
+    match client.await {
         Ok(proxy) => jobs.set_proxy(proxy),
         Err(e) => events.send(Event::notice(
             NoticeLevel::Warn,
@@ -83,7 +89,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let (pause_file, _watch_task) = estop::watch(opts.paths.estop.clone());
     let approver =
         Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
-    start_proxy(&opts, &jobs, &approver, &events).await;
+    start_proxy(&opts, &session_id, &jobs, &approver, &events).await;
     approver.set_sandbox_policy(jobs.sandbox_policy());
     jobs.set_agent_approver(approver.clone());
     warn_if_no_sandbox(&opts.config, &events);
