@@ -7,8 +7,10 @@
 //!
 //! `TALARIA_BENCH_KEYS=N` then measures keystroke-to-screen latency in that resumed session
 //! while the model streams an answer and `TALARIA_BENCH_JOBS` (default 32) background jobs
-//! print a line every 50 ms each: N keystrokes of a character that appears nowhere else
-//! (each removed again with Backspace), latency = write to the first output chunk carrying it.
+//! print `TALARIA_BENCH_LINES` (default 400) lines every 50 ms each: N keystrokes of a
+//! character that appears nowhere else (each removed again with Backspace), latency = write
+//! to the first output chunk carrying it. It also reports what the typing cost talaria: its
+//! CPU time, context switches and frames drawn per second while the keys were typed.
 //!
 //! `TALARIA_BENCH_SUMMARY=0`: the model does not answer the compaction of that long session.
 //! `TALARIA_PTY_BIN=target/release/talaria` drives that binary instead of the one cargo
@@ -124,8 +126,15 @@ fn keystrokes(
     if summarised {
         responses.push(ScriptedResponse::text("Summary: a long benchmark session of ordinary words."));
     }
+    // Each job prints a burst of `lines` lines every 50 ms, as a build log does: `seq`
+    // writes them through stdio's buffer (4 KiB writes), not one write(2) a line.
+    let lines = env_usize("TALARIA_BENCH_LINES", 400);
     responses.extend((0..jobs).map(|j| {
-        let command = format!("while :; do echo bench-job-{j} line; sleep 0.05; done");
+        let command = if lines <= 1 {
+            format!("while :; do echo bench-job-{j} line; sleep 0.05; done")
+        } else {
+            format!("while :; do seq -f 'bench-job-{j} line %g' {lines}; sleep 0.05; done")
+        };
         let args = serde_json::json!({ "command": command, "background": true }).to_string();
         ScriptedResponse::tool_call(&format!("call_{j}"), "terminal", &args)
     }));
@@ -147,8 +156,16 @@ fn keystrokes(
         std::thread::sleep(Duration::from_millis(5));
     }
     time_until(&p, "streaming words", Instant::now());
-    let times = keystroke::keystroke_latencies(&p, keys);
     let pid = p.child.process_id();
+    let typing_load = loadavg();
+    let (cpu_before, switches_before) = (pid.map(cpu_ticks).unwrap_or(0), pid.map(switches).unwrap_or((0, 0)));
+    let frames_before = frames_drawn(&p);
+    let typing = Instant::now();
+    let times = keystroke::keystroke_latencies(&p, keys);
+    let typed_for = typing.elapsed().as_secs_f64();
+    let frames = frames_drawn(&p) - frames_before;
+    let cpu = pid.map(cpu_ticks).unwrap_or(0).saturating_sub(cpu_before);
+    let (voluntary, involuntary) = pid.map(switches).unwrap_or((0, 0));
     let rss = pid.map(vm_rss_mib).unwrap_or(0.0);
     let anon = pid.map(|pid| status_mib(pid, "RssAnon:")).unwrap_or(0.0);
     p.send(b"\x04");
@@ -157,8 +174,50 @@ fn keystrokes(
     if p.wait_exit(Duration::from_secs(20)).is_none() {
         eprintln!("talaria did not exit; killing it");
     }
-    summary(&format!("keystroke -> screen, {messages} messages, streaming, {jobs} jobs printing"), times);
+    summary(&format!("keystroke -> screen, {messages} messages, streaming, {jobs} jobs x {lines} lines/50 ms"), times);
+    let per_s = |n: f64| n / typed_for.max(1e-9);
+    let tck = 100.0; // USER_HZ: /proc counts CPU time in 1/100 s on Linux
+    println!(
+        "  while typing ({typed_for:.1} s, load average {typing_load}): talaria CPU {:.0} % of a core, {:.0} frames/s, \
+         {:.0} voluntary + {:.0} involuntary context switches/s",
+        100.0 * per_s(cpu as f64 / tck),
+        per_s(frames as f64),
+        per_s(voluntary.saturating_sub(switches_before.0) as f64),
+        per_s(involuntary.saturating_sub(switches_before.1) as f64),
+    );
     println!("  (the answer streams for ~107 s, longer than the typing; talaria VmRSS then {rss:.1} MiB, RssAnon {anon:.1} MiB)");
+}
+
+/// utime + stime of the whole process (every thread), in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    // The fields after the command name (which may hold spaces) in parentheses.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| fields.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+    // utime and stime are fields 14 and 15 of stat(5); `rest` starts at field 3.
+    field(11) + field(12)
+}
+
+/// Voluntary and involuntary context switches of every thread of the process.
+fn switches(pid: u32) -> (u64, u64) {
+    let mut total = (0, 0);
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return total };
+    for task in tasks.flatten() {
+        let status = std::fs::read_to_string(task.path().join("status")).unwrap_or_default();
+        let field = |name: &str| {
+            status.lines().find_map(|l| l.strip_prefix(name)).and_then(|v| v.trim().parse::<u64>().ok()).unwrap_or(0)
+        };
+        total.0 += field("voluntary_ctxt_switches:");
+        total.1 += field("nonvoluntary_ctxt_switches:");
+    }
+    total
+}
+
+/// Frames talaria has drawn so far: each is wrapped in synchronized output.
+fn frames_drawn(p: &Pty) -> usize {
+    const BEGIN: &[u8] = b"\x1b[?2026h";
+    p.raw.lock().expect("raw").windows(BEGIN.len()).filter(|w| *w == BEGIN).count()
 }
 
 fn long_session(rt: &tokio::runtime::Runtime, home: &Path, cwd: &Path, messages: usize) -> String {

@@ -11,7 +11,10 @@
 //! frame of that transcript at 200×60), `keys` (20 keystrokes, each with its frame), `wrap`
 //! (a long markdown answer rendered and wrapped at 100 columns), `append` (1,000 messages
 //! appended to the store, each awaited), `ingest` (10 MB of job output through the
-//! supervisor's log writer and talaria's log follower into the job's output buffer).
+//! supervisor's log writer and talaria's log follower into the job's output buffer),
+//! `jobs` (32 chatty jobs' output updates reaching the UI while the model streams: 60
+//! frames, 8 updates of each job between two frames, coalesced and drawn as the event
+//! loop does).
 
 use std::time::Instant;
 
@@ -26,14 +29,15 @@ use talaria::engine::jobs::output::{OutputBuf, Utf8Decoder};
 use talaria::engine::jobs::LogReader;
 use talaria::engine::llm::{Role, ToolCall};
 use talaria::engine::store::{Store, StoredMessage};
-use talaria::protocol::{BusyMode, Event, HistoryItem, NoticeLevel, Origin, ToolOutcome};
+use talaria::protocol::{BusyMode, Event, HistoryItem, JobInfo, JobStatus, NoticeLevel, Origin, ToolOutcome};
 use talaria::tui::app::{App, AppEvent};
+use talaria::tui::inbox::JobOutputBatch;
 use talaria::tui::keymap::Keymap;
 use talaria::tui::markdown::{self, CodeCache};
 use talaria::tui::theme::Theme;
 use talaria::tui::wrap::wrap_lines;
 
-pub const WORKLOADS: [&str; 6] = ["resume", "frame", "keys", "wrap", "append", "ingest"];
+pub const WORKLOADS: [&str; 7] = ["resume", "frame", "keys", "wrap", "append", "ingest", "jobs"];
 
 const TRANSCRIPT_MESSAGES: usize = 10_000;
 const APPENDS: usize = 1_000;
@@ -51,6 +55,7 @@ fn main() {
         "wrap" => wrap(),
         "append" => append(),
         "ingest" => ingest(),
+        "jobs" => jobs(),
         other => {
             eprintln!("perf_guard: unknown workload {other:?}; one of {}", WORKLOADS.join(", "));
             std::process::exit(2);
@@ -315,6 +320,67 @@ fn ingest() -> f64 {
         buf.total_bytes()
     });
     let _ = std::fs::remove_dir_all(&dir);
+    wall
+}
+
+const JOBS: usize = 32;
+const JOB_FRAMES: usize = 60;
+const UPDATES_PER_FRAME: usize = 8;
+
+/// What a job follower sends: the job's newest ~2,000 characters of build log.
+fn job_tail(job: usize, step: usize) -> String {
+    let mut tail = String::new();
+    let mut line = step;
+    while tail.len() < 2000 {
+        tail.push_str(&format!(
+            "\x1b[32m   Compiling\x1b[0m job {job} crate_{line} v0.1.{} (/work/crates/crate_{line})\n",
+            line % 9
+        ));
+        line += 1;
+    }
+    tail
+}
+
+fn jobs() -> f64 {
+    // A short conversation: the frames cost little, so the job output's share shows.
+    let mut app = app();
+    app.update(AppEvent::Engine(session_ready(50)));
+    let mut terminal = terminal();
+    for j in 0..JOBS {
+        // Its fields are the crate's; a job reaches a front end as this JSON does.
+        let job: JobInfo = serde_json::from_value(serde_json::json!({
+            "id": format!("job_{j}"), "command": format!("make -C crate_{j}"), "pid": 1000 + j,
+            "cwd": "/work", "started_at_ms": 1_700_000_000_000u64, "status": { "state": "running" },
+            "background": true, "has_stdin": false, "last_line": "",
+        }))
+        .unwrap_or_else(|e| panic!("job info: {e}"));
+        app.update(AppEvent::Engine(Event::JobStarted { job }));
+    }
+    draw(&mut terminal, &mut app);
+    // Built outside the measured part: the followers' events as they arrive, frame by frame.
+    let frames: Vec<Vec<Event>> = (0..JOB_FRAMES)
+        .map(|f| {
+            let mut events = vec![Event::AssistantDelta(format!("word{f} "))];
+            for u in 0..UPDATES_PER_FRAME {
+                for j in 0..JOBS {
+                    let tail = job_tail(j, f * UPDATES_PER_FRAME + u);
+                    events.push(Event::JobUpdated { id: format!("job_{j}"), status: JobStatus::Running, tail });
+                }
+            }
+            events
+        })
+        .collect();
+    let (_, wall) = measured(|| {
+        let mut batch = JobOutputBatch::default();
+        for events in frames {
+            for event in events {
+                talaria::tui::engine_event(&mut app, &mut batch, event);
+            }
+            talaria::tui::job_output_for_frame(&mut app, &mut batch);
+            draw(&mut terminal, &mut app);
+        }
+        batch.applied
+    });
     wall
 }
 

@@ -11,6 +11,8 @@ use crate::protocol::BusyMode;
 /// The documented defaults, shipped inside the binary.
 #[cfg(test)]
 pub(crate) const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+/// `jobs.nice` unless set: see config/default.toml.
+const DEFAULT_JOB_NICE: i32 = 0;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -317,6 +319,9 @@ pub struct JobsConfig {
     /// Job notices (exits, watch matches) that arrive within this many seconds of the
     /// first one, while the agent is idle, start one turn together.
     pub(crate) notice_window_s: f64,
+    /// The CPU priority (nice value, 0–19) every command runs at, with its supervisor:
+    /// above 0, busy jobs give way to the UI and the model stream on a loaded machine.
+    pub nice: i32,
 }
 
 impl Default for JobsConfig {
@@ -330,6 +335,7 @@ impl Default for JobsConfig {
             watch_cooldown_s: 10.0,
             watch_max_notices: 5,
             notice_window_s: 0.3,
+            nice: DEFAULT_JOB_NICE,
         }
     }
 }
@@ -778,6 +784,9 @@ impl Config {
         }
         if !(self.jobs.notice_window_s.is_finite() && (0.0..=60.0).contains(&self.jobs.notice_window_s)) {
             return Err(invalid("jobs.notice_window_s", "expected a number of seconds from 0 to 60"));
+        }
+        if !(0..=19).contains(&self.jobs.nice) {
+            return Err(invalid("jobs.nice", "expected a nice value from 0 (the same priority as talaria) to 19"));
         }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));

@@ -68,6 +68,9 @@ pub struct TurnControl {
     waiting: watch::Receiver<usize>,
     /// Stamped by stream bytes and held while tools run (turn liveness, DESIGN §5).
     pub(crate) activity: Option<Activity>,
+    /// Becomes true once the workspace's rewind snapshot before this turn is taken: the
+    /// model's first request does not wait for it, the tools (which change files) do.
+    before_tools: Option<watch::Receiver<bool>>,
 }
 
 /// A running turn's question to the engine.
@@ -90,6 +93,19 @@ impl TurnControl {
             redirect_tx: Arc::new(watch::channel(0).0),
             asks,
             waiting,
+            before_tools: None,
+        }
+    }
+
+    /// The tools of this turn wait until `ready` is true (or its sender is gone).
+    pub(crate) fn tools_wait_for(&mut self, ready: watch::Receiver<bool>) {
+        self.before_tools = Some(ready);
+    }
+
+    async fn ready_for_tools(&self) {
+        if let Some(ready) = &self.before_tools {
+            let mut ready = ready.clone();
+            let _ = ready.wait_for(|done| *done).await;
         }
     }
 
@@ -690,6 +706,7 @@ async fn run_tools(
     calls: &[ToolCall],
     redirect: &watch::Receiver<u64>,
 ) {
+    control.ready_for_tools().await;
     let mut i = 0;
     while i < calls.len() {
         let parallel = |c: &ToolCall| {

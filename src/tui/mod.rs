@@ -5,6 +5,7 @@
 
 pub mod app;
 pub(crate) mod frame;
+pub mod inbox;
 pub mod keymap;
 pub(crate) mod layout;
 pub mod markdown;
@@ -13,6 +14,8 @@ pub(crate) mod transcript;
 pub(crate) mod view;
 pub mod wrap;
 
+#[cfg(test)]
+mod loop_tests;
 #[cfg(test)]
 mod tests;
 
@@ -37,7 +40,7 @@ use ratatui::{Frame, Terminal};
 
 use crate::config::Config;
 use crate::paths::Paths;
-use crate::protocol::EngineHandle;
+use crate::protocol::{EngineHandle, Op};
 use app::{App, AppEvent, ExitState, TerminalRequest};
 use frame::FrameRequester;
 use keymap::Keymap;
@@ -138,14 +141,39 @@ impl Screen {
 
     /// Run until the user quits; `banner` (the demo model's explanation) tops an empty
     /// transcript.
+    ///
+    /// The loop runs on a thread of its own with its own single-threaded runtime: the
+    /// engine's tasks (dozens of job followers ingesting output, the model stream, the
+    /// store) can fill every worker of the main runtime, and a key must never wait in a
+    /// queue behind them — only for the CPU.
     pub async fn run(mut self, engine: EngineHandle, banner: Option<String>) -> anyhow::Result<TuiExit> {
         if banner.is_some() {
             self.app.banner = banner;
         }
-        let result = event_loop(&mut self.terminal, &mut self.app, engine).await;
+        let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name("talaria-ui".into())
+            .spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+                let result = match runtime {
+                    Ok(runtime) => runtime.block_on(event_loop(&mut self.terminal, &mut self.app, engine)),
+                    Err(e) => Err(anyhow::anyhow!("cannot start the UI's runtime: {e}")),
+                };
+                let _ = done_tx.send((self, result));
+            })
+            .context("cannot start the UI thread")?;
+        let Ok((screen, result)) = done_rx.await else {
+            // The loop panicked (the hook restored the terminal): as fatal as it was on the
+            // main runtime.
+            match thread.join() {
+                Err(panic) => std::panic::resume_unwind(panic),
+                Ok(()) => anyhow::bail!("the UI thread ended without a result"),
+            }
+        };
+        let _ = thread.join();
         restore();
         result?;
-        let app = &self.app;
+        let app = &screen.app;
         let agents: Vec<(String, crate::protocol::agent::AgentInfo)> = app.agents.clone().into_iter().collect();
         let spent = !app.spend.usage.is_empty() || agents.iter().any(|(_, a)| !a.usage.is_empty());
         let spend = spent.then(|| crate::protocol::agent::spend_summary(&app.spend, &agents));
@@ -285,7 +313,7 @@ fn app_event(event: TermEvent) -> Option<(AppEvent, bool)> {
     }
 }
 
-fn send_ops(engine: &EngineHandle, ops: Vec<crate::protocol::Op>, app: &App) -> anyhow::Result<()> {
+fn send_ops(engine: &EngineHandle, ops: Vec<Op>, app: &App) -> anyhow::Result<()> {
     for op in ops {
         if engine.ops.send(op).is_err() && matches!(app.exit, ExitState::Running) {
             anyhow::bail!("the engine stopped unexpectedly; see the log for why");
@@ -329,6 +357,8 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let mut sighup = signal(SignalKind::hangup())?;
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut next_tick: Option<tokio::time::Instant> = None;
+    let mut batch = inbox::JobOutputBatch::default();
+    let mut stats = LoopStats::new();
     loop {
         app.now = Instant::now();
         app.wall_ms = crate::util::now_ms();
@@ -341,21 +371,26 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             ExitState::Running | ExitState::Done => None,
         };
         let mut draw_now = false;
+        stats.log_every(STATS_EVERY, &batch);
+        // Terminal input first: a key waiting is read, applied and drawn before any engine
+        // event queued behind it (`biased`, and the drain below stops for it).
         tokio::select! {
             biased;
-            event = input.rx.recv() => draw_now |= on_terminal_input(app, &engine, event, &mut input.rx)?,
+            event = input.rx.recv() => {
+                stats.input += 1;
+                draw_now |= on_terminal_input(app, &engine, event, &mut input.rx)?;
+            }
             event = engine.events.recv() => {
                 let Some(event) = event else { return engine_gone(app) };
-                let ops = app.update(AppEvent::Engine(event));
-                send_ops(&engine, ops, app)?;
-                while let Ok(event) = engine.events.try_recv() {
-                    let ops = app.update(AppEvent::Engine(event));
-                    send_ops(&engine, ops, app)?;
-                }
+                stats.engine += 1;
+                take_engine_event(app, &engine, &mut batch, event)?;
+                stats.engine += drain_engine(app, &mut engine, &mut batch, &input.rx)?;
                 frames.schedule_frame();
             }
             Some(()) = draw_rx.recv() => {
                 while draw_rx.try_recv().is_ok() {}
+                // The jobs' output since the last frame, one update per job.
+                apply_job_output(app, &engine, &mut batch)?;
                 draw_now = true;
             }
             () = sleep_until_opt(next_tick) => {
@@ -394,10 +429,100 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             break;
         }
         if draw_now {
+            stats.frames += 1;
             draw(terminal, app)?;
         }
     }
     Ok(())
+}
+
+/// How often the loop writes what it did to the log (at debug level: `TALARIA_LOG=debug`).
+const STATS_EVERY: Duration = Duration::from_secs(5);
+
+/// What the event loop handled since its last stats line: where a busy screen's time goes.
+struct LoopStats {
+    since: Instant,
+    input: u64,
+    engine: u64,
+    frames: u64,
+}
+
+impl LoopStats {
+    fn new() -> LoopStats {
+        LoopStats { since: Instant::now(), input: 0, engine: 0, frames: 0 }
+    }
+
+    fn log_every(&mut self, every: Duration, batch: &inbox::JobOutputBatch) {
+        let secs = self.since.elapsed().as_secs_f64();
+        if secs < every.as_secs_f64() || self.engine + self.input == 0 {
+            return;
+        }
+        let per_s = |n: u64| n as f64 / secs;
+        tracing::debug!(
+            "ui loop: {:.0} input wakeups/s, {:.0} engine events/s ({:.0} job updates/s coalesced into {:.0} applied/s), {:.0} frames/s",
+            per_s(self.input),
+            per_s(self.engine),
+            per_s(batch.received),
+            per_s(batch.applied),
+            per_s(self.frames)
+        );
+        *self = LoopStats::new();
+    }
+}
+
+/// One engine event into the app: job output waits in `batch` for the next frame
+/// (coalesced); anything else is applied now, after the output it may depend on. The ops
+/// the app asks for. (Public for the performance guard's `jobs` workload.)
+pub fn engine_event(app: &mut App, batch: &mut inbox::JobOutputBatch, event: crate::protocol::Event) -> Vec<Op> {
+    let Some(event) = batch.offer(event) else { return Vec::new() };
+    let mut ops = if inbox::needs_flush(&event) { job_output_for_frame(app, batch) } else { Vec::new() };
+    ops.extend(app.update(AppEvent::Engine(event)));
+    ops
+}
+
+/// Before a frame: the coalesced job output into the app, one pane update (and at most one
+/// log-view refresh) per job whatever the jobs printed. The ops the app asks for.
+pub fn job_output_for_frame(app: &mut App, batch: &mut inbox::JobOutputBatch) -> Vec<Op> {
+    let mut ops = Vec::new();
+    for event in batch.take() {
+        ops.extend(app.update(AppEvent::Engine(event)));
+    }
+    ops
+}
+
+fn take_engine_event(
+    app: &mut App,
+    engine: &EngineHandle,
+    batch: &mut inbox::JobOutputBatch,
+    event: crate::protocol::Event,
+) -> anyhow::Result<()> {
+    let ops = engine_event(app, batch, event);
+    send_ops(engine, ops, app)
+}
+
+/// Take the engine events already queued, but stop as soon as terminal input is waiting:
+/// ingestion never holds a key back. How many were taken.
+fn drain_engine(
+    app: &mut App,
+    engine: &mut EngineHandle,
+    batch: &mut inbox::JobOutputBatch,
+    input: &InputRx,
+) -> anyhow::Result<u64> {
+    let mut taken = 0;
+    while input.is_empty() {
+        let Ok(event) = engine.events.try_recv() else { break };
+        take_engine_event(app, engine, batch, event)?;
+        taken += 1;
+    }
+    Ok(taken)
+}
+
+fn apply_job_output(app: &mut App, engine: &EngineHandle, batch: &mut inbox::JobOutputBatch) -> anyhow::Result<()> {
+    if batch.is_empty() {
+        return Ok(());
+    }
+    let ops = job_output_for_frame(app, batch);
+    send_ops(engine, ops, app)
 }
 
 /// The terminal's input: the channel its reader task feeds, and that task.

@@ -333,12 +333,24 @@ pub(super) async fn follow(
                 break ExitInfo::lost();
             }
         }
-        if dirty {
+        // A background job's output is shown at most once per EMIT_EVERY: while it is
+        // chatty, the follower sleeps out the rest of that slot instead of waking for every
+        // write the supervisor makes, and reads what piled up in one go (fewer wakeups, and
+        // bigger reads are cheaper per byte). A foreground command's output and end are
+        // not held back: a turn is waiting for them.
+        let pace = job.state().background && job.remote.is_none();
+        let rest_of_slot = EMIT_EVERY.saturating_sub(last_emit.elapsed());
+        if dirty && (!pace || rest_of_slot.is_zero()) {
             emit(&job, &events, &mut chunk);
             last_emit = Instant::now();
             dirty = false;
         }
+        let rest_of_slot = EMIT_EVERY.saturating_sub(last_emit.elapsed());
         match &watch {
+            Some(_) if pace && !rest_of_slot.is_zero() => {
+                tokio::time::sleep(rest_of_slot.min(supervisor_poll.saturating_sub(last_supervisor_check.elapsed())))
+                    .await;
+            }
             // Until the directory changes; the supervisor check still runs on time.
             Some(watch) => {
                 let woke = watch.wait(supervisor_poll.saturating_sub(last_supervisor_check.elapsed())).await;

@@ -43,6 +43,10 @@ pub(crate) struct Spec {
     /// sandboxed job may write).
     #[serde(default)]
     pub(crate) track_cwd: bool,
+    /// `jobs.nice`: the supervisor lowers its own priority to it before it starts the
+    /// command, which inherits it.
+    #[serde(default)]
+    pub(crate) nice: i32,
 }
 
 /// The supervisor's first line on its stdout: the job has started under `setsid`.

@@ -132,6 +132,7 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         // The one file of the job directory the job may write: where its shell says it ended.
         policy.job_files.push(jd.cwd_file());
     }
+    set_nice(spec.nice);
     become_subreaper();
     let sigchld = self_pipe()?;
     let (out_read, out_write) = pipe_cloexec()?;
@@ -210,6 +211,17 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     say(&Handshake::Started { supervisor_pid: me as u32, supervisor_start, pgid: pid, leader_start });
     set_nonblocking(&out_read);
     Ok(Running { jd: jd.clone(), spec, pid, output: out_read, sigchld, stdin_writer, sockets, cgroup })
+}
+
+/// Lower this process's CPU priority (`jobs.nice`); the command inherits it. Raising a nice
+/// value needs no privilege, so this only fails for values out of range.
+fn set_nice(nice: i32) {
+    if nice > 0 {
+        // SAFETY: setpriority(2) on this (single-threaded) process; no memory is involved.
+        unsafe {
+            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
+        }
+    }
 }
 
 /// Orphans among the job's descendants — a daemon that left the group with `setsid` once its

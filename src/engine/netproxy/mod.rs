@@ -27,6 +27,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
+use serde::{Deserialize, Serialize};
 
 use crate::util::lock;
 use policy::{Rule, Why};

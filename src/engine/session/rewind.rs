@@ -18,14 +18,32 @@ pub(super) async fn before_turn(
     trigger: &str,
     label: String,
 ) -> Option<u64> {
-    let rewind = rewind?;
-    let seq = match env.store.next_seq(&env.session_id).await {
-        Ok(seq) => seq,
+    let seq = turn_seq(rewind, env).await?;
+    snapshot_before(rewind, env, trigger, label, seq).await
+}
+
+/// Where the turn starts in the conversation (its first message's seq), read before the
+/// turn stores anything. None when rewind is off or the store did not answer (said).
+pub(super) async fn turn_seq(rewind: Option<&Arc<Rewinder>>, env: &TurnEnv) -> Option<i64> {
+    rewind?;
+    match env.store.next_seq(&env.session_id).await {
+        Ok(seq) => Some(seq),
         Err(e) => {
             tracing::warn!(error = %e, "no rewind snapshot: the store did not answer");
-            return None;
+            None
         }
-    };
+    }
+}
+
+/// The snapshot of the workspace before a turn that starts at `seq`.
+pub(super) async fn snapshot_before(
+    rewind: Option<&Arc<Rewinder>>,
+    env: &TurnEnv,
+    trigger: &str,
+    label: String,
+    seq: i64,
+) -> Option<u64> {
+    let rewind = rewind?;
     match rewind.turn_started(&env.session_id, trigger.to_string(), label, seq).await {
         Ok((id, skipped)) => {
             if !skipped.is_empty() {

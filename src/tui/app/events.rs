@@ -16,9 +16,20 @@ use crate::protocol::{
 use crate::text::{sanitize_for_display as display_text, sgr_only};
 use crate::tui::transcript::{CellBody, UserOrigin};
 
-/// The last non-empty line of some output, sanitised.
+/// The last non-empty line of some output, sanitised. Only the end of the text is
+/// sanitised — a line at a time from the last, until one shows something — so a job's
+/// 2,000-character tail costs what its last line costs, however often it arrives.
 pub(super) fn last_line(text: &str) -> String {
-    display_text(text).lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end().to_string()
+    let mut end = text.len();
+    while end > 0 {
+        let start = text[..end].trim_end_matches('\n').rfind('\n').map_or(0, |i| i + 1);
+        let shown = display_text(&text[start..end]);
+        if let Some(line) = shown.lines().rev().find(|l| !l.trim().is_empty()) {
+            return line.trim_end().to_string();
+        }
+        end = start;
+    }
+    String::new()
 }
 
 /// What the end of the run killed, in one line.
@@ -554,5 +565,34 @@ impl App {
     pub(super) fn open_tool_log(&mut self, call_id: String) {
         let lines = self.tools.iter().find(|t| t.call_id == call_id).map(|t| log_lines(&t.output)).unwrap_or_default();
         self.log_view = Some(LogView::new(LogSource::Tool(call_id), lines, false));
+    }
+}
+
+#[cfg(test)]
+mod last_line_tests {
+    use super::last_line;
+
+    /// What sanitising the whole text and taking its last non-empty line gives.
+    fn whole(text: &str) -> String {
+        let shown = super::display_text(text);
+        shown.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim_end().to_string()
+    }
+
+    #[test]
+    fn the_last_line_is_found_from_the_end_as_sanitising_everything_finds_it() {
+        let tail = "   Compiling a v0.1.0\n".repeat(100);
+        for text in [
+            tail.as_str(),
+            "one\ntwo\n\n\n",
+            "building 10%\rbuilding 20%\rbuilding 30%",
+            "ok\n\x1b[32m\x1b[0m\n  \n",
+            "\x1b[1mwarning\x1b[0m: unused\ttab\r\n",
+            "done\n\x1b]0;title\x07\n",
+            "",
+            "\n\n",
+            "α β γ\n",
+        ] {
+            assert_eq!(last_line(text), whole(text), "{text:?}");
+        }
     }
 }

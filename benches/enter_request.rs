@@ -1,0 +1,140 @@
+//! Enter → request: the time from writing Enter to the real `talaria` in a pseudo-terminal
+//! to the first byte of the chat request reaching the model server on loopback.
+//!
+//! The scripted server sits behind a byte-for-byte TCP relay on 127.0.0.1 that notes when
+//! each chunk of a connection arrives (before it forwards it), so "first byte" is when the
+//! request's first chunk was readable on the server's side of the socket. Each of
+//! `TALARIA_BENCH_ENTERS` (default 100) prompts is typed, drawn, then Enter is written;
+//! the answer is waited for on screen before the next. Prints min / p50 / p99 / max; asserts
+//! nothing about speed. `TALARIA_PTY_BIN=target/release/talaria` drives that binary.
+
+mod common;
+
+use common::*;
+
+#[path = "../tests/common/pty.rs"]
+mod pty;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use pty::Pty;
+use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
+
+/// When each chunk the client sent arrived, and its first bytes.
+type Arrivals = Arc<Mutex<Vec<(Instant, Vec<u8>)>>>;
+
+/// Accept connections on loopback and relay each to `upstream`, noting every chunk from
+/// the client as it arrives.
+fn relay(upstream: std::net::SocketAddr, arrivals: Arrivals) -> std::net::SocketAddr {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
+    let addr = listener.local_addr().expect("relay address");
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let arrivals = arrivals.clone();
+            std::thread::spawn(move || {
+                let Ok(server) = TcpStream::connect(upstream) else { return };
+                let _ = client.set_nodelay(true);
+                let _ = server.set_nodelay(true);
+                let (mut from_client, mut to_server) =
+                    (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+                let (mut from_server, mut to_client) = (server, client);
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 64 * 1024];
+                    while let Ok(n) = from_server.read(&mut buf) {
+                        if n == 0 || to_client.write_all(&buf[..n]).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to_client.shutdown(std::net::Shutdown::Both);
+                });
+                let mut buf = vec![0u8; 64 * 1024];
+                while let Ok(n) = from_client.read(&mut buf) {
+                    if n == 0 {
+                        break;
+                    }
+                    let at = Instant::now();
+                    arrivals.lock().expect("arrivals").push((at, buf[..n.min(64)].to_vec()));
+                    if to_server.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = to_server.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    addr
+}
+
+fn wait_screen(p: &Pty, needle: &str) {
+    let start = Instant::now();
+    while !p.contents().contains(needle) {
+        assert!(start.elapsed() < Duration::from_secs(60), "no {needle:?} on screen:\n{}", p.contents());
+        std::thread::sleep(Duration::from_micros(500));
+    }
+}
+
+fn main() {
+    if std::env::args().skip(1).any(|a| !a.starts_with('-') && !"enter_request".contains(a.as_str())) {
+        return;
+    }
+    let enters: usize = std::env::var("TALARIA_BENCH_ENTERS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
+    let answers = (0..enters).map(|i| ScriptedResponse::text(&format!("answer-{i}-done")));
+    let server = rt.block_on(ScriptedServer::start(answers)).expect("scripted server");
+    let url = server.base_url();
+    let upstream: std::net::SocketAddr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .and_then(|hp| hp.parse().ok())
+        .expect("the scripted server's address");
+    let arrivals: Arrivals = Arc::default();
+    let relayed = relay(upstream, arrivals.clone());
+    let base = url.replacen(&upstream.to_string(), &relayed.to_string(), 1);
+    let home = tempfile::tempdir().expect("temp home");
+    let cwd = home.path().join("work");
+    std::fs::create_dir_all(&cwd).expect("work dir");
+    println!("{}", machine_line());
+    let p = Pty::spawn(home.path(), &cwd, &["--base-url", base.as_str(), "--model", "m"], 120, 36);
+    wait_screen(&p, " message ");
+    let mut times = Vec::with_capacity(enters);
+    for i in 0..enters {
+        let prompt = format!("question-{i}-asked");
+        p.type_text(&prompt);
+        wait_screen(&p, &prompt);
+        // Let the typing's frames and the engine settle, so Enter meets an idle program.
+        std::thread::sleep(Duration::from_millis(30));
+        let seen = arrivals.lock().expect("arrivals").len();
+        let sent = Instant::now();
+        p.send(b"\r");
+        let at = loop {
+            let got = arrivals.lock().expect("arrivals")[seen..]
+                .iter()
+                .find(|(_, head)| head.starts_with(b"POST"))
+                .map(|(at, _)| *at);
+            if let Some(at) = got {
+                break at;
+            }
+            assert!(sent.elapsed() < Duration::from_secs(60), "no request at the server after Enter {i}");
+            std::thread::sleep(Duration::from_micros(50));
+        };
+        times.push(at.saturating_duration_since(sent).as_secs_f64() * 1000.0);
+        wait_screen(&p, &format!("answer-{i}-done"));
+    }
+    let mut p = p;
+    p.send(b"\x04");
+    let _ = p.wait_exit(Duration::from_secs(20));
+    times.sort_by(f64::total_cmp);
+    println!(
+        "Enter -> first byte of the request at the server: min {:.2} ms   p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms   ({} runs)",
+        times[0],
+        percentile(&times, 0.50),
+        percentile(&times, 0.99),
+        times[times.len() - 1],
+        times.len()
+    );
+    println!("load average at the end: {}", loadavg());
+}
