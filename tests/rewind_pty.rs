@@ -179,3 +179,83 @@ fn kill_9_in_the_middle_of_turn_2_then_talaria_c_rewinds_to_the_snapshot_before_
     }
     wait_until("no sleep of this test left", || pids_with_cmdline(&["sleep", &secs]).is_empty());
 }
+
+/// The vt100 cell at the start of the first row that contains `needle`: its text's row and
+/// column, with the screen's colours there.
+fn cell_colours(p: &Pty, needle: &str) -> Option<(vt100::Color, vt100::Color)> {
+    let parser = p.screen.lock().unwrap();
+    let screen = parser.screen();
+    let (rows, cols) = screen.size();
+    let (rows, cols) = (rows.get(), cols.get());
+    for row in 0..rows {
+        let text: String =
+            (0..cols).map(|c| screen.cell(row, c).map_or(" ".to_string(), |x| x.contents().to_string())).collect();
+        if let Some(at) = text.find(needle) {
+            let col = text[..at].chars().count() as u16;
+            let cell = screen.cell(row, col)?;
+            return Some((cell.fgcolor(), cell.bgcolor()));
+        }
+    }
+    None
+}
+
+#[test]
+fn slash_diff_shows_a_turn_as_a_coloured_diff_to_scroll_and_esc_closes_it() {
+    let home = Home::new();
+    let old: String = (1..=60).map(|i| format!("fn f{i}() -> u32 {{ {i} }}\n")).collect();
+    std::fs::write(home.work().join("lib.rs"), &old).unwrap();
+    let new = old.replace("-> u32", "-> u64");
+    let write = serde_json::json!({"path": "lib.rs", "content": new}).to_string();
+    let m = model(vec![
+        ScriptedResponse::tool_call("c1", "write_file", &write),
+        ScriptedResponse::text("changed lib.rs"),
+        ScriptedResponse::tool_call("c2", "write_file", r#"{"path":"notes.txt","content":"second turn\n"}"#),
+        ScriptedResponse::text("wrote notes"),
+    ]);
+    let mut p = spawn(&home, &m, &[]);
+    p.wait_for(" message ", WAIT);
+    send_message(&p, "turn one");
+    p.wait_for("changed lib.rs", WAIT);
+    send_message(&p, "turn two");
+    p.wait_for("wrote notes", WAIT);
+    p.wait_for("● idle", WAIT);
+    // The last turn by default.
+    send_message(&p, "/diff");
+    let screen = p.wait_for("/diff · turn 2 · turn two", WAIT);
+    assert!(screen.contains("+second turn") && !screen.contains("lib.rs"), "turn 2 only:\n{screen}");
+    let (fg, bg) = cell_colours(&p, "+second turn").expect("the added line");
+    assert_eq!(bg, vt100::Color::Rgb(0x12, 0x36, 0x1c), "an added line on its green ground");
+    assert_ne!(fg, vt100::Color::Default, "its marker coloured");
+    p.send(b"\x1b");
+    p.wait_for(" message ", WAIT);
+    wait_until("the view closed", || !p.contents().contains("/diff ·"));
+    // Turn 1: 120 lines, more than a screen, highlighted as Rust.
+    send_message(&p, "/diff 1");
+    let top = p.wait_for("/diff · turn 1 · turn one", WAIT);
+    assert!(top.contains("diff --git a/lib.rs b/lib.rs") && top.contains("-fn f1() -> u32 { 1 }"), "{top}");
+    assert!(!top.contains("f60()"), "its end is below:\n{top}");
+    let (_, bg) = cell_colours(&p, "-fn f1()").expect("the removed line");
+    assert_eq!(bg, vt100::Color::Rgb(0x3d, 0x15, 0x17), "a removed line on its red ground");
+    let (keyword, _) = cell_colours(&p, "fn f2() -> u32").expect("a removed line");
+    let (name, _) = cell_colours(&p, "f2() -> u32").expect("a removed line");
+    assert_ne!(keyword, name, "Rust highlighted: `fn` and the name in colours of their own");
+    p.send(b"\x1b[F");
+    let end = p.wait_for("+fn f60() -> u64 { 60 }", WAIT);
+    assert!(!end.contains("diff --git"), "End shows the end:\n{end}");
+    p.send(b"\x1b[H");
+    p.wait_for("diff --git a/lib.rs", WAIT);
+    p.send(b"\x1b[6~");
+    wait_until("a page down", || !p.contents().contains("diff --git a/lib.rs"));
+    p.send(b"q");
+    wait_until("the view closed", || !p.contents().contains("/diff ·"));
+    // The whole session: both files.
+    send_message(&p, "/diff all");
+    let all = p.wait_for("/diff · the whole session", WAIT);
+    assert!(all.contains("diff --git a/lib.rs"), "{all}");
+    p.send(b"\x1b[F");
+    p.wait_for("+second turn", WAIT);
+    p.send(b"\x1b");
+    wait_until("the view closed", || !p.contents().contains("/diff ·"));
+    p.send(b"\x04");
+    assert!(p.wait_exit(WAIT).is_some(), "talaria quits");
+}

@@ -138,7 +138,10 @@ pub(crate) const COMMANDS: &[CommandHelp] = &[
         usage: "/rewind [n] [code|conversation|both] [--all]",
         help: "go back to before a turn: files the agent changed and/or the conversation (Esc Esc)",
     },
-    CommandHelp { usage: "/diff [n|session]", help: "what the last turn (or turn n, or the session) changed" },
+    CommandHelp {
+        usage: "/diff [n|all]",
+        help: "what the last turn (turn n, or all the session) changed, as a coloured diff to scroll",
+    },
     CommandHelp { usage: "/stop", help: "interrupt the running turn" },
     CommandHelp { usage: "/quit", help: "leave Talaria" },
     CommandHelp { usage: "/busy [redirect|steer|queue]", help: "what typing while busy does" },
@@ -225,7 +228,7 @@ pub(crate) fn parse(text: &str) -> Result<Command, String> {
         "/rewind" => parse_rewind(&args).map(|c| Command::Engine(SlashCommand::Rewind(c))),
         "/diff" => match args.as_slice() {
             [] => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Last))),
-            ["session"] => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Session))),
+            ["all" | "session"] => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Session))),
             [n] => match n.parse::<usize>() {
                 Ok(n) if n >= 1 => Ok(Command::Engine(SlashCommand::Diff(super::rewind::DiffTarget::Turn(n)))),
                 _ => Err(usage_of("/diff")),
@@ -441,6 +444,7 @@ mod tests {
         assert_eq!(parse("/diff"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Last))));
         assert_eq!(parse("/diff 4"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Turn(4)))));
         assert_eq!(parse("/diff session"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Session))));
+        assert_eq!(parse("/diff all"), Ok(Command::Engine(SlashCommand::Diff(DiffTarget::Session))));
         assert_eq!(parse("/undo 3"), Ok(Command::Engine(SlashCommand::Undo(3))));
         assert!(parse("/undo zero").unwrap_err().contains("usage: /undo [n]"));
         assert!(parse("/new now").unwrap_err().contains("takes no arguments"));

@@ -131,6 +131,8 @@ impl JobRow {
 pub(crate) enum LogSource {
     Job(JobId),
     Tool(String),
+    /// `/diff`: what a turn (or the session) changed; the title says which.
+    Diff(String),
 }
 
 #[derive(Debug, Clone, PartialEq)]

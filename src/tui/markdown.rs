@@ -71,20 +71,51 @@ fn highlight(lang: &str, code: &str, fallback: Style) -> Vec<Vec<Span<'static>>>
         let Ok(ranges) = h.highlight_line(line, &syn.set) else {
             return plain();
         };
-        let spans = ranges
-            .into_iter()
-            .filter_map(|(style, text)| {
-                let text = text.trim_end_matches(['\n', '\r']);
-                if text.is_empty() {
-                    return None;
-                }
-                let fg = style.foreground;
-                Some(Span::styled(text.to_string(), Style::default().fg(Color::Rgb(fg.r, fg.g, fg.b))))
-            })
-            .collect();
-        lines.push(spans);
+        lines.push(spans_of(ranges));
     }
     lines
+}
+
+/// Syntect's styled pieces of one line as spans (the foreground only; no newline).
+fn spans_of(ranges: Vec<(syntect::highlighting::Style, &str)>) -> Vec<Span<'static>> {
+    ranges
+        .into_iter()
+        .filter_map(|(style, text)| {
+            let text = text.trim_end_matches(['\n', '\r']);
+            if text.is_empty() {
+                return None;
+            }
+            let fg = style.foreground;
+            Some(Span::styled(text.to_string(), Style::default().fg(Color::Rgb(fg.r, fg.g, fg.b))))
+        })
+        .collect()
+}
+
+/// Highlights the lines of one file in order, its syntax chosen by the file's name (a
+/// diff's old or new side: `/diff`).
+pub(crate) struct FileHighlighter {
+    lines: syntect::easy::HighlightLines<'static>,
+}
+
+impl FileHighlighter {
+    /// None for a name no syntax knows (plain text).
+    pub(crate) fn for_path(path: &str) -> Option<FileHighlighter> {
+        let name = path.rsplit('/').next().unwrap_or(path);
+        let ext = name.rsplit_once('.').map_or(name, |(_, e)| e);
+        let syn = syntaxes();
+        let syntax = syn.set.find_syntax_by_extension(ext).or_else(|| syn.set.find_syntax_by_extension(name))?;
+        if syntax.name == "Plain Text" {
+            return None;
+        }
+        Some(FileHighlighter { lines: syntect::easy::HighlightLines::new(syntax, &syn.theme) })
+    }
+
+    /// The next line of the file (without its newline); None if syntect failed on it.
+    pub(crate) fn line(&mut self, text: &str) -> Option<Vec<Span<'static>>> {
+        let with_newline = format!("{text}\n");
+        let ranges = self.lines.highlight_line(&with_newline, &syntaxes().set).ok()?;
+        Some(spans_of(ranges))
+    }
 }
 
 /// Render markdown `text` (already sanitised) into logical lines.

@@ -4,6 +4,7 @@
 //! (and, for Ctrl+G, the user's editor on a temporary file: see `edit_in_editor`).
 
 pub mod app;
+pub(crate) mod diff;
 pub(crate) mod frame;
 pub mod inbox;
 pub mod keymap;

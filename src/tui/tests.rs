@@ -1691,3 +1691,57 @@ fn the_placeholder_fits_at_forty_columns() {
     assert!(out.contains("Message · Enter · ? help") && !out.contains("help…"), "{out}");
     assert!(screen(&mut app, 100, 12).contains("Message Talaria · Enter send · ? help"));
 }
+
+/// Issue #29: `/diff`'s answer opens a scrollable view like a job's log, from its first
+/// line, coloured: added lines on their green ground, removed on red, code highlighted.
+#[test]
+fn a_diff_opens_a_scrollable_coloured_view_from_its_first_line() {
+    let mut app = app();
+    let mut text = String::from("diff --git a/src/lib.rs b/src/lib.rs\n--- a/src/lib.rs\n+++ b/src/lib.rs\n");
+    text.push_str("@@ -1,40 +1,40 @@\n");
+    for i in 1..=40 {
+        text.push_str(&format!("-fn old_{i}() -> u32 {{ {i} }}\n+fn new_{i}() -> u32 {{ {i} }}\n"));
+    }
+    let title = "turn 2 · turn two · modified src/lib.rs (+40 −40)".to_string();
+    feed(&mut app, Event::Diff { title, text });
+    assert!(app.log_view.is_some(), "a view, not a notice");
+    let out = screen(&mut app, 100, 20);
+    insta::assert_snapshot!("diff_view", out);
+    assert!(out.contains("/diff · turn 2 · turn two"), "the title says what it is:\n{out}");
+    assert!(out.contains("diff --git a/src/lib.rs") && out.contains("lines 1–"), "from its first line:\n{out}");
+    for absent in ["kill", "poll", "write", "watch"] {
+        assert!(!out.lines().last().unwrap_or("").contains(absent), "a diff offers no {absent}:\n{out}");
+    }
+    // The colours, from the buffer: the marker and the ground of an added and a removed line.
+    let mut terminal = Terminal::new(TestBackend::new(100, 20)).expect("test backend");
+    terminal.draw(|f| render(&mut app, f)).expect("draw");
+    let buffer = terminal.backend().buffer().clone();
+    let row_of = |needle: &str| {
+        (0..20u16).find(|&y| (0..100u16).map(|x| buffer[(x, y)].symbol()).collect::<String>().contains(needle))
+    };
+    let theme = Theme::default();
+    for (needle, ground, mark) in
+        [("-fn old_1()", theme.diff_removed, theme.tool_failed), ("+fn new_1()", theme.diff_added, theme.tool_ok)]
+    {
+        let y = row_of(needle).unwrap_or_else(|| panic!("{needle} on screen"));
+        let x = (0..100u16).find(|&x| buffer[(x, y)].symbol() == &needle[..1]).unwrap();
+        assert_eq!((buffer[(x, y)].bg, buffer[(x, y)].fg), (ground, mark), "{needle}'s marker");
+        let fgs: std::collections::BTreeSet<String> =
+            (x + 1..x + 20).map(|x| format!("{:?}", buffer[(x, y)].fg)).collect();
+        assert!(fgs.len() >= 2, "{needle} is highlighted: {fgs:?}");
+        assert!((x + 1..x + 20).all(|x| buffer[(x, y)].bg == ground), "{needle} on its ground");
+    }
+    // PgDn, End, Home scroll it; Esc closes it.
+    key(&mut app, KeyCode::PageDown, KeyModifiers::NONE);
+    let paged = screen(&mut app, 100, 20);
+    assert!(!paged.contains("diff --git") && paged.contains("new_8"), "a page down:\n{paged}");
+    key(&mut app, KeyCode::End, KeyModifiers::NONE);
+    let end = screen(&mut app, 100, 20);
+    assert!(end.contains("+fn new_40()") && end.contains("of 84"), "the end:\n{end}");
+    key(&mut app, KeyCode::Home, KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("diff --git"), "back to the top");
+    key(&mut app, KeyCode::Char('k'), KeyModifiers::NONE);
+    assert!(screen(&mut app, 100, 20).contains("this is a diff, not a job"));
+    key(&mut app, KeyCode::Esc, KeyModifiers::NONE);
+    assert!(app.log_view.is_none(), "Esc closes it");
+}

@@ -36,6 +36,9 @@ pub struct Theme {
     pub(crate) banner: Color,
     pub(crate) modal_border: Color,
     pub(crate) new_output: Color,
+    /// The ground of a diff's added and removed lines (`/diff`).
+    pub(crate) diff_added: Color,
+    pub(crate) diff_removed: Color,
 }
 
 #[derive(Deserialize)]
@@ -86,6 +89,8 @@ impl Theme {
             banner: get("banner")?,
             modal_border: get("modal_border")?,
             new_output: get("new_output")?,
+            diff_added: get("diff_added")?,
+            diff_removed: get("diff_removed")?,
         })
     }
 }
@@ -120,6 +125,8 @@ impl Default for Theme {
             banner: Color::Magenta,
             modal_border: Color::Yellow,
             new_output: Color::Yellow,
+            diff_added: Color::Rgb(0x12, 0x36, 0x1c),
+            diff_removed: Color::Rgb(0x3d, 0x15, 0x17),
         })
     }
 }

@@ -172,6 +172,14 @@ impl Backends {
         backend.is_remote().then(|| format!("{backend} {}", self.state(&backend).as_str()))
     }
 
+    /// The remote backends this run connected to (for a command or a file tool), by label.
+    pub(crate) fn remotes_used(&self) -> Vec<String> {
+        let mut used: Vec<String> =
+            lock(&self.inner.states).keys().filter(|b| b.is_remote()).map(Backend::label).collect();
+        used.sort();
+        used
+    }
+
     /// The remote working directory of `backend` ("" until a command set one).
     pub(crate) fn remote_cwd(&self, backend: &Backend) -> String {
         lock(&self.inner.cwds).get(backend).cloned().unwrap_or_default()

@@ -1,6 +1,7 @@
 //! `/rewind` and `/diff` in the engine (DESIGN §13): the store work runs on a blocking
 //! thread through the session's [`Rewinder`]; the conversation part goes through the store.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Engine;
@@ -64,6 +65,48 @@ pub(super) async fn snapshot_before(
     }
 }
 
+/// The remote backends the session's tools ran on, from their results (`"backend":
+/// "ssh:box"`; local ones say `local` or nothing), so a resumed session knows it too.
+fn hosts_in(history: &[crate::engine::llm::ChatMessage]) -> BTreeSet<String> {
+    history
+        .iter()
+        .filter(|m| m.role == crate::engine::llm::Role::Tool)
+        .filter_map(|m| m.content.as_deref())
+        .filter(|c| c.contains("\"backend\""))
+        .filter_map(|c| serde_json::from_str::<serde_json::Value>(c).ok())
+        .filter_map(|v| v.get("backend").and_then(|b| b.as_str()).map(String::from))
+        .filter(|b| b != "local")
+        .collect()
+}
+
+/// What `/rewind` says when commands ran on another host: plainly, they are not covered.
+fn remote_warning(hosts: &BTreeSet<String>) -> String {
+    let list: Vec<&str> = hosts.iter().map(String::as_str).collect();
+    format!(
+        "this session ran commands on {}: rewind does not cover remote backends — only this machine's files are snapshotted and put back; what changed there stays as it is",
+        list.join(", ")
+    )
+}
+
+/// A diff longer than this is cut (at a line) before it reaches a front end.
+const DIFF_MAX_BYTES: usize = 4 << 20;
+
+/// `text` cut to [`DIFF_MAX_BYTES`], saying so at the end.
+fn cap_diff(mut text: String) -> String {
+    if text.len() <= DIFF_MAX_BYTES {
+        return text;
+    }
+    let total = text.len();
+    let cut = text[..DIFF_MAX_BYTES].rfind('\n').map_or(0, |i| i + 1);
+    text.truncate(cut);
+    text.push_str(&format!(
+        "… the diff goes on: {} KB of {} KB shown (`talaria rewind list` names every path)\n",
+        cut >> 10,
+        total.div_ceil(1 << 10)
+    ));
+    text
+}
+
 /// The snapshot after a turn, and what it changed for the front ends.
 pub(super) async fn after_turn(rewind: Option<&Arc<Rewinder>>, env: &TurnEnv, id: Option<u64>) {
     let (Some(rewind), Some(id)) = (rewind, id) else { return };
@@ -97,8 +140,15 @@ impl Engine {
                 running.join(", ")
             ));
         }
-        if let Some(remote) = self.env.jobs.backends().status_label() {
-            warnings.push(format!("commands run on {remote}: rewind covers only this machine's files"));
+        let backends = self.env.jobs.backends();
+        let mut hosts = hosts_in(&self.history);
+        hosts.extend(backends.remotes_used());
+        let current = backends.current();
+        if current.is_remote() {
+            hosts.insert(current.label());
+        }
+        if !hosts.is_empty() {
+            warnings.push(remote_warning(&hosts));
         }
         warnings
     }
@@ -187,9 +237,11 @@ impl Engine {
                     return Err(RewindError::Other("no turn of this session has a snapshot yet".into()));
                 }
                 let (title, from, to) = match target {
-                    DiffTarget::Session => {
-                        ("the whole session".to_string(), tl.entries[0].start.clone(), tl.now.clone())
-                    }
+                    DiffTarget::Session => (
+                        format!("the whole session (turns 1–{})", tl.entries.len()),
+                        tl.entries[0].start.clone(),
+                        tl.now.clone(),
+                    ),
                     DiffTarget::Last | DiffTarget::Turn(_) => {
                         let i = match target {
                             DiffTarget::Turn(n) => tl.index_of(n)?,
@@ -202,7 +254,7 @@ impl Engine {
                             .clone()
                             .unwrap_or_else(|| tl.entries.get(i + 1).map_or(tl.now.clone(), |n| n.start.clone()));
                         let what: Vec<String> = changes.iter().map(|c| changed_path(c).line()).collect();
-                        (format!("{} {}: {}", e.number, e.label(), what.join(", ")), e.start.clone(), to)
+                        (format!("turn {} · {} · {}", e.number, e.label(), what.join(", ")), e.start.clone(), to)
                     }
                 };
                 Ok((title, ws.store.diff(&from, &to, &[])?))
@@ -210,10 +262,49 @@ impl Engine {
             .await;
         match answer {
             Ok((title, text)) => {
-                let text = if text.is_empty() { "no file changed".to_string() } else { text };
+                let text = if text.is_empty() { "no file changed".to_string() } else { cap_diff(text) };
                 self.events().send(Event::Diff { title, text });
             }
             Err(e) => self.notice(NoticeLevel::Error, format!("diff: {e}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tool(content: &str) -> crate::engine::llm::ChatMessage {
+        crate::engine::llm::ChatMessage::tool("c1", content)
+    }
+
+    #[test]
+    fn the_hosts_a_session_ran_commands_on_come_from_its_tool_results() {
+        let history = vec![
+            tool(r#"{"output":"x","exit_code":0,"backend":"local"}"#),
+            tool(r#"{"output":"x","exit_code":0,"backend":"ssh:box"}"#),
+            tool(r#"{"output":"Background process started","session_id":"job_1","backend":"docker:dev"}"#),
+            tool(r#"{"output":"the text \"backend\": \"ssh:fake\" in output","exit_code":0}"#),
+            tool("not json"),
+        ];
+        let hosts = hosts_in(&history);
+        assert_eq!(hosts.iter().map(String::as_str).collect::<Vec<_>>(), ["docker:dev", "ssh:box"]);
+        let said = remote_warning(&hosts);
+        assert!(
+            said.contains("ran commands on docker:dev, ssh:box") && said.contains("does not cover remote"),
+            "{said}"
+        );
+    }
+
+    #[test]
+    fn a_huge_diff_is_cut_at_a_line_and_says_so() {
+        let line = "+".to_string() + &"x".repeat(99) + "\n";
+        let text = line.repeat(DIFF_MAX_BYTES / 100 + 10);
+        let cut = cap_diff(text.clone());
+        assert!(cut.len() < DIFF_MAX_BYTES + 200);
+        let (kept, said) = cut.rsplit_once('\n').map(|(k, _)| k.rsplit_once('\n').unwrap()).unwrap();
+        assert!(kept.lines().all(|l| l == line.trim_end()), "whole lines only");
+        assert!(said.starts_with("… the diff goes on: 4095 KB of 4138 KB shown"), "{said}");
+        assert_eq!(cap_diff("+a\n".into()), "+a\n");
     }
 }

@@ -4,7 +4,7 @@
 use crossterm::event::{KeyCode, KeyEvent, KeyEventKind, KeyModifiers};
 use ratatui_textarea::CursorMove;
 
-use super::{App, ExitState, Focus, Layer, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
+use super::{App, ExitState, Focus, Layer, LogSource, Modal, Op, APPROVAL_ARM, LOG_LIMIT};
 
 /// Messages sent while busy (and pastes sent) remembered to show them as they were sent.
 const SENT_KEPT: usize = 32;
@@ -306,7 +306,12 @@ impl App {
                     let bg = self.keymap.hint(Context::Global, Action::Background);
                     let now = self.now;
                     if let Some(view) = &mut self.log_view {
-                        let text = format!("this is a running tool, not a job: {bg} moves it to the background");
+                        let text = match view.source {
+                            LogSource::Diff(_) => {
+                                "this is a diff, not a job: nothing runs to kill, poll or write to".into()
+                            }
+                            _ => format!("this is a running tool, not a job: {bg} moves it to the background"),
+                        };
                         view.say(NoticeLevel::Info, text, now);
                     }
                 }

@@ -273,7 +273,7 @@ impl App {
     pub(super) fn log_job(&self) -> Option<JobId> {
         match self.log_view.as_ref().map(|v| &v.source) {
             Some(LogSource::Job(id)) => Some(id.clone()),
-            Some(LogSource::Tool(_)) | None => None,
+            Some(LogSource::Tool(_) | LogSource::Diff(_)) | None => None,
         }
     }
 }

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use super::{App, Modal};
+use super::{App, LogSource, LogView, Modal};
 use crate::protocol::rewind::{points_text, RewindCmd, RewindMode, RewindPoint, RewindPreview};
 use crate::protocol::{NoticeLevel, Op, SlashCommand};
 use crate::tui::keymap::Action;
@@ -61,8 +61,12 @@ impl App {
         self.modal = Some(Modal::RewindConfirm(preview));
     }
 
+    /// `/diff`'s answer: a view over the main area like a job's log, from its first line.
     pub(super) fn show_diff(&mut self, title: String, text: String) {
-        self.log_say(NoticeLevel::Info, format!("{title}\n{text}"));
+        let lines = crate::tui::diff::diff_lines(&text, &self.theme);
+        let mut view = LogView::new(LogSource::Diff(title), lines, false);
+        view.go_top();
+        self.log_view = Some(view);
     }
 
     /// Esc did nothing on an idle input: a second one soon after, on an empty input, opens

@@ -424,11 +424,12 @@ fn log_keys(app: &App, view: &LogView) -> Vec<String> {
     let mut keys = Vec::new();
     let job = match &view.source {
         LogSource::Job(id) => app.jobs.iter().find(|j| &j.info.id == id),
-        LogSource::Tool(_) => None,
+        LogSource::Tool(_) | LogSource::Diff(_) => None,
     };
     let running = match &view.source {
         LogSource::Job(_) => job.is_some_and(|j| j.info.status.is_running()),
         LogSource::Tool(call_id) => app.tools.iter().any(|t| &t.call_id == call_id),
+        LogSource::Diff(_) => false,
     };
     if view.search.as_deref().is_some_and(|q| !q.is_empty()) {
         keys.push(format!("{}/{} next/prev", key(Action::NextMatch), key(Action::PrevMatch)));
@@ -486,6 +487,7 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
             Some(tool) => (format!(" {} · {} · running ", tool.name, tool.summary), true),
             None => (" tool output (finished) ".to_string(), false),
         },
+        LogSource::Diff(title) => (format!(" /diff · {} ", title.replace('\n', " ")), false),
     };
     let block = Block::default()
         .borders(Borders::ALL)
