@@ -299,6 +299,8 @@ pub struct App {
     pub(crate) sent_pastes: Vec<Paste>,
     /// When the last status (and its heartbeat countdown) arrived.
     pub(crate) status_at: Instant,
+    /// A status has arrived: with the session it completes the first screen.
+    pub(crate) status_known: bool,
     /// `@path` completion: the event loop lists the paths starting with this, then calls
     /// `paths_listed`.
     pub(crate) path_request: Option<String>,
@@ -330,6 +332,12 @@ pub struct App {
 }
 
 impl App {
+    /// The engine has reported the session and its status: a frame drawn now is the complete
+    /// first screen (the status line's model, sandbox and context are known).
+    pub(crate) fn start_known(&self) -> bool {
+        self.session.session_id.is_some() && self.status_known
+    }
+
     pub fn new(config: &Config, keymap: Keymap, theme: Theme, banner: Option<String>) -> App {
         let mut app = App {
             theme,
@@ -380,6 +388,7 @@ impl App {
             sent_modes: Vec::new(),
             sent_pastes: Vec::new(),
             status_at: Instant::now(),
+            status_known: false,
             input_hint: None,
             in_tmux: false,
             path_request: None,

@@ -73,6 +73,11 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 /// After the first frame, how long start-up (store, session, provider) gets before the
 /// pages only it needed are given back (see `event_loop`).
 const SETTLE_AFTER: Duration = Duration::from_secs(1);
+/// How long the first frame waits for the engine to report the session and its status, so
+/// that it is the complete screen (not one redrawn as the status line fills in). A start
+/// slower than this (a slow disk, a local model server that answers late) draws then and
+/// fills in as before.
+const FIRST_FRAME_WAIT: Duration = Duration::from_millis(50);
 
 pub struct TuiOptions {
     pub config: Arc<Config>,
@@ -103,17 +108,19 @@ impl TuiExit {
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 static MOUSE_CAPTURED: AtomicBool = AtomicBool::new(false);
 
-/// The terminal, taken and with its first frame drawn before the engine has started (the
-/// first frame does not wait for the store, the session or the provider; the status line
-/// fills in when the session is ready). Dropping it gives the terminal back.
+/// The terminal, taken before the engine starts; the first frame is drawn once the engine
+/// has reported the session and its status, or after [`FIRST_FRAME_WAIT`], whichever is
+/// first (a key typed meanwhile draws at once). Dropping it gives the terminal back.
 pub struct Screen {
     terminal: Term,
     app: App,
+    /// When the first frame is drawn even if the engine has not reported yet.
+    first_frame_by: Instant,
 }
 
 impl Screen {
-    /// Take the terminal and draw the first frame. Fails at once when stdin or stdout is
-    /// not a terminal.
+    /// Take the terminal (raw mode, the alternate screen); the first frame waits for the
+    /// engine (see [`Screen`]). Fails at once when stdin or stdout is not a terminal.
     pub fn open(options: TuiOptions) -> anyhow::Result<Screen> {
         require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
         let keymap = Keymap::load(&options.paths.keymap_file)?;
@@ -129,11 +136,8 @@ impl Screen {
             }
         };
         // Keys typed from now on wait in the terminal until the event loop reads them.
-        if let Err(e) = draw(&mut terminal, &mut app) {
-            restore();
-            return Err(e);
-        }
-        Ok(Screen { terminal, app })
+        let _ = terminal.backend_mut().flush();
+        Ok(Screen { terminal, app, first_frame_by: Instant::now() + FIRST_FRAME_WAIT })
     }
 
     /// Run until the user quits; `banner` (the demo model's explanation) tops an empty
@@ -142,7 +146,8 @@ impl Screen {
         if banner.is_some() {
             self.app.banner = banner;
         }
-        let result = event_loop(&mut self.terminal, &mut self.app, engine).await;
+        let first_frame_by = tokio::time::Instant::from_std(self.first_frame_by);
+        let result = event_loop(&mut self.terminal, &mut self.app, engine, first_frame_by).await;
         restore();
         result?;
         let app = &self.app;
@@ -299,15 +304,9 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
-async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle) -> anyhow::Result<()> {
-    let (frames, mut draw_rx) = FrameRequester::spawn();
-    // Terminal input is read by its own task and forwarded over a channel, so the loop can
-    // drain everything already waiting without polling the stream with a no-op waker
-    // (crossterm's EventStream then never wakes the loop again).
-    let (rx, input_task) = spawn_input();
-    let mut input = Input { rx, guard: AbortOnDrop(input_task) };
-    draw(terminal, app)?;
-    // Start-up work that must not delay the first frame (MCP servers) may begin now.
+/// The first frame has been drawn: start-up work that must not delay it (MCP servers) may
+/// begin, and, once start-up has settled, what only it needed is given back.
+fn first_frame_drawn(engine: &EngineHandle) {
     let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
     // Start-up touches code it never runs again (argument and config parsing, opening the
     // store, building the provider) and frees heap it will not reuse soon. Once it has
@@ -319,6 +318,31 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         crate::memory::trim_heap();
         crate::memory::drop_read_only_pages();
     });
+}
+
+async fn event_loop(
+    terminal: &mut Term,
+    app: &mut App,
+    mut engine: EngineHandle,
+    first_frame_by: tokio::time::Instant,
+) -> anyhow::Result<()> {
+    let (frames, mut draw_rx) = FrameRequester::spawn();
+    // Terminal input is read by its own task and forwarded over a channel, so the loop can
+    // drain everything already waiting without polling the stream with a no-op waker
+    // (crossterm's EventStream then never wakes the loop again).
+    let (rx, input_task) = spawn_input();
+    let mut input = Input { rx, guard: AbortOnDrop(input_task) };
+    // Until the first frame: when it is drawn anyway (the engine may already have reported).
+    let mut first_frame = Some(first_frame_by);
+    while let Ok(event) = engine.events.try_recv() {
+        let ops = app.update(AppEvent::Engine(event));
+        send_ops(&engine, ops, app)?;
+    }
+    if app.start_known() {
+        draw(terminal, app)?;
+        first_frame = None;
+        first_frame_drawn(&engine);
+    }
     // SIGTERM and SIGINT from outside never ask: shut the engine down (it kills every job's
     // process group); SIGHUP leaves jobs to their lease. Then the caller restores the
     // terminal and exits.
@@ -354,13 +378,15 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             }
             Some(()) = draw_rx.recv() => {
                 while draw_rx.try_recv().is_ok() {}
-                draw_now = true;
+                // Before the first frame only the complete screen, a key or the deadline draws.
+                draw_now = first_frame.is_none();
             }
             () = sleep_until_opt(next_tick) => {
                 next_tick = None;
                 frames.schedule_frame();
             }
             () = sleep_until_opt(deadline) => frames.schedule_frame(),
+            () = sleep_until_opt(first_frame) => draw_now = true,
             () = sleep_until_opt(quit_by) => {
                 tracing::warn!("the engine did not finish shutting down within {SHUTDOWN_WAIT:?}");
                 break;
@@ -390,6 +416,18 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         draw_now |= carry_out_requests(terminal, app, &mut input).await?;
         if app.exit == ExitState::Done {
             break;
+        }
+        if first_frame.is_some() {
+            // The first frame is the complete screen: it waits for the session and status,
+            // unless a key or the deadline says now.
+            draw_now |= app.start_known();
+            if !draw_now {
+                continue;
+            }
+            first_frame = None;
+            draw(terminal, app)?;
+            first_frame_drawn(&engine);
+            continue;
         }
         if draw_now {
             draw(terminal, app)?;

@@ -162,6 +162,12 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     // The end of the session goes to the front end now; reading the whole of a long session
     // for the model happens on the engine task, before it takes the first op.
     engine.show_session().await?;
+    if created {
+        // A new session's context is its fixed part alone, so its status is complete now:
+        // the front end's first frame need not wait for the rest of the start.
+        engine.meter.reset_with(&crate::engine::turn::fixed_context(&engine.env), 0);
+        engine.send_status();
+    }
     // `talaria -c` with nothing to continue here says so instead of starting afresh silently.
     if created && matches!(opts_session, SessionChoice::Continue | SessionChoice::ContinueInteractive) {
         let cwd_text = cwd.display().to_string();
