@@ -35,6 +35,23 @@ pub fn init(logs_dir: &Path) -> anyhow::Result<WorkerGuard> {
     Ok(guard)
 }
 
+/// `kill -USR1 <talaria>` writes the async runtime's counters to the log (alive tasks,
+/// workers): what a long-running talaria holds, for a leak hunt or the soak benchmark
+/// (`benches/soak.rs`). Nothing runs until the signal comes.
+pub async fn runtime_counters_on_usr1() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else { return };
+    while usr1.recv().await.is_some() {
+        let metrics = tokio::runtime::Handle::current().metrics();
+        tracing::info!(
+            alive_tasks = metrics.num_alive_tasks(),
+            workers = metrics.num_workers(),
+            global_queue = metrics.global_queue_depth(),
+            "runtime counters"
+        );
+    }
+}
+
 /// Appends to `<dir>/talaria.log.<UTC date>`, opening the next day's file (mode 0600) when
 /// the date changes.
 struct PrivateDailyFile {

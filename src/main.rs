@@ -351,6 +351,7 @@ fn list_resume_matches(key: &str, matches: &[SessionSummary]) {
 }
 
 async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
+    tokio::spawn(talaria::logging::runtime_counters_on_usr1());
     // Listing and searching only read: they work on a read-only database too.
     let open = if matches!(cli.command, Some(Command::Sessions { .. })) { Store::open_read_only } else { Store::open };
     let store = open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;

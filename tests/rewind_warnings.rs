@@ -103,7 +103,7 @@ async fn rewind_says_plainly_that_commands_run_on_a_host_are_not_covered() {
     assert!(plain(&picker) && plain(&preview), "{picker:?} {preview:?}");
 
     // Back on this machine: the commands that ran there are still not covered.
-    running.send(Op::Command(SlashCommand::Backend(Some("local".into()))));
+    running.send(Op::Command(SlashCommand::Backend(Some(talaria::protocol::Backend::Local))));
     running.notice("backend: local").await;
     let (picker, _) = warnings(&mut running).await;
     assert!(plain(&picker), "after /backend local: {picker:?}");

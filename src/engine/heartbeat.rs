@@ -150,6 +150,11 @@ impl Heartbeat {
         self.anchor_ms.saturating_add(self.interval_ms())
     }
 
+    /// The interval while active (None while paused): how far off its next turn is.
+    pub(crate) fn active_interval_s(&self) -> Option<u64> {
+        (self.status == HeartbeatStatus::Active).then(|| self.interval_s.max(HEARTBEAT_FLOOR_S))
+    }
+
     /// When the engine's timer should next look (None while paused). A due heartbeat
     /// that is waiting for the session to go idle returns a time in the past.
     pub(crate) fn next_due_at(&self) -> Option<u64> {
@@ -210,7 +215,23 @@ impl Heartbeat {
     }
 }
 
-pub use crate::util::{clock_hhmm, local_utc_offset_s, now_ms};
+pub use crate::util::{clock_hhmm, local_utc_offset_s};
+
+/// Unix milliseconds as the heartbeat reads them: the real clock (tests move it forward with
+/// `testkit::clock::advance_heartbeat_clock`).
+pub fn now_ms() -> u64 {
+    crate::util::now_ms().saturating_add(skew_ms())
+}
+
+#[cfg(any(test, feature = "testkit"))]
+fn skew_ms() -> u64 {
+    crate::testkit::clock::skew_ms()
+}
+
+#[cfg(not(any(test, feature = "testkit")))]
+fn skew_ms() -> u64 {
+    0
+}
 
 /// What follows the instruction in an injected heartbeat turn.
 const INJECTED_TAIL: &str = "\n\nIf there is nothing meaningful to do or report for this instruction right now, reply briefly that nothing has changed and stop — do not invent work.";

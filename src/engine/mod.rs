@@ -7,6 +7,7 @@ pub mod approval;
 pub mod args;
 pub mod backend;
 pub mod bang;
+pub(crate) mod cadence;
 pub mod compaction;
 pub mod context;
 pub mod estop;

@@ -17,7 +17,9 @@ use crate::engine::compaction::{self, Compactor};
 use crate::engine::context::ContextMeter;
 use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
 use crate::engine::jobs::{JobsHandle, NoticeKind};
-use crate::engine::llm::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
+use crate::engine::llm::{
+    CacheLifetime, ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall,
+};
 use crate::engine::mcp::McpHandle;
 use crate::engine::scheduler::UserMessage;
 use crate::engine::store::{OmittedRows, Store, StoredMessage};
@@ -71,6 +73,8 @@ pub struct TurnControl {
     /// Becomes true once the workspace's rewind snapshot before this turn is taken: the
     /// model's first request does not wait for it, the tools (which change files) do.
     before_tools: Option<watch::Receiver<bool>>,
+    /// The heartbeat and goal behind this turn: when the next request is expected.
+    pub(crate) standing: crate::engine::cadence::Standing,
 }
 
 /// A running turn's question to the engine.
@@ -94,6 +98,7 @@ impl TurnControl {
             asks,
             waiting,
             before_tools: None,
+            standing: crate::engine::cadence::Standing::default(),
         }
     }
 
@@ -223,7 +228,8 @@ pub async fn run_turn(
             counted = history.len();
         }
         let request_len = history.len();
-        match stream_once(&env, &control, &history, &mut redirect).await {
+        let lifetime = cache_lifetime(&env, &control, &trigger).await;
+        match stream_once(&env, &control, &history, lifetime, &mut redirect).await {
             StreamEnd::Done(completion) => {
                 if let Some(u) = completion.usage {
                     usage.add(&u);
@@ -641,10 +647,18 @@ enum StreamEnd {
     Failed(Partial, LlmError),
 }
 
+/// The prompt-cache lifetime of the turn's next request: its background jobs are counted
+/// at each request (a goal's turn that starts a long build waits on it after its answer).
+async fn cache_lifetime(env: &TurnEnv, control: &TurnControl, trigger: &TurnTrigger) -> CacheLifetime {
+    let running = env.jobs.list().await.iter().filter(|j| j.background && j.status.is_running()).count();
+    crate::engine::cadence::cache_lifetime(control.standing, trigger, running)
+}
+
 async fn stream_once(
     env: &TurnEnv,
     control: &TurnControl,
     history: &[ChatMessage],
+    cache_lifetime: CacheLifetime,
     redirect: &mut watch::Receiver<u64>,
 ) -> StreamEnd {
     // The history is borrowed, not copied: a long session costs one pointer per message.
@@ -652,8 +666,13 @@ async fn stream_once(
     let mut messages = Vec::with_capacity(history.len() + 1);
     messages.push(Cow::Borrowed(&system));
     messages.extend(history.iter().map(Cow::Borrowed));
-    let request =
-        ChatRequest { model: env.model.clone(), messages, tools: env.registry.definitions(), temperature: None };
+    let request = ChatRequest {
+        model: env.model.clone(),
+        messages,
+        tools: env.registry.definitions(),
+        temperature: None,
+        cache_lifetime,
+    };
     let mut partial = Partial::default();
     let events = env.events.clone();
     let activity = control.activity.clone();

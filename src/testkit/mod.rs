@@ -2,6 +2,7 @@
 //! tests and with the `testkit` feature, which the dev-dependency on itself turns on; a
 //! release build has none of it).
 
+pub mod clock;
 pub mod fuzz;
 pub mod rng;
 pub mod scripted;

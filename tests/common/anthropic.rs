@@ -4,7 +4,7 @@
 //! bills them. Include with `#[path = "common/anthropic.rs"] mod anthropic_wire;`.
 #![allow(dead_code)]
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use serde_json::{json, Value};
@@ -140,11 +140,15 @@ pub fn tokens_of(text: &str) -> u64 {
 
 /// The API's prompt cache, modelled: the request's prefix is its tools, system blocks and
 /// message blocks in that order; a `cache_control` block ends a cacheable prefix. A prefix
-/// seen at a breakpoint before is read from the cache (the longest such), the rest up to the
-/// last breakpoint is written, and what follows is plain input.
+/// seen at a breakpoint before, and not yet expired, is read from the cache (the longest
+/// such), the rest up to the last breakpoint is written, and what follows is plain input.
+/// An entry lives 5 minutes, or an hour when its breakpoint says `"ttl": "1h"`, from when
+/// it was last written or read; `now_s` is the model's clock (tests move it).
 #[derive(Default)]
 pub struct CacheModel {
-    cached: HashSet<String>,
+    /// Each cached prefix and when it expires (seconds on the model's clock).
+    cached: HashMap<String, u64>,
+    pub now_s: u64,
 }
 
 /// What one request costs in tokens under [`CacheModel`].
@@ -152,23 +156,39 @@ pub struct CacheModel {
 pub struct CacheUsage {
     pub input: u64,
     pub cache_read: u64,
+    /// Every token written to the cache, whatever its lifetime.
     pub cache_write: u64,
+    /// Of `cache_write`, those written with the 1-hour lifetime (billed at 2× input).
+    pub cache_write_1h: u64,
 }
 
 impl CacheUsage {
     pub fn total(&self) -> u64 {
         self.input + self.cache_read + self.cache_write
     }
+
+    /// Input dollars at per-million prices: input, a 5-minute write at 1.25×, a 1-hour write
+    /// at 2× and a read at 0.1× of `input_price`.
+    pub fn cost(&self, input_price: f64) -> f64 {
+        let write_5m = self.cache_write - self.cache_write_1h;
+        (self.input as f64 * input_price
+            + self.cache_read as f64 * input_price * 0.1
+            + write_5m as f64 * input_price * 1.25
+            + self.cache_write_1h as f64 * input_price * 2.0)
+            / 1e6
+    }
 }
 
 impl CacheModel {
     pub fn bill(&mut self, body: &Value) -> CacheUsage {
-        let mut blocks: Vec<(String, bool)> = Vec::new();
+        let now = self.now_s;
+        let mut blocks: Vec<(String, Option<u64>)> = Vec::new();
         // Each block without its mark, tagged with where it is (the role is part of the prefix).
         let mut push = |place: &Value, block: &Value| {
             let mut plain = block.clone();
-            let marked = plain.as_object_mut().and_then(|o| o.remove("cache_control")).is_some();
-            blocks.push((json!({"in": place, "block": plain}).to_string(), marked));
+            let mark = plain.as_object_mut().and_then(|o| o.remove("cache_control"));
+            let ttl = mark.map(|m| if m["ttl"] == "1h" { 3600 } else { 300 });
+            blocks.push((json!({"in": place, "block": plain}).to_string(), ttl));
         };
         for tool in body["tools"].as_array().into_iter().flatten() {
             push(&json!("tools"), tool);
@@ -183,20 +203,34 @@ impl CacheModel {
         }
         let mut prefix = String::new();
         let mut prefixes = Vec::new();
-        for (text, marked) in &blocks {
+        for (text, ttl) in &blocks {
             prefix.push_str(text);
-            if *marked {
-                prefixes.push(prefix.clone());
+            if let Some(ttl) = ttl {
+                prefixes.push((prefix.clone(), *ttl));
             }
         }
         let total = tokens_of(&prefix);
-        let read = prefixes.iter().rev().find(|p| self.cached.contains(*p)).map(|p| tokens_of(p)).unwrap_or(0);
-        let written_to = prefixes.last().map(|p| tokens_of(p)).unwrap_or(0);
-        for p in prefixes {
-            self.cached.insert(p);
+        let live = |p: &String, cached: &HashMap<String, u64>| cached.get(p).is_some_and(|&until| until > now);
+        let read = prefixes.iter().rev().find(|(p, _)| live(p, &self.cached)).map(|(p, _)| tokens_of(p)).unwrap_or(0);
+        // What is written between the read prefix and each breakpoint, by that breakpoint's lifetime.
+        let mut cache_write = 0;
+        let mut cache_write_1h = 0;
+        let mut done = read;
+        for (p, ttl) in &prefixes {
+            let upto = tokens_of(p);
+            if upto > done {
+                cache_write += upto - done;
+                if *ttl == 3600 {
+                    cache_write_1h += upto - done;
+                }
+                done = upto;
+            }
         }
-        let cache_write = written_to.saturating_sub(read);
-        CacheUsage { input: total - read - cache_write, cache_read: read, cache_write }
+        for (p, ttl) in prefixes {
+            let until = self.cached.get(&p).copied().unwrap_or(0).max(now + ttl);
+            self.cached.insert(p, until);
+        }
+        CacheUsage { input: total - read - cache_write, cache_read: read, cache_write, cache_write_1h }
     }
 }
 

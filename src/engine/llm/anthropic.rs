@@ -8,6 +8,8 @@
 //! one user message. Prompt caching: `cache_control` breakpoints on the last tool, the
 //! system prompt and the two most recent user messages (at most [`MAX_BREAKPOINTS`]), so
 //! each request reads the previous one's prefix from the cache and writes only what is new.
+//! A request whose successor is expected later than 5 minutes (the engine says so in
+//! [`ChatRequest::cache_lifetime`]) marks them with the 1-hour lifetime (`"ttl": "1h"`).
 //!
 //! Retries follow the OpenAI client: 429, 5xx and 529 / `overloaded_error` (also as an
 //! `error` event before any output) are retried honouring `retry-after`, only while nothing
@@ -24,13 +26,18 @@ use tokio_util::bytes::Bytes;
 
 use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings, Retries};
 use super::sse::{clip, SseParser, MAX_ANSWER_BYTES};
-use super::{ChatMessage, ChatRequest, Completion, LlmError, Provider, Role, StreamDelta, ToolCall, Usage};
+use super::{
+    CacheLifetime, ChatMessage, ChatRequest, Completion, LlmError, Provider, Role, StreamDelta, ToolCall, Usage,
+};
 
 /// The API version every request names.
 pub(crate) const ANTHROPIC_VERSION: &str = "2023-06-01";
 pub(crate) const ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com/v1";
 /// Used with `ANTHROPIC_API_KEY` when `[model] name` is empty.
 pub(crate) const ANTHROPIC_DEFAULT_MODEL: &str = "claude-sonnet-4-5";
+/// The `anthropic-beta` flag the 1-hour cache lifetime was introduced under; sent with
+/// every request that asks for it (harmless where the lifetime needs no flag).
+pub(crate) const EXTENDED_CACHE_TTL_BETA: &str = "extended-cache-ttl-2025-04-11";
 /// The API accepts at most this many `cache_control` breakpoints per request.
 pub(crate) const MAX_BREAKPOINTS: usize = 4;
 /// A single SSE event longer than this is refused rather than buffered without end.
@@ -110,16 +117,20 @@ impl AnthropicClient {
         &self,
         url: &str,
         body: &Bytes,
+        lifetime: CacheLifetime,
         on_delta: &mut (dyn FnMut(StreamDelta) + Send),
         delivered: &mut bool,
     ) -> Result<Completion, LlmError> {
         let idle = self.settings.idle_timeout;
-        let request = self.headers(
-            self.http
-                .post(url)
-                .header(reqwest::header::ACCEPT, "text/event-stream")
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone()),
+        let request = cache_headers(
+            self.headers(
+                self.http
+                    .post(url)
+                    .header(reqwest::header::ACCEPT, "text/event-stream")
+                    .header(reqwest::header::CONTENT_TYPE, "application/json")
+                    .body(body.clone()),
+            ),
+            lifetime,
         );
         let response = match tokio::time::timeout(idle, request.send()).await {
             Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
@@ -179,7 +190,7 @@ impl Provider for AnthropicClient {
         let mut retries = Retries::new(&self.settings, "Anthropic");
         loop {
             let mut delivered = false;
-            let error = match self.attempt(&url, &body, on_delta, &mut delivered).await {
+            let error = match self.attempt(&url, &body, request.cache_lifetime, on_delta, &mut delivered).await {
                 Ok(completion) => return Ok(completion),
                 Err(error) => self.redact(error),
             };
@@ -235,8 +246,20 @@ impl Provider for AnthropicClient {
     }
 }
 
-fn ephemeral() -> Value {
-    json!({"type": "ephemeral"})
+/// A breakpoint's `cache_control`: the API's default lifetime (5 minutes) says no `ttl`.
+fn ephemeral(lifetime: CacheLifetime) -> Value {
+    match lifetime {
+        CacheLifetime::FiveMinutes => json!({"type": "ephemeral"}),
+        CacheLifetime::OneHour => json!({"type": "ephemeral", "ttl": "1h"}),
+    }
+}
+
+/// The headers a request's cache lifetime needs: the 1-hour one names its beta flag.
+pub(crate) fn cache_headers(request: reqwest::RequestBuilder, lifetime: CacheLifetime) -> reqwest::RequestBuilder {
+    match lifetime {
+        CacheLifetime::FiveMinutes => request,
+        CacheLifetime::OneHour => request.header("anthropic-beta", EXTENDED_CACHE_TTL_BETA),
+    }
 }
 
 /// The Messages API body for `request`.
@@ -247,7 +270,9 @@ pub(crate) fn request_body(request: &ChatRequest<'_>, options: MessagesOptions) 
         system.into_iter().filter(|t| !t.is_empty()).map(|t| json!({"type": "text", "text": t})).collect();
     let mut messages = messages;
 
-    // Breakpoints, in prefix order: tools, system, then the latest user messages.
+    // Breakpoints, in prefix order: tools, system, then the latest user messages. All of
+    // one request share a lifetime (the API wants 1-hour ones before any 5-minute one).
+    let ephemeral = || ephemeral(request.cache_lifetime);
     let mut left = MAX_BREAKPOINTS;
     if let Some(last) = tools.last_mut() {
         last["cache_control"] = ephemeral();
@@ -793,5 +818,31 @@ mod tests {
         messages[1].thinking = vec![json!({"type": "thinking", "thinking": "t", "signature": "s"})];
         let live = ChatRequest { messages: messages.iter().map(Cow::Borrowed).collect(), ..request };
         assert_eq!(request_body(&live, options)["thinking"], json!({"type":"enabled","budget_tokens":4000}));
+    }
+
+    #[test]
+    fn every_breakpoint_carries_the_requests_cache_lifetime() {
+        let messages = vec![
+            ChatMessage::system("sys"),
+            ChatMessage::user("a"),
+            ChatMessage::assistant("b", Vec::new()),
+            ChatMessage::user("c"),
+        ];
+        let tool = json!({"type": "function", "function": {"name": "t", "description": "d", "parameters": {}}});
+        let request = ChatRequest { tools: vec![tool], ..ChatRequest::owned("m", messages) };
+        let marks = |body: &Value| {
+            let mut out = vec![body["tools"][0]["cache_control"].clone(), body["system"][0]["cache_control"].clone()];
+            for m in body["messages"].as_array().into_iter().flatten() {
+                out.extend(
+                    m["content"].as_array().into_iter().flatten().filter_map(|b| b.get("cache_control")).cloned(),
+                );
+            }
+            out
+        };
+        let five = request_body(&request, MessagesOptions::default());
+        assert_eq!(marks(&five), vec![json!({"type": "ephemeral"}); 4]);
+        let hour = ChatRequest { cache_lifetime: CacheLifetime::OneHour, ..request };
+        let hour = request_body(&hour, MessagesOptions::default());
+        assert_eq!(marks(&hour), vec![json!({"type": "ephemeral", "ttl": "1h"}); 4]);
     }
 }

@@ -21,7 +21,11 @@ pub(super) enum Work {
 impl Engine {
     /// Start `work` as its own task with the history; it hands the history back when done.
     pub(super) fn begin(&mut self, work: Work) {
-        let control = TurnControl::new(self.asks_tx.clone(), self.waiting.subscribe());
+        let mut control = TurnControl::new(self.asks_tx.clone(), self.waiting.subscribe());
+        control.standing = crate::engine::cadence::Standing {
+            heartbeat_interval_s: self.heartbeat.as_ref().and_then(|h| h.active_interval_s()),
+            goal_active: self.goal.is_active(),
+        };
         let history = std::mem::take(&mut self.history);
         let (env, ctl, omitted, meter) = (self.env.clone(), control.clone(), self.omitted, self.meter);
         let rewind = self.rewind.clone();
