@@ -19,6 +19,7 @@
 //! engine::jobs      every spawned process: job registry, supervisors, logs, watches, notices
 //! engine::{agents, approval, rewind}  sub-agents, the approval flow, workspace snapshots
 //! engine::{backend, store, netproxy, context}  local/ssh/docker; SQLite; the proxy; ctx meter
+//! engine::cadence  when the next request is expected: the cache lifetime a turn asks for
 //! engine::{llm, sandbox, activity}  providers and the token estimate; containment; liveness
 //! engine::{scheduler, heartbeat, bang}, engine  pure cores; `engine` itself is the EventSink
 //! exec, tui         front ends that speak only `protocol` (Op out, Event in) and `present`

@@ -76,3 +76,20 @@ mod tests {
         assert_eq!(*lock(&m), 1);
     }
 }
+
+/// How far tests have moved the heartbeat's clock ahead (`testkit::clock`); kept in this
+/// leaf so the heartbeat reads it without naming the test kit.
+#[cfg(any(test, feature = "testkit"))]
+pub(crate) mod heartbeat_skew {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    static SKEW_MS: AtomicU64 = AtomicU64::new(0);
+
+    pub(crate) fn get() -> u64 {
+        SKEW_MS.load(Ordering::SeqCst)
+    }
+
+    pub(crate) fn advance(ms: u64) {
+        SKEW_MS.fetch_add(ms, Ordering::SeqCst);
+    }
+}

@@ -212,41 +212,16 @@ impl SessionState {
             Event::AssistantDelta(text) => out.push(Out::Update(updates::agent_text(&text))),
             Event::ReasoningDelta(text) => out.push(Out::Update(updates::agent_thought(&text))),
             Event::AssistantDone { .. } => {}
-            Event::ToolStarted { call_id, name, summary } => {
-                self.running_tools.push(call_id.clone());
-                self.outputs.insert(call_id.clone(), String::new());
-                out.push(Out::Update(updates::tool_call(&call_id, &name, &summary)));
-            }
-            Event::ToolOutput { call_id, chunk } => {
-                let kept = self.outputs.entry(call_id.clone()).or_default();
-                kept.push_str(&chunk);
-                if kept.len() > 2 * OUTPUT_KEPT {
-                    *kept = crate::text::tail_chars(kept, OUTPUT_KEPT).to_string();
-                }
-                out.push(Out::Update(updates::tool_output(&call_id, &shown(kept))));
-            }
-            Event::ToolFinished { call_id, outcome } => {
-                self.running_tools.retain(|c| *c != call_id);
-                let output = self.outputs.remove(&call_id).unwrap_or_default();
-                out.push(Out::Update(updates::tool_finished(&call_id, &shown(&output), &outcome)));
+            event @ (Event::ToolStarted { .. } | Event::ToolOutput { .. } | Event::ToolFinished { .. }) => {
+                out.extend(self.on_tool(event))
             }
             Event::ApprovalNeeded { id, command, reason, grounds } => {
                 out.push(self.approval_needed(id, &command, &reason, &grounds))
             }
-            Event::JobStarted { job } => out.push(Out::Update(updates::job_started(&job))),
-            Event::JobUpdated { id, status, tail } => {
-                if self.job_tails.get(&id) != Some(&tail) {
-                    out.push(Out::Update(updates::job_updated(&id, &status, &tail)));
-                    self.job_tails.insert(id, tail);
-                }
-            }
-            Event::JobFinished { id, status } => {
-                self.job_tails.remove(&id);
-                out.push(Out::Update(updates::job_finished(&id, &status)));
-            }
-            Event::WatchMatched { id, pattern, line, more, .. } => {
-                out.push(Out::Update(updates::watch_matched(&id, &pattern, &line, more)))
-            }
+            event @ (Event::JobStarted { .. }
+            | Event::JobUpdated { .. }
+            | Event::JobFinished { .. }
+            | Event::WatchMatched { .. }) => out.extend(self.on_job(event)),
             // The job's own updates already reach the editor; a sub-agent's progress is the pane's.
             Event::JobLog { .. }
             | Event::JobWatches { .. }
@@ -305,6 +280,54 @@ impl SessionState {
             Event::NetworkConnection(_) => {}
         }
         out
+    }
+
+    /// A tool call's start, output and end.
+    fn on_tool(&mut self, event: Event) -> Option<Out> {
+        let update = match event {
+            Event::ToolStarted { call_id, name, summary } => {
+                self.running_tools.push(call_id.clone());
+                self.outputs.insert(call_id.clone(), String::new());
+                updates::tool_call(&call_id, &name, &summary)
+            }
+            Event::ToolOutput { call_id, chunk } => {
+                let kept = self.outputs.entry(call_id.clone()).or_default();
+                kept.push_str(&chunk);
+                if kept.len() > 2 * OUTPUT_KEPT {
+                    *kept = crate::text::tail_chars(kept, OUTPUT_KEPT).to_string();
+                }
+                updates::tool_output(&call_id, &shown(kept))
+            }
+            Event::ToolFinished { call_id, outcome } => {
+                self.running_tools.retain(|c| *c != call_id);
+                let output = self.outputs.remove(&call_id).unwrap_or_default();
+                updates::tool_finished(&call_id, &shown(&output), &outcome)
+            }
+            _ => return None,
+        };
+        Some(Out::Update(update))
+    }
+
+    /// A background job's start, progress, end and watch matches.
+    fn on_job(&mut self, event: Event) -> Option<Out> {
+        let update = match event {
+            Event::JobStarted { job } => updates::job_started(&job),
+            Event::JobUpdated { id, status, tail } => {
+                if self.job_tails.get(&id) == Some(&tail) {
+                    return None;
+                }
+                let update = updates::job_updated(&id, &status, &tail);
+                self.job_tails.insert(id, tail);
+                update
+            }
+            Event::JobFinished { id, status } => {
+                self.job_tails.remove(&id);
+                updates::job_finished(&id, &status)
+            }
+            Event::WatchMatched { id, pattern, line, more, .. } => updates::watch_matched(&id, &pattern, &line, more),
+            _ => return None,
+        };
+        Some(Out::Update(update))
     }
 
     fn user_message(&mut self, text: &str, trigger: &TurnTrigger) -> Option<Out> {

@@ -225,7 +225,7 @@ pub fn now_ms() -> u64 {
 
 #[cfg(any(test, feature = "testkit"))]
 fn skew_ms() -> u64 {
-    crate::testkit::clock::skew_ms()
+    crate::util::heartbeat_skew::get()
 }
 
 #[cfg(not(any(test, feature = "testkit")))]

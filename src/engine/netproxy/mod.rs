@@ -246,7 +246,7 @@ impl NetProxy {
         let mut jobs = lock(&self.inner.jobs);
         jobs.retain(|_, entry| {
             let keep = match entry.supervisor {
-                Some((pid, start)) => crate::engine::jobs::group::process_alive(pid, Some(start)),
+                Some((pid, start)) => crate::engine::process::process_alive(pid, Some(start)),
                 None => !unstarted,
             };
             if !keep {

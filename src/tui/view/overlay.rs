@@ -453,9 +453,9 @@ fn log_keys(app: &App, view: &LogView) -> Vec<String> {
     keys
 }
 
-pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
-    let dim = Style::default().fg(app.theme.dim);
-    let (title, running) = match &view.source {
+/// The log view's title, and whether what it shows is still running.
+fn log_title(app: &App, view: &LogView) -> (String, bool) {
+    match &view.source {
         LogSource::Job(id) => match app.jobs.iter().find(|j| &j.info.id == id) {
             // A sub-agent's log is its conversation (`agent_log`), not a command's output.
             Some(job) if job.info.agent.is_some() => {
@@ -488,7 +488,12 @@ pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogV
             None => (" tool output (finished) ".to_string(), false),
         },
         LogSource::Diff(title) => (format!(" /diff · {} ", title.replace('\n', " ")), false),
-    };
+    }
+}
+
+pub(crate) fn draw_log(frame: &mut Frame<'_>, area: Rect, app: &App, view: &LogView) {
+    let dim = Style::default().fg(app.theme.dim);
+    let (title, running) = log_title(app, view);
     let block = Block::default()
         .borders(Borders::ALL)
         .border_style(Style::default().fg(app.theme.border_focus))
