@@ -120,6 +120,168 @@ impl Emulator {
     }
 }
 
+/// How a run of cells looks: the attributes a cell of the emulated terminal carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Look {
+    pub fg: vt100::Color,
+    pub bg: vt100::Color,
+    pub bold: bool,
+    pub dim: bool,
+    pub italic: bool,
+    pub underline: bool,
+    pub inverse: bool,
+}
+
+impl Look {
+    fn of(cell: &vt100::Cell) -> Look {
+        Look {
+            fg: cell.fgcolor(),
+            bg: cell.bgcolor(),
+            bold: cell.bold(),
+            dim: cell.dim(),
+            italic: cell.italic(),
+            underline: cell.underline(),
+            inverse: cell.inverse(),
+        }
+    }
+}
+
+/// Neighbouring cells of one line that look the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Run {
+    pub text: String,
+    pub look: Look,
+}
+
+/// Rows kept in the emulator's scrollback before they are read out as cells: what a
+/// read-out costs in memory (32 bytes a cell) is bounded by this, whatever the output.
+const SCROLLBACK: usize = 1024;
+/// Bytes fed between read-outs: at most one row scrolls per byte of text, so plain
+/// output can never push a row out of the scrollback unread.
+const DISPLAY_CHUNK: usize = SCROLLBACK / 2;
+
+/// What the log view shows of job output, read from the emulator's cells: the lines of
+/// [`styled`], each as runs of text with how they look. One parser (vt100) on the way from
+/// the bytes to the screen; no escape sequence is written or read again.
+pub fn styled_lines(text: &str) -> Vec<Vec<Run>> {
+    let carried;
+    let text = if text.contains(REPLACEMENT) {
+        carried = text.replace(REPLACEMENT, CARRIED);
+        &carried
+    } else {
+        text
+    };
+    let mut parser = vt100::Parser::new_with_callbacks(nonzero(ROWS), nonzero(COLS), SCROLLBACK, Uncounted);
+    let mut rows: Vec<(Vec<Run>, bool)> = Vec::new();
+    let mut buf = Vec::with_capacity(DISPLAY_CHUNK * 2);
+    for chunk in text.as_bytes().chunks(DISPLAY_CHUNK) {
+        buf.clear();
+        for &b in chunk {
+            // No `onlcr` on a pipe (see `Emulator::feed`).
+            if b == b'\n' {
+                buf.push(b'\r');
+            }
+            buf.push(b);
+        }
+        parser.process(&buf);
+        if parser.screen().scrollback_len() > SCROLLBACK - DISPLAY_CHUNK {
+            read_scrollback(parser.screen_mut(), &mut rows);
+        }
+    }
+    let screen = parser.screen_mut();
+    read_scrollback(screen, &mut rows);
+    for r in 0..ROWS {
+        rows.push((row_runs(screen, r), screen.row_wrapped(r)));
+    }
+    let mut lines: Vec<Vec<Run>> = Vec::new();
+    let mut continues = false;
+    for (runs, wrapped) in rows {
+        match lines.last_mut() {
+            Some(line) if continues => append_runs(line, runs),
+            _ => lines.push(runs),
+        }
+        continues = wrapped;
+    }
+    // The unused rows of the screen, and the padding of the last row, are not output.
+    while lines.last().is_some_and(|l| l.iter().all(|r| r.text.trim().is_empty())) {
+        lines.pop();
+    }
+    if let Some(last) = lines.last_mut() {
+        while let Some(run) = last.last_mut() {
+            let kept = run.text.trim_end_matches(' ').len();
+            run.text.truncate(kept);
+            if !run.text.is_empty() {
+                break;
+            }
+            last.pop();
+        }
+    }
+    for run in lines.iter_mut().flatten() {
+        if run.text.contains(CARRIED) {
+            run.text = run.text.replace(CARRIED, REPLACEMENT);
+        }
+    }
+    lines
+}
+
+/// Rows pushed out of the scrollback unread go nowhere: only a flood of scroll-up escapes
+/// can do it (plain text is read out first), and what they push out is blank.
+struct Uncounted;
+
+impl vt100::Callbacks for Uncounted {}
+
+/// Every row in the scrollback, oldest first, as runs; then the scrollback is emptied.
+fn read_scrollback(screen: &mut vt100::Screen, rows: &mut Vec<(Vec<Run>, bool)>) {
+    let len = screen.scrollback_len();
+    let mut first = 0;
+    while first < len {
+        // With the view scrolled back by `len - first` rows, row `first` is at the top.
+        screen.set_scrollback(len - first);
+        let n = (len - first).min(usize::from(ROWS));
+        for r in 0..n as u16 {
+            rows.push((row_runs(screen, r), screen.row_wrapped(r)));
+        }
+        first += n;
+    }
+    screen.clear_scrollback();
+}
+
+/// One visible row as runs: cells never written stay out at the end and are plain
+/// spaces between written ones; the second half of a wide character is skipped.
+fn row_runs(screen: &vt100::Screen, row: u16) -> Vec<Run> {
+    let mut runs: Vec<Run> = Vec::new();
+    let mut blank = 0;
+    for col in 0..COLS {
+        let Some(cell) = screen.cell(row, col) else { break };
+        if cell.is_wide_continuation() {
+            continue;
+        }
+        let look = Look::of(cell);
+        if !cell.has_contents() && look == Look::default() {
+            blank += 1;
+            continue;
+        }
+        if blank > 0 {
+            push_text(&mut runs, &" ".repeat(std::mem::take(&mut blank)), Look::default());
+        }
+        push_text(&mut runs, if cell.has_contents() { cell.contents() } else { " " }, look);
+    }
+    runs
+}
+
+fn push_text(runs: &mut Vec<Run>, text: &str, look: Look) {
+    match runs.last_mut() {
+        Some(last) if last.look == look => last.text.push_str(text),
+        _ => runs.push(Run { text: text.to_string(), look }),
+    }
+}
+
+fn append_runs(line: &mut Vec<Run>, runs: Vec<Run>) {
+    for run in runs {
+        push_text(line, &run.text, run.look);
+    }
+}
+
 /// The lines of a stream as they are completed, each as a terminal shows it (escape
 /// sequences applied, colours dropped): what watch patterns are matched against.
 ///
@@ -420,6 +582,54 @@ mod tests {
             lines.extend(feed.feed(&raw[cut..]));
             assert_eq!(lines, vec!["over", "next é line"], "cut at {cut}");
             assert_eq!(feed.pending(), "last");
+        }
+    }
+
+    /// The lines of `styled_lines` as plain text, for comparing with `plain`.
+    fn texts(lines: &[Vec<Run>]) -> Vec<String> {
+        lines.iter().map(|l| l.iter().map(|r| r.text.as_str()).collect()).collect()
+    }
+
+    #[test]
+    fn cells_keep_colours_bold_and_the_rest_as_runs() {
+        let lines = styled_lines(
+            "\x1b[32m   Compiling\x1b[0m x\n\x1b[1;33mwarning\x1b[0m: \x1b[4;3;7;38;5;208;48;2;1;2;3mu\x1b[0m\n",
+        );
+        let green = Look { fg: vt100::Color::Idx(2), ..Look::default() };
+        let bold_yellow = Look { fg: vt100::Color::Idx(3), bold: true, ..Look::default() };
+        let odd = Look {
+            fg: vt100::Color::Idx(208),
+            bg: vt100::Color::Rgb(1, 2, 3),
+            italic: true,
+            underline: true,
+            inverse: true,
+            ..Look::default()
+        };
+        let run = |text: &str, look| Run { text: text.into(), look };
+        assert_eq!(
+            lines,
+            vec![
+                vec![run("   Compiling", green), run(" x", Look::default())],
+                vec![run("warning", bold_yellow), run(": ", Look::default()), run("u", odd)],
+            ]
+        );
+    }
+
+    #[test]
+    fn styled_lines_show_what_plain_shows() {
+        let long = "x".repeat(600);
+        let many: String = (0..3000).map(|i| format!("\x1b[3{}mline {i}\x1b[0m\n", i % 8)).collect();
+        for text in [
+            "a\rb\n".to_string(),
+            "10%\r\x1b[31m100%\x1b[0m\ndone".to_string(),
+            "one\ntwo\n\x1b[1A\x1b[2Kthree\n".to_string(),
+            format!("{long}\nend"),
+            many,
+            "bad \u{FFFD} byte\n\n\n".to_string(),
+            "wide 漢字 and\ttab\n".to_string(),
+        ] {
+            let want: Vec<String> = plain(&text).lines().map(str::to_string).collect();
+            assert_eq!(texts(&styled_lines(&text)), want, "{text:?}");
         }
     }
 }

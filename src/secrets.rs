@@ -81,13 +81,7 @@ fn reexec_without(keys: &HashMap<String, String>) -> std::io::Result<Never> {
         return Err(std::io::Error::other("the keys are too large to hand over"));
     }
     // Without O_CLOEXEC: the read end must survive exec.
-    let mut fds = [0; 2];
-    // SAFETY: pipe writes two descriptors into the array.
-    if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both descriptors were just created and are owned here alone.
-    let (read_end, write_end) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let (read_end, write_end) = nix::unistd::pipe()?;
     std::fs::File::from(write_end).write_all(&payload)?;
     let exe = std::env::current_exe()?;
     let mut args = std::env::args_os();

@@ -76,8 +76,8 @@ pub fn sanitize_for_display(text: &str) -> String {
     render_lines(text, false)
 }
 
-/// Like [`sanitize_for_display`] but colour/style SGR sequences (`ESC[...m`) are kept, for
-/// job logs rendered with ansi-to-tui. Every other escape sequence is removed.
+/// Like [`sanitize_for_display`] but colour/style SGR sequences (`ESC[...m`) are kept.
+/// Every other escape sequence is removed.
 pub fn sgr_only(text: &str) -> String {
     render_lines(text, true)
 }

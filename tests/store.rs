@@ -581,7 +581,8 @@ async fn resume_names_one_session_or_offers_the_ones_that_fit() {
     };
     let a = store.create_session("m", "/w", None).await.unwrap();
     store.set_title(&a, "hi").await.unwrap();
-    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    // Created in the same millisecond or not: sessions that tie on time are ordered by
+    // their row (a sequence), and the matches are compared as sets.
     let b = store.create_session("m", "/w", None).await.unwrap();
     store.set_title(&b, "Hi").await.unwrap();
     let c = store.create_session("m", "/w", None).await.unwrap();

@@ -318,44 +318,10 @@ impl GoalMachine {
         fx
     }
 
+    /// `/goal gate …`. Before any goal the gates wait for the next `/goal <text>` (kept in a
+    /// cleared goal, so they are saved like the others), and the answers say so.
     fn gate_command(&mut self, cmd: &GateCmd) -> Vec<GoalEffect> {
-        if self.live().is_none() {
-            return self.staged_gate_command(cmd);
-        }
-        let Some(g) = self.goal.as_mut() else { return Vec::new() };
-        match cmd {
-            GateCmd::List => vec![GoalEffect::ShowStatus { gates_only: true }],
-            GateCmd::Add(c) => {
-                let c = c.trim();
-                if c.is_empty() {
-                    return vec![error("a gate needs a command: /goal gate add <cmd>")];
-                }
-                g.gates.push(Gate::new(c));
-                vec![info(format!("◎ gate {} added: $ {c}", g.gates.len())), GoalEffect::Save]
-            }
-            GateCmd::Remove(n) => {
-                if *n == 0 || *n > g.gates.len() {
-                    let have = match g.gates.len() {
-                        0 => "there are no gates".to_string(),
-                        1 => "there is 1 gate".to_string(),
-                        k => format!("there are {k} gates"),
-                    };
-                    return vec![error(format!("no gate {n}: {have}"))];
-                }
-                let gate = g.gates.remove(n - 1);
-                vec![info(format!("◎ gate {n} removed: $ {}", gate.cmd)), GoalEffect::Save]
-            }
-            GateCmd::Clear => {
-                let n = g.gates.len();
-                g.gates.clear();
-                vec![info(format!("◎ {n} gate{} removed", if n == 1 { "" } else { "s" })), GoalEffect::Save]
-            }
-        }
-    }
-
-    /// `/goal gate …` before any goal: the gates wait for the next `/goal <text>` (kept in
-    /// a cleared goal, so they are saved like the others).
-    fn staged_gate_command(&mut self, cmd: &GateCmd) -> Vec<GoalEffect> {
+        let staged = self.live().is_none();
         let g = self.goal.get_or_insert_with(|| Goal {
             text: String::new(),
             status: GoalStatus::Cleared,
@@ -376,19 +342,20 @@ impl GoalMachine {
                 }
                 g.gates.push(Gate::new(c));
                 let n = g.gates.len();
-                vec![
-                    info(format!("◎ gate {n} added: $ {c} — no goal yet: it applies to the next /goal <text>")),
-                    GoalEffect::Save,
-                ]
+                let later = if staged { " — no goal yet: it applies to the next /goal <text>" } else { "" };
+                vec![info(format!("◎ gate {n} added: $ {c}{later}")), GoalEffect::Save]
             }
             GateCmd::Remove(n) => {
                 if *n == 0 || *n > g.gates.len() {
-                    let have = match g.gates.len() {
-                        0 => "no gates are".to_string(),
-                        1 => "1 gate is".to_string(),
-                        k => format!("{k} gates are"),
+                    let have = match (g.gates.len(), staged) {
+                        (0, false) => "there are no gates".to_string(),
+                        (1, false) => "there is 1 gate".to_string(),
+                        (k, false) => format!("there are {k} gates"),
+                        (0, true) => "no gates are waiting for a goal".to_string(),
+                        (1, true) => "1 gate is waiting for a goal".to_string(),
+                        (k, true) => format!("{k} gates are waiting for a goal"),
                     };
-                    return vec![error(format!("no gate {n}: {have} waiting for a goal"))];
+                    return vec![error(format!("no gate {n}: {have}"))];
                 }
                 let gate = g.gates.remove(n - 1);
                 vec![info(format!("◎ gate {n} removed: $ {}", gate.cmd)), GoalEffect::Save]

@@ -16,6 +16,7 @@ pub mod log;
 pub mod output;
 pub(crate) mod records;
 mod run;
+pub(crate) mod supervise;
 pub mod supervisor;
 pub mod watches;
 
@@ -288,7 +289,70 @@ struct JobState {
 use crate::util::lock;
 pub(crate) use crate::util::now_ms;
 
+/// What tells one running job from another, as its spawn or its re-attach knows it.
+struct JobFacts {
+    sandboxed: bool,
+    remote: Option<crate::engine::backend::RemoteJob>,
+    dies_with_owner: bool,
+    num: u64,
+    id: JobId,
+    command: String,
+    cwd: PathBuf,
+    session_id: String,
+    dir: JobDir,
+    pgid: i32,
+    leader_start: u64,
+    supervisor: (i32, u64),
+    started_at_ms: u64,
+    started: Instant,
+    background: bool,
+    has_stdin: bool,
+    /// The tool call a foreground command answers.
+    call_id: Option<String>,
+    ended_away: bool,
+}
+
 impl Job {
+    /// A job that runs (or ran while nobody watched: `ended_away`), nothing read of it yet.
+    fn running(facts: JobFacts, output_cap: usize) -> Job {
+        let (done, _) = watch::channel(None);
+        Job {
+            sandboxed: facts.sandboxed,
+            remote: facts.remote,
+            dies_with_owner: facts.dies_with_owner,
+            num: facts.num,
+            id: facts.id,
+            command: facts.command,
+            cwd: facts.cwd,
+            session_id: facts.session_id,
+            dir: facts.dir,
+            pid: facts.pgid.max(0) as u32,
+            pgid: facts.pgid,
+            leader_start: facts.leader_start,
+            supervisor: facts.supervisor,
+            started_at_ms: facts.started_at_ms,
+            started: facts.started,
+            state: Mutex::new(JobState {
+                status: JobStatus::Running,
+                background: facts.background,
+                announced: false,
+                has_stdin: facts.has_stdin,
+                finished_at: None,
+                output: OutputBuf::for_model_cap(output_cap),
+                log: Default::default(),
+                call_id: facts.call_id,
+            }),
+            stdin_lock: tokio::sync::Mutex::new(()),
+            done,
+            forgotten: CancellationToken::new(),
+            kill_requested: AtomicBool::new(false),
+            exit_seen: AtomicBool::new(false),
+            watches: Mutex::new(Default::default()),
+            awaited: AtomicBool::new(false),
+            ended_away: facts.ended_away,
+        }
+    }
+
     fn state(&self) -> MutexGuard<'_, JobState> {
         lock(&self.state)
     }

@@ -5,19 +5,15 @@
 //! re-attached. After a reboot every unfinished record is lost.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
-
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use super::follow::{follow, LogReader};
 use super::jobdir::{ExitRecord, JobDir, Owner};
-use super::output::OutputBuf;
-use super::{actions, group, lock, now_ms, ExitInfo, Job, JobState, Registry};
+use super::{actions, group, lock, now_ms, ExitInfo, Job, JobFacts, Registry};
 use crate::engine::store::jobs::{JobEnd, JobRow, RecordStatus};
-use crate::protocol::{JobFate, JobStatus};
+use crate::protocol::JobFate;
 
 /// What talaria writes as the kill reason when it kills its jobs because it quits.
 pub(crate) const QUIT_REASON: &str = "talaria quit";
@@ -230,10 +226,9 @@ impl Registry {
         }
         let age = Duration::from_millis(now_ms().saturating_sub(row.started_at.max(0) as u64));
         let started = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
-        let (done, _) = watch::channel(None);
         let has_stdin = running && row.has_stdin && jd.stdin().exists() && !jd.stdin_eof().exists();
         let spec = super::jobdir::read_json::<super::jobdir::Spec>(&jd.spec());
-        let job = Arc::new(Job {
+        let facts = JobFacts {
             remote: super::jobdir::read_json::<crate::engine::backend::RemoteJob>(
                 &jd.path.join(super::run::REMOTE_JSON),
             ),
@@ -246,31 +241,17 @@ impl Registry {
             cwd: PathBuf::from(&row.cwd),
             session_id: row.session_id.clone(),
             dir: jd.clone(),
-            pid: row.pgid.unwrap_or(0).max(0) as u32,
             pgid: row.pgid.unwrap_or(0) as i32,
             leader_start: row.leader_start.unwrap_or(0) as u64,
             supervisor: (row.supervisor_pid.unwrap_or(0) as i32, row.supervisor_start.unwrap_or(0) as u64),
             started_at_ms: row.started_at.max(0) as u64,
             started,
-            state: Mutex::new(JobState {
-                status: JobStatus::Running,
-                background: true,
-                announced: false,
-                has_stdin,
-                finished_at: None,
-                output: OutputBuf::for_model_cap(self.config.tool_output.max_chars),
-                log: Default::default(),
-                call_id: None,
-            }),
-            stdin_lock: tokio::sync::Mutex::new(()),
-            done,
-            forgotten: CancellationToken::new(),
-            kill_requested: AtomicBool::new(false),
-            exit_seen: AtomicBool::new(false),
-            watches: Mutex::new(Default::default()),
-            awaited: AtomicBool::new(false),
+            background: true,
+            has_stdin,
+            call_id: None,
             ended_away,
-        });
+        };
+        let job = Arc::new(Job::running(facts, self.config.tool_output.max_chars));
         self.recognise_agent(&job).await;
         lock(&self.jobs).insert(num, job.clone());
         if job.remote.is_some() && !ended_away {

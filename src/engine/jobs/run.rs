@@ -5,23 +5,20 @@ use std::os::unix::fs::DirBuilderExt;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::AsyncBufReadExt;
-use tokio::sync::{oneshot, watch};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::oneshot;
 
 use super::follow::{follow, LogReader};
 use super::jobdir::{self, Handshake, JobDir, Owner, Spec};
-use super::output::OutputBuf;
-use super::{lock, now_ms, Job, JobState, Registry, RemoteTarget, SpawnSpec, Spawned};
+use super::{lock, now_ms, Job, JobFacts, Registry, RemoteTarget, SpawnSpec, Spawned};
 use crate::engine::backend::{remote, RemoteJob};
 use crate::engine::process::sh_quote;
 use crate::engine::store::jobs::{JobPids, NewJob};
 use crate::engine::store::StoreError;
-use crate::protocol::JobStatus;
 
 /// How long a supervisor may take to start the command (a loaded machine is slow).
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(30);
@@ -130,8 +127,7 @@ pub(super) async fn spawn(
     });
     record_pids(reg, num, &id, &started).await;
 
-    let (done, _) = watch::channel(None);
-    let job = Arc::new(Job {
+    let facts = JobFacts {
         sandboxed: spec.sandboxed && remote_job.is_none(),
         remote: remote_job,
         dies_with_owner: spec.orphan_grace_s.is_some_and(|g| g <= 0.0),
@@ -141,31 +137,17 @@ pub(super) async fn spawn(
         cwd: spec.cwd.clone(),
         session_id: spec.session_id.clone(),
         dir: jd.clone(),
-        pid: pgid as u32,
         pgid,
         leader_start,
         supervisor: (supervisor_pid as i32, supervisor_start),
         started_at_ms,
         started: Instant::now(),
-        state: Mutex::new(JobState {
-            status: JobStatus::Running,
-            background: spec.background,
-            announced: false,
-            has_stdin: spec.background,
-            finished_at: None,
-            output: OutputBuf::for_model_cap(reg.config.tool_output.max_chars),
-            log: Default::default(),
-            call_id: if spec.background { None } else { spec.call_id.clone() },
-        }),
-        stdin_lock: tokio::sync::Mutex::new(()),
-        done,
-        forgotten: CancellationToken::new(),
-        kill_requested: AtomicBool::new(false),
-        exit_seen: AtomicBool::new(false),
-        watches: Mutex::new(Default::default()),
-        awaited: AtomicBool::new(false),
+        background: spec.background,
+        has_stdin: spec.background,
+        call_id: if spec.background { None } else { spec.call_id.clone() },
         ended_away: false,
-    });
+    };
+    let job = Arc::new(Job::running(facts, reg.config.tool_output.max_chars));
     lock(&reg.jobs).insert(num, job.clone());
     drop(records_gate);
     if job.remote.is_some() {

@@ -6,16 +6,23 @@
 //! talaria is alive. It lives in its own session, outside the job's group.
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+
+use nix::fcntl::OFlag;
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+use nix::sys::signal::{kill, Signal};
+use nix::sys::stat::Mode;
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus};
+use nix::unistd::Pid;
 
 use super::jobdir::{self, ExitRecord, Handshake, IndexFile, JobDir, LeaderExit, OutputTotals, Spec};
 use super::log::LogWriter;
 use super::output::Utf8Decoder;
+use super::supervise::{self, Signals};
 use super::{group, now_ms};
 use crate::engine::sandbox;
 
@@ -28,18 +35,9 @@ const LEASE_POLL: Duration = Duration::from_secs(1);
 /// Bytes read per loop turn at most, so the other checks keep running during a flood.
 const READ_BUDGET: usize = 1 << 20;
 
-/// Write end of the SIGCHLD self-pipe (the handler may only do async-signal-safe work).
-static SIGCHLD_FD: AtomicI32 = AtomicI32::new(-1);
-
-extern "C" fn on_sigchld(_: libc::c_int) {
-    let fd = SIGCHLD_FD.load(Ordering::Relaxed);
-    if fd >= 0 {
-        // SAFETY: write(2) on a valid fd with a one-byte buffer is async-signal-safe.
-        unsafe {
-            libc::write(fd, [1u8].as_ptr().cast(), 1);
-        }
-    }
-}
+/// What a terminal or a dying pipe reader would send the supervisor: blocked (and read
+/// away with SIGCHLD), so they do nothing. The job gets the default actions back.
+const QUIET: [Signal; 5] = [Signal::SIGHUP, Signal::SIGINT, Signal::SIGPIPE, Signal::SIGQUIT, Signal::SIGTSTP];
 
 /// The body of `talaria __job <dir>`. Never returns.
 pub fn run(dir: &Path) -> ! {
@@ -92,12 +90,9 @@ fn say(handshake: &Handshake) {
     let _ = out.flush();
     drop(out);
     if let Ok(null) = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null") {
-        // SAFETY: dup2 onto the standard descriptors; `null` stays valid for the call.
-        unsafe {
-            for fd in 0..3 {
-                libc::dup2(null.as_raw_fd(), fd);
-            }
-        }
+        let _ = nix::unistd::dup2_stdin(&null);
+        let _ = nix::unistd::dup2_stdout(&null);
+        let _ = nix::unistd::dup2_stderr(&null);
     }
 }
 
@@ -106,7 +101,8 @@ struct Running {
     spec: Spec,
     pid: i32,
     output: OwnedFd,
-    sigchld: OwnedFd,
+    /// SIGCHLD (and the quiet signals), read instead of handled.
+    signals: Signals,
     /// The supervisor's own write end of the stdin FIFO: the job sees end of file only
     /// once talaria asks (`stdin.eof`) and this is dropped.
     stdin_writer: Option<OwnedFd>,
@@ -117,14 +113,13 @@ struct Running {
 }
 
 fn start(jd: &JobDir) -> Result<Running, String> {
-    // Own session already (talaria started us with setsid); ignore what a terminal or a
-    // dying pipe reader would send. The job gets default dispositions back before exec.
-    // SAFETY: SIG_IGN installs no handler code.
-    unsafe {
-        for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP] {
-            libc::signal(sig, libc::SIG_IGN);
-        }
-    }
+    // Own session already (talaria started us with setsid). Before any thread starts: the
+    // signals are blocked and read from a descriptor; an inherited SIG_IGN for SIGCHLD would
+    // reap the job behind our back.
+    supervise::reset_dispositions(&[Signal::SIGCHLD]);
+    let mut blocked = QUIET.to_vec();
+    blocked.push(Signal::SIGCHLD);
+    let signals = Signals::block(&blocked).map_err(|e| format!("cannot watch the job: {e}"))?;
     // The spec comes over stdin from the talaria that started us, never from a file a job
     // could have rewritten (DESIGN §6a).
     let mut spec = read_spec()?;
@@ -134,7 +129,6 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     }
     set_nice(spec.nice);
     become_subreaper();
-    let sigchld = self_pipe()?;
     let (out_read, out_write) = pipe_cloexec()?;
     let (stdin, stdin_writer) = if spec.stdin { fifo(jd)? } else { (Stdio::null(), None) };
 
@@ -149,7 +143,7 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         .stdin(stdin)
         .stdout(Stdio::from(out_write))
         .stderr(Stdio::from(out_dup));
-    let me = std::process::id() as libc::pid_t;
+    let me = nix::unistd::getpid();
     // The sandbox is built here, before fork; the child only applies it.
     let cgroup = spec.sandbox.as_ref().and_then(|p| sandbox::limits::JobCgroup::create(&p.limits));
     let mut prepared = match &spec.sandbox {
@@ -165,18 +159,13 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     unsafe {
         cmd.pre_exec(move || {
             // Its own session and process group (pgid = pid).
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            set_parent_death_signal();
-            // The supervisor may have died before the line above: then nobody would
-            // take the leader down, so do not start at all.
-            if libc::getppid() != me {
-                return Err(std::io::Error::other("the supervisor is gone"));
-            }
-            for sig in [libc::SIGHUP, libc::SIGINT, libc::SIGPIPE, libc::SIGQUIT, libc::SIGTSTP, libc::SIGCHLD] {
-                libc::signal(sig, libc::SIG_DFL);
-            }
+            nix::unistd::setsid()?;
+            // Unblocked signals, the death signal, and the supervisor still its parent
+            // (had it died before the death signal was armed, nobody would take the
+            // leader down: then it does not start at all).
+            supervise::child_prelude(me)?;
+            supervise::reset_dispositions(&QUIET);
+            supervise::reset_dispositions(&[Signal::SIGCHLD]);
             super::run::close_inherited_fds_on_exec();
             if let Some(prepared) = sandbox.as_mut() {
                 crate::engine::sandbox::apply_in_child(prepared)?;
@@ -207,10 +196,10 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     // The pid is reaped with waitpid(pid) below; std's handle is not needed.
     std::mem::forget(child);
     let leader_start = group::proc_stat(pid).map(|s| s.start_ticks).unwrap_or(0);
-    let supervisor_start = group::proc_stat(me).map(|s| s.start_ticks).unwrap_or(0);
-    say(&Handshake::Started { supervisor_pid: me as u32, supervisor_start, pgid: pid, leader_start });
-    set_nonblocking(&out_read);
-    Ok(Running { jd: jd.clone(), spec, pid, output: out_read, sigchld, stdin_writer, sockets, cgroup })
+    let supervisor_start = group::proc_stat(me.as_raw()).map(|s| s.start_ticks).unwrap_or(0);
+    say(&Handshake::Started { supervisor_pid: me.as_raw() as u32, supervisor_start, pgid: pid, leader_start });
+    let _ = supervise::set_nonblocking(&out_read, true);
+    Ok(Running { jd: jd.clone(), spec, pid, output: out_read, signals, stdin_writer, sockets, cgroup })
 }
 
 /// Lower this process's CPU priority (`jobs.nice`); the command inherits it. Raising a nice
@@ -229,10 +218,7 @@ fn set_nice(nice: i32) {
 /// reach them ([`kill_adopted`]). Left alone when the job ends by itself.
 #[cfg(target_os = "linux")]
 fn become_subreaper() {
-    // SAFETY: prctl with integer arguments.
-    unsafe {
-        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0);
-    }
+    let _ = nix::sys::prctl::set_child_subreaper(true);
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -241,22 +227,17 @@ fn become_subreaper() {}
 /// Reap adopted orphans that have exited, never the leader (its status is `reap`'s): peek
 /// with `WNOWAIT` and stop at the leader.
 fn reap_adopted(leader: i32) {
+    let peek = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
     loop {
-        // SAFETY: waitid(2) into a zeroed siginfo of our own; WNOWAIT leaves the child as is.
-        let pid = unsafe {
-            let mut info: libc::siginfo_t = std::mem::zeroed();
-            if libc::waitid(libc::P_ALL, 0, &mut info, libc::WEXITED | libc::WNOHANG | libc::WNOWAIT) != 0 {
-                return;
-            }
-            info.si_pid()
+        let pid = match nix::sys::wait::waitid(Id::All, peek) {
+            Ok(status @ (WaitStatus::Exited(..) | WaitStatus::Signaled(..))) => status.pid(),
+            _ => None,
         };
-        if pid <= 0 || pid == leader {
-            return;
-        }
-        let mut status = 0;
-        // SAFETY: waitpid on one exited child of ours.
-        unsafe {
-            libc::waitpid(pid, &mut status, libc::WNOHANG);
+        match pid {
+            Some(pid) if pid.as_raw() > 0 && pid.as_raw() != leader => {
+                let _ = nix::sys::wait::waitpid(pid, Some(WaitPidFlag::WNOHANG));
+            }
+            _ => return,
         }
     }
 }
@@ -275,10 +256,7 @@ fn kill_adopted(leader: i32) {
             if pid == pgid && pgid > 1 && pgid != me {
                 let _ = group::signal_group(pgid, nix::sys::signal::Signal::SIGKILL);
             } else {
-                // SAFETY: kill(2) on a child of ours.
-                unsafe {
-                    libc::kill(pid, libc::SIGKILL);
-                }
+                let _ = kill(Pid::from_raw(pid), Signal::SIGKILL);
             }
         }
         reap_adopted(leader);
@@ -287,46 +265,8 @@ fn kill_adopted(leader: i32) {
     reap_adopted(leader);
 }
 
-#[cfg(target_os = "linux")]
-fn set_parent_death_signal() {
-    // SAFETY: prctl with integer arguments.
-    unsafe {
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
-    }
-}
-
-#[cfg(not(target_os = "linux"))]
-fn set_parent_death_signal() {}
-
 fn pipe_cloexec() -> Result<(OwnedFd, OwnedFd), String> {
     nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).map_err(|e| format!("cannot create a pipe: {e}"))
-}
-
-fn set_nonblocking(fd: &OwnedFd) {
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-    }
-}
-
-fn self_pipe() -> Result<OwnedFd, String> {
-    let (read, write) = pipe_cloexec()?;
-    set_nonblocking(&read);
-    set_nonblocking(&write);
-    SIGCHLD_FD.store(write.as_raw_fd(), Ordering::Relaxed);
-    std::mem::forget(write);
-    // SAFETY: installs a handler that only calls write(2).
-    unsafe {
-        let mut action: libc::sigaction = std::mem::zeroed();
-        action.sa_sigaction = on_sigchld as *const () as usize;
-        action.sa_flags = libc::SA_RESTART | libc::SA_NOCLDSTOP;
-        libc::sigemptyset(&mut action.sa_mask);
-        if libc::sigaction(libc::SIGCHLD, &action, std::ptr::null_mut()) != 0 {
-            return Err(format!("cannot watch the job: {}", std::io::Error::last_os_error()));
-        }
-    }
-    Ok(read)
 }
 
 /// The stdin FIFO: the job's end (blocking reads) and our own writer, held open.
@@ -335,24 +275,14 @@ fn fifo(jd: &JobDir) -> Result<(Stdio, Option<OwnedFd>), String> {
     let _ = std::fs::remove_file(&path);
     nix::unistd::mkfifo(&path, nix::sys::stat::Mode::from_bits_truncate(0o600))
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let open = |flags: libc::c_int| -> Result<OwnedFd, String> {
-        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).map_err(|e| e.to_string())?;
-        // SAFETY: open(2) with a valid C string; the fd is owned from here on.
-        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC | libc::O_NONBLOCK | libc::O_NOFOLLOW) };
-        if fd < 0 {
-            return Err(format!("cannot open {}: {}", path.display(), std::io::Error::last_os_error()));
-        }
-        // SAFETY: a fresh descriptor nobody else owns.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    let open = |flags: OFlag| -> Result<OwnedFd, String> {
+        nix::fcntl::open(&path, flags | OFlag::O_CLOEXEC | OFlag::O_NONBLOCK | OFlag::O_NOFOLLOW, Mode::empty())
+            .map_err(|e| format!("cannot open {}: {e}", path.display()))
     };
-    let reader = open(libc::O_RDONLY)?;
-    let writer = open(libc::O_WRONLY)?;
+    let reader = open(OFlag::O_RDONLY)?;
+    let writer = open(OFlag::O_WRONLY)?;
     // The job reads with ordinary blocking reads.
-    // SAFETY: fcntl on a descriptor we own.
-    unsafe {
-        let flags = libc::fcntl(reader.as_raw_fd(), libc::F_GETFL);
-        libc::fcntl(reader.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
-    }
+    supervise::set_nonblocking(&reader, false).map_err(|e| format!("cannot open {}: {e}", path.display()))?;
     Ok((Stdio::from(reader), Some(writer)))
 }
 
@@ -428,7 +358,8 @@ impl Running {
                 }
             }
             if let Leader::Running = leader {
-                if let Some((code, signal)) = reap(self.pid) {
+                if let Some(end) = supervise::reap(self.pid) {
+                    let (code, signal) = end.parts();
                     leader = Leader::Exited { code, signal, at: Instant::now() };
                 }
             }
@@ -503,9 +434,9 @@ impl Running {
     /// Sleep until output, SIGCHLD or a socket call to mediate arrives, or `timeout`;
     /// then serve the socket calls that are ready.
     fn wait_readable(&mut self, eof: bool, timeout: Duration) {
-        let mut fds = vec![libc::pollfd { fd: self.sigchld.as_raw_fd(), events: libc::POLLIN, revents: 0 }];
+        let mut fds = vec![PollFd::new(self.signals.as_fd(), PollFlags::POLLIN)];
         if !eof {
-            fds.push(libc::pollfd { fd: self.output.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            fds.push(PollFd::new(self.output.as_fd(), PollFlags::POLLIN));
         }
         let base = fds.len();
         let mut timeout = timeout;
@@ -513,16 +444,14 @@ impl Running {
             server.poll_fds(&mut fds);
             timeout = server.poll_timeout().map_or(timeout, |t| t.min(timeout));
         }
-        // SAFETY: poll(2) on our own array.
-        unsafe {
-            libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout.as_millis() as libc::c_int);
-        }
+        let _ = nix::poll::poll(&mut fds, PollTimeout::try_from(timeout).unwrap_or(PollTimeout::MAX));
+        let ready: Vec<PollFlags> = fds[base..].iter().map(|f| f.revents().unwrap_or(PollFlags::empty())).collect();
+        drop(fds);
         if let Some(server) = &mut self.sockets {
-            server.serve(&fds[base..]);
+            server.serve(&ready);
         }
-        let mut sink = [0u8; 64];
-        // SAFETY: draining our own non-blocking pipe.
-        while unsafe { libc::read(self.sigchld.as_raw_fd(), sink.as_mut_ptr().cast(), sink.len()) } > 0 {}
+        // SIGCHLD woke us (or a quiet signal, ignored): the loop reaps what it has to.
+        self.signals.drain();
     }
 
     fn finish(
@@ -628,24 +557,8 @@ fn open_pidfd(_pid: i32) -> Option<OwnedFd> {
 
 /// Has the process of this pidfd exited? (It polls readable once it has.)
 fn exited(pidfd: &OwnedFd) -> bool {
-    let mut fd = libc::pollfd { fd: pidfd.as_raw_fd(), events: libc::POLLIN, revents: 0 };
-    // SAFETY: poll(2) on one descriptor we own, without waiting.
-    unsafe { libc::poll(&mut fd, 1, 0) != 0 }
-}
-
-/// waitpid on our one child only (never -1); None while it runs.
-fn reap(pid: i32) -> Option<(Option<i32>, Option<i32>)> {
-    let mut status = 0;
-    // SAFETY: waitpid with a pid and a status out-pointer.
-    let r = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
-    if r == pid {
-        let status = std::process::ExitStatus::from_raw(status);
-        return Some((status.code(), status.signal()));
-    }
-    if r < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD) {
-        return Some((None, None));
-    }
-    None
+    let mut fd = [PollFd::new(pidfd.as_fd(), PollFlags::POLLIN)];
+    !matches!(nix::poll::poll(&mut fd, PollTimeout::ZERO), Ok(0))
 }
 
 fn write_index(jd: &JobDir, log: &LogWriter) {

@@ -20,12 +20,12 @@ use std::borrow::Borrow;
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use futures_util::StreamExt;
 use serde_json::{json, Map, Value};
 use tokio_util::bytes::Bytes;
 
-use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings, Retries};
-use super::sse::{clip, SseParser, MAX_ANSWER_BYTES};
+use super::attempt::{Exchange, StreamDecoder};
+use super::client::{describe, http_client, http_error, send_error, whole_seconds, ClientSettings};
+use super::sse::{clip, MAX_ANSWER_BYTES};
 use super::{
     CacheLifetime, ChatMessage, ChatRequest, Completion, LlmError, Provider, Role, StreamDelta, ToolCall, Usage,
 };
@@ -40,8 +40,6 @@ pub(crate) const ANTHROPIC_DEFAULT_MODEL: &str = "claude-sonnet-4-5";
 pub(crate) const EXTENDED_CACHE_TTL_BETA: &str = "extended-cache-ttl-2025-04-11";
 /// The API accepts at most this many `cache_control` breakpoints per request.
 pub(crate) const MAX_BREAKPOINTS: usize = 4;
-/// A single SSE event longer than this is refused rather than buffered without end.
-const MAX_SSE_BUFFER: usize = 16 * 1024 * 1024;
 
 /// What a request asks for beyond the conversation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -111,69 +109,6 @@ impl AnthropicClient {
             LlmError::IdleTimeout(s) => LlmError::IdleTimeout(s),
         }
     }
-
-    /// One attempt. `delivered` turns true as soon as anything reaches `on_delta`.
-    async fn attempt(
-        &self,
-        url: &str,
-        body: &Bytes,
-        lifetime: CacheLifetime,
-        on_delta: &mut (dyn FnMut(StreamDelta) + Send),
-        delivered: &mut bool,
-    ) -> Result<Completion, LlmError> {
-        let idle = self.settings.idle_timeout;
-        let request = cache_headers(
-            self.headers(
-                self.http
-                    .post(url)
-                    .header(reqwest::header::ACCEPT, "text/event-stream")
-                    .header(reqwest::header::CONTENT_TYPE, "application/json")
-                    .body(body.clone()),
-            ),
-            lifetime,
-        );
-        let response = match tokio::time::timeout(idle, request.send()).await {
-            Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
-            Ok(Err(e)) => return Err(send_error(url, &e)),
-            Ok(Ok(response)) => response,
-        };
-        if !response.status().is_success() {
-            return Err(http_error(response, idle).await);
-        }
-        let mut stream = response.bytes_stream();
-        let mut parser = SseParser::new();
-        let mut acc = MessageAccumulator::new();
-        loop {
-            let bytes = match tokio::time::timeout(idle, stream.next()).await {
-                Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(LlmError::Stream(describe(&e))),
-                Ok(Some(Ok(bytes))) => bytes,
-            };
-            for data in parser.push(&bytes) {
-                for delta in acc.push(&data)? {
-                    *delivered = true;
-                    on_delta(delta);
-                }
-            }
-            if acc.is_complete() {
-                return acc.finish_complete();
-            }
-            if parser.buffered_len() > MAX_SSE_BUFFER {
-                return Err(LlmError::Protocol("an event in the stream is larger than 16 MiB".into()));
-            }
-        }
-        for data in parser.finish() {
-            for delta in acc.push(&data)? {
-                *delivered = true;
-                on_delta(delta);
-            }
-        }
-        if acc.is_complete() {
-            return acc.finish_complete();
-        }
-        Err(LlmError::Stream("the server closed the stream before message_stop".into()))
-    }
 }
 
 #[async_trait]
@@ -187,17 +122,15 @@ impl Provider for AnthropicClient {
         // Serialised once and the JSON tree dropped: only the bytes live while the answer
         // streams, shared (not copied) by a retry.
         let body = Bytes::from(serde_json::to_vec(&request_body(request, self.options)).unwrap_or_default());
-        let mut retries = Retries::new(&self.settings, "Anthropic");
-        loop {
-            let mut delivered = false;
-            let error = match self.attempt(&url, &body, request.cache_lifetime, on_delta, &mut delivered).await {
-                Ok(completion) => return Ok(completion),
-                Err(error) => self.redact(error),
-            };
-            if !retries.wait(&error, delivered).await {
-                return Err(error);
-            }
-        }
+        let exchange = Exchange {
+            settings: &self.settings,
+            what: "Anthropic",
+            url: &url,
+            request: |body| cache_headers(self.headers(self.http.post(&url).body(body)), request.cache_lifetime),
+            decoder: MessageAccumulator::new,
+            redact: |error| self.redact(error),
+        };
+        exchange.run(&body, on_delta).await
     }
 
     /// `GET {base}/models` → the model ids, following `has_more` / `last_id` pages.
@@ -425,6 +358,25 @@ struct Block {
     id: String,
     name: String,
     json: String,
+}
+
+impl StreamDecoder for MessageAccumulator {
+    fn push(&mut self, data: &str) -> Result<Vec<StreamDelta>, LlmError> {
+        MessageAccumulator::push(self, data)
+    }
+    /// `message_stop` came.
+    fn finished(&self) -> bool {
+        self.is_complete()
+    }
+    fn is_complete(&self) -> bool {
+        MessageAccumulator::is_complete(self)
+    }
+    fn finish(self) -> Result<Completion, LlmError> {
+        self.finish_complete()
+    }
+    fn truncated(&self) -> LlmError {
+        LlmError::Stream("the server closed the stream before message_stop".into())
+    }
 }
 
 /// Builds a [`Completion`] from Messages stream events, one SSE `data:` payload at a time.

@@ -14,16 +14,13 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio_util::bytes::Bytes;
 
-use super::sse::{clip, error_message, ChunkAccumulator, SseParser};
+use super::attempt::{Exchange, StreamDecoder};
+use super::sse::{clip, error_message, ChunkAccumulator};
 use super::{ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall};
 use crate::config::AgentConfig;
 
-/// A single SSE line longer than this is refused rather than buffered without end.
-const MAX_SSE_BUFFER: usize = 16 * 1024 * 1024;
 /// How much of an error body is read and kept.
 const MAX_ERROR_BODY: usize = 64 * 1024;
-/// A non-SSE body (some servers ignore `stream: true`) is kept up to this size.
-const MAX_PLAIN_BODY: usize = 4 * 1024 * 1024;
 
 /// How to reach a server and how patiently.
 #[derive(Clone)]
@@ -152,82 +149,6 @@ impl OpenAiClient {
             None => request,
         }
     }
-
-    /// One attempt. `delivered` turns true as soon as anything reaches `on_delta`.
-    async fn attempt(
-        &self,
-        url: &str,
-        body: &Bytes,
-        on_delta: &mut (dyn FnMut(StreamDelta) + Send),
-        delivered: &mut bool,
-    ) -> Result<Completion, LlmError> {
-        let idle = self.settings.idle_timeout;
-        let request = self.authorise(
-            self.http
-                .post(url)
-                .header(reqwest::header::ACCEPT, "text/event-stream")
-                .header(reqwest::header::CONTENT_TYPE, "application/json")
-                .body(body.clone()),
-        );
-        let response = match tokio::time::timeout(idle, request.send()).await {
-            Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
-            Ok(Err(e)) => return Err(send_error(url, &e)),
-            Ok(Ok(response)) => response,
-        };
-        if !response.status().is_success() {
-            return Err(http_error(response, idle).await);
-        }
-
-        let mut stream = response.bytes_stream();
-        let mut parser = SseParser::new();
-        let mut acc = ChunkAccumulator::new();
-        let mut seen_event = false;
-        let mut plain = Vec::new();
-        let mut handle = |events: Vec<String>, acc: &mut ChunkAccumulator| -> Result<(), LlmError> {
-            for data in events {
-                for delta in acc.push(&data)? {
-                    *delivered = true;
-                    on_delta(delta);
-                }
-            }
-            Ok(())
-        };
-        loop {
-            let bytes = match tokio::time::timeout(idle, stream.next()).await {
-                Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
-                Ok(None) => break,
-                Ok(Some(Err(e))) => return Err(LlmError::Stream(describe(&e))),
-                Ok(Some(Ok(bytes))) => bytes,
-            };
-            if !seen_event && plain.len() < MAX_PLAIN_BODY {
-                plain.extend_from_slice(&bytes);
-            }
-            let events = parser.push(&bytes);
-            seen_event |= !events.is_empty();
-            handle(events, &mut acc)?;
-            if acc.is_done() {
-                return acc.finish_complete();
-            }
-            if parser.buffered_len() > MAX_SSE_BUFFER {
-                return Err(LlmError::Protocol("an event in the stream is larger than 16 MiB".into()));
-            }
-        }
-        let events = parser.finish();
-        seen_event |= !events.is_empty();
-        handle(events, &mut acc)?;
-        if acc.is_complete() {
-            return acc.finish_complete();
-        }
-        if !seen_event {
-            if let Ok(value) = serde_json::from_slice::<Value>(&plain) {
-                return plain_completion(&value, &mut |d| {
-                    *delivered = true;
-                    on_delta(d)
-                });
-            }
-        }
-        Err(LlmError::Stream("the server closed the stream before the answer was complete".into()))
-    }
 }
 
 #[async_trait]
@@ -239,22 +160,43 @@ impl Provider for OpenAiClient {
     ) -> Result<Completion, LlmError> {
         let url = self.url("chat/completions");
         let body = request_body(request);
-        let mut retries = Retries::new(&self.settings, "model");
-        loop {
-            let mut delivered = false;
-            let error = match self.attempt(&url, &body, on_delta, &mut delivered).await {
-                Ok(completion) => return Ok(completion),
-                Err(error) => error,
-            };
-            if !retries.wait(&error, delivered).await {
-                return Err(error);
-            }
-        }
+        let exchange = Exchange {
+            settings: &self.settings,
+            what: "model",
+            url: &url,
+            request: |body| self.authorise(self.http.post(&url).body(body)),
+            decoder: ChunkAccumulator::new,
+            redact: |error| error,
+        };
+        exchange.run(&body, on_delta).await
     }
 
     async fn list_models(&self) -> Result<Vec<String>, LlmError> {
         fetch_models(&self.http, &self.settings.base_url, self.settings.api_key.as_deref(), self.settings.idle_timeout)
             .await
+    }
+}
+
+impl StreamDecoder for ChunkAccumulator {
+    fn push(&mut self, data: &str) -> Result<Vec<StreamDelta>, LlmError> {
+        ChunkAccumulator::push(self, data)
+    }
+    /// `[DONE]` came (the connection may stay open).
+    fn finished(&self) -> bool {
+        self.is_done()
+    }
+    fn is_complete(&self) -> bool {
+        ChunkAccumulator::is_complete(self)
+    }
+    fn finish(self) -> Result<Completion, LlmError> {
+        self.finish_complete()
+    }
+    /// Some servers ignore `stream: true` and answer with one JSON completion.
+    fn plain(&self, body: &Value, on_delta: &mut dyn FnMut(StreamDelta)) -> Option<Result<Completion, LlmError>> {
+        Some(plain_completion(body, on_delta))
+    }
+    fn truncated(&self) -> LlmError {
+        LlmError::Stream("the server closed the stream before the answer was complete".into())
     }
 }
 

@@ -2,6 +2,7 @@
 //! streaming client, and the built-in demo model.
 
 pub mod anthropic;
+mod attempt;
 pub mod client;
 pub mod demo;
 pub(crate) mod estimate;

@@ -90,31 +90,27 @@ pub(crate) fn spawn(
         .stderr(Stdio::from(log));
     let guard_fd = guard_end.as_raw_fd();
     // SAFETY: between fork and exec only async-signal-safe calls (setsid, prctl, getppid,
-    // dup2, fcntl, _exit).
+    // dup2, fcntl); the descriptors borrowed are the socket's, open until spawn returns.
     unsafe {
         command.pre_exec(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::unistd::setsid()?;
             // The guard re-arms this itself; armed here too, nothing is left unguarded
             // between fork and the guard's first line. (It fires when the spawning thread
             // exits: a tokio worker, which lives as long as talaria.)
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM as libc::c_ulong, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGTERM)?;
             // Talaria died before the death signal was armed.
-            if libc::getppid() != parent {
-                libc::_exit(1);
+            if nix::unistd::getppid().as_raw() != parent {
+                return Err(std::io::Error::other("talaria is gone"));
             }
             // The socket becomes the guard's fd 3 (dup2 clears close-on-exec; on the same
             // fd it does nothing, so clear it by hand).
             let target = super::guard::OWNER_FD;
+            let socket = std::os::fd::BorrowedFd::borrow_raw(guard_fd);
             if guard_fd == target {
-                if libc::fcntl(target, libc::F_SETFD, 0) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            } else if libc::dup2(guard_fd, target) < 0 {
-                return Err(std::io::Error::last_os_error());
+                nix::fcntl::fcntl(socket, nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::empty()))?;
+            } else {
+                // Owned by the exec'd guard from here on, not by this closure.
+                std::mem::forget(nix::unistd::dup2_raw(socket, target)?);
             }
             Ok(())
         });

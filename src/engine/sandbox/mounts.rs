@@ -126,8 +126,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     fn new(ns: Namespace, binds: Vec<Bind>) -> std::io::Result<Plan> {
-        // SAFETY: getuid/getgid cannot fail.
-        let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let (uid, gid) = (nix::unistd::getuid(), nix::unistd::getgid());
         Ok(Plan {
             ns,
             binds,

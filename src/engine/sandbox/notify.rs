@@ -27,6 +27,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use nix::poll::{PollFd, PollFlags, PollTimeout};
+
 use super::sockets::{self, Address, Call, Listener, Rules, Socket, Step, UnixType, Verdict};
 
 /// The longest `struct sockaddr` the kernel accepts.
@@ -228,12 +230,12 @@ impl Server {
     }
 
     /// The descriptors to poll: the listener (POLLIN) and pending connects (POLLOUT).
-    pub fn poll_fds(&self, out: &mut Vec<libc::pollfd>) {
+    pub fn poll_fds<'a>(&'a self, out: &mut Vec<PollFd<'a>>) {
         if !self.done {
-            out.push(libc::pollfd { fd: self.listener.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+            out.push(PollFd::new(self.listener.as_fd(), PollFlags::POLLIN));
         }
         for p in &self.pending {
-            out.push(libc::pollfd { fd: p.socket.as_raw_fd(), events: libc::POLLOUT, revents: 0 });
+            out.push(PollFd::new(p.socket.as_fd(), PollFlags::POLLOUT));
         }
     }
 
@@ -243,14 +245,15 @@ impl Server {
         (!self.pending.is_empty()).then_some(Duration::from_millis(100))
     }
 
-    /// After poll: serve what is ready. `fds` is what [`Server::poll_fds`] added, polled.
-    pub fn serve(&mut self, fds: &[libc::pollfd]) {
-        let mut rest = fds;
+    /// After poll: serve what is ready. `revents` is what the descriptors
+    /// [`Server::poll_fds`] added reported, in order.
+    pub fn serve(&mut self, revents: &[PollFlags]) {
+        let mut rest = revents;
         if !self.done {
-            if let Some((first, tail)) = fds.split_first() {
-                if first.revents & libc::POLLIN != 0 {
+            if let Some((first, tail)) = revents.split_first() {
+                if first.contains(PollFlags::POLLIN) {
                     self.receive_one();
-                } else if first.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                } else if first.intersects(PollFlags::POLLHUP | PollFlags::POLLERR | PollFlags::POLLNVAL) {
                     self.done = true;
                 }
                 rest = tail;
@@ -260,7 +263,7 @@ impl Server {
         let listener = self.listener.as_fd();
         let mut keep = Vec::with_capacity(self.pending.len());
         for (k, p) in std::mem::take(&mut self.pending).into_iter().enumerate() {
-            if rest.get(k).is_some_and(|fd| fd.revents != 0) {
+            if rest.get(k).is_some_and(|flags| !flags.is_empty()) {
                 let err = nix::sys::socket::getsockopt(&p.socket, nix::sys::socket::sockopt::SocketError).unwrap_or(0);
                 respond(listener, p.id, 0, -err);
             } else if id_valid(listener, p.id) {
@@ -598,16 +601,16 @@ pub fn serve_in_thread(ends: ParentEnds, settings: Settings) -> std::thread::Joi
     std::thread::spawn(move || {
         let Ok(listener) = ends.receive() else { return };
         let mut server = Server::new(listener, settings);
-        let mut fds = Vec::new();
         while !server.done {
-            fds.clear();
+            let mut fds = Vec::new();
             server.poll_fds(&mut fds);
-            let timeout = server.poll_timeout().map_or(-1, |t| t.as_millis() as libc::c_int);
-            // SAFETY: poll(2) on our own array.
-            unsafe {
-                libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, timeout);
-            }
-            server.serve(&fds);
+            let timeout = server
+                .poll_timeout()
+                .map_or(PollTimeout::NONE, |t| PollTimeout::try_from(t).unwrap_or(PollTimeout::MAX));
+            let _ = nix::poll::poll(&mut fds, timeout);
+            let ready: Vec<PollFlags> = fds.iter().map(|f| f.revents().unwrap_or(PollFlags::empty())).collect();
+            drop(fds);
+            server.serve(&ready);
         }
     })
 }

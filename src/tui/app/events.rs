@@ -1,7 +1,7 @@
 //! Engine events into state.
 
-use ansi_to_tui::IntoText;
-use ratatui::text::Line;
+use ratatui::style::{Color, Modifier, Style};
+use ratatui::text::{Line, Span};
 
 use super::{
     App, ExitState, JobRow, LogSource, LogView, Modal, Op, PendingApproval, RunningTool, SessionFacts, JOB_ROWS_MAX,
@@ -13,7 +13,7 @@ use crate::protocol::{
     Event, HistoryItem, JobAction, JobFate, JobId, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
     TurnOutcome, TurnTrigger,
 };
-use crate::text::{sanitize_for_display as display_text, sgr_only};
+use crate::text::sanitize_for_display as display_text;
 use crate::tui::transcript::{CellBody, UserOrigin};
 
 /// The last non-empty line of some output, sanitised. Only the end of the text is
@@ -54,13 +54,72 @@ pub(super) fn user_origin(origin: Origin, trigger: Option<&TurnTrigger>) -> User
 }
 
 /// Command output as a terminal shows it (rewrites applied, DESIGN §4c), colour kept as
-/// styled lines; every other escape sequence removed.
+/// styled lines read straight from the emulator's cells; every other escape sequence is
+/// gone with the emulation.
 pub(crate) fn log_lines(text: &str) -> Vec<Line<'static>> {
-    let cleaned = sgr_only(&crate::emulate::styled(text));
-    match cleaned.as_bytes().into_text() {
-        Ok(parsed) => parsed.lines,
-        Err(_) => display_text(text).lines().map(|l| Line::raw(l.to_string())).collect(),
+    crate::emulate::styled_lines(text)
+        .into_iter()
+        .map(|runs| {
+            Line::from(runs.into_iter().map(|run| Span::styled(shown(&run.text), style(run.look))).collect::<Vec<_>>())
+        })
+        .collect()
+}
+
+/// A cell's text without what could still act on the terminal or reorder what is read: a
+/// C1 control the emulator stored as a character, a bidirectional override.
+fn shown(text: &str) -> String {
+    text.chars()
+        .filter(|c| !c.is_control() && !matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}'))
+        .collect()
+}
+
+/// A cell's look as a ratatui style: the sixteen indexed colours by name, as a terminal
+/// names them (SGR 30–37, 90–97), the others by index or value.
+fn style(look: crate::emulate::Look) -> Style {
+    let color = |c: vt100::Color| match c {
+        vt100::Color::Default => None,
+        vt100::Color::Idx(i) if i < 16 => Some(
+            [
+                Color::Black,
+                Color::Red,
+                Color::Green,
+                Color::Yellow,
+                Color::Blue,
+                Color::Magenta,
+                Color::Cyan,
+                Color::Gray,
+                Color::DarkGray,
+                Color::LightRed,
+                Color::LightGreen,
+                Color::LightYellow,
+                Color::LightBlue,
+                Color::LightMagenta,
+                Color::LightCyan,
+                Color::White,
+            ][usize::from(i)],
+        ),
+        vt100::Color::Idx(i) => Some(Color::Indexed(i)),
+        vt100::Color::Rgb(r, g, b) => Some(Color::Rgb(r, g, b)),
+    };
+    let mut style = Style::default();
+    if let Some(fg) = color(look.fg) {
+        style = style.fg(fg);
     }
+    if let Some(bg) = color(look.bg) {
+        style = style.bg(bg);
+    }
+    for (on, modifier) in [
+        (look.bold, Modifier::BOLD),
+        (look.dim, Modifier::DIM),
+        (look.italic, Modifier::ITALIC),
+        (look.underline, Modifier::UNDERLINED),
+        (look.inverse, Modifier::REVERSED),
+    ] {
+        if on {
+            style = style.add_modifier(modifier);
+        }
+    }
+    style
 }
 
 impl App {

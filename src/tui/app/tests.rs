@@ -768,3 +768,25 @@ fn a_command_the_engine_refuses_comes_back_selected_so_typing_replaces_it() {
     app.update(AppEvent::Engine(Event::SessionList { sessions: Vec::new(), matching: Some("nothing like it".into()) }));
     assert_eq!(app.input_text(), "/resume nothing like it");
 }
+
+/// The log view's colours come from the emulator's cells: named as a terminal names the
+/// sixteen colours, bold and the rest as modifiers, and the default look left to the view.
+#[test]
+fn job_output_keeps_its_colours_and_bold_in_the_log_lines() {
+    use ratatui::style::{Color, Modifier, Style};
+    use ratatui::text::{Line, Span};
+    let lines = super::events::log_lines(
+        "\x1b[32mok\x1b[0m then \x1b[1;91mFAIL\x1b[0m\n\x1b[38;5;208;2mdim\x1b]52;c;eA==\x07\n",
+    );
+    assert_eq!(
+        lines,
+        vec![
+            Line::from(vec![
+                Span::styled("ok", Style::default().fg(Color::Green)),
+                Span::raw(" then "),
+                Span::styled("FAIL", Style::default().fg(Color::LightRed).add_modifier(Modifier::BOLD)),
+            ]),
+            Line::from(vec![Span::styled("dim", Style::default().fg(Color::Indexed(208)).add_modifier(Modifier::DIM))]),
+        ]
+    );
+}
