@@ -161,6 +161,14 @@ struct JobRecord {
 }
 
 fn job_records(db: &rusqlite::Connection) -> Vec<JobRecord> {
+    // Killed while the first start was still making the schema (its transaction rolled
+    // back): a database without tables has no job records, and the next start makes them.
+    let tables: i64 = db
+        .query_row("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'jobs'", [], |r| r.get(0))
+        .unwrap();
+    if tables == 0 {
+        return Vec::new();
+    }
     let mut stmt = db.prepare("SELECT num, pgid FROM jobs").unwrap();
     stmt.query_map([], |r| Ok(JobRecord { num: r.get(0)?, pgid: r.get(1)? })).unwrap().map(Result::unwrap).collect()
 }
