@@ -637,6 +637,9 @@ fn usage_counts_the_session_over_runs_and_labels_this_run() {
     p.type_text("and eight");
     p.send(b"\r");
     p.wait_for("Again.", WAIT);
+    // The answer is on screen before the turn has ended and been counted: wait for the
+    // phase the engine reports after it (CI once typed /usage in between).
+    p.wait_for("● idle", WAIT);
     p.type_text("/usage");
     p.send(b"\r");
     // The scripted model bills 10 in / 2 out per request (see the run summary test).

@@ -347,6 +347,9 @@ impl Engine {
             self.last_turn_usage.describe(),
             self.meter.label()
         );
+        if self.turn.is_some() {
+            text.push_str("\nthe running turn's tokens are counted when it ends");
+        }
         // Sub-agents (DESIGN §14): each one's spend this run, then what their sessions used
         // over every run (the database has tokens, not dollars).
         let agents = self.env.jobs.agents();
