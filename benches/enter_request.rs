@@ -7,6 +7,13 @@
 //! `TALARIA_BENCH_ENTERS` (default 100) prompts is typed, drawn, then Enter is written;
 //! the answer is waited for on screen before the next. Prints min / p50 / p99 / max; asserts
 //! nothing about speed. `TALARIA_PTY_BIN=target/release/talaria` drives that binary.
+//!
+//! The turn start with and without the rewind snapshot (issue #29): `TALARIA_BENCH_FILES=10000`
+//! generates that many ~20 KB files (200 MB at 10,000) in the session's directory and changes 10
+//! of them before each Enter, so every turn's start snapshot has work to do;
+//! `TALARIA_BENCH_REWIND=off` turns snapshots off (`[rewind] enabled = false`) for the side by
+//! side. A warm-up turn (the first snapshot hashes every file) is not counted. Enter → answer on
+//! screen is printed too: the snapshot runs beside the first request, so it shows there if at all.
 
 mod common;
 
@@ -82,7 +89,7 @@ fn main() {
     }
     let enters: usize = std::env::var("TALARIA_BENCH_ENTERS").ok().and_then(|v| v.parse().ok()).unwrap_or(100);
     let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");
-    let answers = (0..enters).map(|i| ScriptedResponse::text(&format!("answer-{i}-done")));
+    let answers = (0..=enters).map(|i| ScriptedResponse::text(&format!("answer-{i}-done")));
     let server = rt.block_on(ScriptedServer::start(answers)).expect("scripted server");
     let url = server.base_url();
     let upstream: std::net::SocketAddr = url
@@ -97,14 +104,27 @@ fn main() {
     let home = tempfile::tempdir().expect("temp home");
     let cwd = home.path().join("work");
     std::fs::create_dir_all(&cwd).expect("work dir");
+    let files: u32 = std::env::var("TALARIA_BENCH_FILES").ok().and_then(|v| v.parse().ok()).unwrap_or(0);
+    let rewind = std::env::var("TALARIA_BENCH_REWIND").map_or(true, |v| v != "off");
+    generate_workspace(&cwd, files);
+    if !rewind {
+        std::fs::write(home.path().join("config.toml"), "[rewind]\nenabled = false\n").expect("config");
+    }
     println!("{}", machine_line());
+    println!("workspace: {files} generated files; rewind snapshots {}", if rewind { "on" } else { "off" });
     let p = Pty::spawn(home.path(), &cwd, &["--base-url", base.as_str(), "--model", "m"], 120, 36);
     wait_screen(&p, " message ");
     let mut times = Vec::with_capacity(enters);
-    for i in 0..enters {
+    let mut answered = Vec::with_capacity(enters);
+    // Turn 0 is the warm-up (not counted): the first snapshot hashes every file.
+    for i in 0..=enters {
         let prompt = format!("question-{i}-asked");
+        change_files(&cwd, files, i as u32);
         p.type_text(&prompt);
         wait_screen(&p, &prompt);
+        if i == 0 && files > 0 {
+            std::thread::sleep(Duration::from_secs(5));
+        }
         // Let the typing's frames and the engine settle, so Enter meets an idle program.
         std::thread::sleep(Duration::from_millis(30));
         let seen = arrivals.lock().expect("arrivals").len();
@@ -121,8 +141,16 @@ fn main() {
             assert!(sent.elapsed() < Duration::from_secs(60), "no request at the server after Enter {i}");
             std::thread::sleep(Duration::from_micros(50));
         };
-        times.push(at.saturating_duration_since(sent).as_secs_f64() * 1000.0);
         wait_screen(&p, &format!("answer-{i}-done"));
+        if i == 0 {
+            if files > 0 {
+                // Let the warm-up turn's end snapshot (every file again) finish.
+                std::thread::sleep(Duration::from_secs(5));
+            }
+            continue;
+        }
+        times.push(at.saturating_duration_since(sent).as_secs_f64() * 1000.0);
+        answered.push(sent.elapsed().as_secs_f64() * 1000.0);
     }
     let mut p = p;
     p.send(b"\x04");
@@ -136,5 +164,32 @@ fn main() {
         times[times.len() - 1],
         times.len()
     );
+    answered.sort_by(f64::total_cmp);
+    println!(
+        "Enter -> answer on screen: min {:.2} ms   p50 {:.2} ms   p99 {:.2} ms   max {:.2} ms",
+        answered[0],
+        percentile(&answered, 0.50),
+        percentile(&answered, 0.99),
+        answered[answered.len() - 1],
+    );
     println!("load average at the end: {}", loadavg());
+}
+
+/// `files` files of ~20 KB with distinct content in 100 directories, as `rewind_bench` makes.
+fn generate_workspace(dir: &std::path::Path, files: u32) {
+    for i in 0..files {
+        let sub = dir.join(format!("d{}", i % 100));
+        std::fs::create_dir_all(&sub).expect("workspace dir");
+        let line = format!("file {i} line of text for the benchmark\n");
+        std::fs::write(sub.join(format!("f{i}.txt")), line.repeat(20_000 / line.len())).expect("workspace file");
+    }
+}
+
+/// Change 10 of the generated files before turn `turn`, so its snapshot has work to do.
+fn change_files(dir: &std::path::Path, files: u32, turn: u32) {
+    for k in 0..files.min(10) {
+        let i = (turn * 37 + k * 101) % files;
+        std::fs::write(dir.join(format!("d{}/f{i}.txt", i % 100)), format!("turn {turn} changed {k}\n"))
+            .expect("change a file");
+    }
 }
