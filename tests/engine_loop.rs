@@ -189,3 +189,30 @@ async fn permissions_name_the_mode_the_roots_and_whether_the_sandbox_is_active()
         engine.shutdown().await;
     }
 }
+
+/// The liveness watchdog is the running turn's: a stalled turn is interrupted loudly, and a
+/// finished one is left alone. (Its task outlived every turn — one more tokio task per turn
+/// in the soak bench — and `timeout_s` after an answered turn "interrupted" it with an error.)
+#[tokio::test(flavor = "multi_thread")]
+async fn the_liveness_watchdog_interrupts_a_stalled_turn_and_stops_with_a_finished_one() {
+    let home = tempfile::tempdir().unwrap();
+    let server =
+        ScriptedServer::start([ScriptedResponse::hang(), ScriptedResponse::text("answered in time")]).await.unwrap();
+    let text = "[agent.turn_liveness]\ntimeout_s = 0.3\npoll_s = 0.05\n";
+    let config = talaria::config::Config::from_toml(text, std::path::Path::new("config.toml")).unwrap();
+    let mut engine = inproc::start_with(home.path(), &server.base_url(), SessionChoice::New, config).await;
+
+    engine.send(submit("this one stalls"));
+    engine.notice("made no progress").await;
+    engine.turn_finished().await;
+
+    engine.send(submit("this one answers"));
+    engine.wait_for("the answer", |e| matches!(e, Event::AssistantDone { .. })).await;
+    engine.turn_finished().await;
+    // Many times the timeout: a watchdog left running would have spoken by now.
+    let later = engine.collect_for(Duration::from_secs(2)).await;
+    let spoke: Vec<_> =
+        later.iter().filter(|e| matches!(e, Event::Notice { text, .. } if text.contains("made no progress"))).collect();
+    assert!(spoke.is_empty(), "the finished turn was 'interrupted': {spoke:?}");
+    engine.shutdown().await;
+}

@@ -60,6 +60,9 @@ pub struct EngineOptions {
 struct RunningTurn {
     control: TurnControl,
     join: JoinHandle<TurnResult>,
+    /// The turn's liveness watchdog, stopped when the turn is over (else it outlived every
+    /// turn and, `timeout_s` after a finished one, "interrupted" it with an error notice).
+    _watchdog: Option<tokio_util::sync::DropGuard>,
 }
 
 /// `/compact` running as its own task (the engine loop never awaits the model).

@@ -294,15 +294,23 @@ impl Engine {
     }
 
     /// The turn-liveness watchdog for one turn (DESIGN §5): a turn with no activity for
-    /// `agent.turn_liveness.timeout_s` is interrupted, loudly.
-    pub(super) fn spawn_watchdog(&self, control: &TurnControl) {
+    /// `agent.turn_liveness.timeout_s` is interrupted, loudly. The guard it returns stops
+    /// the watchdog when dropped, with the turn.
+    pub(super) fn spawn_watchdog(&self, control: &TurnControl) -> Option<tokio_util::sync::DropGuard> {
         let live = &self.env.config.agent.turn_liveness;
-        let Some(timeout) = activity::liveness_timeout(live) else { return };
+        let timeout = activity::liveness_timeout(live)?;
         let poll = activity::liveness_poll(live);
-        let Some(activity) = control.activity.clone() else { return };
+        let activity = control.activity.clone()?;
         let events = self.env.events.clone();
+        // Dropped with the running turn: the watchdog stops when the turn is over.
+        let over = tokio_util::sync::CancellationToken::new();
+        let guard = over.clone().drop_guard();
         tokio::spawn(async move {
-            if let Some(idle) = activity::watchdog(activity, timeout, poll).await {
+            let watched = tokio::select! {
+                idle = activity::watchdog(activity, timeout, poll) => idle,
+                _ = over.cancelled() => None,
+            };
+            if let Some(idle) = watched {
                 events.send(Event::notice(
                     NoticeLevel::Error,
                     format!(
@@ -312,6 +320,7 @@ impl Engine {
                 ));
             }
         });
+        Some(guard)
     }
 
     /// `/compact` ended: keep the new history, or the old one when it failed or was

@@ -29,9 +29,10 @@ impl Engine {
         let history = std::mem::take(&mut self.history);
         let (env, ctl, omitted, meter) = (self.env.clone(), control.clone(), self.omitted, self.meter);
         let rewind = self.rewind.clone();
+        let mut watchdog = None;
         let join = match work {
             Work::Turn { inputs, trigger } => {
-                self.spawn_watchdog(&control);
+                watchdog = self.spawn_watchdog(&control);
                 let label = inputs.first().map(|i| i.shown.clone()).unwrap_or_default();
                 let kind = trigger_name(&trigger);
                 let mut ctl = ctl;
@@ -66,7 +67,7 @@ impl Engine {
                 result
             }),
         };
-        self.turn = Some(RunningTurn { control, join });
+        self.turn = Some(RunningTurn { control, join, _watchdog: watchdog });
     }
 
     pub(super) async fn on_turn_finished(&mut self, result: Result<TurnResult, tokio::task::JoinError>) {
