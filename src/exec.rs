@@ -379,8 +379,9 @@ impl Printer {
                 let status = outcome.status.map(|s| format!(" {}", s.as_str())).unwrap_or_default();
                 eprintln!("  {mark}{code}{status} ({:.1}s)", outcome.duration_ms as f64 / 1000.0);
             }
-            Event::ApprovalNeeded { command, reason, .. } => {
-                eprintln!("talaria: approval needed for `{}`: {}", clean(command), clean(reason))
+            Event::ApprovalNeeded { command, reason, from, .. } => {
+                let who = from.as_ref().map(|a| format!(" ({})", clean(a))).unwrap_or_default();
+                eprintln!("talaria: approval needed for `{}`{who}: {}", clean(command), clean(reason))
             }
             Event::JobStarted { job } => {
                 eprintln!("  ↳ {} running in the background: {}", clean(&job.id), clean(&job.command))

@@ -654,6 +654,9 @@ pub enum Event {
         /// Why it asks rather than runs (the modal lists each).
         #[serde(default)]
         grounds: Vec<AskGround>,
+        /// Who asks: a sub-agent's name (`agent_3`), or None for this session's own agent.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        from: Option<String>,
     },
     JobStarted {
         job: JobInfo,

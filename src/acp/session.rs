@@ -215,7 +215,11 @@ impl SessionState {
             event @ (Event::ToolStarted { .. } | Event::ToolOutput { .. } | Event::ToolFinished { .. }) => {
                 out.extend(self.on_tool(event))
             }
-            Event::ApprovalNeeded { id, command, reason, grounds } => {
+            Event::ApprovalNeeded { id, command, reason, grounds, from } => {
+                let reason = match from {
+                    Some(agent) => format!("{agent} asks: {reason}"),
+                    None => reason,
+                };
                 out.push(self.approval_needed(id, &command, &reason, &grounds))
             }
             event @ (Event::JobStarted { .. }
@@ -517,6 +521,7 @@ mod tests {
             command: "rm -r build".into(),
             reason: "deletes files".into(),
             grounds: vec![AskGround::NotKnownSafe],
+            from: None,
         });
         let Out::Permission { approval, tool_call } = &out[0] else { panic!("{out:?}") };
         assert_eq!(*approval, 4);

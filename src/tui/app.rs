@@ -212,6 +212,8 @@ pub(crate) struct PendingApproval {
     pub(crate) hidden: bool,
     pub(crate) reason: String,
     pub(crate) grounds: Vec<crate::protocol::AskGround>,
+    /// A sub-agent that asks (`agent_3`); None for this session's own agent.
+    pub(crate) from: Option<String>,
     pub(crate) shown_at: Instant,
 }
 

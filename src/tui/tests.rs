@@ -259,6 +259,28 @@ fn typed_text_keeps_off_the_input_border() {
     }
 }
 
+/// A sub-agent's approval is labelled with its name, as the jobs pane shows it (DESIGN §14).
+#[test]
+fn a_sub_agents_approval_names_it() {
+    let mut app = app();
+    turn_started(&mut app);
+    use crate::protocol::AskGround;
+    feed(
+        &mut app,
+        Event::ApprovalNeeded {
+            id: 1,
+            command: "curl -o /tmp/x http://example.com".into(),
+            reason: "runs outside the sandbox with your full permissions".into(),
+            grounds: vec![AskGround::OutsideSandbox],
+            from: Some("agent_3".into()),
+        },
+    );
+    let out = screen(&mut app, 90, 30);
+    assert!(out.contains("agent_3 wants to run:"), "{out}");
+    assert!(out.contains("$ curl -o /tmp/x http://example.com"), "{out}");
+    assert!(out.contains("• it would run outside the sandbox"), "{out}");
+}
+
 #[test]
 fn approval_modal() {
     let mut app = app();
@@ -271,6 +293,7 @@ fn approval_modal() {
             command: "rm -rf target/ build/".into(),
             reason: "recursive delete".into(),
             grounds: vec![AskGround::OutsideSandbox, AskGround::NotKnownSafe, AskGround::LooksDangerous],
+            from: None,
         },
     );
     feed(
@@ -280,6 +303,7 @@ fn approval_modal() {
             command: "git push --force".into(),
             reason: "force push".into(),
             grounds: vec![AskGround::NotKnownSafe],
+            from: None,
         },
     );
     let out = screen(&mut app, 90, 30);
@@ -315,6 +339,7 @@ fn the_approval_modal_reveals_disguises_and_wraps_long_commands() {
             command: long,
             reason: "runs outside the sandbox with your full permissions".into(),
             grounds: vec![AskGround::OutsideSandbox, AskGround::NotKnownSafe],
+            from: None,
         },
     );
     let out = screen(&mut app, 80, 30);
@@ -335,6 +360,7 @@ fn the_approval_modal_reveals_disguises_and_wraps_long_commands() {
             command: "write /work/.git/hooks/pre-commit".into(),
             reason: "a protected path (credential store, git hooks or talaria's own files)".into(),
             grounds: vec![AskGround::ProtectedPath],
+            from: None,
         },
     );
     let out = screen(&mut app, 100, 24);
@@ -354,6 +380,7 @@ fn the_network_question_names_the_job_the_host_and_what_each_answer_covers() {
             command: "job_4 (`npm install`) wants registry.npmjs.org:443".into(),
             reason: "a command wants a host not in sandbox.network_allow".into(),
             grounds: vec![AskGround::Network],
+            from: None,
         },
     );
     let out = screen(&mut app, 100, 24);
@@ -487,6 +514,7 @@ fn layers_stack_the_same_way_for_keys_and_drawing() {
             command: "rm -rf build/".into(),
             reason: "recursive delete".into(),
             grounds: Vec::new(),
+            from: None,
         },
     );
     assert_eq!(app.layers(), vec![Layer::Approval, Layer::Modal, Layer::LogView, Layer::Pane]);
@@ -1516,6 +1544,7 @@ fn a_command_awaiting_approval_says_so_and_its_timer_starts_when_it_does() {
             command: "rm -rf build/".into(),
             reason: "recursive delete".into(),
             grounds: Vec::new(),
+            from: None,
         },
     );
     app.now += Duration::from_secs(40);

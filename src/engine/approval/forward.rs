@@ -29,9 +29,10 @@ impl Approver {
         lock(&self.inner.pending).insert(id, tx);
         self.inner.events.send(Event::ApprovalNeeded {
             id,
-            command: format!("[{agent}] {command}"),
-            reason: format!("sub-agent {agent} asks: {reason}"),
+            command: command.to_string(),
+            reason: reason.to_string(),
             grounds,
+            from: Some(agent.to_string()),
         });
         tokio::select! {
             answer = rx => answer.unwrap_or(Approval::Deny),

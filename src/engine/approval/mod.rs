@@ -344,6 +344,7 @@ impl Approver {
             command: shown.to_string(),
             reason: reason.to_string(),
             grounds,
+            from: None,
         });
         tokio::select! {
             answer = rx => Ok(answer.unwrap_or(Approval::Deny)),

@@ -315,7 +315,7 @@ impl Registry {
                 if let Some(info) = lock(&self.agents.agents).get_mut(&job.num) {
                     changed |= progress(info, &event);
                 }
-                if let Event::ApprovalNeeded { id, command, reason, grounds } = event {
+                if let Event::ApprovalNeeded { id, command, reason, grounds, .. } = event {
                     asked.push(Asked { id, command, reason, grounds });
                 }
                 continue;
@@ -344,7 +344,8 @@ impl Registry {
         }
         let approver = lock(&self.agents.approver).clone();
         let stdin = job.dir.stdin();
-        let label = job.id.clone();
+        // The name the pane shows it by (`agent_3`), not its job id.
+        let label = format!("agent_{}", job.num);
         for ask in fresh {
             let approver = approver.clone();
             let stdin = stdin.clone();
@@ -409,7 +410,13 @@ mod tests {
         let tool = Event::ToolStarted { call_id: "c".into(), name: "terminal".into(), summary: "cargo test\nx".into() };
         assert!(progress(&mut info, &tool));
         assert_eq!(info.activity, "terminal: cargo test");
-        let ask = Event::ApprovalNeeded { id: 1, command: "rm -rf x".into(), reason: String::new(), grounds: vec![] };
+        let ask = Event::ApprovalNeeded {
+            id: 1,
+            command: "rm -rf x".into(),
+            reason: String::new(),
+            grounds: vec![],
+            from: None,
+        };
         assert!(progress(&mut info, &ask));
         assert_eq!(info.state, AgentState::Waiting);
         assert!(progress(&mut info, &Event::Phase { phase: Phase::Turn }));

@@ -168,8 +168,8 @@ impl App {
                 self.transcript.tool_finished(&call_id, outcome);
                 self.tools.retain(|t| t.call_id != call_id);
             }
-            Event::ApprovalNeeded { id, command, reason, grounds } => {
-                self.approval_needed(id, &command, &reason, grounds)
+            Event::ApprovalNeeded { id, command, reason, grounds, from } => {
+                self.approval_needed(id, &command, &reason, grounds, from)
             }
             Event::JobStarted { job } => self.job_started(job),
             Event::JobUpdated { id, status, tail } => self.job_updated(id, status, &tail, ops),
@@ -356,7 +356,14 @@ impl App {
         }
     }
 
-    fn approval_needed(&mut self, id: u64, command: &str, reason: &str, grounds: Vec<crate::protocol::AskGround>) {
+    fn approval_needed(
+        &mut self,
+        id: u64,
+        command: &str,
+        reason: &str,
+        grounds: Vec<crate::protocol::AskGround>,
+        from: Option<String>,
+    ) {
         // Exactly what would run: a disguise (escape sequence, bidi override, zero-width
         // space) is shown, not obeyed or dropped.
         let (command, hidden) = crate::text::reveal_hidden(command);
@@ -369,6 +376,7 @@ impl App {
             hidden,
             reason: display_text(reason),
             grounds,
+            from: from.map(|a| display_text(&a)),
             shown_at: self.now,
         });
     }

@@ -204,6 +204,7 @@ fn approvals_queue_and_answer_in_order() {
             command: "rm -rf build".into(),
             reason: "recursive delete".into(),
             grounds: Vec::new(),
+            from: None,
         }));
     }
     assert_eq!(key(&mut app, KeyCode::Char('o'), KeyModifiers::NONE), vec![], "not armed yet");

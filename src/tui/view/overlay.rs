@@ -222,14 +222,18 @@ fn draw_approval_box(
     let dim = Style::default().fg(app.theme.dim);
     let has = |g: AskGround| approval.grounds.contains(&g);
     let network = has(AskGround::Network);
+    let who = approval.from.as_deref().unwrap_or("The agent");
     let heading = if network {
-        "A command wants to reach a host (through talaria's proxy):"
+        match &approval.from {
+            Some(agent) => format!("A command of {agent} wants to reach a host (through talaria's proxy):"),
+            None => "A command wants to reach a host (through talaria's proxy):".to_string(),
+        }
     } else if has(AskGround::UntrustedTool) {
-        "The agent wants to call:"
+        format!("{who} wants to call:")
     } else if has(AskGround::OutsideRoots) || has(AskGround::ProtectedPath) {
-        "The agent wants to:"
+        format!("{who} wants to:")
     } else {
-        "The agent wants to run:"
+        format!("{who} wants to run:")
     };
     // What will run, whole and wrapped; a disguise shows as \x1b or <U+202E>.
     let mut command: Vec<Line<'static>> = Vec::new();
