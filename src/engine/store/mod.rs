@@ -562,7 +562,7 @@ fn serve(mut conn: Connection, inbox: mpsc::Receiver<Request>) {
             tracing::error!("a session database request panicked; the database thread carries on");
         }
         since_checkpoint += 1;
-        if since_checkpoint.is_multiple_of(CHECK_WAL_EVERY) && wal_bytes(wal.as_deref()) > WAL_CHECKPOINT_BYTES {
+        if since_checkpoint % CHECK_WAL_EVERY == 0 && wal_bytes(wal.as_deref()) > WAL_CHECKPOINT_BYTES {
             checkpoint(&conn, "PASSIVE");
             since_checkpoint = 0;
         }
