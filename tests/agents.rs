@@ -520,6 +520,94 @@ fn a_sub_agent_outlives_kill_9_of_its_parent_and_talaria_c_gets_its_answer_once(
     let _ = p.wait_exit(Duration::from_secs(10));
 }
 
+/// A sub-agent queued behind `agents.max_parallel` is not lost with its parent: its task is
+/// kept in its job's directory (without the keys), and after kill -9 and `talaria -c` it
+/// starts once the working one ends; both answers reach the parent once each.
+#[test]
+fn a_queued_sub_agent_survives_kill_9_of_its_parent_and_starts_after_talaria_c() {
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
+    let m = marker();
+    let home = common::Home::new();
+    home.write_config("[agents]\nmax_parallel = 1\n");
+    let go = home.work().join(format!("go-{m}"));
+    let parent_prompt = format!("PARENT-{m}");
+    let (task_a, task_b) = (format!("TASKA-{m}: wait for the go file"), format!("TASKB-{m}: the same"));
+    let (pp, ta, tb) = (parent_prompt.clone(), task_a.clone(), task_b.clone());
+    let server = rt
+        .block_on(ScriptedServer::with_responder(move |req| {
+            let (first, text) = (first_user(req), all_text(req));
+            if first == pp {
+                if text.contains(&format!("ANSWER-A-{m}")) && text.contains(&format!("ANSWER-B-{m}")) {
+                    return ScriptedResponse::text(&format!("GOT-BOTH-{m}"));
+                }
+                if text.contains("[Sub-agent ") {
+                    return ScriptedResponse::text("one of two");
+                }
+                if last_role(req) == "tool" {
+                    return ScriptedResponse::text("working on it");
+                }
+                return tool_calls(&[
+                    ("call_a", "agent", json!({ "task": ta })),
+                    ("call_b", "agent", json!({ "task": tb })),
+                ]);
+            }
+            // Either may get the one slot: each waits for the go file, then answers.
+            if last_role(req) == "tool" {
+                let tag = if first.contains(&format!("TASKA-{m}")) { "A" } else { "B" };
+                return ScriptedResponse::text(&format!("ANSWER-{tag}-{m}"));
+            }
+            let command = format!("while [ ! -e go-{m} ]; do sleep 0.05; done; echo released-{m}");
+            ScriptedResponse::tool_call(
+                "call_c1",
+                "terminal",
+                &json!({ "command": command, "timeout": 600 }).to_string(),
+            )
+        }))
+        .unwrap();
+    let url = server.base_url();
+    let args = ["--base-url", url.as_str(), "--model", "m"];
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &args, 120, 36);
+    p.wait_for(" message ", Duration::from_secs(30));
+    p.type_text(&parent_prompt);
+    p.send(b"\r");
+    let needle = format!("go-{m} ]");
+    sync_wait("the first sub-agent's command", || !processes_of(&needle).is_empty());
+    let parent = parent_session(home.path()).expect("the parent session");
+    sync_wait("both sub-sessions", || sub_sessions(home.path(), &parent).len() == 2);
+    let children: Vec<String> = sub_sessions(home.path(), &parent).iter().map(|s| format!("--session {s}")).collect();
+    sync_wait("both child talarias", || children.iter().all(|c| !processes_of(c).is_empty()));
+    sync_wait("the queued one's task on disk", || {
+        std::fs::read_dir(home.path().join("jobs"))
+            .map(|dirs| dirs.flatten().any(|d| d.path().join("queued-hello.json").exists()))
+            .unwrap_or(false)
+    });
+    let asked = |task: &str| server.chat_requests().iter().any(|r| first_user(r).contains(task));
+    let working = [format!("TASKA-{m}"), format!("TASKB-{m}")].iter().filter(|t| asked(t)).count();
+    assert_eq!(working, 1, "one sub-agent works, the other waits for the slot");
+
+    let pid = p.child.process_id().expect("pid") as i32;
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
+    assert!(p.wait_exit(Duration::from_secs(30)).is_some(), "the parent died");
+    drop(p);
+    assert!(children.iter().all(|c| !processes_of(c).is_empty()), "both sub-agents outlived their parent");
+
+    let mut p = pty::Pty::spawn(home.path(), &home.work(), &[&args[..], &["-c"]].concat(), 120, 36);
+    p.wait_for(" message ", Duration::from_secs(30));
+    std::fs::write(&go, "").unwrap();
+    p.wait_for(&format!("GOT-BOTH-{m}"), Duration::from_secs(90));
+    let last = server.chat_requests().into_iter().rev().find(|r| first_user(r) == parent_prompt).unwrap();
+    for answer in [format!("ANSWER-A-{m}"), format!("ANSWER-B-{m}")] {
+        assert_eq!(count(&all_text(&last), &answer), 1, "{answer} once: {}", all_text(&last));
+    }
+    sync_wait("both sub-agents to end", || children.iter().all(|c| processes_of(c).is_empty()));
+    let kept = std::fs::read_dir(home.path().join("jobs"))
+        .map(|dirs| dirs.flatten().any(|d| d.path().join("queued-hello.json").exists()))
+        .unwrap_or(false);
+    assert!(!kept, "the kept task goes once it was handed over");
+    let _ = p.child.kill();
+    let _ = p.wait_exit(Duration::from_secs(10));
+}
+
 #[path = "common/sshd.rs"]
 mod sshd;
 

@@ -5,7 +5,8 @@
 //! the job) and the answer written back to its stdin; its state, last activity and spend are
 //! read from the stream for the pane and `/usage`; a message to it is wrapped as an inbound
 //! line; its end is told with its final answer instead of an output tail. More than
-//! `agents.max_parallel` queue: their hello line waits here until one ends.
+//! `agents.max_parallel` queue: their hello line waits here until one ends, and in the job's
+//! directory without the keys ([`QUEUED_HELLO`]), so a `talaria -c` after a crash starts them.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::PathBuf;
@@ -45,14 +46,18 @@ struct Queued {
     limit: Option<Duration>,
 }
 
+/// A queued sub-agent's hello in its job directory, without the provider keys (they are
+/// added again from this talaria's when it starts); removed once it was handed over.
+pub(super) const QUEUED_HELLO: &str = "queued-hello.json";
+
 /// What the agent tool hands over to start a sub-agent.
 pub(crate) struct AgentStart {
     /// Its sub-session (already created, linked to the parent session).
     pub(crate) session: String,
     /// Its task, shortened (the sub-session's title).
     pub(crate) task: String,
-    /// The whole hello line (with its newline).
-    pub(crate) hello: String,
+    /// What the child is told: the task, the limits, the keys.
+    pub(crate) hello: agents::Hello,
     /// Its wall-clock limit, counted from when it starts working.
     pub(crate) limit: Option<Duration>,
 }
@@ -140,18 +145,39 @@ impl JobsHandle {
             agents.insert(job.num, AgentInfo { state, ..info });
             state
         };
+        let line = hello_line(&start.hello)?;
         if state == AgentState::Queued {
-            lock(&self.inner.agents.queue).push_back(Queued { num: job.num, hello: start.hello, limit: start.limit });
+            // Kept on disk too (without the keys): a crash of this talaria must not lose it.
+            let kept = agents::Hello { keys: Default::default(), ..start.hello };
+            if let Err(e) = write_private(&job.dir.path.join(QUEUED_HELLO), &hello_line(&kept)?) {
+                tracing::warn!(id = %job.id, error = %e, "cannot keep the queued sub-agent's task on disk");
+            }
+            lock(&self.inner.agents.queue).push_back(Queued { num: job.num, hello: line, limit: start.limit });
             self.inner.publish_agent(&job);
             return Ok((spawned, state));
         }
         self.inner.publish_agent(&job);
-        if let Err(e) = self.inner.begin_agent(&job, &start.hello, start.limit).await {
+        if let Err(e) = self.inner.begin_agent(&job, &line, start.limit).await {
             self.kill(&spawned.id).await;
             return Err(format!("cannot start the sub-agent: {e}"));
         }
         Ok((spawned, state))
     }
+}
+
+/// The hello as the child reads it: one JSON line.
+fn hello_line(hello: &agents::Hello) -> Result<String, String> {
+    let mut line = serde_json::to_string(hello).map_err(|e| e.to_string())?;
+    line.push('\n');
+    Ok(line)
+}
+
+/// Write `text` to a new file only its owner can read.
+fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    file.write_all(text.as_bytes())
 }
 
 async fn write_fifo(path: PathBuf, line: &str) -> Result<(), String> {
@@ -219,12 +245,31 @@ impl Registry {
         let Some(store) = &self.store else { return };
         match store.agent_of_job(job.num as i64, &job.session_id).await {
             Ok(Some((session, task))) => {
-                let info = AgentInfo { session, task, ..Default::default() };
+                let mut info = AgentInfo { session, task, ..Default::default() };
+                // Queued when the talaria that started it went away: it queues again.
+                if let Some(line) = self.queued_hello(job) {
+                    info.state = AgentState::Queued;
+                    let limit = self.config.agents.max_runtime_s;
+                    let limit = (limit > 0).then(|| Duration::from_secs(limit));
+                    lock(&self.agents.queue).push_back(Queued { num: job.num, hello: line, limit });
+                }
                 lock(&self.agents.agents).insert(job.num, info);
             }
             Ok(None) => {}
             Err(e) => tracing::warn!(error = %e, id = %job.id, "cannot read the sub-agent link"),
         }
+    }
+
+    /// The hello of a queued sub-agent kept in its running job's directory, with this
+    /// talaria's keys put back.
+    fn queued_hello(&self, job: &Job) -> Option<String> {
+        if !job.is_running() {
+            return None;
+        }
+        let text = std::fs::read_to_string(job.dir.path.join(QUEUED_HELLO)).ok()?;
+        let mut hello: agents::Hello = serde_json::from_str(text.trim()).ok()?;
+        hello.keys = crate::secrets::held().into_iter().collect();
+        hello_line(&hello).ok()
     }
 
     /// Tell the front end what sub-agent `job` is doing now.
@@ -240,6 +285,7 @@ impl Registry {
             let _serial = job.stdin_lock.lock().await;
             write_fifo(job.dir.stdin(), hello).await?;
         }
+        let _ = std::fs::remove_file(job.dir.path.join(QUEUED_HELLO));
         if let Some(limit) = limit {
             self.limit_runtime(job.clone(), limit);
         }

@@ -210,6 +210,9 @@ impl Registry {
         for row in mine {
             self.attach_row(row).await;
         }
+        drop(_no_spawn_in_flight);
+        // Sub-agents that were queued when the last talaria went start while there is room.
+        self.start_queued_agents().await;
     }
 
     /// Follow a job a previous talaria started: it appears in the pane with its whole

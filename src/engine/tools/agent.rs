@@ -130,12 +130,10 @@ async fn start(args: AgentArgs, ctx: &ToolCtx) -> Result<Value, String> {
         home: ctx.jobs.talaria_home(),
         base_url: limits.run_base_url.clone(),
     };
-    let mut line = serde_json::to_string(&hello).map_err(|e| e.to_string())?;
-    line.push('\n');
     let start = AgentStart {
         session: session.clone(),
         task: agents::title_of(&args.task),
-        hello: line,
+        hello,
         limit: (limits.max_runtime_s > 0).then(|| Duration::from_secs(limits.max_runtime_s)),
     };
     let (spawned, state) = ctx.jobs.spawn_agent(spec, start).await?;
