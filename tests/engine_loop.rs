@@ -216,3 +216,32 @@ async fn the_liveness_watchdog_interrupts_a_stalled_turn_and_stops_with_a_finish
     assert!(spoke.is_empty(), "the finished turn was 'interrupted': {spoke:?}");
     engine.shutdown().await;
 }
+
+/// What a model call spent is in the session's totals as soon as the call ends, not when
+/// the turn does: a crash or a quit in the middle of a long turn keeps it.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_calls_tokens_are_in_the_database_while_its_turn_still_runs() {
+    let home = tempfile::tempdir().unwrap();
+    let go = home.path().join("work").join(format!("go-{}", std::process::id()));
+    let command = format!("until [ -e {} ]; do sleep 0.05; done", go.display());
+    let call = serde_json::json!({ "command": command, "timeout": 120 }).to_string();
+    let server =
+        ScriptedServer::start([ScriptedResponse::tool_call("c1", "terminal", &call), ScriptedResponse::text("done")])
+            .await
+            .unwrap();
+    let mut engine = inproc::start(home.path(), &server.base_url(), SessionChoice::New).await;
+    engine.send(submit("wait for the go file"));
+    engine.wait_for("the command", |e| matches!(e, Event::ToolStarted { .. })).await;
+    let store = inproc::store(home.path());
+    let session = engine.session_id();
+    let start = std::time::Instant::now();
+    // The first call (10 in / 5 out) ended; its turn waits on the command.
+    while store.session_usage(&session).await.unwrap() != Some((10, 5)) {
+        assert!(start.elapsed() < DEADLINE, "not counted: {:?}", store.session_usage(&session).await);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    std::fs::write(&go, "").unwrap();
+    engine.turn_finished().await;
+    assert_eq!(store.session_usage(&session).await.unwrap().map(|(p, _)| p), Some(20), "each call counted once");
+    engine.shutdown().await;
+}

@@ -631,6 +631,8 @@ fn usage_counts_the_session_over_runs_and_labels_this_run() {
     p.type_text("remember seven");
     p.send(b"\r");
     p.wait_for("Noted.", WAIT);
+    // The answer shows before its call has ended (the usage comes last): wait for the turn's end.
+    p.wait_for("● idle", WAIT);
     assert_eq!(quit(&mut p), 0);
     let mut p = spawn(&home, &model, &["-c"]);
     p.wait_for("remember seven", WAIT);

@@ -427,8 +427,14 @@ pub(crate) async fn run_bang(
     TurnResult { history, omitted, outcome, usage: crate::engine::llm::Usage::default(), meter }
 }
 
-/// One call's tokens, and its dollars when the model is priced.
+/// One call's tokens, and its dollars when the model is priced. The session's totals in the
+/// database count it now, not when the turn ends: a quit or a crash right after the answer
+/// keeps what was spent.
 fn send_usage(env: &TurnEnv, u: &crate::engine::llm::Usage) {
+    if u.prompt_tokens + u.completion_tokens > 0 {
+        // Queued on the database thread at once; nothing waits for it.
+        drop(env.store.add_usage(&env.session_id, u.prompt_tokens, u.completion_tokens));
+    }
     let cost_usd = crate::engine::llm::spend::cost_of(&env.config.prices, env.provider.kind(), &env.model, u);
     env.events.send(Event::Usage {
         prompt_tokens: u.prompt_tokens,

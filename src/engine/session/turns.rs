@@ -95,7 +95,8 @@ impl Engine {
         self.feed(Input::TurnFinished { outcome }).await;
     }
 
-    /// Take back what the turn owned, and count what it spent.
+    /// Take back what the turn owned, and count what it spent (this run's; the database
+    /// counted each call as it ended).
     async fn keep_result(&mut self, result: TurnResult) -> TurnOutcome {
         self.history = result.history;
         self.omitted = result.omitted;
@@ -106,9 +107,6 @@ impl Engine {
             self.last_turn_usage = Spend::default();
             self.last_turn_usage.add(&usage, cost);
             self.session_usage.add(&usage, cost);
-        }
-        if usage.prompt_tokens + usage.completion_tokens > 0 {
-            let _ = self.env.store.add_usage(&self.env.session_id, usage.prompt_tokens, usage.completion_tokens).await;
         }
         result.outcome
     }
