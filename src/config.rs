@@ -931,7 +931,8 @@ mod tests {
         .unwrap_err();
         assert!(err.to_string().contains("prices.openai.m"), "{err}");
         let err = Config::from_toml(
-            "[prices.anthropic]\nm = { input = 1.0, output = 1.0, cache_read = 1.0, cache_write = 1.0, cache_write_1h = -2.0 }\n",
+            "[prices.anthropic]\nm = { input = 1.0, output = 1.0, cache_read = 1.0, cache_write = 1.0, \
+             cache_write_1h = -2.0 }\n",
             Path::new("c.toml"),
         )
         .unwrap_err();
@@ -944,7 +945,8 @@ mod tests {
     fn the_one_hour_write_price_is_optional_and_twice_the_input_at_anthropic() {
         let text = "[prices.anthropic]\n\
                     \"claude-sonnet-4\" = { input = 2.0, output = 10.0, cache_read = 0.2, cache_write = 2.5 }\n\
-                    \"claude-deal\" = { input = 2.0, output = 10.0, cache_read = 0.2, cache_write = 2.5, cache_write_1h = 3.0 }\n\
+                    \"claude-deal\" = { input = 2.0, output = 10.0, cache_read = 0.2, cache_write = 2.5, \
+                    cache_write_1h = 3.0 }\n\
                     [prices.openai]\n\
                     \"my-finetune\" = { input = 1.0, output = 4.0, cache_read = 0.25, cache_write = 1.0 }\n";
         let c = Config::from_toml(text, Path::new("c.toml")).unwrap();
