@@ -202,8 +202,13 @@ impl App {
                 cost_usd,
             } => {
                 self.usage = Some((prompt_tokens, completion_tokens));
-                let usage =
-                    Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cache_write_1h_tokens };
+                let usage = Usage {
+                    prompt_tokens,
+                    completion_tokens,
+                    cache_read_tokens,
+                    cache_write_tokens,
+                    cache_write_1h_tokens,
+                };
                 self.spend.add(&usage, cost_usd);
             }
             Event::Context { percent, .. } => self.status.context_pct = percent,
