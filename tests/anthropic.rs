@@ -803,4 +803,24 @@ async fn the_provider_flag_switches_one_run_to_the_messages_api() {
     assert_eq!(common::stdout(&out).trim(), "Again.");
     // 10 × $3 + 5 × $15 per million tokens.
     assert!(common::stderr(&out).contains("talaria: this run: 10 in / 5 out · $0.0001\n"), "{}", common::stderr(&out));
+
+    // 1-hour cache writes are named in that summary and priced at 2 × input.
+    server.push(stream(answer(
+        split_start_usage(100, 2000, 500, 300),
+        vec![text_block(0, "Third.", 4)],
+        "end_turn",
+        50,
+    )));
+    let run = home
+        .command()
+        .env("TALARIA_TEST_ANT_KEY", KEY)
+        .args(["exec", "--provider", "anthropic", "--base-url", &server.base_url(), "--model", MODEL, "hi"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("exec finishes").expect("exec runs");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", common::stderr(&out));
+    // 100 × $3 + 2000 × $0.30 + 200 × $3.75 + 300 × $6 + 50 × $15 per million tokens.
+    let summary =
+        "talaria: this run: 2,600 in (2,000 cache read, 500 cache write, 300 of them 1-hour) / 50 out · $0.0042\n";
+    assert!(common::stderr(&out).contains(summary), "{}", common::stderr(&out));
 }
