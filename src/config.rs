@@ -94,21 +94,30 @@ pub(crate) struct Price {
     pub(crate) input: f64,
     pub(crate) output: f64,
     pub(crate) cache_read: f64,
+    /// A cache write with the 5-minute lifetime (or the provider's only one).
     pub(crate) cache_write: f64,
+    /// A cache write with the 1-hour lifetime. Optional in a config file: an Anthropic entry
+    /// without it gets [`ANTHROPIC_ONE_HOUR_WRITE`] × input; elsewhere `cache_write` applies.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) cache_write_1h: Option<f64>,
 }
+
+/// Anthropic bills a 1-hour cache write at twice the input price (a 5-minute one at 1.25×).
+const ANTHROPIC_ONE_HOUR_WRITE: f64 = 2.0;
 
 impl Price {
     const fn new(input: f64, output: f64, cache_read: f64, cache_write: f64) -> Price {
-        Price { input, output, cache_read, cache_write }
+        Price { input, output, cache_read, cache_write, cache_write_1h: None }
     }
 
-    /// Dollars for `usage`: uncached input, cache reads, cache writes and output, each at
-    /// its own price.
+    /// Dollars for `usage`: uncached input, cache reads, 5-minute and 1-hour cache writes
+    /// and output, each at its own price.
     pub(crate) fn cost(&self, usage: &crate::protocol::usage::Usage) -> f64 {
         let per_token = |tokens: u64, price: f64| tokens as f64 * price / 1_000_000.0;
         per_token(usage.uncached_prompt_tokens(), self.input)
             + per_token(usage.cache_read_tokens, self.cache_read)
-            + per_token(usage.cache_write_tokens, self.cache_write)
+            + per_token(usage.cache_write_5m_tokens(), self.cache_write)
+            + per_token(usage.cache_write_1h_tokens, self.cache_write_1h.unwrap_or(self.cache_write))
             + per_token(usage.completion_tokens, self.output)
     }
 }
@@ -128,6 +137,14 @@ impl Prices {
             .filter(|(name, _)| model.starts_with(name.as_str()))
             .max_by_key(|(name, _)| name.len())
             .map(|(_, p)| p)
+    }
+
+    /// Anthropic entries that name no 1-hour write price get the API's: 2 × input.
+    fn with_one_hour_write_prices(mut self) -> Prices {
+        for price in self.0.get_mut("anthropic").into_iter().flat_map(|t| t.values_mut()) {
+            price.cache_write_1h.get_or_insert(ANTHROPIC_ONE_HOUR_WRITE * price.input);
+        }
+        self
     }
 }
 
@@ -150,6 +167,7 @@ impl Default for Prices {
             ("gpt-4o-mini", Price::new(0.15, 0.6, 0.075, 0.15)),
         ]);
         Prices([("anthropic".to_string(), anthropic), ("openai".to_string(), openai)].into_iter().collect())
+            .with_one_hour_write_prices()
     }
 }
 
@@ -161,7 +179,7 @@ impl<'de> Deserialize<'de> for Prices {
         for (provider, models) in given {
             prices.0.entry(provider).or_default().extend(models);
         }
-        Ok(prices)
+        Ok(prices.with_one_hour_write_prices())
     }
 }
 
@@ -793,7 +811,8 @@ impl Config {
         }
         for (provider, models) in &self.prices.0 {
             for (model, p) in models {
-                if [p.input, p.output, p.cache_read, p.cache_write].iter().any(|v| !v.is_finite() || *v < 0.0) {
+                let given = [p.input, p.output, p.cache_read, p.cache_write, p.cache_write_1h.unwrap_or(0.0)];
+                if given.iter().any(|v| !v.is_finite() || *v < 0.0) {
                     return Err(invalid(
                         &format!("prices.{provider}.{model}"),
                         "expected non-negative dollars per million tokens",
@@ -911,8 +930,43 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("prices.openai.m"), "{err}");
+        let err = Config::from_toml(
+            "[prices.anthropic]\nm = { input = 1.0, output = 1.0, cache_read = 1.0, cache_write = 1.0, \
+             cache_write_1h = -2.0 }\n",
+            Path::new("c.toml"),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("prices.anthropic.m"), "{err}");
         let err = Config::from_toml("[model]\nprovider = \"gemini\"\n", Path::new("c.toml")).unwrap_err();
         assert!(err.to_string().contains("model.provider"), "{err}");
+    }
+
+    #[test]
+    fn the_one_hour_write_price_is_optional_and_twice_the_input_at_anthropic() {
+        let text = "[prices.anthropic]\n\
+                    \"claude-sonnet-4\" = { input = 2.0, output = 10.0, cache_read = 0.2, cache_write = 2.5 }\n\
+                    \"claude-deal\" = { input = 2.0, output = 10.0, cache_read = 0.2, cache_write = 2.5, \
+                    cache_write_1h = 3.0 }\n\
+                    [prices.openai]\n\
+                    \"my-finetune\" = { input = 1.0, output = 4.0, cache_read = 0.25, cache_write = 1.0 }\n";
+        let c = Config::from_toml(text, Path::new("c.toml")).unwrap();
+        let one_hour = |provider: &str, model: &str| c.prices.find(provider, model).and_then(|p| p.cache_write_1h);
+        assert_eq!(one_hour("anthropic", "claude-sonnet-4-5"), Some(4.0), "absent: 2 × input");
+        assert_eq!(one_hour("anthropic", "claude-deal"), Some(3.0), "given: kept");
+        assert_eq!(one_hour("anthropic", "claude-haiku-4-5"), Some(2.0), "built-in: 2 × input");
+        assert_eq!(one_hour("openai", "my-finetune"), None, "one lifetime: cache_write applies");
+        // 1,000 writes, 400 of them for an hour: 600 × $2.50 + 400 × $3.00 per million.
+        let usage = crate::protocol::usage::Usage {
+            prompt_tokens: 1_000,
+            completion_tokens: 0,
+            cache_read_tokens: 0,
+            cache_write_tokens: 1_000,
+            cache_write_1h_tokens: 400,
+        };
+        let cost = c.prices.find("anthropic", "claude-deal").unwrap().cost(&usage);
+        assert!((cost - 0.0027).abs() < 1e-12, "{cost}");
+        let cost = c.prices.find("openai", "my-finetune").unwrap().cost(&usage);
+        assert!((cost - 0.001).abs() < 1e-12, "{cost}");
     }
 
     #[test]

@@ -454,14 +454,21 @@ impl Printer {
 
     /// Add up what the model calls cost, for the summary at the end.
     fn count_usage(&mut self, event: &Event) {
-        if let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } =
-            event
+        if let Event::Usage {
+            prompt_tokens,
+            completion_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            cache_write_1h_tokens,
+            cost_usd,
+        } = event
         {
             let usage = Usage {
                 prompt_tokens: *prompt_tokens,
                 completion_tokens: *completion_tokens,
                 cache_read_tokens: *cache_read_tokens,
                 cache_write_tokens: *cache_write_tokens,
+                cache_write_1h_tokens: *cache_write_1h_tokens,
             };
             self.spend.add(&usage, *cost_usd);
         }

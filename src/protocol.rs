@@ -760,6 +760,9 @@ pub enum Event {
         cache_read_tokens: u64,
         #[serde(default)]
         cache_write_tokens: u64,
+        /// Of `cache_write_tokens`, those written with the 1-hour lifetime.
+        #[serde(default)]
+        cache_write_1h_tokens: u64,
         /// Dollars, when the price table knows the model.
         #[serde(default)]
         cost_usd: Option<f64>,

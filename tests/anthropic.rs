@@ -77,6 +77,7 @@ fn expected_rich() -> Completion {
             completion_tokens: 87,
             cache_read_tokens: 3000,
             cache_write_tokens: 200,
+            cache_write_1h_tokens: 0,
         }),
         thinking: vec![json!({"type": "thinking", "thinking": "Two files to look at ✓.", "signature": "sig-Eq=="})],
     }
@@ -573,7 +574,7 @@ async fn usage_shows_cache_tokens_and_the_cost_and_model_lists_anthropic_models(
     s.submit("hello", None);
     let usage = s.running.wait_for("Usage", |e| matches!(e, Event::Usage { .. })).await;
     // 100 × $3 + 2000 × $0.30 + 300 × $3.75 + 50 × $15, per million tokens.
-    let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } = usage
+    let Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd, .. } = usage
     else {
         unreachable!()
     };
@@ -592,6 +593,28 @@ async fn usage_shows_cache_tokens_and_the_cost_and_model_lists_anthropic_models(
     assert!(text.contains("claude-sonnet-4-5-20250929, claude-haiku-4-5-20251001"), "{text}");
     let listed = s.server.requests().into_iter().find(|r| r.method == "GET").expect("GET /v1/models");
     assert_eq!(listed.header("x-api-key"), Some(KEY));
+    s.running.shutdown().await;
+}
+
+/// The API splits the cache writes by lifetime (`usage.cache_creation`); the 1-hour ones are
+/// counted apart and priced at 2 × input, and `/usage` names them.
+#[tokio::test(flavor = "multi_thread")]
+async fn one_hour_cache_writes_are_counted_apart_and_priced_at_twice_the_input() {
+    let first = stream(answer(split_start_usage(100, 2000, 500, 300), vec![text_block(0, "Hi.", 4)], "end_turn", 50));
+    let mut s = session(vec![first]).await;
+    s.submit("hello", None);
+    let usage = s.running.wait_for("Usage", |e| matches!(e, Event::Usage { .. })).await;
+    let Event::Usage { prompt_tokens, cache_write_tokens, cache_write_1h_tokens, cost_usd, .. } = usage else {
+        unreachable!()
+    };
+    assert_eq!((prompt_tokens, cache_write_tokens, cache_write_1h_tokens), (2600, 500, 300));
+    // 100 × $3 + 2000 × $0.30 + 200 × $3.75 + 300 × $6 + 50 × $15, per million tokens.
+    assert!((cost_usd.unwrap() - 0.0042).abs() < 1e-12, "{cost_usd:?}");
+    assert_eq!(s.outcome().await, TurnOutcome::Completed);
+    s.running.send(Op::Command(SlashCommand::Usage));
+    let text = s.running.notice("this run:").await;
+    let line = "2,600 in (2,000 cache read, 500 cache write, 300 of them 1-hour) / 50 out · $0.0042";
+    assert!(text.contains(&format!("this run: {line} · last turn: {line}")), "{text}");
     s.running.shutdown().await;
 }
 
@@ -780,4 +803,24 @@ async fn the_provider_flag_switches_one_run_to_the_messages_api() {
     assert_eq!(common::stdout(&out).trim(), "Again.");
     // 10 × $3 + 5 × $15 per million tokens.
     assert!(common::stderr(&out).contains("talaria: this run: 10 in / 5 out · $0.0001\n"), "{}", common::stderr(&out));
+
+    // 1-hour cache writes are named in that summary and priced at 2 × input.
+    server.push(stream(answer(
+        split_start_usage(100, 2000, 500, 300),
+        vec![text_block(0, "Third.", 4)],
+        "end_turn",
+        50,
+    )));
+    let run = home
+        .command()
+        .env("TALARIA_TEST_ANT_KEY", KEY)
+        .args(["exec", "--provider", "anthropic", "--base-url", &server.base_url(), "--model", MODEL, "hi"])
+        .stdin(std::process::Stdio::null())
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(60), run).await.expect("exec finishes").expect("exec runs");
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", common::stderr(&out));
+    // 100 × $3 + 2000 × $0.30 + 200 × $3.75 + 300 × $6 + 50 × $15 per million tokens.
+    let summary =
+        "talaria: this run: 2,600 in (2,000 cache read, 500 cache write, 300 of them 1-hour) / 50 out · $0.0042\n";
+    assert!(common::stderr(&out).contains(summary), "{}", common::stderr(&out));
 }

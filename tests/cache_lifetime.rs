@@ -32,6 +32,9 @@ const KEY: &str = "sk-ant-test-cadence";
 const MODEL: &str = "claude-sonnet-4-5";
 /// Sonnet's input price per million tokens; the cache prices follow from it.
 const INPUT_PRICE: f64 = 3.0;
+/// Sonnet's output price per million tokens, and what every answer reports.
+const OUTPUT_PRICE: f64 = 15.0;
+const OUTPUT_TOKENS: u64 = 40;
 
 /// A request as the server saw it, with the time on the cache model's clock.
 #[derive(Clone)]
@@ -67,7 +70,7 @@ async fn server(clock: Arc<AtomicU64>) -> (ScriptedServer, Arc<Mutex<Vec<Seen>>>
             let input = json!({"command": format!("echo look {n}; seq 1 40")});
             (vec![tool_use_block(0, &format!("toolu_{n}"), "terminal", &input, 40)], "tool_use")
         };
-        stream(answer(start_usage(usage.input, usage.cache_read, usage.cache_write), blocks, stop, 40))
+        stream(answer(usage.start_usage(), blocks, stop, OUTPUT_TOKENS))
     })
     .await
     .expect("scripted server");
@@ -187,11 +190,24 @@ async fn a_heartbeat_slower_than_the_cache_keeps_it_for_an_hour_and_pays_less() 
     running.send(Op::Command(SlashCommand::Heartbeat(set)));
     running.notice("heartbeat set").await;
     let typed = seen.lock().unwrap().len();
+    let ticks_from = running.seen.len();
     for _ in 0..TICKS {
         advance(&running, &clock, 30 * 60 + 1);
         heartbeat_turn(&mut running).await;
     }
     let all = seen.lock().unwrap().clone();
+    // What the session itself counted and priced for the ticks (its `Usage` events).
+    let reported: Vec<(u64, u64, Option<f64>)> = running.seen[ticks_from..]
+        .iter()
+        .filter_map(|e| match e {
+            Event::Usage { cache_write_tokens, cache_write_1h_tokens, cost_usd, .. } => {
+                Some((*cache_write_tokens, *cache_write_1h_tokens, *cost_usd))
+            }
+            _ => None,
+        })
+        .collect();
+    running.send(Op::Command(SlashCommand::Usage));
+    let usage_text = running.notice("this run:").await;
     assert_eq!(typed, 2, "the typed turn made two requests");
     assert_eq!(all.len(), typed + 2 * TICKS, "each tick: a command and an answer");
     let lifetimes: Vec<&str> = all.iter().map(|s| lifetime(&s.request)).collect();
@@ -239,6 +255,22 @@ async fn a_heartbeat_slower_than_the_cache_keeps_it_for_an_hour_and_pays_less() 
         );
     }
     eprintln!("saved: {:.0}%", 100.0 * (1.0 - after.cost(INPUT_PRICE) / before.cost(INPUT_PRICE)));
+
+    // The session's own bill of the ticks is the server's: every 1-hour write counted and
+    // priced at 2 × input (the 5-minute write price would have undercounted it).
+    assert_eq!(reported.len(), 2 * TICKS, "one Usage per request: {reported:?}");
+    let sum = |f: fn(&(u64, u64, Option<f64>)) -> u64| reported.iter().map(f).sum::<u64>();
+    assert_eq!((sum(|r| r.0), sum(|r| r.1)), (after.cache_write, after.cache_write_1h));
+    let cost: f64 = reported.iter().map(|r| r.2.expect("Sonnet is priced")).sum();
+    let output_cost = (2 * TICKS) as f64 * OUTPUT_TOKENS as f64 * OUTPUT_PRICE / 1e6;
+    assert!((cost - (after.cost(INPUT_PRICE) + output_cost)).abs() < 1e-9, "{cost} vs {after:?}");
+    let at_5m_price = cost - after.cache_write_1h as f64 * INPUT_PRICE * (2.0 - 1.25) / 1e6;
+    eprintln!(
+        "the session's own bill of the ticks (/usage): ${cost:.4} with output; \
+         ${at_5m_price:.4} if its 1-hour writes were priced as 5-minute ones"
+    );
+    let one_hour = format!(", {} of them 1-hour)", thousands(after.cache_write_1h));
+    assert!(usage_text.contains(&one_hour), "{usage_text}");
     assert_eq!(before.total(), after.total(), "the same requests");
     assert_eq!(before.cache_write_1h, 0);
     assert!(
@@ -285,4 +317,16 @@ async fn a_goal_waiting_on_a_job_keeps_the_cache_for_an_hour() {
     assert_eq!(requests[2].header("anthropic-beta"), None);
     // Shutting down kills the session's jobs (the marked `sleep` with them).
     running.shutdown().await;
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
 }

@@ -441,6 +441,7 @@ fn send_usage(env: &TurnEnv, u: &crate::engine::llm::Usage) {
         completion_tokens: u.completion_tokens,
         cache_read_tokens: u.cache_read_tokens,
         cache_write_tokens: u.cache_write_tokens,
+        cache_write_1h_tokens: u.cache_write_1h_tokens,
         cost_usd,
     });
 }

@@ -14,11 +14,20 @@ pub struct Usage {
     /// Of `prompt_tokens`, written to the provider's prompt cache.
     #[serde(default)]
     pub cache_write_tokens: u64,
+    /// Of `cache_write_tokens`, written with the 1-hour lifetime (Anthropic bills them higher
+    /// than 5-minute writes); 0 where the provider has one lifetime.
+    #[serde(default)]
+    pub cache_write_1h_tokens: u64,
 }
 
 impl Usage {
     pub fn tokens(prompt_tokens: u64, completion_tokens: u64) -> Usage {
         Usage { prompt_tokens, completion_tokens, ..Usage::default() }
+    }
+
+    /// Cache writes with the 5-minute (or the provider's only) lifetime.
+    pub(crate) fn cache_write_5m_tokens(&self) -> u64 {
+        self.cache_write_tokens.saturating_sub(self.cache_write_1h_tokens)
     }
 
     /// Input tokens billed at the plain input price.
@@ -31,6 +40,7 @@ impl Usage {
         self.completion_tokens += other.completion_tokens;
         self.cache_read_tokens += other.cache_read_tokens;
         self.cache_write_tokens += other.cache_write_tokens;
+        self.cache_write_1h_tokens += other.cache_write_1h_tokens;
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -62,15 +72,20 @@ impl Spend {
 
     /// `12,345 in (10,000 cache read, 1,200 cache write) / 678 out · $0.0123`; the cost is
     /// left out when no call was priced, and marked as a lower bound when some were not.
+    /// 1-hour writes, when there are any, are named: `1,200 cache write, 800 of them 1-hour`.
     pub(crate) fn describe(&self) -> String {
         let u = &self.usage;
         let mut text = format!("{} in", thousands(u.prompt_tokens));
         if u.cache_read_tokens + u.cache_write_tokens > 0 {
             text.push_str(&format!(
-                " ({} cache read, {} cache write)",
+                " ({} cache read, {} cache write",
                 thousands(u.cache_read_tokens),
                 thousands(u.cache_write_tokens)
             ));
+            if u.cache_write_1h_tokens > 0 {
+                text.push_str(&format!(", {} of them 1-hour", thousands(u.cache_write_1h_tokens)));
+            }
+            text.push(')');
         }
         text.push_str(&format!(" / {} out", thousands(u.completion_tokens)));
         if self.priced_calls > 0 {

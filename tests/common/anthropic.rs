@@ -26,10 +26,21 @@ pub fn message_start(usage: Value) -> String {
     }))
 }
 
-/// `usage` of a `message_start`: uncached input, cache reads and writes, one output token.
+/// `usage` of a `message_start`: uncached input, cache reads and writes (all 5-minute ones),
+/// one output token.
 pub fn start_usage(input: u64, cache_read: u64, cache_write: u64) -> Value {
+    split_start_usage(input, cache_read, cache_write, 0)
+}
+
+/// `usage` of a `message_start` whose writes are `write_1h` 1-hour ones and the rest 5-minute
+/// ones: the total in `cache_creation_input_tokens`, the split in `cache_creation`, as the API
+/// reports them.
+pub fn split_start_usage(input: u64, cache_read: u64, cache_write: u64, write_1h: u64) -> Value {
     json!({"input_tokens": input, "cache_read_input_tokens": cache_read,
-           "cache_creation_input_tokens": cache_write, "output_tokens": 1})
+           "cache_creation_input_tokens": cache_write,
+           "cache_creation": {"ephemeral_5m_input_tokens": cache_write - write_1h,
+                              "ephemeral_1h_input_tokens": write_1h},
+           "output_tokens": 1})
 }
 
 pub fn ping() -> String {
@@ -163,6 +174,11 @@ pub struct CacheUsage {
 }
 
 impl CacheUsage {
+    /// The `message_start` usage of this bill.
+    pub fn start_usage(&self) -> Value {
+        split_start_usage(self.input, self.cache_read, self.cache_write, self.cache_write_1h)
+    }
+
     pub fn total(&self) -> u64 {
         self.input + self.cache_read + self.cache_write
     }
@@ -251,7 +267,7 @@ where
             log.len()
         };
         let (blocks, stop, output) = answer_for(n, request);
-        stream(answer(start_usage(usage.input, usage.cache_read, usage.cache_write), blocks, stop, output))
+        stream(answer(usage.start_usage(), blocks, stop, output))
     })
     .await
     .expect("scripted server");

@@ -211,12 +211,20 @@ fn progress(info: &mut AgentInfo, event: &Event) -> bool {
             info.state = AgentState::Waiting;
             info.activity = one_line(&format!("asks you to approve: {command}"));
         }
-        Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
+        Event::Usage {
+            prompt_tokens,
+            completion_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            cache_write_1h_tokens,
+            cost_usd,
+        } => {
             info.usage.add(&crate::protocol::usage::Usage {
                 prompt_tokens: *prompt_tokens,
                 completion_tokens: *completion_tokens,
                 cache_read_tokens: *cache_read_tokens,
                 cache_write_tokens: *cache_write_tokens,
+                cache_write_1h_tokens: *cache_write_1h_tokens,
             });
             if let Some(cost) = cost_usd {
                 info.cost_usd = Some(info.cost_usd.unwrap_or(0.0) + cost);
@@ -472,6 +480,7 @@ mod tests {
             completion_tokens: 7,
             cache_read_tokens: 0,
             cache_write_tokens: 0,
+            cache_write_1h_tokens: 0,
             cost_usd: Some(0.5),
         };
         progress(&mut info, &usage);

@@ -508,34 +508,45 @@ impl MessageAccumulator {
         Ok(out)
     }
 
-    /// Usage counts are cumulative: a later event's field replaces an earlier one.
+    /// Usage counts are cumulative: a later event's field replaces an earlier one. The
+    /// 1-hour part of the cache writes is `cache_creation.ephemeral_1h_input_tokens`.
     fn merge_usage(&mut self, value: &Value) {
-        let field = |key: &str| value.get(key).and_then(Value::as_u64);
+        let field = |pointer: &str| value.pointer(pointer).and_then(Value::as_u64);
         let mut raw = self.raw_usage();
-        for (slot, key) in [
-            (&mut raw.0, "input_tokens"),
-            (&mut raw.1, "output_tokens"),
-            (&mut raw.2, "cache_read_input_tokens"),
-            (&mut raw.3, "cache_creation_input_tokens"),
-        ] {
-            if let Some(n) = field(key) {
+        let pointers = [
+            "/input_tokens",
+            "/output_tokens",
+            "/cache_read_input_tokens",
+            "/cache_creation_input_tokens",
+            "/cache_creation/ephemeral_1h_input_tokens",
+        ];
+        for (slot, pointer) in raw.iter_mut().zip(pointers) {
+            if let Some(n) = field(pointer) {
                 *slot = n;
             }
         }
-        let (input, output, read, write) = raw;
+        let [input, output, read, write, write_1h] = raw;
         self.usage = Some(Usage {
             prompt_tokens: input + read + write,
             completion_tokens: output,
             cache_read_tokens: read,
             cache_write_tokens: write,
+            // A part never larger than the whole, whatever a server sends.
+            cache_write_1h_tokens: write_1h.min(write),
         });
     }
 
-    /// (uncached input, output, cache read, cache write) so far.
-    fn raw_usage(&self) -> (u64, u64, u64, u64) {
+    /// [uncached input, output, cache read, cache write, 1-hour cache write] so far.
+    fn raw_usage(&self) -> [u64; 5] {
         match self.usage {
-            Some(u) => (u.uncached_prompt_tokens(), u.completion_tokens, u.cache_read_tokens, u.cache_write_tokens),
-            None => (0, 0, 0, 0),
+            Some(u) => [
+                u.uncached_prompt_tokens(),
+                u.completion_tokens,
+                u.cache_read_tokens,
+                u.cache_write_tokens,
+                u.cache_write_1h_tokens,
+            ],
+            None => [0; 5],
         }
     }
 
@@ -629,10 +640,49 @@ mod tests {
                 prompt_tokens: 3210,
                 completion_tokens: 42,
                 cache_read_tokens: 3000,
-                cache_write_tokens: 200
+                cache_write_tokens: 200,
+                cache_write_1h_tokens: 0,
             })
         );
         assert_eq!(done.finish_reason.as_deref(), Some("end_turn"));
+    }
+
+    #[test]
+    fn usage_keeps_the_one_hour_part_of_the_cache_writes() {
+        // The API splits the writes by lifetime in `cache_creation`, beside their total.
+        let creation = json!({"ephemeral_5m_input_tokens": 200, "ephemeral_1h_input_tokens": 300});
+        let (_, done) = run(&[
+            json!({"type":"message_start","message":{"usage":{"input_tokens":10,"cache_creation_input_tokens":500,
+                   "cache_creation":creation,"cache_read_input_tokens":3000,"output_tokens":1}}}),
+            json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":42}}),
+            json!({"type":"message_stop"}),
+        ]);
+        let want = Usage {
+            prompt_tokens: 3510,
+            completion_tokens: 42,
+            cache_read_tokens: 3000,
+            cache_write_tokens: 500,
+            cache_write_1h_tokens: 300,
+        };
+        assert_eq!(done.unwrap().usage, Some(want));
+        // A later event's counts replace the earlier ones; a 1-hour part larger than the
+        // whole is cut to it.
+        let (_, done) = run(&[
+            json!({"type":"message_start","message":{"usage":{"input_tokens":10,"cache_creation_input_tokens":500,
+                   "cache_creation":creation,"output_tokens":1}}}),
+            json!({"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":7,
+                   "cache_creation_input_tokens":100,
+                   "cache_creation":{"ephemeral_5m_input_tokens":0,"ephemeral_1h_input_tokens":900}}}),
+            json!({"type":"message_stop"}),
+        ]);
+        let want = Usage {
+            prompt_tokens: 110,
+            completion_tokens: 7,
+            cache_read_tokens: 0,
+            cache_write_tokens: 100,
+            cache_write_1h_tokens: 100,
+        };
+        assert_eq!(done.unwrap().usage, Some(want));
     }
 
     #[test]

@@ -193,9 +193,22 @@ impl App {
             }
             Event::TurnFinished { outcome } => self.turn_finished(outcome),
             Event::Status(info) => self.status_changed(info),
-            Event::Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens, cost_usd } => {
+            Event::Usage {
+                prompt_tokens,
+                completion_tokens,
+                cache_read_tokens,
+                cache_write_tokens,
+                cache_write_1h_tokens,
+                cost_usd,
+            } => {
                 self.usage = Some((prompt_tokens, completion_tokens));
-                let usage = Usage { prompt_tokens, completion_tokens, cache_read_tokens, cache_write_tokens };
+                let usage = Usage {
+                    prompt_tokens,
+                    completion_tokens,
+                    cache_read_tokens,
+                    cache_write_tokens,
+                    cache_write_1h_tokens,
+                };
                 self.spend.add(&usage, cost_usd);
             }
             Event::Context { percent, .. } => self.status.context_pct = percent,
