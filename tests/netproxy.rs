@@ -592,6 +592,173 @@ async fn a_kept_job_keeps_its_network_after_talaria_quits() {
     assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "the refused request reached the server");
 }
 
+/// `talaria exec` running the model's `terminal` calls one after another, its stderr
+/// followed as it comes (the test acts on its notices while it runs).
+struct Running {
+    child: tokio::process::Child,
+    stderr: Arc<Mutex<String>>,
+    model: ScriptedServer,
+    calls: usize,
+}
+
+async fn exec_running(home: &Home, calls: &[Value]) -> Running {
+    let mut script: Vec<ScriptedResponse> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, args)| ScriptedResponse::tool_call(&format!("c{i}"), "terminal", &args.to_string()))
+        .collect();
+    script.push(ScriptedResponse::text("done"));
+    let model = ScriptedServer::start(script).await.unwrap();
+    let fake_home = home.path().join("fakehome");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake_home).args(["exec", "--base-url", &model.base_url(), "go"]);
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (pipe, text) = (child.stderr.take().unwrap(), stderr.clone());
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut text = text.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    Running { child, stderr, model, calls: calls.len() }
+}
+
+impl Running {
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    async fn wait_stderr(&self, what: &str, want: &str) {
+        common::wait_until(what, || self.stderr.lock().unwrap().contains(want)).await;
+    }
+
+    /// Wait for exec to end (exit 0); the tool results in order, and its stderr.
+    async fn finish(mut self) -> (Vec<Value>, String) {
+        let status = tokio::time::timeout(Duration::from_secs(180), self.child.wait()).await.unwrap().unwrap();
+        // The pipe's end is the reader's end: all of stderr is in.
+        common::wait_until("exec's stderr to close", || Arc::strong_count(&self.stderr) == 1).await;
+        let stderr = self.stderr();
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        let requests = self.model.chat_requests();
+        assert_eq!(requests.len(), self.calls + 1, "{stderr}");
+        let results = requests[1..]
+            .iter()
+            .map(|r| {
+                let content =
+                    r.body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
+                serde_json::from_str(&content).unwrap_or_else(|e| panic!("not a tool result ({e}): {content}"))
+            })
+            .collect();
+        (results, stderr)
+    }
+}
+
+fn kill_9(pid: u32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+/// The proxy process dies (kill -9) while a job runs: talaria notices (its socket closes),
+/// says so, and starts another on the same port, handing it every job's credential. The
+/// running job's next request passes with the proxy URL it already has, the next job's
+/// too, and at the end no proxy process is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_proxy_is_restarted_on_its_port_and_running_and_new_jobs_keep_the_network() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let p = srv.port;
+    let first = format!(
+        "printf %s \"$HTTP_PROXY\" > url-31010.txt; curl -s http://127.0.0.1:{p}/before-31010; echo; \
+         touch ready-31010; while [ ! -e go-31010 ]; do sleep 0.05; done; curl -s http://127.0.0.1:{p}/after-31010"
+    );
+    let second = format!("printf %s \"$HTTP_PROXY\" > url2-31010.txt; curl -s http://127.0.0.1:{p}/next-31010");
+    let calls = [serde_json::json!({ "command": first }), serde_json::json!({ "command": second })];
+    let running = exec_running(&home, &calls).await;
+
+    let ready = home.work().join("ready-31010");
+    common::wait_until("the job's first request", || ready.exists()).await;
+    let old = proxy_pids(&home);
+    assert_eq!(old.len(), 1, "one proxy process for the session");
+    kill_9(old[0]);
+    running.wait_stderr("the restart's notice", "talaria restarted it").await;
+    let new = proxy_pids(&home);
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert_ne!(new, old, "the killed proxy is still there");
+    std::fs::write(home.work().join("go-31010"), "").unwrap();
+
+    let (results, stderr) = running.finish().await;
+    let notice = stderr.lines().find(|l| l.contains("talaria restarted it")).unwrap();
+    assert!(notice.contains(&format!("pid {} was killed by SIGKILL", old[0])), "{notice}");
+    assert!(notice.contains(&format!("pid {}", new[0])) && notice.contains("restart 1 of 5"), "{notice}");
+    assert!(notice.contains("running commands keep their network"), "{notice}");
+    let out = output(&results[0]);
+    assert!(out.contains("hello /before-31010") && out.contains("hello /after-31010"), "{}", results[0]);
+    assert!(output(&results[1]).contains("hello /next-31010"), "{}", results[1]);
+    // The same port: the running job's URL is still good, and the new job's names it too.
+    let url = std::fs::read_to_string(home.work().join("url-31010.txt")).unwrap();
+    let url2 = std::fs::read_to_string(home.work().join("url2-31010.txt")).unwrap();
+    let port = |u: &str| u.rsplit_once(':').unwrap().1.to_string();
+    assert_eq!(port(&url), port(&url2), "{url} {url2}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 3);
+
+    common::wait_until("no proxy process is left", || proxy_pids(&home).is_empty()).await;
+    assert!(proxy_sockets(&home).is_empty(), "{:?}", proxy_sockets(&home));
+}
+
+/// A proxy that keeps dying is restarted 5 times, then talaria gives up and says so
+/// ("network proxy keeps dying"): the running job and the next one get a 503 on the
+/// proxy's port that says why, and their tool results say it too. Nothing is left running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_that_keeps_dying_is_given_up_after_five_restarts_with_a_clear_error() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let p = srv.port;
+    let first = format!(
+        "curl -s http://127.0.0.1:{p}/before-31011; echo; touch ready-31011; \
+         while [ ! -e go-31011 ]; do sleep 0.05; done; curl -s http://127.0.0.1:{p}/after-31011"
+    );
+    let second = format!("curl -s -w ' code=%{{http_code}}' http://127.0.0.1:{p}/next-31011");
+    let calls = [serde_json::json!({ "command": first }), serde_json::json!({ "command": second })];
+    let running = exec_running(&home, &calls).await;
+
+    let ready = home.work().join("ready-31011");
+    common::wait_until("the job's first request", || ready.exists()).await;
+    for nth in 1..=6 {
+        let pids = proxy_pids(&home);
+        assert_eq!(pids.len(), 1, "before kill {nth}: {pids:?}\n{}", running.stderr());
+        kill_9(pids[0]);
+        if nth <= 5 {
+            running.wait_stderr("a restart", &format!("restart {nth} of 5")).await;
+        }
+    }
+    running.wait_stderr("talaria gives up", "network proxy keeps dying").await;
+    assert!(proxy_pids(&home).is_empty(), "a proxy was started after talaria gave up");
+    std::fs::write(home.work().join("go-31011"), "").unwrap();
+
+    let (results, stderr) = running.finish().await;
+    assert_eq!(stderr.matches("talaria restarted it").count(), 5, "{stderr}");
+    let notice = stderr.lines().find(|l| l.contains("network proxy keeps dying")).unwrap();
+    assert!(notice.starts_with("talaria: error:") && notice.contains("until talaria restarts"), "{notice}");
+    let out = output(&results[0]);
+    assert!(out.contains("hello /before-31011"), "{}", results[0]);
+    assert!(out.contains("talaria's network proxy keeps dying"), "{}", results[0]);
+    let out = output(&results[1]);
+    assert!(out.contains("keeps dying") && out.contains("code=503"), "{}", results[1]);
+    for result in &results {
+        let sandbox = result["sandbox"].as_str().unwrap_or_default();
+        assert!(sandbox.contains("network proxy to 127.0.0.1:") && sandbox.contains("keeps dying"), "{result}");
+    }
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 1, "a request passed without a proxy");
+    assert!(proxy_pids(&home).is_empty());
+}
+
 fn rss_kib(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     status.lines().find_map(|l| l.strip_prefix("VmRSS:"))?.split_whitespace().next()?.parse().ok()
