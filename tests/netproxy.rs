@@ -757,6 +757,7 @@ async fn a_proxy_that_keeps_dying_is_given_up_after_five_restarts_with_a_clear_e
     }
     assert_eq!(srv.requests.load(Ordering::SeqCst), 1, "a request passed without a proxy");
     assert!(proxy_pids(&home).is_empty());
+    assert!(proxy_sockets(&home).is_empty(), "{:?}", proxy_sockets(&home));
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {

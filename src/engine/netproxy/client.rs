@@ -156,7 +156,8 @@ impl ProxyClient {
             gate,
             events,
         };
-        let hello = ToProxy::Hello { settings: settings.clone(), remembered: Remembered::default(), grants: Vec::new() };
+        let hello =
+            ToProxy::Hello { settings: settings.clone(), remembered: Remembered::default(), grants: Vec::new() };
         let attached = connect_or_start(&opener, None, &settings, hello).await?;
         let inner = Arc::new(Inner {
             opener,
@@ -203,7 +204,8 @@ impl ProxyClient {
             let seq = self.inner.seq.fetch_add(1, Ordering::SeqCst);
             let (tx, rx) = oneshot::channel();
             lock(&self.inner.registering).insert(seq, tx);
-            let msg = ToProxy::Register { seq, id: id.to_string(), command: command.to_string(), denials: denials.clone() };
+            let msg =
+                ToProxy::Register { seq, id: id.to_string(), command: command.to_string(), denials: denials.clone() };
             if !self.inner.send(msg) {
                 // Its writer is gone: the proxy has died, and talaria is about to notice.
                 lock(&self.inner.registering).remove(&seq);
@@ -215,8 +217,7 @@ impl ProxyClient {
             match answered {
                 Ok(Ok(url)) => {
                     if let Some(secret) = url_secret(&url) {
-                        let grant =
-                            Grant { id: id.into(), secret, command: command.into(), denials, supervisor: None };
+                        let grant = Grant { id: id.into(), secret, command: command.into(), denials, supervisor: None };
                         lock(&self.inner.grants).insert(id.to_string(), grant);
                     }
                     return Some(url);
@@ -312,7 +313,8 @@ impl Inner {
                     let Some(inner) = weak.upgrade() else { return };
                     inner.remember(&question, &answer);
                     // To the process that asked (a replacement never asked it).
-                    if let Some(link) = lock(&inner.link).as_ref().filter(|l| l.generation == generation) {
+                    let link = lock(&inner.link);
+                    if let Some(link) = link.as_ref().filter(|l| l.generation == generation) {
                         let _ = link.tx.send(ToProxy::Answer { question: id, answer });
                     }
                 });
@@ -398,6 +400,10 @@ impl Inner {
         );
         let why = format!("talaria's network proxy keeps dying ({what})");
         tracing::error!(%what, "gave up on the session's network proxy");
+        // Its socket, unless a process answers there (one another talaria started).
+        if std::os::unix::net::UnixStream::connect(&self.opener.socket).is_err() {
+            let _ = std::fs::remove_file(&self.opener.socket);
+        }
         // Listening before anyone is told: a job started after the notice finds the 503.
         let listener = std::net::TcpListener::bind(("127.0.0.1", port))
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
@@ -543,12 +549,8 @@ async fn start(
         });
     }
     let mut child = cmd.spawn()?;
-    let spec = Spec {
-        socket: socket.to_path_buf(),
-        settings: settings.clone(),
-        logs_dir: Some(logs_dir.to_path_buf()),
-        port,
-    };
+    let spec =
+        Spec { socket: socket.to_path_buf(), settings: settings.clone(), logs_dir: Some(logs_dir.to_path_buf()), port };
     let spec = serde_json::to_vec(&spec)?;
     if let Some(mut stdin) = child.stdin.take() {
         stdin.write_all(&spec).await?;
@@ -661,7 +663,8 @@ mod tests {
     fn the_secret_is_read_from_a_job_url() {
         let url = "http://job_4:abc123@127.0.0.1:4242";
         assert_eq!(url_secret(url).as_deref(), Some("abc123"));
-        let grant = Grant { id: "job_4".into(), secret: "abc123".into(), command: "x".into(), denials: None, supervisor: None };
+        let grant =
+            Grant { id: "job_4".into(), secret: "abc123".into(), command: "x".into(), denials: None, supervisor: None };
         assert_eq!(grant.url(4242), url);
         assert_eq!(Some(grant.header()), super::super::proxy_authorization(url));
         assert_eq!(url_secret("https://x"), None);
