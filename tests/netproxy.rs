@@ -254,6 +254,11 @@ async fn a_burst_asks_once_and_the_answers_last_as_long_as_they_say() {
 /// `api-31007.localhost` resolves to 127.0.0.1 (RFC 6761; the proxy resolves it), so it asks
 /// like a new host, saying where it leads — denied, nothing reaches the server; "this
 /// session" lets it through from then on. A name listed exactly passes without asking.
+///
+/// Fails without the fix (checked 2026-12-02 by deleting the `this_machine` → `check_local`
+/// step from `serve` in src/engine/netproxy/mod.rs, from 4b44036): the glob lets the name
+/// through unasked, "a glob-allowed name on this machine passed without asking:
+/// ("hello /glob-31007", "200")".
 #[tokio::test(flavor = "multi_thread")]
 async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
     let srv = server().await;
@@ -267,7 +272,10 @@ async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
         let (url, glob) = (url.clone(), glob.clone());
         async move { curl(&url, &glob, &[]).await }
     });
-    common::wait_until("the question about a name on this machine", || gate.asked() == 1).await;
+    common::wait_until("the question about a name on this machine", || gate.asked() == 1 || first.is_finished()).await;
+    if first.is_finished() {
+        panic!("a glob-allowed name on this machine passed without asking: {:?}", first.await.unwrap());
+    }
     let q = gate.questions.lock().unwrap()[0].clone();
     assert_eq!(
         q.shown(),
@@ -489,6 +497,12 @@ async fn exec_calls(home: &Home, calls: &[Value], flags: &[&str]) -> Vec<Value> 
 
 /// A job's credential ends with the job, not when talaria quits: a later job of the same
 /// session that uses the first one's proxy URL gets 407; its own URL passes.
+///
+/// Fails without the fix (checked 2026-12-02; the fix is from 4b44036): with the
+/// `proxy.job_ended(&job.id)` call in `Registry::finish` (src/engine/jobs/mod.rs) deleted,
+/// the stale credential still passes, `{"output":"stale=200\nhello /own-31008",…}` (3 of 3
+/// runs: the proxy's 0.5 s sweep for gone supervisors comes too late for the next command);
+/// with the sweep's revocation deleted too, the same.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_finished_jobs_credential_stops_working() {
     let srv = server().await;
