@@ -883,3 +883,129 @@ async fn slash_network_lists_the_sessions_connections() {
     assert!(text.contains("↓") && !text.contains("↓0 B"), "{text}");
     engine.shutdown().await;
 }
+
+/// The pid of the process listening on the unix socket at `path` (a network proxy's).
+fn listener_of(path: &std::path::Path) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let wanted = path.to_str()?;
+    // Num RefCount Protocol Flags Type St Inode Path
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(7) == Some(wanted))
+        .filter_map(|l| l.split_whitespace().nth(6).map(|i| format!("socket:[{i}]")))
+        .collect();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str())));
+        holds.then_some(pid)
+    })
+}
+
+/// One turn of the in-process engine: commands that ask are allowed once, a question about
+/// a host gets `network`; the hosts' questions asked.
+async fn turn_answering(engine: &mut inproc::Running, text: &str, network: talaria::protocol::Approval) -> Vec<String> {
+    use talaria::protocol::{Event, Op};
+    engine.send(Op::Submit { text: text.into(), mode: None });
+    let mut asked = Vec::new();
+    loop {
+        let what = "a question or the turn's end";
+        let event =
+            engine.wait_for(what, |e| matches!(e, Event::ApprovalNeeded { .. } | Event::TurnFinished { .. })).await;
+        let Event::ApprovalNeeded { id, command, .. } = event else { return asked };
+        let decision = if command.contains(" wants ") {
+            asked.push(command);
+            network
+        } else {
+            talaria::protocol::Approval::Once
+        };
+        engine.send(Op::Approve { id, decision });
+    }
+}
+
+/// What the user allowed for the session survives the proxy's death: a host answered "this
+/// session" before a kill -9 passes after the restart without a new question (the new
+/// process is told the session's answers), and the new process ends with the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_allowed_for_the_session_stays_allowed_after_the_proxy_restarts() {
+    use talaria::protocol::Approval;
+    let srv = server().await;
+    let home = tempfile::tempdir().unwrap();
+    let args = |tag: &str| {
+        let command = format!("curl -s http://localhost:{}/{tag}-31012", srv.port);
+        serde_json::json!({ "command": command }).to_string()
+    };
+    let model = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", &args("before")),
+        ScriptedResponse::text("one"),
+        ScriptedResponse::tool_call("c2", "terminal", &args("after")),
+        ScriptedResponse::text("two"),
+    ])
+    .await
+    .unwrap();
+    let settings = talaria::engine::llm::client::ClientSettings::new(model.base_url()).max_retries(0);
+    let provider = Arc::new(talaria::engine::llm::client::OpenAiClient::new(settings).unwrap());
+    let mut engine = inproc::start_with_policy(
+        home.path(),
+        provider,
+        "m",
+        talaria::engine::SessionChoice::New,
+        talaria::config::Config::default(),
+        talaria::engine::approval::PromptPolicy::Ask,
+    )
+    .await;
+
+    let asked = turn_answering(&mut engine, "first", Approval::Session).await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains(&format!("wants localhost:{}", srv.port)), "{asked:?}");
+    let result = finished(&engine, "c1");
+    assert!(output(&result).contains("hello /before-31012"), "{result}");
+
+    let sockets: Vec<_> =
+        walk(home.path()).into_iter().filter(|p| p.extension().is_some_and(|x| x == "sock")).collect();
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let old = listener_of(&sockets[0]).expect("the proxy process");
+    kill_9(old);
+    let notice = engine.notice("talaria restarted it").await;
+    assert!(notice.contains(&format!("pid {old} was killed by SIGKILL")), "{notice}");
+    let new = listener_of(&sockets[0]).expect("the new proxy process");
+    assert_ne!(new, old);
+
+    let asked = turn_answering(&mut engine, "second", Approval::Deny).await;
+    assert!(asked.is_empty(), "asked again after the restart: {asked:?}");
+    let result = finished(&engine, "c2");
+    assert!(output(&result).contains("hello /after-31012"), "{result}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2);
+
+    engine.shutdown().await;
+    common::wait_until("the new proxy ends with the engine", || {
+        !talaria::engine::process::process_alive(new as i32, None)
+    })
+    .await;
+}
+
+/// The result of tool call `call_id`, which the engine has reported already.
+fn finished(engine: &inproc::Running, call_id: &str) -> Value {
+    let outcome = engine.seen.iter().find_map(|e| match e {
+        talaria::protocol::Event::ToolFinished { call_id: c, outcome, .. } if c == call_id => Some(outcome),
+        _ => None,
+    });
+    serde_json::from_str(&outcome.expect("the call finished").result).unwrap()
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
