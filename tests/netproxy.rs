@@ -305,7 +305,32 @@ async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
     assert_eq!(gate.asked(), 2, "allowed for the session, it asked again");
 }
 
-/// A 200 MB download through the proxy streams: the process holding the proxy grows by
+/// A restarted proxy listens on the port it is given when it is free (its predecessor's,
+/// which running jobs may reach), else on another one rather than not at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_started_on_a_port_takes_it_or_another_when_it_is_taken() {
+    let srv = server().await;
+    let gate = || Arc::new(TestGate::default());
+    let first = NetProxy::start(settings(&["127.0.0.1"], &[], None), gate(), None).await.unwrap();
+    let port = first.port();
+    // Taken: the first proxy still listens there.
+    let second = NetProxy::start_on(Some(port), settings(&["127.0.0.1"], &[], None), gate(), None).await.unwrap();
+    assert_ne!(second.port(), port);
+    let url = second.register_job("job_31013", "curl", None);
+    assert_eq!(curl(&url, &format!("http://127.0.0.1:{}/other-31013", srv.port), &[]).await.1, "200");
+    // Free once that proxy is gone: with its last handle dropped, its accept loop lets go
+    // of the listener at the next connection.
+    drop(first);
+    let wanted = second.port();
+    drop(second);
+    common::wait_until("the port to be free", || std::net::TcpStream::connect(("127.0.0.1", wanted)).is_err()).await;
+    let third = NetProxy::start_on(Some(wanted), settings(&["127.0.0.1"], &[], None), gate(), None).await.unwrap();
+    assert_eq!(third.port(), wanted);
+    let url = third.register_job("job_31014", "curl", None);
+    assert!(url.ends_with(&format!(":{wanted}")), "{url}");
+    assert_eq!(curl(&url, &format!("http://127.0.0.1:{}/same-31014", srv.port), &[]).await.1, "200");
+}
+
 /// well under 16 MiB (it is this test process here; see the exec test for talaria's own).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_200_mb_download_streams_through_the_proxy() {
