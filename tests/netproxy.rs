@@ -254,6 +254,11 @@ async fn a_burst_asks_once_and_the_answers_last_as_long_as_they_say() {
 /// `api-31007.localhost` resolves to 127.0.0.1 (RFC 6761; the proxy resolves it), so it asks
 /// like a new host, saying where it leads — denied, nothing reaches the server; "this
 /// session" lets it through from then on. A name listed exactly passes without asking.
+///
+/// Fails without the fix (checked 2026-12-02 by deleting the `this_machine` → `check_local`
+/// step from `serve` in src/engine/netproxy/mod.rs, from 4b44036): the glob lets the name
+/// through unasked, "a glob-allowed name on this machine passed without asking:
+/// ("hello /glob-31007", "200")".
 #[tokio::test(flavor = "multi_thread")]
 async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
     let srv = server().await;
@@ -267,7 +272,10 @@ async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
         let (url, glob) = (url.clone(), glob.clone());
         async move { curl(&url, &glob, &[]).await }
     });
-    common::wait_until("the question about a name on this machine", || gate.asked() == 1).await;
+    common::wait_until("the question about a name on this machine", || gate.asked() == 1 || first.is_finished()).await;
+    if first.is_finished() {
+        panic!("a glob-allowed name on this machine passed without asking: {:?}", first.await.unwrap());
+    }
     let q = gate.questions.lock().unwrap()[0].clone();
     assert_eq!(
         q.shown(),
@@ -297,7 +305,32 @@ async fn a_glob_allowed_name_that_resolves_to_this_machine_asks() {
     assert_eq!(gate.asked(), 2, "allowed for the session, it asked again");
 }
 
-/// A 200 MB download through the proxy streams: the process holding the proxy grows by
+/// A restarted proxy listens on the port it is given when it is free (its predecessor's,
+/// which running jobs may reach), else on another one rather than not at all.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_started_on_a_port_takes_it_or_another_when_it_is_taken() {
+    let srv = server().await;
+    let gate = || Arc::new(TestGate::default());
+    let first = NetProxy::start(settings(&["127.0.0.1"], &[], None), gate(), None).await.unwrap();
+    let port = first.port();
+    // Taken: the first proxy still listens there.
+    let second = NetProxy::start_on(Some(port), settings(&["127.0.0.1"], &[], None), gate(), None).await.unwrap();
+    assert_ne!(second.port(), port);
+    let url = second.register_job("job_31013", "curl", None);
+    assert_eq!(curl(&url, &format!("http://127.0.0.1:{}/other-31013", srv.port), &[]).await.1, "200");
+    // Free once that proxy is gone: with its last handle dropped, its accept loop lets go
+    // of the listener at the next connection.
+    drop(first);
+    let wanted = second.port();
+    drop(second);
+    common::wait_until("the port to be free", || std::net::TcpStream::connect(("127.0.0.1", wanted)).is_err()).await;
+    let third = NetProxy::start_on(Some(wanted), settings(&["127.0.0.1"], &[], None), gate(), None).await.unwrap();
+    assert_eq!(third.port(), wanted);
+    let url = third.register_job("job_31014", "curl", None);
+    assert!(url.ends_with(&format!(":{wanted}")), "{url}");
+    assert_eq!(curl(&url, &format!("http://127.0.0.1:{}/same-31014", srv.port), &[]).await.1, "200");
+}
+
 /// well under 16 MiB (it is this test process here; see the exec test for talaria's own).
 #[tokio::test(flavor = "multi_thread")]
 async fn a_200_mb_download_streams_through_the_proxy() {
@@ -312,6 +345,8 @@ async fn a_200_mb_download_streams_through_the_proxy() {
         .await
         .unwrap();
     assert_eq!(String::from_utf8_lossy(&out.stdout), (200u64 << 20).to_string());
+    // curl is done once it has the bytes; the proxy counts them when the relay has closed.
+    common::wait_until("the connection's end", || proxy.connections().first().is_some_and(|c| c.done)).await;
     let conn = &proxy.connections()[0];
     assert!(conn.received > 200 << 20, "{conn:?}");
 }
@@ -489,6 +524,12 @@ async fn exec_calls(home: &Home, calls: &[Value], flags: &[&str]) -> Vec<Value> 
 
 /// A job's credential ends with the job, not when talaria quits: a later job of the same
 /// session that uses the first one's proxy URL gets 407; its own URL passes.
+///
+/// Fails without the fix (checked 2026-12-02; the fix is from 4b44036): with the
+/// `proxy.job_ended(&job.id)` call in `Registry::finish` (src/engine/jobs/mod.rs) deleted,
+/// the stale credential still passes, `{"output":"stale=200\nhello /own-31008",…}` (3 of 3
+/// runs: the proxy's 0.5 s sweep for gone supervisors comes too late for the next command);
+/// with the sweep's revocation deleted too, the same.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_finished_jobs_credential_stops_working() {
     let srv = server().await;
@@ -590,6 +631,174 @@ async fn a_kept_job_keeps_its_network_after_talaria_quits() {
     common::wait_until("the proxy ends with the last job", || proxy_pids(&home).is_empty()).await;
     assert!(proxy_sockets(&home).is_empty(), "{:?}", proxy_sockets(&home));
     assert_eq!(srv.requests.load(Ordering::SeqCst), 2, "the refused request reached the server");
+}
+
+/// `talaria exec` running the model's `terminal` calls one after another, its stderr
+/// followed as it comes (the test acts on its notices while it runs).
+struct Running {
+    child: tokio::process::Child,
+    stderr: Arc<Mutex<String>>,
+    model: ScriptedServer,
+    calls: usize,
+}
+
+async fn exec_running(home: &Home, calls: &[Value]) -> Running {
+    let mut script: Vec<ScriptedResponse> = calls
+        .iter()
+        .enumerate()
+        .map(|(i, args)| ScriptedResponse::tool_call(&format!("c{i}"), "terminal", &args.to_string()))
+        .collect();
+    script.push(ScriptedResponse::text("done"));
+    let model = ScriptedServer::start(script).await.unwrap();
+    let fake_home = home.path().join("fakehome");
+    std::fs::create_dir_all(&fake_home).unwrap();
+    let mut cmd = home.command();
+    cmd.env("HOME", &fake_home).args(["exec", "--base-url", &model.base_url(), "go"]);
+    cmd.stdout(std::process::Stdio::null()).stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let stderr = Arc::new(Mutex::new(String::new()));
+    let (pipe, text) = (child.stderr.take().unwrap(), stderr.clone());
+    tokio::spawn(async move {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(pipe).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut text = text.lock().unwrap();
+            text.push_str(&line);
+            text.push('\n');
+        }
+    });
+    Running { child, stderr, model, calls: calls.len() }
+}
+
+impl Running {
+    fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    async fn wait_stderr(&self, what: &str, want: &str) {
+        common::wait_until(what, || self.stderr.lock().unwrap().contains(want)).await;
+    }
+
+    /// Wait for exec to end (exit 0); the tool results in order, and its stderr.
+    async fn finish(mut self) -> (Vec<Value>, String) {
+        let status = tokio::time::timeout(Duration::from_secs(180), self.child.wait()).await.unwrap().unwrap();
+        // The pipe's end is the reader's end: all of stderr is in.
+        common::wait_until("exec's stderr to close", || Arc::strong_count(&self.stderr) == 1).await;
+        let stderr = self.stderr();
+        assert_eq!(status.code(), Some(0), "{stderr}");
+        let requests = self.model.chat_requests();
+        assert_eq!(requests.len(), self.calls + 1, "{stderr}");
+        let results = requests[1..]
+            .iter()
+            .map(|r| {
+                let content =
+                    r.body["messages"].as_array().unwrap().last().unwrap()["content"].as_str().unwrap().to_string();
+                serde_json::from_str(&content).unwrap_or_else(|e| panic!("not a tool result ({e}): {content}"))
+            })
+            .collect();
+        (results, stderr)
+    }
+}
+
+fn kill_9(pid: u32) {
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+/// The proxy process dies (kill -9) while a job runs: talaria notices (its socket closes),
+/// says so, and starts another on the same port, handing it every job's credential. The
+/// running job's next request passes with the proxy URL it already has, the next job's
+/// too, and at the end no proxy process is left.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_killed_proxy_is_restarted_on_its_port_and_running_and_new_jobs_keep_the_network() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let p = srv.port;
+    let first = format!(
+        "printf %s \"$HTTP_PROXY\" > url-31010.txt; curl -s http://127.0.0.1:{p}/before-31010; echo; \
+         touch ready-31010; while [ ! -e go-31010 ]; do sleep 0.05; done; curl -s http://127.0.0.1:{p}/after-31010"
+    );
+    let second = format!("printf %s \"$HTTP_PROXY\" > url2-31010.txt; curl -s http://127.0.0.1:{p}/next-31010");
+    let calls = [serde_json::json!({ "command": first }), serde_json::json!({ "command": second })];
+    let running = exec_running(&home, &calls).await;
+
+    let ready = home.work().join("ready-31010");
+    common::wait_until("the job's first request", || ready.exists()).await;
+    let old = proxy_pids(&home);
+    assert_eq!(old.len(), 1, "one proxy process for the session");
+    kill_9(old[0]);
+    running.wait_stderr("the restart's notice", "talaria restarted it").await;
+    let new = proxy_pids(&home);
+    assert_eq!(new.len(), 1, "{new:?}");
+    assert_ne!(new, old, "the killed proxy is still there");
+    std::fs::write(home.work().join("go-31010"), "").unwrap();
+
+    let (results, stderr) = running.finish().await;
+    let notice = stderr.lines().find(|l| l.contains("talaria restarted it")).unwrap();
+    assert!(notice.contains(&format!("pid {} was killed by SIGKILL", old[0])), "{notice}");
+    assert!(notice.contains(&format!("pid {}", new[0])) && notice.contains("restart 1 of 5"), "{notice}");
+    assert!(notice.contains("running commands keep their network"), "{notice}");
+    let out = output(&results[0]);
+    assert!(out.contains("hello /before-31010") && out.contains("hello /after-31010"), "{}", results[0]);
+    assert!(output(&results[1]).contains("hello /next-31010"), "{}", results[1]);
+    // The same port: the running job's URL is still good, and the new job's names it too.
+    let url = std::fs::read_to_string(home.work().join("url-31010.txt")).unwrap();
+    let url2 = std::fs::read_to_string(home.work().join("url2-31010.txt")).unwrap();
+    let port = |u: &str| u.rsplit_once(':').unwrap().1.to_string();
+    assert_eq!(port(&url), port(&url2), "{url} {url2}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 3);
+
+    common::wait_until("no proxy process is left", || proxy_pids(&home).is_empty()).await;
+    assert!(proxy_sockets(&home).is_empty(), "{:?}", proxy_sockets(&home));
+}
+
+/// A proxy that keeps dying is restarted 5 times, then talaria gives up and says so
+/// ("network proxy keeps dying"): the running job and the next one get a 503 on the
+/// proxy's port that says why, and their tool results say it too. Nothing is left running.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_proxy_that_keeps_dying_is_given_up_after_five_restarts_with_a_clear_error() {
+    let srv = server().await;
+    let home = Home::new();
+    home.write_config("[sandbox]\nnetwork_allow = [\"127.0.0.1\"]\n");
+    let p = srv.port;
+    let first = format!(
+        "curl -s http://127.0.0.1:{p}/before-31011; echo; touch ready-31011; \
+         while [ ! -e go-31011 ]; do sleep 0.05; done; curl -s http://127.0.0.1:{p}/after-31011"
+    );
+    let second = format!("curl -s -w ' code=%{{http_code}}' http://127.0.0.1:{p}/next-31011");
+    let calls = [serde_json::json!({ "command": first }), serde_json::json!({ "command": second })];
+    let running = exec_running(&home, &calls).await;
+
+    let ready = home.work().join("ready-31011");
+    common::wait_until("the job's first request", || ready.exists()).await;
+    for nth in 1..=6 {
+        let pids = proxy_pids(&home);
+        assert_eq!(pids.len(), 1, "before kill {nth}: {pids:?}\n{}", running.stderr());
+        kill_9(pids[0]);
+        if nth <= 5 {
+            running.wait_stderr("a restart", &format!("restart {nth} of 5")).await;
+        }
+    }
+    running.wait_stderr("talaria gives up", "network proxy keeps dying").await;
+    assert!(proxy_pids(&home).is_empty(), "a proxy was started after talaria gave up");
+    std::fs::write(home.work().join("go-31011"), "").unwrap();
+
+    let (results, stderr) = running.finish().await;
+    assert_eq!(stderr.matches("talaria restarted it").count(), 5, "{stderr}");
+    let notice = stderr.lines().find(|l| l.contains("network proxy keeps dying")).unwrap();
+    assert!(notice.starts_with("talaria: error:") && notice.contains("until talaria restarts"), "{notice}");
+    let out = output(&results[0]);
+    assert!(out.contains("hello /before-31011"), "{}", results[0]);
+    assert!(out.contains("talaria's network proxy keeps dying"), "{}", results[0]);
+    let out = output(&results[1]);
+    assert!(out.contains("keeps dying") && out.contains("code=503"), "{}", results[1]);
+    for result in &results {
+        let sandbox = result["sandbox"].as_str().unwrap_or_default();
+        assert!(sandbox.contains("network proxy to 127.0.0.1:") && sandbox.contains("keeps dying"), "{result}");
+    }
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 1, "a request passed without a proxy");
+    assert!(proxy_pids(&home).is_empty());
+    assert!(proxy_sockets(&home).is_empty(), "{:?}", proxy_sockets(&home));
 }
 
 fn rss_kib(pid: u32) -> Option<u64> {
@@ -700,4 +909,130 @@ async fn slash_network_lists_the_sessions_connections() {
     assert!(text.contains(&format!("job_1  127.0.0.1:{}  asked, allowed", srv.port)), "{text}");
     assert!(text.contains("↓") && !text.contains("↓0 B"), "{text}");
     engine.shutdown().await;
+}
+
+/// The pid of the process listening on the unix socket at `path` (a network proxy's).
+fn listener_of(path: &std::path::Path) -> Option<u32> {
+    let table = std::fs::read_to_string("/proc/net/unix").ok()?;
+    let wanted = path.to_str()?;
+    // Num RefCount Protocol Flags Type St Inode Path
+    let inodes: Vec<String> = table
+        .lines()
+        .skip(1)
+        .filter(|l| l.split_whitespace().nth(7) == Some(wanted))
+        .filter_map(|l| l.split_whitespace().nth(6).map(|i| format!("socket:[{i}]")))
+        .collect();
+    std::fs::read_dir("/proc").ok()?.flatten().find_map(|entry| {
+        let pid: u32 = entry.file_name().to_str()?.parse().ok()?;
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?;
+        let holds = fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| inodes.iter().any(|i| l.as_os_str() == i.as_str())));
+        holds.then_some(pid)
+    })
+}
+
+/// One turn of the in-process engine: commands that ask are allowed once, a question about
+/// a host gets `network`; the hosts' questions asked.
+async fn turn_answering(engine: &mut inproc::Running, text: &str, network: talaria::protocol::Approval) -> Vec<String> {
+    use talaria::protocol::{Event, Op};
+    engine.send(Op::Submit { text: text.into(), mode: None });
+    let mut asked = Vec::new();
+    loop {
+        let what = "a question or the turn's end";
+        let event =
+            engine.wait_for(what, |e| matches!(e, Event::ApprovalNeeded { .. } | Event::TurnFinished { .. })).await;
+        let Event::ApprovalNeeded { id, command, .. } = event else { return asked };
+        let decision = if command.contains(" wants ") {
+            asked.push(command);
+            network
+        } else {
+            talaria::protocol::Approval::Once
+        };
+        engine.send(Op::Approve { id, decision });
+    }
+}
+
+/// What the user allowed for the session survives the proxy's death: a host answered "this
+/// session" before a kill -9 passes after the restart without a new question (the new
+/// process is told the session's answers), and the new process ends with the engine.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_host_allowed_for_the_session_stays_allowed_after_the_proxy_restarts() {
+    use talaria::protocol::Approval;
+    let srv = server().await;
+    let home = tempfile::tempdir().unwrap();
+    let args = |tag: &str| {
+        let command = format!("curl -s http://localhost:{}/{tag}-31012", srv.port);
+        serde_json::json!({ "command": command }).to_string()
+    };
+    let model = ScriptedServer::start([
+        ScriptedResponse::tool_call("c1", "terminal", &args("before")),
+        ScriptedResponse::text("one"),
+        ScriptedResponse::tool_call("c2", "terminal", &args("after")),
+        ScriptedResponse::text("two"),
+    ])
+    .await
+    .unwrap();
+    let settings = talaria::engine::llm::client::ClientSettings::new(model.base_url()).max_retries(0);
+    let provider = Arc::new(talaria::engine::llm::client::OpenAiClient::new(settings).unwrap());
+    let mut engine = inproc::start_with_policy(
+        home.path(),
+        provider,
+        "m",
+        talaria::engine::SessionChoice::New,
+        talaria::config::Config::default(),
+        talaria::engine::approval::PromptPolicy::Ask,
+    )
+    .await;
+
+    let asked = turn_answering(&mut engine, "first", Approval::Session).await;
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(asked[0].contains(&format!("wants localhost:{}", srv.port)), "{asked:?}");
+    let result = finished(&engine, "c1");
+    assert!(output(&result).contains("hello /before-31012"), "{result}");
+
+    let sockets: Vec<_> =
+        walk(home.path()).into_iter().filter(|p| p.extension().is_some_and(|x| x == "sock")).collect();
+    assert_eq!(sockets.len(), 1, "{sockets:?}");
+    let old = listener_of(&sockets[0]).expect("the proxy process");
+    kill_9(old);
+    let notice = engine.notice("talaria restarted it").await;
+    assert!(notice.contains(&format!("pid {old} was killed by SIGKILL")), "{notice}");
+    let new = listener_of(&sockets[0]).expect("the new proxy process");
+    assert_ne!(new, old);
+
+    let asked = turn_answering(&mut engine, "second", Approval::Deny).await;
+    assert!(asked.is_empty(), "asked again after the restart: {asked:?}");
+    let result = finished(&engine, "c2");
+    assert!(output(&result).contains("hello /after-31012"), "{result}");
+    assert_eq!(srv.requests.load(Ordering::SeqCst), 2);
+
+    engine.shutdown().await;
+    common::wait_until("the new proxy ends with the engine", || {
+        !talaria::engine::process::process_alive(new as i32, None)
+    })
+    .await;
+}
+
+/// The result of tool call `call_id`, which the engine has reported already.
+fn finished(engine: &inproc::Running, call_id: &str) -> Value {
+    let outcome = engine.seen.iter().find_map(|e| match e {
+        talaria::protocol::Event::ToolFinished { call_id: c, outcome, .. } if c == call_id => Some(outcome),
+        _ => None,
+    });
+    serde_json::from_str(&outcome.expect("the call finished").result).unwrap()
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
 }

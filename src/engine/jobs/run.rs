@@ -243,6 +243,8 @@ async fn start_supervisor(
         }
         None => wrap_command(&spec.command, cwd_file.as_deref()),
     };
+    let sandbox = (spec.sandboxed && transport.is_none()).then(|| lock(&reg.sandbox).clone());
+    let (proxy_vars, sandbox) = proxy_env(reg, spec, jd, sandbox).await;
     let job_spec = Spec {
         shell: if transport.is_some() { "sh".into() } else { terminal.shell.clone() },
         login_shell: terminal.login_shell && transport.is_none(),
@@ -253,7 +255,7 @@ async fn start_supervisor(
         orphan_grace_s: spec.orphan_grace_s.unwrap_or(reg.config.jobs.orphan_grace_s),
         kill_grace_s: terminal.kill_grace_s,
         // The supervisor applies it between fork and exec of the command (engine/sandbox).
-        sandbox: (spec.sandboxed && transport.is_none()).then(|| lock(&reg.sandbox).clone()),
+        sandbox,
         on_kill: transport.map(|t| t.on_kill.clone()),
         track_cwd: cwd_file.is_some(),
         nice: reg.config.jobs.nice,
@@ -273,7 +275,7 @@ async fn start_supervisor(
             cmd.env_remove(var);
         }
     }
-    cmd.envs(proxy_env(reg, spec, jd, job_spec.sandbox.as_ref()).await);
+    cmd.envs(proxy_vars);
     // SAFETY: setsid is async-signal-safe and touches no memory of the parent. The
     // supervisor gets its own session: a hang-up of talaria's terminal never reaches it.
     unsafe {
@@ -319,24 +321,26 @@ async fn start_supervisor(
     }
 }
 
-/// A sandboxed job in `network = "ask"` gets its own proxy URL (DESIGN §6b); nothing for
-/// the rest (outside the sandbox, remote, `on`/`off`).
+/// A sandboxed job in `network = "ask"` gets its own proxy URL (DESIGN §6b), and its
+/// policy lets it reach that URL's port (a proxy restarted on another port has a new one);
+/// nothing for the rest (outside the sandbox, remote, `on`/`off`).
 async fn proxy_env(
     reg: &Registry,
     spec: &SpawnSpec,
     jd: &JobDir,
-    policy: Option<&crate::engine::sandbox::Policy>,
-) -> Vec<(String, String)> {
-    if !policy.is_some_and(|p| p.proxy_only) {
-        return Vec::new();
-    }
-    let Some(proxy) = lock(&reg.proxy).clone() else { return Vec::new() };
+    mut policy: Option<crate::engine::sandbox::Policy>,
+) -> (Vec<(String, String)>, Option<crate::engine::sandbox::Policy>) {
+    let Some(p) = policy.as_mut().filter(|p| p.proxy_only) else { return (Vec::new(), policy) };
+    let Some(proxy) = lock(&reg.proxy).clone() else { return (Vec::new(), policy) };
     let id = jd.path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     let denials = Some(jd.path.join(crate::engine::sandbox::notify::DENIALS_FILE));
     match proxy.register_job(&id, &spec.command, denials).await {
-        Some(url) => crate::engine::netproxy::job_env(&url),
+        Some(url) => {
+            p.proxy_port = crate::engine::netproxy::url_port(&url).or(p.proxy_port);
+            (crate::engine::netproxy::job_env(&url), policy)
+        }
         // The proxy is gone: the job has no network (its connects are refused, labelled).
-        None => Vec::new(),
+        None => (Vec::new(), policy),
     }
 }
 

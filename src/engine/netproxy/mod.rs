@@ -11,7 +11,9 @@
 //! namespace, which would need privilege or a user namespace and cut loopback in two. Bytes stream both ways through pipes
 //! ([`relay`], `splice`): a 1 GB download never sits in memory. Talaria runs it in a process
 //! of its own per session ([`service`], driven through [`client`]), so that jobs kept running
-//! after talaria quits keep their network; a job's credential ends with the job.
+//! after talaria quits keep their network; a job's credential ends with the job. If that
+//! process dies, talaria starts another on the same port with the same credentials
+//! ([`client`]): running jobs keep their network.
 
 pub(crate) mod client;
 pub(crate) mod policy;
@@ -100,6 +102,8 @@ pub struct Settings {
 #[derive(Debug, Clone)]
 struct JobEntry {
     id: String,
+    /// The password of its proxy URL (kept to hand the job over to a restarted proxy).
+    secret: String,
     command: String,
     /// Its supervisor (pid, start time in clock ticks): the job's processes are below it
     /// (loopback servers of the session), and the job has ended when it is gone.
@@ -108,6 +112,30 @@ struct JobEntry {
     denials: Option<PathBuf>,
     /// Cancelled when the job ends: its credential is gone and its tunnels close.
     ended: CancellationToken,
+}
+
+/// A job's right to use the proxy, as talaria hands it to a new proxy process when the old
+/// one died (client.rs): the running job keeps its URL, credential included.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Grant {
+    pub(crate) id: String,
+    pub(crate) secret: String,
+    pub(crate) command: String,
+    pub(crate) denials: Option<PathBuf>,
+    /// Its supervisor (pid, start time in clock ticks), once it runs.
+    pub(crate) supervisor: Option<(i32, u64)>,
+}
+
+impl Grant {
+    /// The `Proxy-Authorization` value of its URL.
+    fn header(&self) -> String {
+        format!("Basic {}", base64(format!("{}:{}", self.id, self.secret).as_bytes()))
+    }
+
+    /// Its proxy URL on `port`.
+    pub(crate) fn url(&self, port: u16) -> String {
+        format!("http://{}:{}@127.0.0.1:{port}", self.id, self.secret)
+    }
 }
 
 /// What the proxy tells whoever runs it (talaria's engine, through `service`).
@@ -171,7 +199,27 @@ impl NetProxy {
         gate: Arc<dyn Gate>,
         events: Option<tokio::sync::mpsc::UnboundedSender<Report>>,
     ) -> std::io::Result<NetProxy> {
-        let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+        Self::start_on(None, settings, gate, events).await
+    }
+
+    /// The same on `port` if it is free (a restarted proxy takes its predecessor's port, which
+    /// running jobs' supervisors let them reach), else on a free one.
+    pub async fn start_on(
+        port: Option<u16>,
+        settings: Settings,
+        gate: Arc<dyn Gate>,
+        events: Option<tokio::sync::mpsc::UnboundedSender<Report>>,
+    ) -> std::io::Result<NetProxy> {
+        let listener = match port {
+            Some(port) => match TcpListener::bind(("127.0.0.1", port)).await {
+                Ok(listener) => listener,
+                Err(e) => {
+                    tracing::warn!(port, error = %e, "the network proxy's earlier port is taken: listening on another");
+                    TcpListener::bind(("127.0.0.1", 0)).await?
+                }
+            },
+            None => TcpListener::bind(("127.0.0.1", 0)).await?,
+        };
         let port = listener.local_addr()?.port();
         let inner = Arc::new(Inner {
             port,
@@ -205,17 +253,53 @@ impl NetProxy {
 
     /// Let job `id` use the proxy; returns its proxy URL (with its credential).
     pub fn register_job(&self, id: &str, command: &str, denials: Option<PathBuf>) -> String {
-        let secret = random_hex(16);
-        let header = format!("Basic {}", base64(format!("{id}:{secret}").as_bytes()));
-        let entry = JobEntry {
+        let grant = Grant {
             id: id.to_string(),
+            secret: random_hex(16),
             command: command.to_string(),
-            supervisor: None,
             denials,
+            supervisor: None,
+        };
+        self.grant(grant)
+    }
+
+    /// Let a job use the proxy with the credential it already has (it was granted by an
+    /// earlier proxy process of the session); its proxy URL on this proxy's port.
+    pub(crate) fn grant(&self, grant: Grant) -> String {
+        let entry = JobEntry {
+            id: grant.id.clone(),
+            secret: grant.secret.clone(),
+            command: grant.command.clone(),
+            supervisor: grant.supervisor,
+            denials: grant.denials.clone(),
             ended: CancellationToken::new(),
         };
-        lock(&self.inner.jobs).insert(header, entry);
-        format!("http://{id}:{secret}@127.0.0.1:{}", self.inner.port)
+        lock(&self.inner.jobs).insert(grant.header(), entry);
+        grant.url(self.inner.port)
+    }
+
+    /// The jobs that may use the proxy now, as [`grant`](Self::grant) takes them.
+    pub(crate) fn grants(&self) -> Vec<Grant> {
+        let jobs = lock(&self.inner.jobs);
+        let mut grants: Vec<Grant> = jobs
+            .values()
+            .map(|e| Grant {
+                id: e.id.clone(),
+                secret: e.secret.clone(),
+                command: e.command.clone(),
+                denials: e.denials.clone(),
+                supervisor: e.supervisor,
+            })
+            .collect();
+        grants.sort_by(|a, b| a.id.cmp(&b.id));
+        grants
+    }
+
+    /// Hosts the user allowed for the session (`local`: to reach this machine) before this
+    /// process started: an earlier proxy of the session asked, and the answer still holds.
+    pub(crate) fn remember(&self, hosts: &[String], local: &[String]) {
+        lock(&self.inner.session_hosts).extend(hosts.iter().cloned());
+        lock(&self.inner.session_local).extend(local.iter().cloned());
     }
 
     /// The job's supervisor is known (after the spawn): its processes' loopback servers
@@ -288,6 +372,11 @@ pub fn proxy_authorization(url: &str) -> Option<String> {
     let rest = url.strip_prefix("http://")?;
     let (creds, _) = rest.rsplit_once('@')?;
     Some(format!("Basic {}", base64(creds.as_bytes())))
+}
+
+/// The port of a job's proxy URL.
+pub(crate) fn url_port(url: &str) -> Option<u16> {
+    url.rsplit_once(':')?.1.trim_end_matches('/').parse().ok()
 }
 
 fn host_port(host: &str, port: u16) -> String {

@@ -6,6 +6,8 @@
 //! is attached, what would ask is refused with the labelled 403 (no one to ask); what the
 //! config or an answer "this session" allows still passes. The process ends once no
 //! talaria is attached and the last job that may use it has ended (its supervisor is gone).
+//! A process that dies while talaria is attached is replaced by talaria ([`super::client`]):
+//! the new one is told the old one's port, jobs and the session's answers.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -17,7 +19,7 @@ use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
 use tokio::sync::{mpsc, oneshot};
 
-use super::{Answer, Connection, Gate, NetProxy, Question, Report, Settings};
+use super::{Answer, Connection, Gate, Grant, NetProxy, Question, Report, Settings};
 use crate::util::lock;
 
 /// The first argument that makes the binary this process.
@@ -40,6 +42,10 @@ pub(crate) struct Spec {
     pub(crate) settings: Settings,
     /// Where it logs (talaria's own log files).
     pub(crate) logs_dir: Option<PathBuf>,
+    /// The port to listen on if it is free: the port of the session's proxy that died, which
+    /// its running jobs' supervisors let them reach (None: any free port).
+    #[serde(default)]
+    pub(crate) port: Option<u16>,
 }
 
 /// The line the process prints once it listens.
@@ -56,6 +62,12 @@ pub(crate) enum ToProxy {
     /// Sent first: the config's lists (they may have changed since the process started).
     Hello {
         settings: Settings,
+        /// What the user allowed for the session through an earlier proxy process.
+        #[serde(default)]
+        remembered: Remembered,
+        /// The jobs the session's earlier proxy process let in: they keep their credentials.
+        #[serde(default)]
+        grants: Vec<Grant>,
     },
     Register {
         seq: u64,
@@ -86,6 +98,10 @@ pub(crate) enum FromProxy {
         port: u16,
         pid: u32,
         connections: Vec<(u64, Connection)>,
+        /// The jobs that may use it (a talaria that takes it over can hand them to a new
+        /// process should this one die).
+        #[serde(default)]
+        jobs: Vec<Grant>,
     },
     Registered {
         seq: u64,
@@ -98,6 +114,13 @@ pub(crate) enum FromProxy {
     Report {
         report: Report,
     },
+}
+
+/// Hosts answered "this session" (or "always"): `hosts` by name, `local` to reach this machine.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Remembered {
+    pub(crate) hosts: Vec<String>,
+    pub(crate) local: Vec<String>,
 }
 
 /// The socket of a session's proxy under `dir`.
@@ -207,7 +230,7 @@ async fn serve() -> std::io::Result<()> {
     }
     let controller = Arc::new(Controller::default());
     let (reports, mut report_rx) = mpsc::unbounded_channel();
-    let proxy = NetProxy::start(spec.settings, controller.clone(), Some(reports)).await?;
+    let proxy = NetProxy::start_on(spec.port, spec.settings, controller.clone(), Some(reports)).await?;
     let ready = serde_json::to_string(&Ready { port: proxy.port(), pid: std::process::id() })?;
     {
         use std::io::Write;
@@ -267,10 +290,15 @@ async fn control(stream: tokio::net::UnixStream, proxy: NetProxy, controller: Ar
     while let Ok(Some(line)) = lines.next_line().await {
         let Ok(msg) = serde_json::from_str::<ToProxy>(&line) else { continue };
         match msg {
-            ToProxy::Hello { settings } => {
+            ToProxy::Hello { settings, remembered, grants } => {
                 proxy.set_settings(settings);
+                proxy.remember(&remembered.hosts, &remembered.local);
+                for grant in grants {
+                    proxy.grant(grant);
+                }
                 let connections = proxy.numbered_connections();
-                let _ = tx.send(FromProxy::Welcome { port: proxy.port(), pid: std::process::id(), connections });
+                let (port, pid, jobs) = (proxy.port(), std::process::id(), proxy.grants());
+                let _ = tx.send(FromProxy::Welcome { port, pid, connections, jobs });
                 attachment = Some(controller.attach(tx.clone()));
             }
             ToProxy::Register { seq, id, command, denials } => {
