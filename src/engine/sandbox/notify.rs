@@ -448,7 +448,7 @@ impl Server {
             };
         }
         let Some(address) = sockets::Address::parse(&bytes) else { return Answer::Errno(libc::EINVAL) };
-        let target = match sockets::bind_step(&address) {
+        let target = match sockets::bind_step(&address, self.settings.proxy_port) {
             sockets::Bind::Keep => bytes,
             sockets::Bind::Loopback(a) => sockaddr_bytes(a),
             sockets::Bind::Deny(reason) => {

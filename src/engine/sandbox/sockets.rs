@@ -171,7 +171,15 @@ pub(crate) enum Bind {
     Deny(String),
 }
 
-pub(crate) fn bind_step(address: &Address) -> Bind {
+/// Where a job's `bind` of an IP socket goes (`network = "ask"`). The proxy's own port is
+/// never the job's: while talaria restarts a dead proxy on it, a job that took it would
+/// receive the other jobs' requests and their proxy credentials.
+pub(crate) fn bind_step(address: &Address, proxy_port: Option<u16>) -> Bind {
+    if let (Address::Ip(a), Some(port)) = (address, proxy_port) {
+        if a.port() == port {
+            return Bind::Deny(format!("port {port} is talaria's network proxy"));
+        }
+    }
     match address {
         Address::Ip(a) if is_loopback(a.ip()) => Bind::Keep,
         Address::Ip(SocketAddr::V4(a)) if a.ip().is_unspecified() => {
@@ -299,12 +307,16 @@ mod tests {
     #[test]
     fn in_ask_mode_a_listener_is_kept_on_loopback() {
         let ip = |s: &str| Address::Ip(s.parse().unwrap());
-        assert_eq!(bind_step(&ip("127.0.0.1:3000")), Bind::Keep);
-        assert_eq!(bind_step(&ip("[::1]:3000")), Bind::Keep);
-        assert_eq!(bind_step(&ip("0.0.0.0:8000")), Bind::Loopback("127.0.0.1:8000".parse().unwrap()));
-        assert_eq!(bind_step(&ip("[::]:0")), Bind::Loopback("[::1]:0".parse().unwrap()));
-        assert!(matches!(bind_step(&ip("192.168.1.5:22")), Bind::Deny(_)));
-        assert_eq!(bind_step(&Address::Unspec), Bind::Keep);
+        assert_eq!(bind_step(&ip("127.0.0.1:3000"), None), Bind::Keep);
+        assert_eq!(bind_step(&ip("[::1]:3000"), None), Bind::Keep);
+        assert_eq!(bind_step(&ip("0.0.0.0:8000"), None), Bind::Loopback("127.0.0.1:8000".parse().unwrap()));
+        assert_eq!(bind_step(&ip("[::]:0"), None), Bind::Loopback("[::1]:0".parse().unwrap()));
+        assert!(matches!(bind_step(&ip("192.168.1.5:22"), None), Bind::Deny(_)));
+        assert_eq!(bind_step(&Address::Unspec, None), Bind::Keep);
+        // The proxy's port is not the job's, on any address; other ports are.
+        assert!(matches!(bind_step(&ip("127.0.0.1:8899"), Some(8899)), Bind::Deny(r) if r.contains("proxy")));
+        assert!(matches!(bind_step(&ip("0.0.0.0:8899"), Some(8899)), Bind::Deny(_)));
+        assert_eq!(bind_step(&ip("127.0.0.1:3000"), Some(8899)), Bind::Keep);
     }
 
     #[test]
