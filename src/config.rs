@@ -13,6 +13,8 @@ use crate::protocol::BusyMode;
 pub(crate) const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 /// `jobs.nice` unless set: see config/default.toml.
 const DEFAULT_JOB_NICE: i32 = 0;
+/// `jobs.background_nice` unless set: see config/default.toml.
+const DEFAULT_BACKGROUND_NICE: i32 = 10;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -322,6 +324,21 @@ pub struct JobsConfig {
     /// The CPU priority (nice value, 0–19) every command runs at, with its supervisor:
     /// above 0, busy jobs give way to the UI and the model stream on a loaded machine.
     pub nice: i32,
+    /// The CPU priority of background jobs (started in the background or moved there), if
+    /// lower than `nice`: they give way to the screen, the model stream and the foreground
+    /// command when the CPU is contended, and run at full speed when it is not.
+    pub background_nice: i32,
+}
+
+impl JobsConfig {
+    /// The nice value a job runs at: a background one at the lower of the two priorities.
+    pub(crate) fn nice_for(&self, background: bool) -> i32 {
+        if background {
+            self.nice.max(self.background_nice)
+        } else {
+            self.nice
+        }
+    }
 }
 
 impl Default for JobsConfig {
@@ -336,6 +353,7 @@ impl Default for JobsConfig {
             watch_max_notices: 5,
             notice_window_s: 0.3,
             nice: DEFAULT_JOB_NICE,
+            background_nice: DEFAULT_BACKGROUND_NICE,
         }
     }
 }
@@ -787,6 +805,12 @@ impl Config {
         }
         if !(0..=19).contains(&self.jobs.nice) {
             return Err(invalid("jobs.nice", "expected a nice value from 0 (the same priority as talaria) to 19"));
+        }
+        if !(0..=19).contains(&self.jobs.background_nice) {
+            return Err(invalid(
+                "jobs.background_nice",
+                "expected a nice value from 0 (the same priority as talaria) to 19",
+            ));
         }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));
