@@ -16,7 +16,8 @@
 //! runnable but waiting for a CPU (`/proc/<pid>/task/<tid>/schedstat`) while typing, and
 //! the nice values of the jobs' processes and autogroups. `TALARIA_BENCH_NICE=N` writes
 //! `jobs.background_nice = N` into the session's config.toml first (the jobs are started
-//! in the background), so the same binary runs with and without the lower priority.
+//! in the background), so the same binary runs with and without the lower priority;
+//! `TALARIA_BENCH_JOBS_NICE=N` writes `jobs.nice = N` (every command).
 //!
 //! `TALARIA_BENCH_SUMMARY=0`: the model does not answer the compaction of that long session.
 //! `TALARIA_PTY_BIN=target/release/talaria` drives that binary instead of the one cargo
@@ -149,10 +150,13 @@ fn keystrokes(
     responses.push(ScriptedResponse::sse(payloads).delay(Duration::from_millis(20)));
     let server = rt.block_on(ScriptedServer::start(responses)).expect("scripted server");
     let url = server.base_url();
-    let nice = std::env::var("TALARIA_BENCH_NICE").ok().and_then(|v| v.parse::<i32>().ok());
-    if let Some(nice) = nice {
-        let config = Paths::under(home).config_file;
-        std::fs::write(&config, format!("[jobs]\nbackground_nice = {nice}\n")).expect("config.toml");
+    let knob = |var: &str, key: &str| {
+        let value = std::env::var(var).ok().and_then(|v| v.parse::<i32>().ok());
+        value.map(|v| format!("{key} = {v}\n")).unwrap_or_default()
+    };
+    let jobs_config = [knob("TALARIA_BENCH_NICE", "background_nice"), knob("TALARIA_BENCH_JOBS_NICE", "nice")].concat();
+    if !jobs_config.is_empty() {
+        std::fs::write(Paths::under(home).config_file, format!("[jobs]\n{jobs_config}")).expect("config.toml");
     }
     let args = ["--base-url", url.as_str(), "--model", "m", "--resume", id];
     let mut p = Pty::spawn(home, cwd, &args, 120, 36);
