@@ -1046,6 +1046,17 @@ mod tests {
     }
 
     #[test]
+    fn background_jobs_take_the_lower_of_the_two_priorities_and_out_of_range_is_an_error() {
+        let c = Config::from_toml("[jobs]\nnice = 3\nbackground_nice = 12\n", Path::new("c.toml")).unwrap();
+        assert_eq!((c.jobs.nice_for(false), c.jobs.nice_for(true)), (3, 12));
+        let c = Config::from_toml("[jobs]\nnice = 5\nbackground_nice = 0\n", Path::new("c.toml")).unwrap();
+        assert_eq!((c.jobs.nice_for(false), c.jobs.nice_for(true)), (5, 5));
+        assert_eq!((Config::default().jobs.nice_for(false), Config::default().jobs.nice_for(true)), (0, 10));
+        let err = Config::from_toml("[jobs]\nbackground_nice = 20\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(err.contains("jobs.background_nice") && err.contains("0 (the same priority as talaria) to 19"), "{err}");
+    }
+
+    #[test]
     fn bad_busy_mode_is_an_error() {
         let err =
             Config::from_toml("[agent]\nbusy_input_mode = \"shout\"\n", Path::new("c.toml")).unwrap_err().to_string();
