@@ -17,7 +17,9 @@
 //! the nice values of the jobs' processes and autogroups. `TALARIA_BENCH_NICE=N` writes
 //! `jobs.background_nice = N` into the session's config.toml first (the jobs are started
 //! in the background), so the same binary runs with and without the lower priority;
-//! `TALARIA_BENCH_JOBS_NICE=N` writes `jobs.nice = N` (every command).
+//! `TALARIA_BENCH_JOBS_NICE=N` writes `jobs.nice = N` (every command). With
+//! `TALARIA_LOG=info,talaria::tui=debug` it also prints the part of each keystroke spent
+//! inside talaria's UI loop (taken -> frame written), from talaria's log.
 //!
 //! `TALARIA_BENCH_SUMMARY=0`: the model does not answer the compaction of that long session.
 //! `TALARIA_PTY_BIN=target/release/talaria` drives that binary instead of the one cargo
@@ -159,6 +161,8 @@ fn keystrokes(
         std::fs::write(Paths::under(home).config_file, format!("[jobs]\n{jobs_config}")).expect("config.toml");
     }
     let args = ["--base-url", url.as_str(), "--model", "m", "--resume", id];
+    let logs = Paths::under(home).logs_dir;
+    let logged_before = input_drawn_us(&logs).len();
     let mut p = Pty::spawn(home, cwd, &args, 120, 36);
     time_until(&p, LAST_TEXT, Instant::now());
     p.type_text("start the jobs and tell me a long story");
@@ -205,9 +209,38 @@ fn keystrokes(
         per_s(involuntary.saturating_sub(switches_before.1) as f64),
     );
     println!("  (the answer streams for ~107 s, longer than the typing; talaria VmRSS then {rss:.1} MiB, RssAnon {anon:.1} MiB)");
+    if std::env::var_os("TALARIA_LOG").is_some() {
+        // Each key and each Backspace: taken by the UI loop -> its frame written.
+        let inside = input_drawn_us(&logs).split_off(logged_before);
+        let typed = &inside[inside.len().saturating_sub(2 * keys)..];
+        if !typed.is_empty() {
+            let us = |v: Vec<u64>| v.into_iter().map(Duration::from_micros).collect::<Vec<_>>();
+            summary(
+                "  inside talaria: input taken by the UI loop -> frame written",
+                us(typed.iter().map(|t| t.0).collect()),
+            );
+            summary("  of which the frame: drawn and written to the terminal", us(typed.iter().map(|t| t.1).collect()));
+        }
+    }
     print_sched("talaria", &sched_before, &sched_after, typed_for);
     print_sched("driver", &driver_before, &driver_after, typed_for);
     println!("  jobs' processes (nice, autogroup nice -> processes): {job_nices}");
+}
+
+/// The `read_to_drawn_us` and `draw_us` of every "input drawn" line in talaria's logs
+/// (written at debug level: `TALARIA_LOG=info,talaria::tui=debug`), oldest first.
+fn input_drawn_us(logs: &Path) -> Vec<(u64, u64)> {
+    let mut files: Vec<_> =
+        std::fs::read_dir(logs).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    files.sort();
+    let text: String = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    text.lines()
+        .filter(|l| l.contains("input drawn"))
+        .filter_map(|l| {
+            let field = |name: &str| l.split(name).nth(1)?.split_whitespace().next()?.parse().ok();
+            Some((field("read_to_drawn_us=")?, field("draw_us=")?))
+        })
+        .collect()
 }
 
 /// Per thread (tid -> name, CPU ns, run-queue wait ns, timeslices) from schedstat.

@@ -1053,7 +1053,10 @@ mod tests {
         assert_eq!((c.jobs.nice_for(false), c.jobs.nice_for(true)), (5, 5));
         assert_eq!((Config::default().jobs.nice_for(false), Config::default().jobs.nice_for(true)), (0, 10));
         let err = Config::from_toml("[jobs]\nbackground_nice = 20\n", Path::new("c.toml")).unwrap_err().to_string();
-        assert!(err.contains("jobs.background_nice") && err.contains("0 (the same priority as talaria) to 19"), "{err}");
+        assert!(
+            err.contains("jobs.background_nice") && err.contains("0 (the same priority as talaria) to 19"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -793,7 +793,8 @@ async fn background_jobs_run_at_background_nice_with_their_autogroup_and_foregro
     let v = env.process(json!({"action": "kill", "session_id": str_of(&r.value, "session_id")})).await;
     assert_eq!(v["status"], json!("killed"), "{v}");
 
-    let r = env.terminal(json!({"command": "echo pid=$$; nice=$(awk '{print $19}' /proc/$$/stat); echo at $nice"})).await;
+    let r =
+        env.terminal(json!({"command": "echo pid=$$; nice=$(awk '{print $19}' /proc/$$/stat); echo at $nice"})).await;
     assert!(output(&r).ends_with("at 2\n"), "a foreground command runs at jobs.nice: {}", r.value);
 }
 
