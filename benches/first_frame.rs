@@ -12,6 +12,15 @@
 //! to the first output chunk carrying it. It also reports what the typing cost talaria: its
 //! CPU time, context switches and frames drawn per second while the keys were typed.
 //!
+//! Per thread of talaria and of this driver it prints the CPU time and the time spent
+//! runnable but waiting for a CPU (`/proc/<pid>/task/<tid>/schedstat`) while typing, and
+//! the nice values of the jobs' processes and autogroups. `TALARIA_BENCH_NICE=N` writes
+//! `jobs.background_nice = N` into the session's config.toml first (the jobs are started
+//! in the background), so the same binary runs with and without the lower priority;
+//! `TALARIA_BENCH_JOBS_NICE=N` writes `jobs.nice = N` (every command). With
+//! `TALARIA_LOG=info,talaria::tui=debug` it also prints the part of each keystroke spent
+//! inside talaria's UI loop (taken -> frame written), from talaria's log.
+//!
 //! `TALARIA_BENCH_SUMMARY=0`: the model does not answer the compaction of that long session.
 //! `TALARIA_PTY_BIN=target/release/talaria` drives that binary instead of the one cargo
 //! built with the bench (a dev-built bench can time a release build).
@@ -143,7 +152,17 @@ fn keystrokes(
     responses.push(ScriptedResponse::sse(payloads).delay(Duration::from_millis(20)));
     let server = rt.block_on(ScriptedServer::start(responses)).expect("scripted server");
     let url = server.base_url();
+    let knob = |var: &str, key: &str| {
+        let value = std::env::var(var).ok().and_then(|v| v.parse::<i32>().ok());
+        value.map(|v| format!("{key} = {v}\n")).unwrap_or_default()
+    };
+    let jobs_config = [knob("TALARIA_BENCH_NICE", "background_nice"), knob("TALARIA_BENCH_JOBS_NICE", "nice")].concat();
+    if !jobs_config.is_empty() {
+        std::fs::write(Paths::under(home).config_file, format!("[jobs]\n{jobs_config}")).expect("config.toml");
+    }
     let args = ["--base-url", url.as_str(), "--model", "m", "--resume", id];
+    let logs = Paths::under(home).logs_dir;
+    let logged_before = input_drawn_us(&logs).len();
     let mut p = Pty::spawn(home, cwd, &args, 120, 36);
     time_until(&p, LAST_TEXT, Instant::now());
     p.type_text("start the jobs and tell me a long story");
@@ -160,9 +179,13 @@ fn keystrokes(
     let typing_load = loadavg();
     let (cpu_before, switches_before) = (pid.map(cpu_ticks).unwrap_or(0), pid.map(switches).unwrap_or((0, 0)));
     let frames_before = frames_drawn(&p);
+    let driver = std::process::id();
+    let (sched_before, driver_before) = (pid.map(thread_sched).unwrap_or_default(), thread_sched(driver));
     let typing = Instant::now();
     let times = keystroke::keystroke_latencies(&p, keys);
     let typed_for = typing.elapsed().as_secs_f64();
+    let (sched_after, driver_after) = (pid.map(thread_sched).unwrap_or_default(), thread_sched(driver));
+    let job_nices = pid.map(job_priorities).unwrap_or_default();
     let frames = frames_drawn(&p) - frames_before;
     let cpu = pid.map(cpu_ticks).unwrap_or(0).saturating_sub(cpu_before);
     let (voluntary, involuntary) = pid.map(switches).unwrap_or((0, 0));
@@ -186,6 +209,124 @@ fn keystrokes(
         per_s(involuntary.saturating_sub(switches_before.1) as f64),
     );
     println!("  (the answer streams for ~107 s, longer than the typing; talaria VmRSS then {rss:.1} MiB, RssAnon {anon:.1} MiB)");
+    if std::env::var_os("TALARIA_LOG").is_some() {
+        // Each key and each Backspace: taken by the UI loop -> its frame written.
+        let inside = input_drawn_us(&logs).split_off(logged_before);
+        let typed = &inside[inside.len().saturating_sub(2 * keys)..];
+        if !typed.is_empty() {
+            let us = |v: Vec<u64>| v.into_iter().map(Duration::from_micros).collect::<Vec<_>>();
+            summary(
+                "  inside talaria: input taken by the UI loop -> frame written",
+                us(typed.iter().map(|t| t.0).collect()),
+            );
+            summary("  of which the frame: drawn and written to the terminal", us(typed.iter().map(|t| t.1).collect()));
+        }
+    }
+    print_sched("talaria", &sched_before, &sched_after, typed_for);
+    print_sched("driver", &driver_before, &driver_after, typed_for);
+    println!("  jobs' processes (nice, autogroup nice -> processes): {job_nices}");
+}
+
+/// The `read_to_drawn_us` and `draw_us` of every "input drawn" line in talaria's logs
+/// (written at debug level: `TALARIA_LOG=info,talaria::tui=debug`), oldest first.
+fn input_drawn_us(logs: &Path) -> Vec<(u64, u64)> {
+    let mut files: Vec<_> =
+        std::fs::read_dir(logs).map(|d| d.flatten().map(|e| e.path()).collect()).unwrap_or_default();
+    files.sort();
+    let text: String = files.iter().filter_map(|f| std::fs::read_to_string(f).ok()).collect();
+    text.lines()
+        .filter(|l| l.contains("input drawn"))
+        .filter_map(|l| {
+            let field = |name: &str| l.split(name).nth(1)?.split_whitespace().next()?.parse().ok();
+            Some((field("read_to_drawn_us=")?, field("draw_us=")?))
+        })
+        .collect()
+}
+
+/// Per thread (tid -> name, CPU ns, run-queue wait ns, timeslices) from schedstat.
+fn thread_sched(pid: u32) -> std::collections::BTreeMap<u32, (String, u64, u64, u64)> {
+    let mut out = std::collections::BTreeMap::new();
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return out };
+    for task in tasks.flatten() {
+        let Some(tid) = task.file_name().to_str().and_then(|t| t.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(task.path().join("schedstat")).unwrap_or_default();
+        let v: Vec<u64> = stat.split_whitespace().filter_map(|x| x.parse().ok()).collect();
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default().trim().to_string();
+        if v.len() >= 3 {
+            out.insert(tid, (name, v[0], v[1], v[2]));
+        }
+    }
+    out
+}
+
+/// What each thread did while the keys were typed: CPU and waiting for a CPU (ms/s of
+/// typing), and the mean wait per time it was scheduled (µs), threads of one name summed.
+fn print_sched(
+    who: &str,
+    before: &std::collections::BTreeMap<u32, (String, u64, u64, u64)>,
+    after: &std::collections::BTreeMap<u32, (String, u64, u64, u64)>,
+    secs: f64,
+) {
+    let mut by_name: std::collections::BTreeMap<String, (u64, u64, u64, usize)> = Default::default();
+    for (tid, (name, run, wait, slices)) in after {
+        let (r0, w0, s0) = before.get(tid).map_or((0, 0, 0), |b| (b.1, b.2, b.3));
+        let e = by_name.entry(name.clone()).or_default();
+        e.0 += run.saturating_sub(r0);
+        e.1 += wait.saturating_sub(w0);
+        e.2 += slices.saturating_sub(s0);
+        e.3 += 1;
+    }
+    for (name, (run, wait, slices, n)) in by_name {
+        if slices == 0 {
+            continue;
+        }
+        println!(
+            "  {who} {name:<16} x{n:<2} CPU {:>6.1} ms/s   waiting for a CPU {:>6.1} ms/s   {:>6} times scheduled, mean wait {:>6.0} us",
+            run as f64 / 1e6 / secs,
+            wait as f64 / 1e6 / secs,
+            slices,
+            wait as f64 / 1e3 / slices as f64,
+        );
+    }
+}
+
+/// The nice values of talaria's descendants outside its own session (the jobs and their
+/// supervisors) and of their autogroups, counted: "10/10 x 96".
+fn job_priorities(pid: u32) -> String {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return String::new() };
+    let mine = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).unwrap_or_default();
+    let mut counts: std::collections::BTreeMap<(i64, String), usize> = Default::default();
+    for e in entries.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        if p == pid || !descends_from(p, pid) {
+            continue;
+        }
+        let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+        let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default().split_whitespace().collect();
+        // nice is field 19 of stat(5); `fields` starts at field 3.
+        let nice = fields.get(16).and_then(|v| v.parse().ok()).unwrap_or(0);
+        let group = std::fs::read_to_string(format!("/proc/{p}/autogroup")).unwrap_or_default();
+        if group == mine {
+            continue;
+        }
+        let group_nice = group.split_whitespace().last().unwrap_or("-").to_string();
+        *counts.entry((nice, group_nice)).or_default() += 1;
+    }
+    counts.iter().map(|((n, g), c)| format!("{n}/{g} x {c}")).collect::<Vec<_>>().join(", ")
+}
+
+fn descends_from(mut p: u32, ancestor: u32) -> bool {
+    for _ in 0..64 {
+        let Some(stat) = talaria::engine::jobs::group::proc_stat(p as i32) else { return false };
+        if stat.ppid as u32 == ancestor {
+            return true;
+        }
+        if stat.ppid <= 1 {
+            return false;
+        }
+        p = stat.ppid as u32;
+    }
+    false
 }
 
 /// utime + stime of the whole process (every thread), in clock ticks.

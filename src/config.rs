@@ -13,6 +13,8 @@ use crate::protocol::BusyMode;
 pub(crate) const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 /// `jobs.nice` unless set: see config/default.toml.
 const DEFAULT_JOB_NICE: i32 = 0;
+/// `jobs.background_nice` unless set: see config/default.toml.
+const DEFAULT_BACKGROUND_NICE: i32 = 10;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[serde(default, deny_unknown_fields)]
@@ -340,6 +342,21 @@ pub struct JobsConfig {
     /// The CPU priority (nice value, 0–19) every command runs at, with its supervisor:
     /// above 0, busy jobs give way to the UI and the model stream on a loaded machine.
     pub nice: i32,
+    /// The CPU priority of background jobs (started in the background or moved there), if
+    /// lower than `nice`: they give way to the screen, the model stream and the foreground
+    /// command when the CPU is contended, and run at full speed when it is not.
+    pub background_nice: i32,
+}
+
+impl JobsConfig {
+    /// The nice value a job runs at: a background one at the lower of the two priorities.
+    pub(crate) fn nice_for(&self, background: bool) -> i32 {
+        if background {
+            self.nice.max(self.background_nice)
+        } else {
+            self.nice
+        }
+    }
 }
 
 impl Default for JobsConfig {
@@ -354,6 +371,7 @@ impl Default for JobsConfig {
             watch_max_notices: 5,
             notice_window_s: 0.3,
             nice: DEFAULT_JOB_NICE,
+            background_nice: DEFAULT_BACKGROUND_NICE,
         }
     }
 }
@@ -806,6 +824,12 @@ impl Config {
         if !(0..=19).contains(&self.jobs.nice) {
             return Err(invalid("jobs.nice", "expected a nice value from 0 (the same priority as talaria) to 19"));
         }
+        if !(0..=19).contains(&self.jobs.background_nice) {
+            return Err(invalid(
+                "jobs.background_nice",
+                "expected a nice value from 0 (the same priority as talaria) to 19",
+            ));
+        }
         if self.jobs.max_jobs == 0 {
             return Err(invalid("jobs.max_jobs", "expected at least 1"));
         }
@@ -1073,6 +1097,20 @@ mod tests {
         let err = Config::from_toml("[model\nname=", Path::new("c.toml")).unwrap_err().to_string();
         assert!(err.starts_with("c.toml:1:"), "{err}");
         assert!(!err.contains('\n'));
+    }
+
+    #[test]
+    fn background_jobs_take_the_lower_of_the_two_priorities_and_out_of_range_is_an_error() {
+        let c = Config::from_toml("[jobs]\nnice = 3\nbackground_nice = 12\n", Path::new("c.toml")).unwrap();
+        assert_eq!((c.jobs.nice_for(false), c.jobs.nice_for(true)), (3, 12));
+        let c = Config::from_toml("[jobs]\nnice = 5\nbackground_nice = 0\n", Path::new("c.toml")).unwrap();
+        assert_eq!((c.jobs.nice_for(false), c.jobs.nice_for(true)), (5, 5));
+        assert_eq!((Config::default().jobs.nice_for(false), Config::default().jobs.nice_for(true)), (0, 10));
+        let err = Config::from_toml("[jobs]\nbackground_nice = 20\n", Path::new("c.toml")).unwrap_err().to_string();
+        assert!(
+            err.contains("jobs.background_nice") && err.contains("0 (the same priority as talaria) to 19"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -743,3 +743,83 @@ async fn poll_and_log_show_the_emulated_output_and_the_raw_log_keeps_every_byte(
     let raw = String::from_utf8_lossy(&raw);
     assert_eq!(raw.matches("\x1b[2Klayer a: ").count(), 300, "the raw log is kept as written");
 }
+
+/// A process's nice value (stat(5) field 19) and its autogroup's (None without autogroups).
+fn priority_of(pid: i32) -> (i64, Option<i64>) {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let fields: Vec<&str> = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default().split_whitespace().collect();
+    // `fields` starts at field 3 (state): nice is the 17th after it.
+    let nice = fields.get(16).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("no nice in {stat:?}"));
+    let group = std::fs::read_to_string(format!("/proc/{pid}/autogroup")).ok();
+    (nice, group.and_then(|g| g.split_whitespace().last()?.parse().ok()))
+}
+
+/// What the job's processes (waited for until there are `n`) and its supervisor run at.
+async fn job_priorities(pgid: i32, n: usize) -> Vec<(i64, Option<i64>)> {
+    let members = || -> Vec<i32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+            .filter(|p| group::proc_stat(*p).is_some_and(|s| s.pgrp == pgid && s.state != 'Z'))
+            .collect()
+    };
+    let start = Instant::now();
+    while members().len() < n {
+        assert!(start.elapsed() < DEADLINE, "the job never had {n} processes");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let supervisor = group::proc_stat(pgid).expect("the leader").ppid;
+    let mut found: Vec<_> = members().into_iter().map(priority_of).collect();
+    found.push(priority_of(supervisor));
+    found
+}
+
+/// `(nice, Some(nice))` where the kernel has autogroups, `(nice, None)` where it has none.
+fn at(nice: i64) -> (i64, Option<i64>) {
+    (nice, std::path::Path::new("/proc/self/autogroup").exists().then_some(nice))
+}
+
+#[tokio::test]
+async fn background_jobs_run_at_background_nice_with_their_autogroup_and_foreground_ones_at_nice() {
+    let env = setup(|c| {
+        c.jobs.nice = 2;
+        c.jobs.background_nice = 9;
+    });
+    let r = env.terminal(json!({"command": "sleep 3303311 & exec sleep 3303312", "background": true})).await;
+    let pgid = r.value["pid"].as_i64().unwrap() as i32;
+    // Both sleeps and the supervisor; the job's session and the supervisor's own.
+    assert_eq!(job_priorities(pgid, 2).await, vec![at(9); 3]);
+    let v = env.process(json!({"action": "kill", "session_id": str_of(&r.value, "session_id")})).await;
+    assert_eq!(v["status"], json!("killed"), "{v}");
+
+    let r =
+        env.terminal(json!({"command": "echo pid=$$; nice=$(awk '{print $19}' /proc/$$/stat); echo at $nice"})).await;
+    assert!(output(&r).ends_with("at 2\n"), "a foreground command runs at jobs.nice: {}", r.value);
+}
+
+#[tokio::test]
+async fn a_command_moved_to_the_background_is_lowered_to_background_nice() {
+    let mut env = setup(|c| {
+        c.jobs.nice = 1;
+        c.jobs.background_nice = 8;
+    });
+    let signals = Signals::new();
+    let ctx = env.ctx(signals.tool_signals());
+    let call = tokio::spawn(async move {
+        TerminalTool.call(json!({"command": "echo pid=$$; sleep 3303321 & exec sleep 3303322"}), ctx).await
+    });
+    let Event::ToolOutput { chunk, .. } =
+        env.wait_event("the pid", |e| matches!(e, Event::ToolOutput { chunk, .. } if chunk.contains("pid="))).await
+    else {
+        unreachable!()
+    };
+    let pgid = pid_line(&chunk);
+    assert_eq!(job_priorities(pgid, 2).await, vec![at(1); 3], "in the foreground: jobs.nice");
+    signals.bump_yield();
+    let r = tokio::time::timeout(DEADLINE, call).await.expect("the yield returned").expect("no panic");
+    assert_eq!(r.value["status"], json!("yielded_to_background"), "{}", r.value);
+    assert_eq!(job_priorities(pgid, 2).await, vec![at(8); 3], "moved: every process, its session and its supervisor");
+    let v = env.process(json!({"action": "kill", "session_id": str_of(&r.value, "session_id")})).await;
+    assert_eq!(v["status"], json!("killed"), "{v}");
+}

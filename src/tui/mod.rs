@@ -379,6 +379,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             biased;
             event = input.rx.recv() => {
                 stats.input += 1;
+                stats.key_read.get_or_insert_with(Instant::now);
                 draw_now |= on_terminal_input(app, &engine, event, &mut input.rx)?;
             }
             event = engine.events.recv() => {
@@ -430,9 +431,25 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
             break;
         }
         if draw_now {
-            stats.frames += 1;
-            draw(terminal, app)?;
+            draw_counted(terminal, app, &mut stats)?;
         }
+    }
+    Ok(())
+}
+
+/// A frame of the loop, counted; after input, how long it took to reach the terminal.
+fn draw_counted(terminal: &mut Term, app: &mut App, stats: &mut LoopStats) -> anyhow::Result<()> {
+    stats.frames += 1;
+    let drawing = Instant::now();
+    draw(terminal, app)?;
+    if let Some(read) = stats.key_read.take() {
+        // Where a slow keystroke's time goes inside talaria (`TALARIA_LOG=talaria::tui=debug`):
+        // taken by the loop -> applied and written; the rest a terminal sees is scheduling.
+        tracing::debug!(
+            read_to_drawn_us = read.elapsed().as_micros() as u64,
+            draw_us = drawing.elapsed().as_micros() as u64,
+            "input drawn"
+        );
     }
     Ok(())
 }
@@ -446,11 +463,13 @@ struct LoopStats {
     input: u64,
     engine: u64,
     frames: u64,
+    /// When the loop took the oldest input not drawn yet.
+    key_read: Option<Instant>,
 }
 
 impl LoopStats {
     fn new() -> LoopStats {
-        LoopStats { since: Instant::now(), input: 0, engine: 0, frames: 0 }
+        LoopStats { since: Instant::now(), input: 0, engine: 0, frames: 0, key_read: None }
     }
 
     fn log_every(&mut self, every: Duration, batch: &inbox::JobOutputBatch) {
@@ -467,7 +486,7 @@ impl LoopStats {
             per_s(batch.applied),
             per_s(self.frames)
         );
-        *self = LoopStats::new();
+        *self = LoopStats { key_read: self.key_read, ..LoopStats::new() };
     }
 }
 

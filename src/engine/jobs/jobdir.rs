@@ -43,8 +43,9 @@ pub(crate) struct Spec {
     /// sandboxed job may write).
     #[serde(default)]
     pub(crate) track_cwd: bool,
-    /// `jobs.nice`: the supervisor lowers its own priority to it before it starts the
-    /// command, which inherits it.
+    /// `jobs.nice`, or `jobs.background_nice` for a background job: the supervisor lowers
+    /// its own priority and its session's autogroup to it before it starts the command,
+    /// which inherits the one and gets the other for its own session (`priority.rs`).
     #[serde(default)]
     pub(crate) nice: i32,
 }

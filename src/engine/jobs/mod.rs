@@ -14,6 +14,7 @@ pub use super::process as group;
 pub mod jobdir;
 pub mod log;
 pub mod output;
+mod priority;
 pub(crate) mod records;
 mod run;
 pub(crate) mod supervise;
@@ -808,11 +809,15 @@ impl Registry {
                     drop(store.job_set_background(job.num as i64));
                 }
             }
-            if st.announced {
+            let announced = std::mem::replace(&mut st.announced, true);
+            drop(st);
+            if !was && job.remote.is_none() {
+                // A moved job gives way as one started in the background does.
+                priority::lower_job(job.pgid, job.leader_start, job.supervisor, self.config.jobs.nice_for(true));
+            }
+            if announced {
                 return true;
             }
-            st.announced = true;
-            drop(st);
             self.job_info(job)
         };
         self.events.send(Event::JobStarted { job: info });

@@ -258,7 +258,7 @@ async fn start_supervisor(
         sandbox,
         on_kill: transport.map(|t| t.on_kill.clone()),
         track_cwd: cwd_file.is_some(),
-        nice: reg.config.jobs.nice,
+        nice: reg.config.jobs.nice_for(spec.background),
     };
     // For a later talaria (re-attach); the supervisor reads its spec from its stdin.
     jobdir::write_json(&jd.spec(), &job_spec).map_err(write)?;

@@ -127,7 +127,9 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         // The one file of the job directory the job may write: where its shell says it ended.
         policy.job_files.push(jd.cwd_file());
     }
-    set_nice(spec.nice);
+    // This process and its own session; the command's session gets it after its setsid.
+    super::priority::lower_self(spec.nice);
+    let job_autogroup = super::priority::ChildAutogroup::new(spec.nice);
     become_subreaper();
     let (out_read, out_write) = pipe_cloexec()?;
     let (stdin, stdin_writer) = if spec.stdin { fifo(jd)? } else { (Stdio::null(), None) };
@@ -160,6 +162,9 @@ fn start(jd: &JobDir) -> Result<Running, String> {
         cmd.pre_exec(move || {
             // Its own session and process group (pgid = pid).
             nix::unistd::setsid()?;
+            if let Some(autogroup) = &job_autogroup {
+                autogroup.apply();
+            }
             // Unblocked signals, the death signal, and the supervisor still its parent
             // (had it died before the death signal was armed, nobody would take the
             // leader down: then it does not start at all).
@@ -200,17 +205,6 @@ fn start(jd: &JobDir) -> Result<Running, String> {
     say(&Handshake::Started { supervisor_pid: me.as_raw() as u32, supervisor_start, pgid: pid, leader_start });
     let _ = supervise::set_nonblocking(&out_read, true);
     Ok(Running { jd: jd.clone(), spec, pid, output: out_read, signals, stdin_writer, sockets, cgroup })
-}
-
-/// Lower this process's CPU priority (`jobs.nice`); the command inherits it. Raising a nice
-/// value needs no privilege, so this only fails for values out of range.
-fn set_nice(nice: i32) {
-    if nice > 0 {
-        // SAFETY: setpriority(2) on this (single-threaded) process; no memory is involved.
-        unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, 0, nice);
-        }
-    }
 }
 
 /// Orphans among the job's descendants — a daemon that left the group with `setsid` once its
