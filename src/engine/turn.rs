@@ -192,10 +192,12 @@ pub async fn run_turn(
     trigger: TurnTrigger,
     mut meter: ContextMeter,
 ) -> TurnResult {
+    tracing::trace!(target: "enter_request", "turn: running");
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
     let mut delivery = push_inputs(&env, &mut history, inputs, &trigger).await;
     let saved = delivery == Delivery::Sent;
+    tracing::trace!(target: "enter_request", "turn: inputs stored");
     let max_iterations = env.config.agent.max_iterations.max(1);
     // A message that could not be saved (or can never fit) is not sent: the turn fails
     // before any model call.
@@ -240,6 +242,7 @@ pub async fn run_turn(
             counted = history.len();
         }
         let request_len = history.len();
+        tracing::trace!(target: "enter_request", "turn: pending delivered");
         let lifetime = cache_lifetime(&env, &control, &trigger).await;
         match stream_once(&env, &control, &history, lifetime, &mut redirect).await {
             StreamEnd::Done(completion) => {
@@ -686,6 +689,7 @@ async fn stream_once(
         cache_lifetime,
         sent: control.first_request.clone(),
     };
+    tracing::trace!(target: "enter_request", "turn: request built");
     let mut partial = Partial::default();
     let events = env.events.clone();
     let activity = control.activity.clone();

@@ -92,11 +92,13 @@ where
         let request = (self.request)(signalling_body(body, self.sent))
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .header(reqwest::header::CONTENT_TYPE, "application/json");
+        tracing::trace!(target: "enter_request", "attempt: sending");
         let response = match tokio::time::timeout(idle, request.send()).await {
             Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
             Ok(Err(e)) => return Err(send_error(self.url, &e)),
             Ok(Ok(response)) => response,
         };
+        tracing::trace!(target: "enter_request", "attempt: response headers");
         if !response.status().is_success() {
             return Err(http_error(response, idle).await);
         }
@@ -183,6 +185,7 @@ impl http_body::Body for SignallingBody {
     ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
         let frame = self.data.take().map(|data| Ok(http_body::Frame::data(data)));
         if frame.is_some() {
+            tracing::trace!(target: "enter_request", "attempt: body on the wire");
             self.sent.fire();
         }
         Poll::Ready(frame)

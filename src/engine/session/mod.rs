@@ -357,6 +357,7 @@ impl Engine {
         if text.trim().is_empty() {
             return;
         }
+        tracing::trace!(target: "enter_request", "submit: at the engine");
         // Input history persists per working directory (↑/↓ in the next run too).
         let cwd_text = self.env.cwd().display().to_string();
         let _ = self.env.store.history_push(&cwd_text, &text).await;
@@ -370,6 +371,7 @@ impl Engine {
             self.notice(NoticeLevel::Warn, format!("@{path}: no such file here — not attached"));
         }
         let message = UserMessage { typed: text, text: expanded };
+        tracing::trace!(target: "enter_request", "submit: history pushed, mentions expanded");
         self.feed(Input::Message { message, mode }).await;
     }
 

@@ -71,6 +71,7 @@ impl BeforeTurn {
         let task = tokio::spawn(async move {
             let seq = seq.await;
             let _ = request_out.await;
+            tracing::trace!(target: "enter_request", "snapshot: starting");
             let snap = match seq {
                 Some(seq) => snapshot_before(Some(&rewind), &env, trigger, label, seq).await,
                 None => None,
