@@ -13,7 +13,13 @@
 //! of them before each Enter, so every turn's start snapshot has work to do;
 //! `TALARIA_BENCH_REWIND=off` turns snapshots off (`[rewind] enabled = false`) for the side by
 //! side. A warm-up turn (the first snapshot hashes every file) is not counted. Enter → answer on
-//! screen is printed too: the snapshot runs beside the first request, so it shows there if at all.
+//! screen is printed too: the snapshot starts once the first request is on the wire, so it
+//! shows there if at all.
+//!
+//! Where the time goes: `TALARIA_BENCH_LOGS=<dir> TALARIA_LOG=info,enter_request=trace` keeps
+//! talaria's log, with a trace line at each step (the TUI's submit, the engine, the turn, the
+//! request sent, its body taken by the connection, the snapshot's start), and `enters.txt`
+//! with the wall-clock µs of each Enter and its request's arrival, to line the two up.
 
 mod common;
 
