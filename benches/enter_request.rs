@@ -13,7 +13,13 @@
 //! of them before each Enter, so every turn's start snapshot has work to do;
 //! `TALARIA_BENCH_REWIND=off` turns snapshots off (`[rewind] enabled = false`) for the side by
 //! side. A warm-up turn (the first snapshot hashes every file) is not counted. Enter → answer on
-//! screen is printed too: the snapshot runs beside the first request, so it shows there if at all.
+//! screen is printed too: the snapshot starts once the first request is on the wire, so it
+//! shows there if at all.
+//!
+//! Where the time goes: `TALARIA_BENCH_LOGS=<dir> TALARIA_LOG=info,enter_request=trace` keeps
+//! talaria's log, with a trace line at each step (the TUI's submit, the engine, the turn, the
+//! request sent, its body taken by the connection, the snapshot's start), and `enters.txt`
+//! with the wall-clock µs of each Enter and its request's arrival, to line the two up.
 
 mod common;
 
@@ -34,45 +40,57 @@ use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
 type Arrivals = Arc<Mutex<Vec<(Instant, Vec<u8>)>>>;
 
 /// Accept connections on loopback and relay each to `upstream`, noting every chunk from
-/// the client as it arrives.
+/// the client as it arrives. The first chunk is read on the accepting thread, before the
+/// relay spawns a thread or connects upstream, so the relay's own set-up is not counted.
 fn relay(upstream: std::net::SocketAddr, arrivals: Arrivals) -> std::net::SocketAddr {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind relay");
     let addr = listener.local_addr().expect("relay address");
     std::thread::spawn(move || {
         for client in listener.incoming().flatten() {
+            let _ = client.set_nodelay(true);
+            let mut first = vec![0u8; 64 * 1024];
+            let _ = client.set_read_timeout(Some(Duration::from_secs(5)));
+            let n = (&client).read(&mut first).unwrap_or(0);
+            let _ = client.set_read_timeout(None);
+            if n > 0 {
+                arrivals.lock().expect("arrivals").push((Instant::now(), first[..n.min(64)].to_vec()));
+            }
+            first.truncate(n);
             let arrivals = arrivals.clone();
-            std::thread::spawn(move || {
-                let Ok(server) = TcpStream::connect(upstream) else { return };
-                let _ = client.set_nodelay(true);
-                let _ = server.set_nodelay(true);
-                let (mut from_client, mut to_server) =
-                    (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
-                let (mut from_server, mut to_client) = (server, client);
-                std::thread::spawn(move || {
-                    let mut buf = vec![0u8; 64 * 1024];
-                    while let Ok(n) = from_server.read(&mut buf) {
-                        if n == 0 || to_client.write_all(&buf[..n]).is_err() {
-                            break;
-                        }
-                    }
-                    let _ = to_client.shutdown(std::net::Shutdown::Both);
-                });
-                let mut buf = vec![0u8; 64 * 1024];
-                while let Ok(n) = from_client.read(&mut buf) {
-                    if n == 0 {
-                        break;
-                    }
-                    let at = Instant::now();
-                    arrivals.lock().expect("arrivals").push((at, buf[..n.min(64)].to_vec()));
-                    if to_server.write_all(&buf[..n]).is_err() {
-                        break;
-                    }
-                }
-                let _ = to_server.shutdown(std::net::Shutdown::Write);
-            });
+            std::thread::spawn(move || forward(client, first, upstream, arrivals));
         }
     });
     addr
+}
+
+/// Relay one connection whose first chunk (`first`, maybe empty) was already read.
+fn forward(client: TcpStream, first: Vec<u8>, upstream: std::net::SocketAddr, arrivals: Arrivals) {
+    let Ok(server) = TcpStream::connect(upstream) else { return };
+    let _ = server.set_nodelay(true);
+    let (mut from_client, mut to_server) = (client.try_clone().expect("clone"), server.try_clone().expect("clone"));
+    let (mut from_server, mut to_client) = (server, client);
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = from_server.read(&mut buf) {
+            if n == 0 || to_client.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+        let _ = to_client.shutdown(std::net::Shutdown::Both);
+    });
+    if first.is_empty() || to_server.write_all(&first).is_ok() {
+        let mut buf = vec![0u8; 64 * 1024];
+        while let Ok(n) = from_client.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            arrivals.lock().expect("arrivals").push((Instant::now(), buf[..n.min(64)].to_vec()));
+            if to_server.write_all(&buf[..n]).is_err() {
+                break;
+            }
+        }
+    }
+    let _ = to_server.shutdown(std::net::Shutdown::Write);
 }
 
 fn wait_screen(p: &Pty, needle: &str) {
@@ -116,6 +134,8 @@ fn main() {
     wait_screen(&p, " message ");
     let mut times = Vec::with_capacity(enters);
     let mut answered = Vec::with_capacity(enters);
+    // Wall-clock times of each Enter and its request's arrival, to line up with the log.
+    let mut walls = Vec::with_capacity(enters);
     // Turn 0 is the warm-up (not counted): the first snapshot hashes every file.
     for i in 0..=enters {
         let prompt = format!("question-{i}-asked");
@@ -129,6 +149,7 @@ fn main() {
         std::thread::sleep(Duration::from_millis(30));
         let seen = arrivals.lock().expect("arrivals").len();
         let sent = Instant::now();
+        let sent_wall = std::time::SystemTime::now();
         p.send(b"\r");
         let at = loop {
             let got = arrivals.lock().expect("arrivals")[seen..]
@@ -149,6 +170,8 @@ fn main() {
             }
             continue;
         }
+        let arrived_wall = sent_wall + at.saturating_duration_since(sent);
+        walls.push((sent_wall, arrived_wall));
         times.push(at.saturating_duration_since(sent).as_secs_f64() * 1000.0);
         answered.push(sent.elapsed().as_secs_f64() * 1000.0);
     }
@@ -173,6 +196,17 @@ fn main() {
         answered[answered.len() - 1],
     );
     println!("load average at the end: {}", loadavg());
+    // `TALARIA_BENCH_LOGS=<dir>`: keep talaria's log (with `TALARIA_LOG=info,enter_request=trace`
+    // it has a line at each step from the engine receiving Enter to the request's body).
+    if let Some(dir) = std::env::var_os("TALARIA_BENCH_LOGS") {
+        let _ = std::fs::create_dir_all(&dir);
+        let us = |t: std::time::SystemTime| t.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_micros());
+        let lines: String = walls.iter().map(|(s, a)| format!("{} {}\n", us(*s), us(*a))).collect();
+        let _ = std::fs::write(std::path::Path::new(&dir).join("enters.txt"), lines);
+        for entry in std::fs::read_dir(home.path().join("logs")).into_iter().flatten().flatten() {
+            let _ = std::fs::copy(entry.path(), std::path::Path::new(&dir).join(entry.file_name()));
+        }
+    }
 }
 
 /// `files` files of ~20 KB with distinct content in 100 directories, as `rewind_bench` makes.

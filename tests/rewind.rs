@@ -248,3 +248,69 @@ async fn rewind_code_and_conversation_to_before_turn_2_of_the_scripted_session()
     let body = serde_json::to_string(&requests[0].messages()).unwrap();
     assert!(body.contains("turn one") && !body.contains("turn two") && !body.contains("turn three"), "{body}");
 }
+
+/// The snapshot before a turn starts once the turn's first model request is on the wire
+/// (issue #33): a first tool call that overwrites a file still finds the old content kept,
+/// also when the snapshot has 2,000 files to hash first (the tool waits for it).
+#[tokio::test(flavor = "multi_thread")]
+async fn a_first_tool_call_that_overwrites_a_file_finds_its_old_content_in_the_snapshot_before_the_turn() {
+    let home = Home::new();
+    let w = home.work();
+    for i in 0..2000 {
+        let dir = w.join(format!("d{}", i % 20));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}.txt")), format!("file {i}\n")).unwrap();
+    }
+    std::fs::write(w.join("zz.txt"), "old\n").unwrap();
+    let write = json!({"path": "zz.txt", "content": "new\n"});
+    let t1 = turn(&home, true, "overwrite zz", "write_file", write).await;
+    assert_eq!(changed(&t1), vec![pair("zz.txt", "modified")], "the snapshot was taken before the write");
+    assert_eq!(read(&home, "zz.txt"), "new\n");
+    let done = rewind(&home, &["1", "--code", "--yes"]).await;
+    assert_eq!(done.status.code(), Some(0), "{}{}", stdout(&done), stderr(&done));
+    assert_eq!(read(&home, "zz.txt"), "old\n", "the content before the turn");
+}
+
+/// A turn that sends no request — nothing listens at the model's address, or the message
+/// cannot fit the window — still gets its snapshots before and after, and ends.
+#[tokio::test(flavor = "multi_thread")]
+async fn a_turn_that_fails_before_any_request_still_snapshots_and_ends() {
+    let home = Home::new();
+    std::fs::write(home.work().join("a.txt"), "a\n").unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let url = format!("http://127.0.0.1:{port}/v1");
+    let exec = |args: Vec<String>| {
+        let home = &home;
+        async move {
+            let argv: Vec<&str> = args.iter().map(String::as_str).collect();
+            tokio::time::timeout(std::time::Duration::from_secs(60), home.run(&argv))
+                .await
+                .expect("the turn ended (no wait for a request that never went out)")
+        }
+    };
+    let refused =
+        exec(["exec", "--json", "--yes", "--model", "m", "--base-url", &url, "no server"].map(String::from).to_vec())
+            .await;
+    assert_eq!(refused.status.code(), Some(1), "stderr: {}", stderr(&refused));
+    let events: Vec<Value> = stdout(&refused).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert!(stdout(&refused).contains("nothing is listening"), "{}", stdout(&refused));
+    assert_eq!(changed(&events), vec![], "snapshots before and after the turn");
+
+    home.write_config("[model]\ncontext_window = 1000\n");
+    let server = ScriptedServer::start([ScriptedResponse::text("never asked")]).await.unwrap();
+    let huge = format!("too large {}", "x".repeat(20_000));
+    let args = ["exec", "--json", "--yes", "--base-url", &server.base_url(), "-c", &huge].map(String::from);
+    let too_large = exec(args.to_vec()).await;
+    assert_eq!(too_large.status.code(), Some(1), "stderr: {}", stderr(&too_large));
+    assert!(stdout(&too_large).contains("cannot fit the model's context window"), "{}", stdout(&too_large));
+    let events: Vec<Value> = stdout(&too_large).lines().map(|l| serde_json::from_str(l).unwrap()).collect();
+    assert_eq!(changed(&events), vec![]);
+    assert_eq!(server.chat_requests().len(), 0, "no model request went out");
+
+    let list = rewind(&home, &["list", "--json"]).await;
+    assert_eq!(list.status.code(), Some(0), "{}", stderr(&list));
+    let listed: Value = serde_json::from_str(&stdout(&list)).unwrap();
+    let labels: Vec<&str> = listed["turns"].as_array().unwrap().iter().map(|t| t["label"].as_str().unwrap()).collect();
+    assert_eq!(labels.len(), 2, "{listed}");
+    assert_eq!(labels[0], "no server");
+}

@@ -18,7 +18,7 @@ use crate::engine::context::ContextMeter;
 use crate::engine::history::{outcome_kind, to_stored, wrap_out_of_band, DisplayKind};
 use crate::engine::jobs::{JobsHandle, NoticeKind};
 use crate::engine::llm::{
-    CacheLifetime, ChatMessage, ChatRequest, Completion, LlmError, Provider, StreamDelta, ToolCall,
+    CacheLifetime, ChatMessage, ChatRequest, Completion, LlmError, Provider, RequestSent, StreamDelta, ToolCall,
 };
 use crate::engine::mcp::McpHandle;
 use crate::engine::scheduler::UserMessage;
@@ -73,6 +73,9 @@ pub struct TurnControl {
     /// Becomes true once the workspace's rewind snapshot before this turn is taken: the
     /// model's first request does not wait for it, the tools (which change files) do.
     before_tools: Option<watch::Receiver<bool>>,
+    /// Fired when the turn's first model request is on the wire (the rewind snapshot waits
+    /// for it, so its git processes do not compete with building and sending the request).
+    first_request: RequestSent,
     /// The heartbeat and goal behind this turn: when the next request is expected.
     pub(crate) standing: crate::engine::cadence::Standing,
 }
@@ -98,6 +101,7 @@ impl TurnControl {
             asks,
             waiting,
             before_tools: None,
+            first_request: RequestSent::default(),
             standing: crate::engine::cadence::Standing::default(),
         }
     }
@@ -107,7 +111,15 @@ impl TurnControl {
         self.before_tools = Some(ready);
     }
 
+    /// `sent` is fired when the turn's first model request goes out.
+    pub(crate) fn on_first_request(&mut self, sent: RequestSent) {
+        self.first_request = sent;
+    }
+
     async fn ready_for_tools(&self) {
+        // Tools run after an answer, so the request went out; should its signal have been
+        // missed, the snapshot must not wait for it any longer.
+        self.first_request.fire();
         if let Some(ready) = &self.before_tools {
             let mut ready = ready.clone();
             let _ = ready.wait_for(|done| *done).await;
@@ -180,10 +192,12 @@ pub async fn run_turn(
     trigger: TurnTrigger,
     mut meter: ContextMeter,
 ) -> TurnResult {
+    tracing::trace!(target: "enter_request", "turn: running");
     env.events.send(Event::TurnStarted { trigger: trigger.clone() });
     let mut usage = crate::engine::llm::Usage::default();
     let mut delivery = push_inputs(&env, &mut history, inputs, &trigger).await;
     let saved = delivery == Delivery::Sent;
+    tracing::trace!(target: "enter_request", "turn: inputs stored");
     let max_iterations = env.config.agent.max_iterations.max(1);
     // A message that could not be saved (or can never fit) is not sent: the turn fails
     // before any model call.
@@ -228,6 +242,7 @@ pub async fn run_turn(
             counted = history.len();
         }
         let request_len = history.len();
+        tracing::trace!(target: "enter_request", "turn: pending delivered");
         let lifetime = cache_lifetime(&env, &control, &trigger).await;
         match stream_once(&env, &control, &history, lifetime, &mut redirect).await {
             StreamEnd::Done(completion) => {
@@ -679,7 +694,9 @@ async fn stream_once(
         tools: env.registry.definitions(),
         temperature: None,
         cache_lifetime,
+        sent: control.first_request.clone(),
     };
+    tracing::trace!(target: "enter_request", "turn: request built");
     let mut partial = Partial::default();
     let events = env.events.clone();
     let activity = control.activity.clone();

@@ -129,6 +129,7 @@ impl Provider for AnthropicClient {
             request: |body| cache_headers(self.headers(self.http.post(&url).body(body)), request.cache_lifetime),
             decoder: MessageAccumulator::new,
             redact: |error| self.redact(error),
+            sent: &request.sent,
         };
         exchange.run(&body, on_delta).await
     }

@@ -5,13 +5,16 @@
 //! included) and the decoder ([`StreamDecoder`]). Cancellation is dropping the future:
 //! the connection goes with it, and no retry is left waiting.
 
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
 use futures_util::StreamExt;
 use serde_json::Value;
 use tokio_util::bytes::Bytes;
 
 use super::client::{describe, http_error, send_error, whole_seconds, ClientSettings, Retries};
 use super::sse::SseParser;
-use super::{Completion, LlmError, StreamDelta};
+use super::{Completion, LlmError, RequestSent, StreamDelta};
 
 /// A single SSE event longer than this is refused rather than buffered without end.
 const MAX_SSE_BUFFER: usize = 16 * 1024 * 1024;
@@ -47,11 +50,13 @@ pub(crate) struct Exchange<'a, R, D, E> {
     pub(crate) decoder: D,
     /// What an error may not show (the client's key), applied before the retry rule.
     pub(crate) redact: E,
+    /// Fired when an attempt's body goes to the connection.
+    pub(crate) sent: &'a RequestSent,
 }
 
 impl<R, D, Dec, E> Exchange<'_, R, D, E>
 where
-    R: Fn(Bytes) -> reqwest::RequestBuilder,
+    R: Fn(reqwest::Body) -> reqwest::RequestBuilder,
     D: Fn() -> Dec,
     Dec: StreamDecoder,
     E: Fn(LlmError) -> LlmError,
@@ -84,14 +89,16 @@ where
         delivered: &mut bool,
     ) -> Result<Completion, LlmError> {
         let idle = self.settings.idle_timeout;
-        let request = (self.request)(body.clone())
+        let request = (self.request)(signalling_body(body, self.sent))
             .header(reqwest::header::ACCEPT, "text/event-stream")
             .header(reqwest::header::CONTENT_TYPE, "application/json");
+        tracing::trace!(target: "enter_request", "attempt: sending");
         let response = match tokio::time::timeout(idle, request.send()).await {
             Err(_) => return Err(LlmError::IdleTimeout(whole_seconds(idle))),
             Ok(Err(e)) => return Err(send_error(self.url, &e)),
             Ok(Ok(response)) => response,
         };
+        tracing::trace!(target: "enter_request", "attempt: response headers");
         if !response.status().is_success() {
             return Err(http_error(response, idle).await);
         }
@@ -150,6 +157,49 @@ where
     }
 }
 
+/// The body of an attempt: plain bytes, or, while someone waits to hear that the request
+/// is on the wire, the same bytes in a body that says so when the connection takes them.
+fn signalling_body(body: &Bytes, sent: &RequestSent) -> reqwest::Body {
+    if sent.is_armed() {
+        reqwest::Body::wrap(SignallingBody { data: Some(body.clone()), sent: sent.clone() })
+    } else {
+        reqwest::Body::from(body.clone())
+    }
+}
+
+/// One chunk of known length (so `Content-Length` is sent, as for plain bytes). hyper
+/// writes the chunk it polls out of a body to the socket in the same step, so handing it
+/// over is when the request goes out. A body dropped unpolled (no connection) fires nothing.
+struct SignallingBody {
+    data: Option<Bytes>,
+    sent: RequestSent,
+}
+
+impl http_body::Body for SignallingBody {
+    type Data = Bytes;
+    type Error = std::convert::Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<http_body::Frame<Bytes>, Self::Error>>> {
+        let frame = self.data.take().map(|data| Ok(http_body::Frame::data(data)));
+        if frame.is_some() {
+            tracing::trace!(target: "enter_request", "attempt: body on the wire");
+            self.sent.fire();
+        }
+        Poll::Ready(frame)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.data.is_none()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        http_body::SizeHint::with_exact(self.data.as_ref().map_or(0, |d| d.len() as u64))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
@@ -193,17 +243,27 @@ mod tests {
     }
 
     async fn run(server: &ScriptedServer, retries: u32) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
-        let settings = ClientSettings::new(server.base_url())
+        run_with(&server.base_url(), retries, &RequestSent::default(), b"{}").await
+    }
+
+    async fn run_with(
+        base_url: &str,
+        retries: u32,
+        sent: &RequestSent,
+        body: &'static [u8],
+    ) -> (Vec<StreamDelta>, Result<Completion, LlmError>) {
+        let settings = ClientSettings::new(base_url)
             .max_retries(retries)
             .timeouts(Duration::from_secs(10), Duration::from_secs(10))
             .backoff(Duration::from_millis(10), Duration::from_millis(50));
         let http = super::super::client::http_client(Duration::from_secs(10)).unwrap();
-        let url = format!("{}/chat/completions", server.base_url());
+        let url = format!("{base_url}/chat/completions");
         let exchange = Exchange {
             settings: &settings,
             what: "test",
             url: &url,
             request: |body| http.post(&url).body(body),
+            sent,
             decoder: || Lines { text: String::new(), done: false },
             redact: |e: LlmError| match e {
                 LlmError::Http { status, body, retry_after_s } => {
@@ -213,7 +273,7 @@ mod tests {
             },
         };
         let mut deltas = Vec::new();
-        let result = exchange.run(&Bytes::from_static(b"{}"), &mut |d| deltas.push(d)).await;
+        let result = exchange.run(&Bytes::from_static(body), &mut |d| deltas.push(d)).await;
         (deltas, result)
     }
 
@@ -251,5 +311,35 @@ mod tests {
         let (_, result) = run(&server, 3).await;
         assert!(matches!(result, Err(LlmError::Http { status: 400, .. })), "{result:?}");
         assert_eq!(server.request_count(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_sent_signal_fires_once_the_body_is_on_the_wire_and_not_when_nothing_listens() {
+        use tokio::sync::oneshot::error::TryRecvError;
+        // A 503, then an answer: the first attempt's body fires the signal (once); both
+        // requests go with their length, not chunked, and the whole body.
+        let server = ScriptedServer::start([ScriptedResponse::error(503, "busy"), sse(&["a", "end"])]).await.unwrap();
+        let (sent, mut heard) = RequestSent::new();
+        let (_, result) = run_with(&server.base_url(), 3, &sent, br#"{"hello":1}"#).await;
+        assert_eq!(result.unwrap().content, "a");
+        assert_eq!(heard.try_recv(), Ok(()));
+        assert!(!sent.is_armed(), "spent");
+        let requests = server.requests();
+        assert_eq!(requests.len(), 2);
+        for r in &requests {
+            assert_eq!(r.header("content-length"), Some("11"));
+            assert_eq!(r.header("transfer-encoding"), None);
+            assert_eq!(r.raw_body, r#"{"hello":1}"#);
+        }
+
+        // Nothing listens: no body goes out and nothing fires; closing it is what its
+        // listener hears then.
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let (sent, mut heard) = RequestSent::new();
+        let (_, result) = run_with(&format!("http://127.0.0.1:{port}/v1"), 0, &sent, b"{}").await;
+        assert!(matches!(result, Err(LlmError::Refused { .. })), "{result:?}");
+        assert_eq!(heard.try_recv(), Err(TryRecvError::Empty));
+        sent.close();
+        assert_eq!(heard.try_recv(), Err(TryRecvError::Closed));
     }
 }

@@ -167,6 +167,7 @@ impl Provider for OpenAiClient {
             request: |body| self.authorise(self.http.post(&url).body(body)),
             decoder: ChunkAccumulator::new,
             redact: |error| error,
+            sent: &request.sent,
         };
         exchange.run(&body, on_delta).await
     }

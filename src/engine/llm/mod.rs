@@ -11,6 +11,7 @@ pub(crate) mod spend;
 pub mod sse;
 
 use std::borrow::Cow;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
@@ -136,7 +137,7 @@ impl ChatMessage {
 
 /// What the engine asks a provider for. The messages are borrowed where the caller keeps
 /// them anyway (the engine's history), so a request copies no message text.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Serialize)]
 pub struct ChatRequest<'a> {
     pub model: String,
     pub messages: Vec<Cow<'a, ChatMessage>>,
@@ -147,6 +148,52 @@ pub struct ChatRequest<'a> {
     /// `cache_control.ttl`; other wires cache by themselves and ignore it).
     #[serde(skip)]
     pub cache_lifetime: CacheLifetime,
+    /// Told when this request's bytes go to the connection (a turn's rewind snapshot
+    /// starts then); not part of what is asked.
+    #[serde(skip)]
+    pub sent: RequestSent,
+}
+
+/// A one-time signal that a request is on the wire: the client fires it when the
+/// connection takes the request's body, whose bytes are written to the socket in that same
+/// step. Once fired or closed it is spent, and later requests carrying it signal nothing.
+/// The receiver hears `Err` (closed) when no request got that far.
+#[derive(Clone, Default)]
+pub struct RequestSent(Option<Arc<Mutex<Option<tokio::sync::oneshot::Sender<()>>>>>);
+
+impl RequestSent {
+    /// A signal and where it is heard.
+    pub fn new() -> (RequestSent, tokio::sync::oneshot::Receiver<()>) {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        (RequestSent(Some(Arc::new(Mutex::new(Some(tx))))), rx)
+    }
+
+    /// Someone still waits for it (it has been neither fired nor closed).
+    pub(crate) fn is_armed(&self) -> bool {
+        self.0.as_ref().is_some_and(|m| crate::util::lock(m).as_ref().is_some_and(|tx| !tx.is_closed()))
+    }
+
+    /// The request is on the wire (the first time only).
+    pub(crate) fn fire(&self) {
+        if let Some(tx) = self.take() {
+            let _ = tx.send(());
+        }
+    }
+
+    /// No request will go out (any more): the receiver hears it is closed.
+    pub fn close(&self) {
+        drop(self.take());
+    }
+
+    fn take(&self) -> Option<tokio::sync::oneshot::Sender<()>> {
+        self.0.as_ref().and_then(|m| crate::util::lock(m).take())
+    }
+}
+
+impl std::fmt::Debug for RequestSent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.is_armed() { "RequestSent(armed)" } else { "RequestSent(spent)" })
+    }
 }
 
 /// A prompt-cache lifetime: the API's default 5 minutes, or 1 hour (its writes cost 2× the
@@ -167,6 +214,7 @@ impl ChatRequest<'static> {
             tools: Vec::new(),
             temperature: None,
             cache_lifetime: CacheLifetime::FiveMinutes,
+            sent: RequestSent::default(),
         }
     }
 }

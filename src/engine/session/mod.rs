@@ -360,9 +360,12 @@ impl Engine {
         if text.trim().is_empty() {
             return;
         }
-        // Input history persists per working directory (↑/↓ in the next run too).
+        tracing::trace!(target: "enter_request", "submit: at the engine");
+        // Input history persists per working directory (↑/↓ in the next run too). Queued,
+        // not awaited: the store writes in the order it is asked, so this entry is in before
+        // the turn's message, and Enter -> request does not wait a store round trip for it.
         let cwd_text = self.env.cwd().display().to_string();
-        let _ = self.env.store.history_push(&cwd_text, &text).await;
+        drop(self.env.store.history_push(&cwd_text, &text));
         self.sync_pause().await;
         if let Some(command) = crate::engine::bang::parse_bang(&text).map(str::to_string) {
             return self.feed(Input::Bang { typed: text, command }).await;
@@ -373,6 +376,7 @@ impl Engine {
             self.notice(NoticeLevel::Warn, format!("@{path}: no such file here — not attached"));
         }
         let message = UserMessage { typed: text, text: expanded };
+        tracing::trace!(target: "enter_request", "submit: history pushed, mentions expanded");
         self.feed(Input::Message { message, mode }).await;
     }
 

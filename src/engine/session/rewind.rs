@@ -5,9 +5,10 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use super::Engine;
+use crate::engine::llm::RequestSent;
 use crate::engine::rewind::{changed_path, RewindError, Rewinder, Timeline};
 use crate::engine::scheduler::Input;
-use crate::engine::turn::TurnEnv;
+use crate::engine::turn::{TurnControl, TurnEnv};
 use crate::protocol::rewind::{DiffTarget, RewindCmd};
 use crate::protocol::{Event, NoticeLevel};
 
@@ -23,16 +24,68 @@ pub(super) async fn before_turn(
     snapshot_before(rewind, env, trigger, label, seq).await
 }
 
-/// Where the turn starts in the conversation (its first message's seq), read before the
-/// turn stores anything. None when rewind is off or the store did not answer (said).
-pub(super) async fn turn_seq(rewind: Option<&Arc<Rewinder>>, env: &TurnEnv) -> Option<i64> {
-    rewind?;
-    match env.store.next_seq(&env.session_id).await {
-        Ok(seq) => Some(seq),
-        Err(e) => {
-            tracing::warn!(error = %e, "no rewind snapshot: the store did not answer");
-            None
+/// Where the turn starts in the conversation (its first message's seq). The store is asked
+/// when this is called (it answers in order), so call it before the turn stores anything;
+/// the answer may be awaited later. None when rewind is off or the store did not answer (said).
+pub(super) fn turn_seq(
+    rewind: Option<&Arc<Rewinder>>,
+    env: &TurnEnv,
+) -> impl std::future::Future<Output = Option<i64>> + Send + 'static {
+    let asked = rewind.map(|_| env.store.next_seq(&env.session_id));
+    async move {
+        match asked?.await {
+            Ok(seq) => Some(seq),
+            Err(e) => {
+                tracing::warn!(error = %e, "no rewind snapshot: the store did not answer");
+                None
+            }
         }
+    }
+}
+
+/// The snapshot before a model turn, on a task of its own that starts its git work once
+/// the turn's first model request is on the wire (or the turn ended without one): Enter ->
+/// request waits for no git and shares the CPU with none. The turn's tools wait for it.
+pub(super) struct BeforeTurn {
+    sent: RequestSent,
+    task: tokio::task::JoinHandle<Option<u64>>,
+}
+
+impl BeforeTurn {
+    /// Set up the snapshot before the turn `control` runs (None when rewind is off). Its
+    /// place in the conversation is asked of the store now, before the turn stores anything.
+    pub(super) fn start(
+        rewind: Option<&Arc<Rewinder>>,
+        env: &TurnEnv,
+        control: &mut TurnControl,
+        trigger: &'static str,
+        label: String,
+    ) -> Option<BeforeTurn> {
+        let rewind = rewind?.clone();
+        let seq = turn_seq(Some(&rewind), env);
+        let (saved_tx, saved) = tokio::sync::watch::channel(false);
+        control.tools_wait_for(saved);
+        let (sent, request_out) = RequestSent::new();
+        control.on_first_request(sent.clone());
+        let env = env.clone();
+        let task = tokio::spawn(async move {
+            let seq = seq.await;
+            let _ = request_out.await;
+            tracing::trace!(target: "enter_request", "snapshot: starting");
+            let snap = match seq {
+                Some(seq) => snapshot_before(Some(&rewind), &env, trigger, label, seq).await,
+                None => None,
+            };
+            let _ = saved_tx.send(true);
+            snap
+        });
+        Some(BeforeTurn { sent, task })
+    }
+
+    /// After the turn: the snapshot's id (it starts now if no request went out).
+    pub(super) async fn taken(self) -> Option<u64> {
+        self.sent.close();
+        self.task.await.ok().flatten()
     }
 }
 

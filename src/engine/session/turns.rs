@@ -34,28 +34,15 @@ impl Engine {
             Work::Turn { inputs, trigger } => {
                 watchdog = self.spawn_watchdog(&control);
                 let label = inputs.first().map(|i| i.shown.clone()).unwrap_or_default();
-                let kind = trigger_name(&trigger);
                 let mut ctl = ctl;
+                let before =
+                    super::rewind::BeforeTurn::start(rewind.as_ref(), &env, &mut ctl, trigger_name(&trigger), label);
                 tokio::spawn(async move {
-                    // The snapshot runs beside the model's first request (Enter → request
-                    // waits for no git); only the turn's tools wait for it. Its place in the
-                    // conversation is read first, before the turn stores its messages.
-                    let seq = super::rewind::turn_seq(rewind.as_ref(), &env).await;
-                    let (saved_tx, saved) = tokio::sync::watch::channel(false);
-                    ctl.tools_wait_for(saved);
-                    let (snap_rewind, snap_env) = (rewind.clone(), env.clone());
-                    let snapshot = tokio::spawn(async move {
-                        let snap = match seq {
-                            Some(seq) => {
-                                super::rewind::snapshot_before(snap_rewind.as_ref(), &snap_env, kind, label, seq).await
-                            }
-                            None => None,
-                        };
-                        let _ = saved_tx.send(true);
-                        snap
-                    });
                     let result = run_turn(env.clone(), ctl, history, omitted, inputs, trigger, meter).await;
-                    let snap = snapshot.await.ok().flatten();
+                    let snap = match before {
+                        Some(before) => before.taken().await,
+                        None => None,
+                    };
                     super::rewind::after_turn(rewind.as_ref(), &env, snap).await;
                     result
                 })

@@ -661,6 +661,7 @@ impl App {
         self.sent_pastes.drain(..excess);
         self.reset_input(String::new());
         self.transcript.follow();
+        tracing::trace!(target: "enter_request", "tui: submit");
         ops.push(Op::Submit { text, mode });
     }
 
