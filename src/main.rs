@@ -499,6 +499,7 @@ async fn run_tui(
     let store = tokio::task::spawn_blocking(move || Store::open(&db));
     let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner: None };
     let mut screen = talaria::tui::Screen::open(options)?;
+    tracing::debug!("start: terminal taken");
     let starting = start_tui_engine(continue_session, resume, model, paths, config, store);
     tokio::pin!(starting);
     // The first frame waits for the session and its status, a moment at most: when
@@ -541,6 +542,7 @@ async fn start_tui_engine(
     let resolved = resolve_model(&model.model, &model.base_url, config).await?;
     let opened = store.await.context("the database thread failed")?;
     let store = opened.with_context(|| format!("cannot open {}", paths.state_db.display()))?;
+    tracing::debug!("start: store open");
     let mut pick: Option<String> = None;
     let session = if continue_session {
         SessionChoice::ContinueInteractive

@@ -152,6 +152,7 @@ impl Screen {
     /// Draw the first frame now, with what is known (start-up is taking longer than
     /// `FIRST_FRAME_WAIT`: the status line fills in when the session is ready).
     pub fn draw_first_frame(&mut self) -> anyhow::Result<()> {
+        tracing::debug!("start: first frame drawn at its bound, before the engine started");
         draw(&mut self.terminal, &mut self.app)?;
         self.drawn = true;
         Ok(())
@@ -371,7 +372,8 @@ impl FirstFrame {
 
 /// The first frame is on screen: start-up work that must not delay it (MCP servers) may
 /// begin now.
-fn first_frame_drawn(engine: &EngineHandle) {
+fn first_frame_drawn(engine: &EngineHandle, app: &App) {
+    tracing::debug!(complete = app.first_screen_known(), "start: first frame drawn");
     let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
 }
 
@@ -398,7 +400,7 @@ async fn event_loop(
     if first.drawn || app.first_screen_known() {
         draw(terminal, app)?;
         first.drawn = true;
-        first_frame_drawn(&engine);
+        first_frame_drawn(&engine, app);
     }
     // Start-up touches code it never runs again (argument and config parsing, opening the
     // store, building the provider) and frees heap it will not reuse soon. Once it has
@@ -509,7 +511,7 @@ async fn event_loop(
             draw(terminal, app)?;
             if !first.drawn {
                 first.drawn = true;
-                first_frame_drawn(&engine);
+                first_frame_drawn(&engine, app);
             }
         }
     }

@@ -79,6 +79,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let (events, event_rx) = EventSink::channel();
     let cwd = opts.cwd.canonicalize().unwrap_or_else(|_| opts.cwd.clone());
     let (session_id, title, created) = open_session(&opts, &cwd).await?;
+    // Start-up's steps at debug level (`TALARIA_LOG=debug`): where a slow start spends it.
+    tracing::debug!(session = %session_id, "start: session opened");
     let opts_session = opts.session.clone();
     let jobs_options =
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
@@ -153,6 +155,7 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     // The end of the session goes to the front end now; reading the whole of a long session
     // for the model happens on the engine task, before it takes the first op.
     engine.show_session().await?;
+    tracing::debug!("start: session shown");
     // `talaria -c` with nothing to continue here says so instead of starting afresh silently.
     if created && matches!(opts_session, SessionChoice::Continue | SessionChoice::ContinueInteractive) {
         let cwd_text = cwd.display().to_string();
@@ -177,7 +180,9 @@ async fn load_and_run(mut engine: Engine) {
             return;
         }
     };
+    tracing::debug!("start: context and status sent");
     engine.finish_start().await;
+    tracing::debug!("start: proxy and rewind ready");
     for input in inputs {
         engine.feed(input).await;
     }
