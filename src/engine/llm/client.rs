@@ -549,6 +549,27 @@ mod tests {
     }
 
     #[test]
+    fn clients_share_one_tls_setup_whose_roots_are_read_at_the_first_certificate() {
+        use rustls::client::danger::ServerCertVerifier;
+        http_client(Duration::from_secs(1)).unwrap();
+        http_client(Duration::from_secs(2)).unwrap();
+        let (a, b) = (shared_tls().unwrap(), shared_tls().unwrap());
+        assert!(std::sync::Arc::ptr_eq(a.crypto_provider(), b.crypto_provider()), "one setup, not one per client");
+        assert_eq!(a.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
+
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let roots = PlatformRoots { provider, verifier: Default::default() };
+        assert!(!roots.supported_verify_schemes().is_empty());
+        assert!(roots.verifier.get().is_none(), "writing a ClientHello reads no roots");
+        // A certificate that is not one is refused: the lazy verifier still verifies.
+        let name = rustls::pki_types::ServerName::try_from("example.com").unwrap();
+        let bogus = rustls::pki_types::CertificateDer::from(vec![0u8; 16]);
+        let verdict = roots.verify_server_cert(&bogus, &[], &name, &[], rustls::pki_types::UnixTime::now());
+        assert!(verdict.is_err(), "{verdict:?}");
+        assert!(roots.verifier.get().is_some(), "the roots are read when a certificate is checked");
+    }
+
+    #[test]
     fn settings_debug_hides_the_key() {
         let settings = ClientSettings::new("http://x/v1").api_key("sk-secret");
         assert!(!format!("{settings:?}").contains("sk-secret"));
