@@ -369,20 +369,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
     let open = if matches!(command, Command::Sessions { .. }) { Store::open_read_only } else { Store::open };
     let store = open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;
     match command {
-        Command::Sessions { action } => {
-            let text = match action {
-                None => talaria::engine::store::cli::cli_list(&store, 20).await?,
-                Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(&store, limit).await?,
-                Some(SessionsAction::Search { limit, query }) => {
-                    let found = talaria::engine::store::cli::cli_search(&store, &query.join(" "), limit).await?;
-                    print!("{}", found.text);
-                    // No match exits 1, as grep does.
-                    return Ok(if found.found { 0 } else { 1 });
-                }
-            };
-            print!("{text}");
-            Ok(0)
-        }
+        Command::Sessions { action } => sessions(&store, action).await,
         Command::Exec { json, yes, continue_session, keep_jobs, prompt, model: _ } => {
             let prompt = if prompt == ["-"] {
                 let mut text = String::new();
@@ -480,6 +467,22 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
         }
         Command::Pause { .. } | Command::Unpause => Ok(0),
     }
+}
+
+/// `talaria sessions [list|search]`: print them; a search that finds nothing exits 1, as
+/// grep does.
+async fn sessions(store: &Store, action: Option<SessionsAction>) -> anyhow::Result<i32> {
+    let text = match action {
+        None => talaria::engine::store::cli::cli_list(store, 20).await?,
+        Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(store, limit).await?,
+        Some(SessionsAction::Search { limit, query }) => {
+            let found = talaria::engine::store::cli::cli_search(store, &query.join(" "), limit).await?;
+            print!("{}", found.text);
+            return Ok(if found.found { 0 } else { 1 });
+        }
+    };
+    print!("{text}");
+    Ok(0)
 }
 
 /// `talaria` in a terminal: take the terminal, start the engine, run the TUI.

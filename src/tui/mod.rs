@@ -119,7 +119,6 @@ pub struct Screen {
     terminal: Term,
     app: App,
     first_due: tokio::time::Instant,
-    drawn: bool,
 }
 
 impl Screen {
@@ -141,7 +140,7 @@ impl Screen {
         };
         // Keys typed from now on wait in the terminal until the event loop reads them.
         let first_due = tokio::time::Instant::now() + FIRST_FRAME_WAIT;
-        Ok(Screen { terminal, app, first_due, drawn: false })
+        Ok(Screen { terminal, app, first_due })
     }
 
     /// When the first frame is drawn at the latest, whatever is known by then.
@@ -150,12 +149,11 @@ impl Screen {
     }
 
     /// Draw the first frame now, with what is known (start-up is taking longer than
-    /// `FIRST_FRAME_WAIT`: the status line fills in when the session is ready).
+    /// `FIRST_FRAME_WAIT`: the status line fills in when the session is ready). Called at
+    /// `first_frame_due`, so the event loop draws at once too.
     pub fn draw_first_frame(&mut self) -> anyhow::Result<()> {
         tracing::debug!("start: first frame drawn at its bound, before the engine started");
-        draw(&mut self.terminal, &mut self.app)?;
-        self.drawn = true;
-        Ok(())
+        draw(&mut self.terminal, &mut self.app)
     }
 
     /// Run until the user quits; `banner` (the demo model's explanation) tops an empty
@@ -176,7 +174,7 @@ impl Screen {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
                 let result = match runtime {
                     Ok(runtime) => {
-                        let first = FirstFrame { due: self.first_due, drawn: self.drawn };
+                        let first = FirstFrame { due: self.first_due, drawn: false };
                         runtime.block_on(event_loop(&mut self.terminal, &mut self.app, engine, first))
                     }
                     Err(e) => Err(anyhow::anyhow!("cannot start the UI's runtime: {e}")),
@@ -358,10 +356,29 @@ struct FirstFrame {
 }
 
 impl FirstFrame {
-    /// Whether a frame may be drawn now: once the first is on screen, always; before,
-    /// when the first screen is complete or its time has come.
-    fn allows(&self, app: &App) -> bool {
-        self.drawn || app.first_screen_known() || tokio::time::Instant::now() >= self.due
+    /// Draw when `wanted`; before the first frame is on screen, instead, as soon as the
+    /// first screen is complete (without the frame-rate cap) or its time has come, and
+    /// never before. Whether it drew.
+    fn paint(
+        &mut self,
+        terminal: &mut Term,
+        app: &mut App,
+        engine: &EngineHandle,
+        wanted: bool,
+    ) -> anyhow::Result<bool> {
+        let now = match self.drawn {
+            true => wanted,
+            false => app.first_screen_known() || tokio::time::Instant::now() >= self.due,
+        };
+        if !now {
+            return Ok(false);
+        }
+        draw(terminal, app)?;
+        if !self.drawn {
+            self.drawn = true;
+            first_frame_drawn(engine, app);
+        }
+        Ok(true)
     }
 
     /// The bound to wake up for, while the first frame waits.
@@ -397,11 +414,7 @@ async fn event_loop(
     // (crossterm's EventStream then never wakes the loop again).
     let (rx, input_task) = spawn_input();
     let mut input = Input { rx, guard: AbortOnDrop(input_task) };
-    if first.drawn || app.first_screen_known() {
-        draw(terminal, app)?;
-        first.drawn = true;
-        first_frame_drawn(&engine, app);
-    }
+    first.paint(terminal, app, &engine, false)?;
     // Start-up touches code it never runs again (argument and config parsing, opening the
     // store, building the provider) and frees heap it will not reuse soon. Once it has
     // settled, give both back as a job supervisor does (`memory.rs`): clean,
@@ -501,18 +514,8 @@ async fn event_loop(
         if app.exit == ExitState::Done {
             break;
         }
-        // The first frame waits for the session and its status (drawn as soon as both
-        // are known, without the frame-rate cap), or its bound.
-        if !first.drawn {
-            draw_now = first.allows(app);
-        }
-        if draw_now {
+        if first.paint(terminal, app, &engine, draw_now)? {
             stats.frames += 1;
-            draw(terminal, app)?;
-            if !first.drawn {
-                first.drawn = true;
-                first_frame_drawn(&engine, app);
-            }
         }
     }
     Ok(())
