@@ -500,6 +500,8 @@ async fn run_tui(
     // while the terminal is taken and the model resolved: none waits for the others.
     let db = paths.state_db.clone();
     let store = tokio::task::spawn_blocking(move || Store::open(&db));
+    // The sandbox's probes fork children: done on another thread while the store opens.
+    tokio::task::spawn_blocking(talaria::engine::sandbox::probe_ahead);
     let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner: None };
     let mut screen = talaria::tui::Screen::open(options)?;
     tracing::debug!("start: terminal taken");
