@@ -246,15 +246,20 @@ fn main() {
     // Before any thread starts: re-exec without the provider keys in the environment, so
     // no command can read them from /proc/<talaria>/environ (DESIGN §6). The config read
     // for their names is the one the run uses (read once).
-    let early = Paths::from_env().map(|paths| {
-        let config = Config::load(&paths.config_file);
-        (paths, config)
-    });
+    let load = || {
+        Paths::from_env().map(|paths| {
+            let config = Config::load(&paths.config_file);
+            (paths, config)
+        })
+    };
+    let mut early = load();
     let model = early.as_ref().ok().and_then(|(_, c)| c.as_ref().ok()).map(|c| c.model.clone());
     let key_names = provider::secret_env_vars(&model.unwrap_or_default());
     if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::agents::ARG) {
-        // A sub-agent: its keys and task come over stdin from its parent.
+        // A sub-agent: its keys and task come over stdin from its parent, with the parent's
+        // TALARIA_HOME, whose paths and config are the ones it runs with.
         talaria::subagent::take_hello(&key_names);
+        early = load();
     } else {
         talaria::secrets::drop_keys_from_environment(&key_names);
     }
