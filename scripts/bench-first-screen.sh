@@ -12,13 +12,15 @@
 set -eu
 N=$1; shift
 PY=${PTYBENCH_PY:-/var/tmp/ptyvenv/bin/python}
-PB=${PTYBENCH:-$(cd "$(dirname "$0")/../.." && pwd)/shared/bench/ptybench.py}
+root=$(cd "$(dirname "$0")/.." && pwd)
+PB=${PTYBENCH:-$root/../shared/bench/ptybench.py}
+[ -f "$PB" ] || PB=/work/shared/bench/ptybench.py
 HELLO=${HELLO:-/var/tmp/hello/release/hello}
 LOG=$(mktemp)
 one() { # name out args...
     name=$1; out=$2; shift 2
     "$PY" "$PB" --name "$name" --out "$out" --settle 0.3 --idle 0.2 "$@" >/dev/null 2>&1 || true
-    "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["first_byte_ms"], r["first_text_ms"], r["first_frame_ms"])' "$out/result.json"
+    "$PY" -c 'import json,sys; r=json.load(open(sys.argv[1])); print(r["first_byte_ms"], r["first_text_ms"], r["first_frame_ms"])' "$out/result.json" 2>/dev/null || echo "nan nan nan"
 }
 i=0
 while [ "$i" -lt "$N" ]; do
@@ -39,6 +41,7 @@ for line in open(sys.argv[1]):
     f = line.split()
     runs.setdefault((f[0], f[1]), []).append([float(x) for x in f[2:5]])
 for (name, start), rows in runs.items():
-    med = [statistics.median(col) for col in zip(*rows)]
+    rows = [r for r in rows if r[2] == r[2]]  # a run without a result is nan
+    med = [statistics.median(col) for col in zip(*rows)] if rows else [float("nan")] * 3
     print(f"{name} {start}: " + " / ".join(f"{m:.1f}" for m in med) + f"  ({len(rows)} runs)")
 PY
