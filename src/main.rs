@@ -244,17 +244,27 @@ fn main() {
         talaria::engine::mcp::guard::run(std::env::args_os().skip(2).collect());
     }
     // Before any thread starts: re-exec without the provider keys in the environment, so
-    // no command can read them from /proc/<talaria>/environ (DESIGN §6).
-    let model = Paths::from_env().ok().and_then(|p| Config::load(&p.config_file).ok()).map(|c| c.model);
+    // no command can read them from /proc/<talaria>/environ (DESIGN §6). The config read
+    // for their names is the one the run uses (read once).
+    let load = || {
+        Paths::from_env().map(|paths| {
+            let config = Config::load(&paths.config_file);
+            (paths, config)
+        })
+    };
+    let mut early = load();
+    let model = early.as_ref().ok().and_then(|(_, c)| c.as_ref().ok()).map(|c| c.model.clone());
     let key_names = provider::secret_env_vars(&model.unwrap_or_default());
     if std::env::args_os().nth(1).is_some_and(|a| a == talaria::engine::agents::ARG) {
-        // A sub-agent: its keys and task come over stdin from its parent.
+        // A sub-agent: its keys and task come over stdin from its parent, with the parent's
+        // TALARIA_HOME, whose paths and config are the ones it runs with.
         talaria::subagent::take_hello(&key_names);
+        early = load();
     } else {
         talaria::secrets::drop_keys_from_environment(&key_names);
     }
     let cli = Cli::parse();
-    let code = match real_main(cli) {
+    let code = match real_main(cli, early) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("talaria: {}", talaria::text::for_terminal(&format!("{e:#}")));
@@ -264,9 +274,12 @@ fn main() {
     std::process::exit(code);
 }
 
-fn real_main(cli: Cli) -> anyhow::Result<i32> {
-    let paths = Paths::from_env()?;
-    let config = match Config::load(&paths.config_file) {
+fn real_main(
+    cli: Cli,
+    early: anyhow::Result<(Paths, Result<Config, talaria::config::ConfigError>)>,
+) -> anyhow::Result<i32> {
+    let (paths, config) = early?;
+    let config = match config {
         Ok(c) => c,
         Err(e) => {
             eprintln!("talaria: {}", talaria::text::for_terminal(&e.to_string()));
@@ -352,25 +365,17 @@ fn list_resume_matches(key: &str, matches: &[SessionSummary]) {
 
 async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config>) -> anyhow::Result<i32> {
     tokio::spawn(talaria::logging::runtime_counters_on_usr1());
+    let Cli { command, continue_session: continue_flag, resume, .. } = cli;
+    // The TUI opens the store beside taking the terminal (`run_tui`).
+    let Some(command) = command else {
+        return run_tui(continue_flag, resume, &model, &paths, &config).await;
+    };
     // Listing and searching only read: they work on a read-only database too.
-    let open = if matches!(cli.command, Some(Command::Sessions { .. })) { Store::open_read_only } else { Store::open };
+    let open = if matches!(command, Command::Sessions { .. }) { Store::open_read_only } else { Store::open };
     let store = open(&paths.state_db).with_context(|| format!("cannot open {}", paths.state_db.display()))?;
-    match cli.command {
-        Some(Command::Sessions { action }) => {
-            let text = match action {
-                None => talaria::engine::store::cli::cli_list(&store, 20).await?,
-                Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(&store, limit).await?,
-                Some(SessionsAction::Search { limit, query }) => {
-                    let found = talaria::engine::store::cli::cli_search(&store, &query.join(" "), limit).await?;
-                    print!("{}", found.text);
-                    // No match exits 1, as grep does.
-                    return Ok(if found.found { 0 } else { 1 });
-                }
-            };
-            print!("{text}");
-            Ok(0)
-        }
-        Some(Command::Exec { json, yes, continue_session, keep_jobs, prompt, model: _ }) => {
+    match command {
+        Command::Sessions { action } => sessions(&store, action).await,
+        Command::Exec { json, yes, continue_session, keep_jobs, prompt, model: _ } => {
             let prompt = if prompt == ["-"] {
                 let mut text = String::new();
                 std::io::stdin().read_to_string(&mut text).context("cannot read the prompt from stdin")?;
@@ -381,9 +386,9 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             if prompt.trim().is_empty() {
                 anyhow::bail!("the prompt is empty");
             }
-            let session = if continue_session || cli.continue_session {
+            let session = if continue_session || continue_flag {
                 SessionChoice::Continue
-            } else if let Some(key) = cli.resume.clone() {
+            } else if let Some(key) = resume.clone() {
                 match resume_choice(&store, &key).await? {
                     Ok(choice) => choice,
                     Err(matches) => {
@@ -409,8 +414,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             drop(resolved);
             Ok(code)
         }
-        None => run_tui(cli.continue_session, cli.resume.clone(), &model, &paths, &config, store).await,
-        Some(Command::Jobs { action, json, raw }) => {
+        Command::Jobs { action, json, raw } => {
             use talaria::engine::jobs::cli;
             let action = match action {
                 None => cli::JobsCli::List { limit: 50 },
@@ -420,7 +424,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             };
             cli::run(&paths, &config, &store, action, json, raw).await
         }
-        Some(Command::Rewind { action, n, session, code, conversation, both: _, yes, all, json }) => {
+        Command::Rewind { action, n, session, code, conversation, both: _, yes, all, json } => {
             use talaria::engine::rewind::cli::{self, RewindCli};
             use talaria::protocol::rewind::RewindMode;
             let action = match (action, n) {
@@ -441,7 +445,7 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             };
             cli::run(&paths, &config, &store, session, action, json).await
         }
-        Some(Command::Mcp { action }) => {
+        Command::Mcp { action } => {
             let tools = matches!(action, Some(McpAction::List { tools: true }));
             let cwd: PathBuf = std::env::current_dir().context("cannot read the working directory")?;
             let (events, _rx) = talaria::engine::EventSink::channel();
@@ -452,12 +456,12 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             mcp.shutdown().await;
             Ok(0)
         }
-        Some(Command::Acp { .. }) => {
+        Command::Acp { .. } => {
             let starter = AcpStarter::new(&model, &paths, &config, store.clone()).await?;
             let options = talaria::acp::AcpOptions { config: config.clone(), store, starter: Arc::new(starter) };
             talaria::acp::run(options).await
         }
-        Some(Command::Agent { session, .. }) => {
+        Command::Agent { session, .. } => {
             let hello = talaria::subagent::hello().context("a sub-agent has no task")?;
             let choice = SessionChoice::Resume(session);
             let (engine, resolved) =
@@ -466,53 +470,60 @@ async fn async_main(cli: Cli, model: ModelArgs, paths: Paths, config: Arc<Config
             drop(resolved);
             Ok(code)
         }
-        Some(Command::Pause { .. }) | Some(Command::Unpause) => Ok(0),
+        Command::Pause { .. } | Command::Unpause => Ok(0),
     }
 }
 
-/// `talaria` in a terminal: draw the first frame, start the engine, run the TUI.
+/// `talaria sessions [list|search]`: print them; a search that finds nothing exits 1, as
+/// grep does.
+async fn sessions(store: &Store, action: Option<SessionsAction>) -> anyhow::Result<i32> {
+    let text = match action {
+        None => talaria::engine::store::cli::cli_list(store, 20).await?,
+        Some(SessionsAction::List { limit }) => talaria::engine::store::cli::cli_list(store, limit).await?,
+        Some(SessionsAction::Search { limit, query }) => {
+            let found = talaria::engine::store::cli::cli_search(store, &query.join(" "), limit).await?;
+            print!("{}", found.text);
+            return Ok(if found.found { 0 } else { 1 });
+        }
+    };
+    print!("{text}");
+    Ok(0)
+}
+
+/// `talaria` in a terminal: take the terminal, start the engine, run the TUI.
 async fn run_tui(
     continue_session: bool,
     resume: Option<String>,
     model: &ModelArgs,
     paths: &Paths,
     config: &Arc<Config>,
-    store: Store,
 ) -> anyhow::Result<i32> {
     if !std::io::stdin().is_terminal() || !std::io::stdout().is_terminal() {
         anyhow::bail!("not a terminal; use `talaria exec`");
     }
-    // A `--resume` that fits several sessions opens the picker, as `/resume` does.
-    let mut pick: Option<String> = None;
-    let session = if continue_session {
-        SessionChoice::ContinueInteractive
-    } else if let Some(key) = resume {
-        match resume_choice(&store, &key).await? {
-            Ok(choice) => choice,
-            Err(_) => {
-                pick = Some(key);
-                SessionChoice::New
-            }
-        }
-    } else {
-        SessionChoice::New
-    };
-    // The first frame is drawn before the engine, the session and the provider are
-    // ready; the status line fills in when they are.
+    // The store opens (and on a first start creates its schema) on a thread of its own
+    // while the terminal is taken and the model resolved: none waits for the others.
+    let db = paths.state_db.clone();
+    let store = tokio::task::spawn_blocking(move || Store::open(&db));
+    // The sandbox's probes fork children: done on another thread while the store opens.
+    tokio::task::spawn_blocking(talaria::engine::sandbox::probe_ahead);
     let options = talaria::tui::TuiOptions { config: config.clone(), paths: paths.clone(), banner: None };
-    let screen = talaria::tui::Screen::open(options)?;
-    let started = start_engine(&model.model, &model.base_url, paths, config, store, session, PromptPolicy::Ask).await;
-    let (engine, resolved) = match started {
+    let mut screen = talaria::tui::Screen::open(options)?;
+    tracing::debug!("start: terminal taken");
+    let starting = start_tui_engine(continue_session, resume, model, paths, config, store);
+    tokio::pin!(starting);
+    // The first frame waits for the session and its status, a moment at most: when
+    // start-up takes longer (a remote server asked for its models), the frame is drawn
+    // with what is known and fills in later. An error drops the screen (the terminal is
+    // restored) before it is reported.
+    let started = match tokio::time::timeout_at(screen.first_frame_due(), &mut starting).await {
         Ok(started) => started,
-        Err(e) => {
-            drop(screen);
-            return Err(e);
+        Err(_) => {
+            screen.draw_first_frame()?;
+            starting.await
         }
     };
-    if let Some(key) = pick {
-        let resume = talaria::protocol::commands::SlashCommand::Resume(Some(key));
-        let _ = engine.ops.send(talaria::protocol::Op::Command(resume));
-    }
+    let (engine, resolved) = started?;
     let banner = resolved.demo.then(|| talaria::engine::llm::demo::DEMO_BANNER.to_string());
     let exit = screen.run(engine, banner).await?;
     if let Some(spend) = &exit.spend {
@@ -528,6 +539,56 @@ async fn run_tui(
     Ok(0)
 }
 
+/// The TUI's engine: the model resolved while the store opens, then the session chosen
+/// (a `--resume` that fits several sessions opens the picker, as `/resume` does).
+async fn start_tui_engine(
+    continue_session: bool,
+    resume: Option<String>,
+    model: &ModelArgs,
+    paths: &Paths,
+    config: &Arc<Config>,
+    store: tokio::task::JoinHandle<Result<Store, talaria::engine::store::StoreError>>,
+) -> anyhow::Result<(talaria::protocol::EngineHandle, provider::ResolvedProvider)> {
+    let resolved = resolve_model(&model.model, &model.base_url, config).await?;
+    let opened = store.await.context("the database thread failed")?;
+    let store = opened.with_context(|| format!("cannot open {}", paths.state_db.display()))?;
+    tracing::debug!("start: store open");
+    let mut pick: Option<String> = None;
+    let session = if continue_session {
+        SessionChoice::ContinueInteractive
+    } else if let Some(key) = resume {
+        match resume_choice(&store, &key).await? {
+            Ok(choice) => choice,
+            Err(_) => {
+                pick = Some(key);
+                SessionChoice::New
+            }
+        }
+    } else {
+        SessionChoice::New
+    };
+    let engine = start_with(resolved, paths, config, store, session, PromptPolicy::Ask).await?;
+    if let Some(key) = pick {
+        let resume = talaria::protocol::commands::SlashCommand::Resume(Some(key));
+        let _ = engine.0.ops.send(talaria::protocol::Op::Command(resume));
+    }
+    Ok(engine)
+}
+
+/// The model to talk to (`--model`, `--base-url`, the config, the environment's keys).
+async fn resolve_model(
+    cli_model: &Option<String>,
+    cli_base_url: &Option<String>,
+    config: &Config,
+) -> anyhow::Result<provider::ResolvedProvider> {
+    // Keys come from what the start-up re-exec handed over, not from the environment.
+    let env = |name: &str| talaria::secrets::get(name);
+    let resolved =
+        provider::resolve(&config.model, cli_model.as_deref(), cli_base_url.as_deref(), &config.agent, &env).await?;
+    tracing::info!(provider = %resolved.label, model = %resolved.model, "model resolved");
+    Ok(resolved)
+}
+
 async fn start_engine(
     cli_model: &Option<String>,
     cli_base_url: &Option<String>,
@@ -537,11 +598,19 @@ async fn start_engine(
     session: SessionChoice,
     policy: PromptPolicy,
 ) -> anyhow::Result<(talaria::protocol::EngineHandle, provider::ResolvedProvider)> {
-    // Keys come from what the start-up re-exec handed over, not from the environment.
-    let env = |name: &str| talaria::secrets::get(name);
-    let resolved =
-        provider::resolve(&config.model, cli_model.as_deref(), cli_base_url.as_deref(), &config.agent, &env).await?;
-    tracing::info!(provider = %resolved.label, model = %resolved.model, "model resolved");
+    let resolved = resolve_model(cli_model, cli_base_url, config).await?;
+    start_with(resolved, paths, config, store, session, policy).await
+}
+
+/// Start the engine on the resolved model.
+async fn start_with(
+    resolved: provider::ResolvedProvider,
+    paths: &Paths,
+    config: &Arc<Config>,
+    store: Store,
+    session: SessionChoice,
+    policy: PromptPolicy,
+) -> anyhow::Result<(talaria::protocol::EngineHandle, provider::ResolvedProvider)> {
     let cwd: PathBuf = std::env::current_dir().context("cannot read the working directory")?;
     let options = EngineOptions {
         config: config.clone(),

@@ -309,6 +309,8 @@ pub struct App {
     pub(crate) sent_pastes: Vec<Paste>,
     /// When the last status (and its heartbeat countdown) arrived.
     pub(crate) status_at: Instant,
+    /// A status has arrived: the status line shows the engine's facts, not placeholders.
+    pub(crate) status_known: bool,
     /// `@path` completion: the event loop lists the paths starting with this, then calls
     /// `paths_listed`.
     pub(crate) path_request: Option<String>,
@@ -392,6 +394,7 @@ impl App {
             sent_modes: Vec::new(),
             sent_pastes: Vec::new(),
             status_at: Instant::now(),
+            status_known: false,
             input_hint: None,
             in_tmux: false,
             path_request: None,
@@ -408,6 +411,12 @@ impl App {
         };
         app.reset_input(String::new());
         app
+    }
+
+    /// The engine has said which session this is and sent its status (model, sandbox,
+    /// context use): a frame drawn now is the complete first screen.
+    pub fn first_screen_known(&self) -> bool {
+        self.session.session_id.is_some() && self.status_known
     }
 
     /// Handle one event; returns what the engine must be told.

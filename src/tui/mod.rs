@@ -77,6 +77,10 @@ const SHUTDOWN_WAIT: Duration = Duration::from_secs(3);
 /// After the first frame, how long start-up (store, session, provider) gets before the
 /// pages only it needed are given back (see `event_loop`).
 const SETTLE_AFTER: Duration = Duration::from_secs(1);
+/// How long the first frame waits, from taking the terminal, for the session and its
+/// status: drawn when they are known it is complete, with nothing filling in a moment
+/// later; drawn at this bound (a slow provider, a slow disk) it shows what is known.
+pub const FIRST_FRAME_WAIT: Duration = Duration::from_millis(50);
 
 pub struct TuiOptions {
     pub config: Arc<Config>,
@@ -107,17 +111,19 @@ impl TuiExit {
 static TERMINAL_ACTIVE: AtomicBool = AtomicBool::new(false);
 static MOUSE_CAPTURED: AtomicBool = AtomicBool::new(false);
 
-/// The terminal, taken and with its first frame drawn before the engine has started (the
-/// first frame does not wait for the store, the session or the provider; the status line
-/// fills in when the session is ready). Dropping it gives the terminal back.
+/// The terminal, taken before the engine has started. Its first frame is drawn when the
+/// session and its status are known, or `FIRST_FRAME_WAIT` after the terminal was taken,
+/// whichever comes first (`first_frame_due`, `draw_first_frame`, and the event loop).
+/// Dropping it gives the terminal back.
 pub struct Screen {
     terminal: Term,
     app: App,
+    first_due: tokio::time::Instant,
 }
 
 impl Screen {
-    /// Take the terminal and draw the first frame. Fails at once when stdin or stdout is
-    /// not a terminal.
+    /// Take the terminal (raw mode, the alternate screen); the first frame follows. Fails
+    /// at once when stdin or stdout is not a terminal.
     pub fn open(options: TuiOptions) -> anyhow::Result<Screen> {
         require_terminal(std::io::stdin().is_terminal(), std::io::stdout().is_terminal())?;
         let keymap = Keymap::load(&options.paths.keymap_file)?;
@@ -125,7 +131,7 @@ impl Screen {
         let mut app = App::new(&options.config, keymap, theme, options.banner);
         app.in_tmux = std::env::var_os("TMUX").is_some_and(|v| !v.is_empty());
         install_panic_hook();
-        let mut terminal = match setup(options.config.ui.mouse) {
+        let terminal = match setup(options.config.ui.mouse) {
             Ok(t) => t,
             Err(e) => {
                 restore();
@@ -133,11 +139,21 @@ impl Screen {
             }
         };
         // Keys typed from now on wait in the terminal until the event loop reads them.
-        if let Err(e) = draw(&mut terminal, &mut app) {
-            restore();
-            return Err(e);
-        }
-        Ok(Screen { terminal, app })
+        let first_due = tokio::time::Instant::now() + FIRST_FRAME_WAIT;
+        Ok(Screen { terminal, app, first_due })
+    }
+
+    /// When the first frame is drawn at the latest, whatever is known by then.
+    pub fn first_frame_due(&self) -> tokio::time::Instant {
+        self.first_due
+    }
+
+    /// Draw the first frame now, with what is known (start-up is taking longer than
+    /// `FIRST_FRAME_WAIT`: the status line fills in when the session is ready). Called at
+    /// `first_frame_due`, so the event loop draws at once too.
+    pub fn draw_first_frame(&mut self) -> anyhow::Result<()> {
+        tracing::debug!("start: first frame drawn at its bound, before the engine started");
+        draw(&mut self.terminal, &mut self.app)
     }
 
     /// Run until the user quits; `banner` (the demo model's explanation) tops an empty
@@ -157,7 +173,10 @@ impl Screen {
             .spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
                 let result = match runtime {
-                    Ok(runtime) => runtime.block_on(event_loop(&mut self.terminal, &mut self.app, engine)),
+                    Ok(runtime) => {
+                        let first = FirstFrame { due: self.first_due, drawn: false };
+                        runtime.block_on(event_loop(&mut self.terminal, &mut self.app, engine, first))
+                    }
                     Err(e) => Err(anyhow::anyhow!("cannot start the UI's runtime: {e}")),
                 };
                 let _ = done_tx.send((self, result));
@@ -330,16 +349,74 @@ async fn sleep_until_opt(at: Option<tokio::time::Instant>) {
     }
 }
 
-async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle) -> anyhow::Result<()> {
+/// The first frame: whether it is on screen, and when it is drawn at the latest.
+struct FirstFrame {
+    due: tokio::time::Instant,
+    drawn: bool,
+}
+
+impl FirstFrame {
+    /// Draw when `wanted`; before the first frame is on screen, instead, as soon as the
+    /// first screen is complete (without the frame-rate cap) or its time has come, and
+    /// never before. Whether it drew.
+    fn paint(
+        &mut self,
+        terminal: &mut Term,
+        app: &mut App,
+        engine: &EngineHandle,
+        wanted: bool,
+        stats: &mut LoopStats,
+    ) -> anyhow::Result<bool> {
+        let now = match self.drawn {
+            true => wanted,
+            false => app.first_screen_known() || tokio::time::Instant::now() >= self.due,
+        };
+        if !now {
+            return Ok(false);
+        }
+        draw_counted(terminal, app, stats)?;
+        if !self.drawn {
+            self.drawn = true;
+            first_frame_drawn(engine, app);
+        }
+        Ok(true)
+    }
+
+    /// The bound to wake up for, while the first frame waits.
+    fn pending_due(&self) -> Option<tokio::time::Instant> {
+        (!self.drawn).then_some(self.due)
+    }
+}
+
+/// The first frame is on screen: start-up work that must not delay it (MCP servers) may
+/// begin now.
+fn first_frame_drawn(engine: &EngineHandle, app: &App) {
+    tracing::debug!(complete = app.first_screen_known(), "start: first frame drawn");
+    let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
+}
+
+/// What waiting took from the loop's clock: the app reads `now` when it handles what woke
+/// it (a quit's shutdown deadline, an approval's arming, a turn's start), not the time the
+/// wait began, seconds earlier on an idle screen.
+fn woke(app: &mut App) {
+    app.now = Instant::now();
+    app.wall_ms = crate::util::now_ms();
+}
+
+async fn event_loop(
+    terminal: &mut Term,
+    app: &mut App,
+    mut engine: EngineHandle,
+    mut first: FirstFrame,
+) -> anyhow::Result<()> {
     let (frames, mut draw_rx) = FrameRequester::spawn();
     // Terminal input is read by its own task and forwarded over a channel, so the loop can
     // drain everything already waiting without polling the stream with a no-op waker
     // (crossterm's EventStream then never wakes the loop again).
     let (rx, input_task) = spawn_input();
     let mut input = Input { rx, guard: AbortOnDrop(input_task) };
-    draw(terminal, app)?;
-    // Start-up work that must not delay the first frame (MCP servers) may begin now.
-    let _ = engine.ops.send(crate::protocol::Op::FrontEndReady);
+    let mut stats = LoopStats::new();
+    first.paint(terminal, app, &engine, false, &mut stats)?;
     // Start-up touches code it never runs again (argument and config parsing, opening the
     // store, building the provider) and frees heap it will not reuse soon. Once it has
     // settled, give both back as a job supervisor does (`memory.rs`): clean,
@@ -359,7 +436,6 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
     let mut sigint = signal(SignalKind::interrupt())?;
     let mut next_tick: Option<tokio::time::Instant> = None;
     let mut batch = inbox::JobOutputBatch::default();
-    let mut stats = LoopStats::new();
     loop {
         app.now = Instant::now();
         app.wall_ms = crate::util::now_ms();
@@ -378,11 +454,13 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         tokio::select! {
             biased;
             event = input.rx.recv() => {
+                woke(app);
                 stats.input += 1;
                 stats.key_read.get_or_insert_with(Instant::now);
                 draw_now |= on_terminal_input(app, &engine, event, &mut input.rx)?;
             }
             event = engine.events.recv() => {
+                woke(app);
                 let Some(event) = event else { return engine_gone(app) };
                 stats.engine += 1;
                 take_engine_event(app, &engine, &mut batch, event)?;
@@ -390,16 +468,22 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
                 frames.schedule_frame();
             }
             Some(()) = draw_rx.recv() => {
+                woke(app);
                 while draw_rx.try_recv().is_ok() {}
                 // The jobs' output since the last frame, one update per job.
                 apply_job_output(app, &engine, &mut batch)?;
                 draw_now = true;
             }
             () = sleep_until_opt(next_tick) => {
+                woke(app);
                 next_tick = None;
                 frames.schedule_frame();
             }
-            () = sleep_until_opt(deadline) => frames.schedule_frame(),
+            () = sleep_until_opt(deadline) => {
+                woke(app);
+                frames.schedule_frame();
+            }
+            () = sleep_until_opt(first.pending_due()) => draw_now = true,
             () = sleep_until_opt(quit_by) => {
                 tracing::warn!("the engine did not finish shutting down within {SHUTDOWN_WAIT:?}");
                 break;
@@ -410,6 +494,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
                     s = sigint.recv() => s,
                 }
             } => {
+                woke(app);
                 tracing::info!("signal received; shutting down");
                 if matches!(app.exit, ExitState::Running) {
                     let ops = app.quit_now();
@@ -417,6 +502,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
                 }
             }
             Some(()) = sighup.recv() => {
+                woke(app);
                 // The terminal went away: running jobs wait `jobs.orphan_grace_s` for a
                 // `talaria -c` to re-attach them instead of dying with the window.
                 tracing::info!("hang-up; leaving running jobs to their supervisors");
@@ -430,9 +516,7 @@ async fn event_loop(terminal: &mut Term, app: &mut App, mut engine: EngineHandle
         if app.exit == ExitState::Done {
             break;
         }
-        if draw_now {
-            draw_counted(terminal, app, &mut stats)?;
-        }
+        first.paint(terminal, app, &engine, draw_now, &mut stats)?;
     }
     Ok(())
 }

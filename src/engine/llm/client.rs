@@ -106,15 +106,91 @@ impl ClientSettings {
     }
 }
 
-/// Builds the HTTP client every provider uses (rustls with the ring provider).
+/// Builds the HTTP client every provider uses (rustls with the ring provider), on the
+/// process's one TLS setup (`shared_tls`).
 pub(crate) fn http_client(connect_timeout: Duration) -> anyhow::Result<reqwest::Client> {
     // Installing twice is harmless; the first provider stays.
     let _ = rustls::crypto::ring::default_provider().install_default();
     reqwest::Client::builder()
+        .tls_backend_preconfigured(shared_tls()?)
         .connect_timeout(connect_timeout)
         .user_agent(concat!("talaria/", env!("CARGO_PKG_VERSION")))
         .build()
         .map_err(|e| anyhow::anyhow!("cannot set up the HTTP client: {}", describe(&e)))
+}
+
+/// The TLS configuration every client of the process shares, made once. Left to itself,
+/// reqwest 0.13 builds a platform verifier per client, and each reads and parses the
+/// system's CA bundle (milliseconds, several times on the way to the first frame); here the
+/// bundle is read once, at the first TLS handshake, so a start that talks only to a
+/// loopback server (the demo, Ollama, a test's server) never reads it.
+fn shared_tls() -> anyhow::Result<rustls::ClientConfig> {
+    static TLS: std::sync::OnceLock<Result<rustls::ClientConfig, String>> = std::sync::OnceLock::new();
+    let made = TLS.get_or_init(|| {
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let verifier = std::sync::Arc::new(PlatformRoots { provider: provider.clone(), verifier: Default::default() });
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_protocol_versions(rustls::ALL_VERSIONS)
+            .map_err(|e| e.to_string())?
+            .dangerous()
+            .with_custom_certificate_verifier(verifier)
+            .with_no_client_auth();
+        // What reqwest offers itself with HTTP/2 enabled.
+        tls.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(tls)
+    });
+    made.clone().map_err(|e| anyhow::anyhow!("cannot set up TLS: {e}"))
+}
+
+/// The verifier reqwest would use (rustls-platform-verifier: the system's roots and
+/// WebPKI), made at the first certificate it is asked about instead of with the client.
+#[derive(Debug)]
+struct PlatformRoots {
+    provider: std::sync::Arc<rustls::crypto::CryptoProvider>,
+    verifier: std::sync::OnceLock<Result<rustls_platform_verifier::Verifier, rustls::Error>>,
+}
+
+impl PlatformRoots {
+    fn verifier(&self) -> Result<&rustls_platform_verifier::Verifier, rustls::Error> {
+        let made = self.verifier.get_or_init(|| rustls_platform_verifier::Verifier::new(self.provider.clone()));
+        made.as_ref().map_err(Clone::clone)
+    }
+}
+
+impl rustls::client::danger::ServerCertVerifier for PlatformRoots {
+    fn verify_server_cert(
+        &self,
+        end_entity: &rustls::pki_types::CertificateDer<'_>,
+        intermediates: &[rustls::pki_types::CertificateDer<'_>],
+        server_name: &rustls::pki_types::ServerName<'_>,
+        ocsp_response: &[u8],
+        now: rustls::pki_types::UnixTime,
+    ) -> Result<rustls::client::danger::ServerCertVerified, rustls::Error> {
+        self.verifier()?.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now)
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier()?.verify_tls12_signature(message, cert, dss)
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &rustls::pki_types::CertificateDer<'_>,
+        dss: &rustls::DigitallySignedStruct,
+    ) -> Result<rustls::client::danger::HandshakeSignatureValid, rustls::Error> {
+        self.verifier()?.verify_tls13_signature(message, cert, dss)
+    }
+
+    /// Asked when the ClientHello is written: the provider knows them without the roots.
+    fn supported_verify_schemes(&self) -> Vec<rustls::SignatureScheme> {
+        self.provider.signature_verification_algorithms.supported_schemes()
+    }
 }
 
 /// A [`Provider`] for any OpenAI-compatible Chat Completions server.
@@ -471,6 +547,27 @@ mod tests {
         let limited = |s| LlmError::Http { status: 429, body: String::new(), retry_after_s: Some(s) };
         assert_eq!(after(0, &limited(7.0)), Duration::from_secs(7));
         assert_eq!(after(0, &limited(3600.0)), Duration::from_secs(30));
+    }
+
+    #[test]
+    fn clients_share_one_tls_setup_whose_roots_are_read_at_the_first_certificate() {
+        use rustls::client::danger::ServerCertVerifier;
+        http_client(Duration::from_secs(1)).unwrap();
+        http_client(Duration::from_secs(2)).unwrap();
+        let (a, b) = (shared_tls().unwrap(), shared_tls().unwrap());
+        assert!(std::sync::Arc::ptr_eq(a.crypto_provider(), b.crypto_provider()), "one setup, not one per client");
+        assert_eq!(a.alpn_protocols, vec![b"h2".to_vec(), b"http/1.1".to_vec()]);
+
+        let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+        let roots = PlatformRoots { provider, verifier: Default::default() };
+        assert!(!roots.supported_verify_schemes().is_empty());
+        assert!(roots.verifier.get().is_none(), "writing a ClientHello reads no roots");
+        // A certificate that is not one is refused: the lazy verifier still verifies.
+        let name = rustls::pki_types::ServerName::try_from("example.com").unwrap();
+        let bogus = rustls::pki_types::CertificateDer::from(vec![0u8; 16]);
+        let verdict = roots.verify_server_cert(&bogus, &[], &name, &[], rustls::pki_types::UnixTime::now());
+        assert!(verdict.is_err(), "{verdict:?}");
+        assert!(roots.verifier.get().is_some(), "the roots are read when a certificate is checked");
     }
 
     #[test]

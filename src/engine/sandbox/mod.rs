@@ -305,6 +305,15 @@ pub fn support() -> &'static Support {
     SUPPORT.get_or_init(probe)
 }
 
+/// Every probe a policy needs (Landlock, and the mount namespace and the job's view, each
+/// tried in a forked child), made now: a start-up calls it off its own path (a blocking
+/// thread), so the session's first policy finds the answers ready or nearly so.
+pub fn probe_ahead() {
+    let _ = support();
+    let _ = mounts::support();
+    let _ = view::support();
+}
+
 /// Set (to anything) only by tests: behave as on a kernel without Landlock.
 pub const NO_LANDLOCK_ENV: &str = "TALARIA_TEST_NO_LANDLOCK";
 

@@ -43,25 +43,29 @@ pub enum SessionChoice {
 
 /// `sandbox.network = "ask"`: the session's network proxy (DESIGN §6b). Without it, jobs
 /// reach nothing over IP (their policy names no proxy port).
-async fn start_proxy(opts: &EngineOptions, session: &str, jobs: &JobsHandle, approver: &Approver, events: &EventSink) {
-    let sandbox = &opts.config.sandbox;
+async fn start_proxy(env: &TurnEnv, paths: &crate::paths::Paths) {
+    let (session, jobs, approver, events) = (&env.session_id, &env.jobs, &env.approver, &env.events);
+    let sandbox = &env.config.sandbox;
     if sandbox.mode == crate::config::SandboxMode::Off || sandbox.network != crate::config::NetworkMode::Ask {
         return;
     }
     let settings = crate::engine::netproxy::Settings {
         allow: sandbox.network_allow.clone(),
         deny: sandbox.network_deny.clone(),
-        config_file: Some(opts.paths.config_file.clone()),
+        config_file: Some(paths.config_file.clone()),
     };
     let gate: Arc<dyn crate::engine::netproxy::Gate> = Arc::new(approver.clone());
     // A process of its own, so that jobs kept running after talaria quits keep it.
-    let dir = opts.paths.jobs_dir.parent().map(|p| p.join("netproxy")).unwrap_or_else(|| "netproxy".into());
+    let dir = paths.jobs_dir.parent().map(|p| p.join("netproxy")).unwrap_or_else(|| "netproxy".into());
     let Some(exe) = jobs.exe() else { return };
-    let logs = &opts.paths.logs_dir;
+    let logs = &paths.logs_dir;
     let client =
         crate::engine::netproxy::client::ProxyClient::open(&exe, &dir, logs, session, settings, gate, events.clone());
     match client.await {
-        Ok(proxy) => jobs.set_proxy(proxy),
+        Ok(proxy) => {
+            jobs.set_proxy(proxy);
+            approver.set_sandbox_policy(jobs.sandbox_policy());
+        }
         Err(e) => events.send(Event::notice(
             NoticeLevel::Warn,
             format!("cannot start the network proxy ({e}): sandboxed commands have no network this session"),
@@ -75,6 +79,8 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let (events, event_rx) = EventSink::channel();
     let cwd = opts.cwd.canonicalize().unwrap_or_else(|_| opts.cwd.clone());
     let (session_id, title, created) = open_session(&opts, &cwd).await?;
+    // Start-up's steps at debug level (`TALARIA_LOG=debug`): where a slow start spends it.
+    tracing::debug!(session = %session_id, "start: session opened");
     let opts_session = opts.session.clone();
     let jobs_options =
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
@@ -89,7 +95,6 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let (pause_file, _watch_task) = estop::watch(opts.paths.estop.clone());
     let approver =
         Approver::new(&opts.config, opts.approval_policy, Some(opts.paths.config_file.clone()), events.clone());
-    start_proxy(&opts, &session_id, &jobs, &approver, &events).await;
     approver.set_sandbox_policy(jobs.sandbox_policy());
     jobs.set_agent_approver(approver.clone());
     warn_if_no_sandbox(&opts.config, &events);
@@ -116,7 +121,6 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         session_id,
         system_prompt: system_prompt(&opts.config, &cwd, &instruction_files),
     };
-    let rewind = open_rewind(&opts.config, &opts.paths, &cwd, &events).await;
     let (asks_tx, asks) = mpsc::unbounded_channel();
     let mut engine = Engine {
         env,
@@ -145,11 +149,13 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
         pause_file,
         instruction_files,
         backend_changed,
-        rewind,
+        // Opened on the engine task, after the first screen (`finish_start`).
+        rewind: None,
     };
     // The end of the session goes to the front end now; reading the whole of a long session
     // for the model happens on the engine task, before it takes the first op.
     engine.show_session().await?;
+    tracing::debug!("start: session shown");
     // `talaria -c` with nothing to continue here says so instead of starting afresh silently.
     if created && matches!(opts_session, SessionChoice::Continue | SessionChoice::ContinueInteractive) {
         let cwd_text = cwd.display().to_string();
@@ -162,23 +168,40 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     Ok((EngineHandle { ops: op_tx, events: event_rx }, join))
 }
 
-/// The engine task: read the session for the model, then take ops until shutdown.
+/// The engine task: read the session for the model (its status and context use go to the
+/// front end: the first screen is complete), start what that screen does not show, then
+/// take ops until shutdown.
 async fn load_and_run(mut engine: Engine) {
-    match engine.load_context().await {
-        Ok(inputs) => {
-            for input in inputs {
-                engine.feed(input).await;
-            }
-        }
+    let inputs = match engine.load_context().await {
+        Ok(inputs) => inputs,
         Err(e) => {
             tracing::error!(error = %format!("{e:#}"), "cannot load the session");
             engine.notice(NoticeLevel::Error, format!("cannot load session {}: {e:#}", engine.env.session_id));
             return;
         }
+    };
+    tracing::debug!("start: context and status sent");
+    engine.finish_start().await;
+    tracing::debug!("start: proxy and rewind ready");
+    for input in inputs {
+        engine.feed(input).await;
     }
     // A front end starts out assuming idle: a session opened paused says so.
     engine.events().send(Event::Phase { phase: engine.scheduler.phase() });
     engine.run().await
+}
+
+impl Engine {
+    /// The network proxy (a process, waited for) and the workspace's snapshot store (git,
+    /// which on a first start creates its repository), together: after the first screen
+    /// has what it shows, before the first op, so no command runs without its proxy and no
+    /// turn without its snapshot.
+    async fn finish_start(&mut self) {
+        let proxy = start_proxy(&self.env, &self.paths);
+        let cwd = self.env.cwd();
+        let rewind = open_rewind(&self.env.config, &self.paths, &cwd, &self.env.events);
+        ((), self.rewind) = tokio::join!(proxy, rewind);
+    }
 }
 
 /// Without a kernel sandbox every command asks: say so once, at the start.

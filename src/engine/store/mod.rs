@@ -597,11 +597,13 @@ fn checkpoint(conn: &Connection, mode: &str) {
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(BUSY_TIMEOUT)?;
     stable_plans(conn)?;
+    // Before the switch to WAL: on a first start the switch is the new file's first write,
+    // and under the default (FULL) it waited for more fsyncs than the schema after it.
+    conn.pragma_update(None, "synchronous", "NORMAL")?;
     let mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
     if !mode.eq_ignore_ascii_case("wal") {
         tracing::warn!(mode, "the session database could not switch to WAL");
     }
-    conn.pragma_update(None, "synchronous", "NORMAL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Checkpoints are run by the store thread when idle (see `serve`).
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;

@@ -269,6 +269,7 @@ impl App {
         }
         // The heartbeat's countdown runs from here until the next status.
         self.status_at = self.now;
+        self.status_known = true;
         // `Event::Context` may be the only source of the context use: a status
         // without it keeps the last one known.
         let context_pct = info.context_pct.or(self.status.context_pct);
