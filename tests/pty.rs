@@ -410,6 +410,9 @@ fn start_a_background_sleep(p: &Pty, secs: &str) -> i32 {
     p.send(b"\r");
     p.wait_for("Started it in the background.", WAIT);
     p.wait_for("job_1", WAIT);
+    // The job is started once its supervisor runs; its shell may exec `sleep` a moment later
+    // (at jobs.background_nice on a busy machine): wait for the process, not the screen.
+    wait_until("the background sleep to run", || !pids_with_cmdline(&["sleep", secs]).is_empty());
     let pids = pids_with_cmdline(&["sleep", secs]);
     assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
     p.wait_for(" message ", WAIT);
@@ -525,6 +528,7 @@ fn sigterm_kills_the_jobs_restores_the_terminal_and_exits() {
         p.type_text("start it");
         p.send(b"\r");
         p.wait_for("Started it in the background.", WAIT);
+        wait_until("the background sleep to run", || !pids_with_cmdline(&["sleep", &secs]).is_empty());
         let pids = pids_with_cmdline(&["sleep", &secs]);
         assert_eq!(pids.len(), 1, "exactly one sleep {secs}: {pids:?}");
         let pid = p.child.process_id().expect("child pid") as i32;
