@@ -277,7 +277,14 @@ impl crossterm::Command for DisableWheelCapture {
     }
 }
 
-type Term = Terminal<CrosstermBackend<Stdout>>;
+/// The screen: a frame is written in one piece. Stdout alone is line-buffered with a 1 KiB
+/// buffer, so a full frame (tens of KiB of cells and colours, no newline) left in dozens of
+/// writes and a terminal could show it half drawn (the first-frame driver saw the first screen
+/// arrive in two parts 3 ms apart).
+type Term = Terminal<CrosstermBackend<std::io::BufWriter<Stdout>>>;
+
+/// Room for the largest frame: a 300×100 screen of styled cells.
+const FRAME_BUFFER_BYTES: usize = 1 << 20;
 
 fn setup(mouse: bool) -> anyhow::Result<Term> {
     enable_raw_mode().context("cannot put the terminal in raw mode")?;
@@ -300,7 +307,8 @@ fn setup(mouse: bool) -> anyhow::Result<Term> {
     }
     // Not `Terminal::clear`: it asks the terminal for the cursor position and waits for
     // the answer, which must never delay the first frame.
-    Terminal::new(CrosstermBackend::new(std::io::stdout())).context("cannot read the terminal size")
+    let screen = std::io::BufWriter::with_capacity(FRAME_BUFFER_BYTES, std::io::stdout());
+    Terminal::new(CrosstermBackend::new(screen)).context("cannot read the terminal size")
 }
 
 /// Lay out and draw one frame of `app`.
