@@ -11,7 +11,6 @@ use tokio::signal::unix::{signal, SignalKind};
 use crate::present;
 use crate::protocol::agent::AgentInfo;
 use crate::protocol::usage::Spend;
-use crate::protocol::usage::Usage;
 use crate::protocol::EngineHandle;
 use crate::protocol::{Event, NoticeLevel, Op, Phase, TurnOutcome, TurnTrigger};
 
@@ -454,23 +453,8 @@ impl Printer {
 
     /// Add up what the model calls cost, for the summary at the end.
     fn count_usage(&mut self, event: &Event) {
-        if let Event::Usage {
-            prompt_tokens,
-            completion_tokens,
-            cache_read_tokens,
-            cache_write_tokens,
-            cache_write_1h_tokens,
-            cost_usd,
-        } = event
-        {
-            let usage = Usage {
-                prompt_tokens: *prompt_tokens,
-                completion_tokens: *completion_tokens,
-                cache_read_tokens: *cache_read_tokens,
-                cache_write_tokens: *cache_write_tokens,
-                cache_write_1h_tokens: *cache_write_1h_tokens,
-            };
-            self.spend.add(&usage, *cost_usd);
+        if let Some((tokens, cost_usd)) = event.spent() {
+            self.spend.add(&tokens, cost_usd);
         }
     }
 

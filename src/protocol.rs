@@ -788,6 +788,29 @@ pub enum Event {
 }
 
 impl Event {
+    /// A `Usage` event's tokens and dollars (every front end adds them up the same way).
+    pub(crate) fn spent(&self) -> Option<(usage::Usage, Option<f64>)> {
+        let Event::Usage {
+            prompt_tokens,
+            completion_tokens,
+            cache_read_tokens,
+            cache_write_tokens,
+            cache_write_1h_tokens,
+            cost_usd,
+        } = self
+        else {
+            return None;
+        };
+        let tokens = usage::Usage {
+            prompt_tokens: *prompt_tokens,
+            completion_tokens: *completion_tokens,
+            cache_read_tokens: *cache_read_tokens,
+            cache_write_tokens: *cache_write_tokens,
+            cache_write_1h_tokens: *cache_write_1h_tokens,
+        };
+        Some((tokens, *cost_usd))
+    }
+
     pub(crate) fn notice(level: NoticeLevel, text: impl Into<String>) -> Event {
         Event::Notice { level, text: text.into() }
     }

@@ -211,21 +211,9 @@ fn progress(info: &mut AgentInfo, event: &Event) -> bool {
             info.state = AgentState::Waiting;
             info.activity = one_line(&format!("asks you to approve: {command}"));
         }
-        Event::Usage {
-            prompt_tokens,
-            completion_tokens,
-            cache_read_tokens,
-            cache_write_tokens,
-            cache_write_1h_tokens,
-            cost_usd,
-        } => {
-            info.usage.add(&crate::protocol::usage::Usage {
-                prompt_tokens: *prompt_tokens,
-                completion_tokens: *completion_tokens,
-                cache_read_tokens: *cache_read_tokens,
-                cache_write_tokens: *cache_write_tokens,
-                cache_write_1h_tokens: *cache_write_1h_tokens,
-            });
+        Event::Usage { .. } => {
+            let Some((tokens, cost_usd)) = event.spent() else { return false };
+            info.usage.add(&tokens);
             if let Some(cost) = cost_usd {
                 info.cost_usd = Some(info.cost_usd.unwrap_or(0.0) + cost);
             }

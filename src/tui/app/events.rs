@@ -8,7 +8,6 @@ use super::{
     LOG_LIMIT, LOG_REFRESH_EVERY, TOOL_OUTPUT_MAX,
 };
 use crate::present;
-use crate::protocol::usage::Usage;
 use crate::protocol::{
     Event, HistoryItem, JobAction, JobFate, JobId, JobStatus, NoticeLevel, Origin, Phase, SessionInfo, StatusInfo,
     TurnOutcome, TurnTrigger,
@@ -193,23 +192,11 @@ impl App {
             }
             Event::TurnFinished { outcome } => self.turn_finished(outcome),
             Event::Status(info) => self.status_changed(info),
-            Event::Usage {
-                prompt_tokens,
-                completion_tokens,
-                cache_read_tokens,
-                cache_write_tokens,
-                cache_write_1h_tokens,
-                cost_usd,
-            } => {
-                self.usage = Some((prompt_tokens, completion_tokens));
-                let usage = Usage {
-                    prompt_tokens,
-                    completion_tokens,
-                    cache_read_tokens,
-                    cache_write_tokens,
-                    cache_write_1h_tokens,
-                };
-                self.spend.add(&usage, cost_usd);
+            event @ Event::Usage { .. } => {
+                if let Some((tokens, cost_usd)) = event.spent() {
+                    self.usage = Some((tokens.prompt_tokens, tokens.completion_tokens));
+                    self.spend.add(&tokens, cost_usd);
+                }
             }
             Event::Context { percent, .. } => self.status.context_pct = percent,
             Event::SessionChoices { query, sessions } => self.offer_sessions(&query, sessions),
