@@ -149,7 +149,10 @@ impl JobsHandle {
         if state == AgentState::Queued {
             // Kept on disk too (without the keys): a crash of this talaria must not lose it.
             let kept = agents::Hello { keys: Default::default(), ..start.hello };
-            if let Err(e) = write_private(&job.dir.path.join(QUEUED_HELLO), &hello_line(&kept)?) {
+            let text = hello_line(&kept)?;
+            let written = super::jobdir::create_new(&job.dir.path.join(QUEUED_HELLO))
+                .and_then(|mut file| std::io::Write::write_all(&mut file, text.as_bytes()));
+            if let Err(e) = written {
                 tracing::warn!(id = %job.id, error = %e, "cannot keep the queued sub-agent's task on disk");
             }
             lock(&self.inner.agents.queue).push_back(Queued { num: job.num, hello: line, limit: start.limit });
@@ -170,14 +173,6 @@ fn hello_line(hello: &agents::Hello) -> Result<String, String> {
     let mut line = serde_json::to_string(hello).map_err(|e| e.to_string())?;
     line.push('\n');
     Ok(line)
-}
-
-/// Write `text` to a new file only its owner can read.
-fn write_private(path: &std::path::Path, text: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut file = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
-    file.write_all(text.as_bytes())
 }
 
 async fn write_fifo(path: PathBuf, line: &str) -> Result<(), String> {
@@ -262,8 +257,7 @@ impl Registry {
         if !job.is_running() {
             return None;
         }
-        let text = std::fs::read_to_string(job.dir.path.join(QUEUED_HELLO)).ok()?;
-        let mut hello: agents::Hello = serde_json::from_str(text.trim()).ok()?;
+        let mut hello: agents::Hello = super::jobdir::read_json(&job.dir.path.join(QUEUED_HELLO))?;
         hello.keys = crate::secrets::held().into_iter().collect();
         hello_line(&hello).ok()
     }
