@@ -474,6 +474,10 @@ impl JobsHandle {
     /// Make `workspace` (the session's starting directory) the writable root in place of
     /// the process's current directory.
     pub(crate) fn set_workspace(&self, workspace: &Path, paths: &Paths) {
+        // Most sessions start where talaria did: the policy is already this one.
+        if lock(&self.inner.sandbox).workspace == crate::engine::sandbox::canonical(workspace) {
+            return;
+        }
         let home = std::env::var_os("HOME").map(PathBuf::from);
         let mut policy =
             crate::engine::sandbox::Policy::from_config(&self.inner.config.sandbox, workspace, paths, home.as_deref());

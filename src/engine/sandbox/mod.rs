@@ -146,17 +146,20 @@ impl Policy {
             writable_roots.push(std::env::temp_dir());
             writable_roots.extend(config.writable_roots.iter().map(|p| expand(p)));
         }
-        let writable_roots: Vec<PathBuf> = writable_roots.iter().map(|p| canonical(p)).collect();
+        // The deny lists name dozens of paths under a few directories, most of them missing:
+        // each directory is resolved once.
+        let mut resolved = Canonical::default();
+        let writable_roots: Vec<PathBuf> = writable_roots.iter().map(|p| resolved.of(p)).collect();
         Policy {
             git_start: git_guard::Start::scan(&writable_roots),
-            workspace: canonical(workspace),
+            workspace: resolved.of(workspace),
             mode: config.mode,
             network: config.network != NetworkMode::Off,
             proxy_only: config.network == NetworkMode::Ask,
             proxy_port: None,
             writable_roots,
-            deny_read: deny_read.iter().map(|p| canonical(p)).collect(),
-            deny_write: deny_write.iter().map(|p| canonical(p)).collect(),
+            deny_read: deny_read.iter().map(|p| resolved.of(p)).collect(),
+            deny_write: deny_write.iter().map(|p| resolved.of(p)).collect(),
             job_files: vec![],
             view: match (config.mode, view::support()) {
                 (SandboxMode::Off, _) => None,
@@ -289,6 +292,27 @@ pub(crate) fn canonical(path: &Path) -> PathBuf {
     match (path.parent(), path.file_name()) {
         (Some(parent), Some(name)) if parent != path => canonical(parent).join(name),
         _ => path.to_path_buf(),
+    }
+}
+
+/// [`canonical`] for many paths, each path and directory resolved once.
+#[derive(Default)]
+struct Canonical(std::collections::HashMap<PathBuf, PathBuf>);
+
+impl Canonical {
+    fn of(&mut self, path: &Path) -> PathBuf {
+        if let Some(done) = self.0.get(path) {
+            return done.clone();
+        }
+        let done = match std::fs::canonicalize(path) {
+            Ok(p) => p,
+            Err(_) => match (path.parent(), path.file_name()) {
+                (Some(parent), Some(name)) if parent != path => self.of(parent).join(name),
+                _ => path.to_path_buf(),
+            },
+        };
+        self.0.insert(path.to_path_buf(), done.clone());
+        done
     }
 }
 
@@ -551,6 +575,30 @@ pub fn apply_in_child(prepared: &mut Prepared) -> std::io::Result<()> {
 mod tests {
     use super::*;
     use pretty_assertions::assert_eq;
+
+    /// Resolving many paths at once gives what resolving each alone does: through a
+    /// symlinked directory, for paths that exist and for missing ones at any depth.
+    #[test]
+    fn paths_resolved_together_are_what_each_resolves_to_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = dir.path().join("real");
+        std::fs::create_dir_all(real.join("there")).unwrap();
+        std::os::unix::fs::symlink(&real, dir.path().join("link")).unwrap();
+        let link = dir.path().join("link");
+        let paths = [
+            link.join("there"),
+            link.join("missing"),
+            link.join("missing/deeper/still"),
+            link.join("there/missing"),
+            link.clone(),
+            PathBuf::from("relative/missing"),
+        ];
+        let mut together = Canonical::default();
+        for p in &paths {
+            assert_eq!(together.of(p), canonical(p), "{}", p.display());
+        }
+        assert_eq!(together.of(&link.join("missing/deeper")), canonical(&real).join("missing/deeper"));
+    }
 
     #[test]
     fn a_hole_is_carved_out_by_granting_its_siblings() {

@@ -228,31 +228,55 @@ impl Plan {
 
 /// Run `apply` in a forked child that exits at once: does it work here? `apply` must make
 /// only async-signal-safe calls.
+///
+/// The child says how it went over a pipe before it exits, and is reaped on a thread of its
+/// own: a child that made namespaces is gone only once the kernel has torn them down, after
+/// an RCU grace period (5-15 ms here), and the first screen waits for this answer.
 pub(crate) fn try_in_child(apply: impl Fn() -> std::io::Result<()>) -> std::io::Result<()> {
-    // SAFETY: the child makes only async-signal-safe calls (apply, _exit).
-    unsafe {
-        let pid = libc::fork();
-        if pid < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        if pid == 0 {
-            let code = match apply() {
+    use nix::unistd::{fork, ForkResult};
+    let (answer, tell) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC)?;
+    // SAFETY: the child makes only async-signal-safe calls (apply, write, _exit).
+    let child = match unsafe { fork() }? {
+        ForkResult::Child => {
+            let code: i32 = match apply() {
                 Ok(()) => 0,
                 Err(e) => e.raw_os_error().unwrap_or(255).clamp(1, 255),
             };
-            libc::_exit(code);
+            let _ = nix::unistd::write(&tell, &code.to_ne_bytes());
+            // SAFETY: ends the forked child without running the parent's exit handlers.
+            unsafe { libc::_exit(code) }
         }
-        let mut status = 0;
-        while libc::waitpid(pid, &mut status, 0) < 0 {
-            if std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return Err(std::io::Error::last_os_error());
+        ForkResult::Parent { child } => child,
+    };
+    drop(tell);
+    let mut code = [0u8; 4];
+    let mut got = 0;
+    while got < code.len() {
+        match nix::unistd::read(&answer, &mut code[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(nix::errno::Errno::EINTR) => continue,
+            Err(e) => {
+                reap_later(child);
+                return Err(e.into());
             }
         }
-        match libc::WIFEXITED(status).then(|| libc::WEXITSTATUS(status)) {
-            Some(0) => Ok(()),
-            Some(code) => Err(std::io::Error::from_raw_os_error(code)),
-            None => Err(std::io::Error::other("the probe was killed")),
-        }
+    }
+    reap_later(child);
+    match (got == code.len()).then(|| i32::from_ne_bytes(code)) {
+        Some(0) => Ok(()),
+        Some(code) => Err(std::io::Error::from_raw_os_error(code)),
+        None => Err(std::io::Error::other("the probe ended without an answer")),
+    }
+}
+
+/// Reap a probe's child without waiting for it here.
+fn reap_later(child: nix::unistd::Pid) {
+    let reap = move || {
+        while let Err(nix::errno::Errno::EINTR) = nix::sys::wait::waitpid(child, None) {}
+    };
+    if std::thread::Builder::new().name("talaria-reap".into()).spawn(reap).is_err() {
+        reap();
     }
 }
 
@@ -273,6 +297,33 @@ unsafe fn write_proc(path: &std::ffi::CStr, data: &[u8]) -> std::io::Result<()> 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A probe's answer comes over its pipe (the first screen waits for it, not for the
+    /// child's exit), an error keeps its errno, and the child is reaped all the same.
+    #[test]
+    fn a_probe_answers_over_its_pipe_keeps_the_errno_and_its_child_is_reaped() {
+        use std::os::fd::AsRawFd;
+        assert!(try_in_child(|| Ok(())).is_ok());
+        let (pids, tell) = nix::unistd::pipe2(nix::fcntl::OFlag::O_CLOEXEC).unwrap();
+        let fd = tell.as_raw_fd();
+        let failed = try_in_child(|| {
+            // SAFETY: getpid and write are async-signal-safe.
+            let pid = unsafe { libc::getpid() };
+            unsafe { libc::write(fd, (&pid as *const i32).cast(), 4) };
+            Err(std::io::Error::from_raw_os_error(libc::EACCES))
+        })
+        .unwrap_err();
+        assert_eq!(failed.raw_os_error(), Some(libc::EACCES), "{failed}");
+        drop(tell);
+        let mut pid = [0u8; 4];
+        assert_eq!(nix::unistd::read(&pids, &mut pid).unwrap(), 4);
+        let proc_dir = PathBuf::from(format!("/proc/{}", i32::from_ne_bytes(pid)));
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while proc_dir.exists() {
+            assert!(std::time::Instant::now() < deadline, "the probe's child was never reaped");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
 
     /// Two jobs started at once in the same root both find `.git/hooks` missing; the one
     /// that loses the race to create it must still start (a gate once failed with EEXIST).
