@@ -399,6 +399,18 @@ impl JobsHandle {
         events: EventSink,
         options: JobsOptions,
     ) -> (JobsHandle, mpsc::UnboundedReceiver<JobId>) {
+        JobsHandle::start_sharing(paths, config, events, options, None)
+    }
+
+    /// [`JobsHandle::start_with`], keeping the job records through `store` (the session's:
+    /// a start opens the database once) or, with `None`, a handle of their own.
+    pub fn start_sharing(
+        paths: &Paths,
+        config: Arc<Config>,
+        events: EventSink,
+        options: JobsOptions,
+        store: Option<Store>,
+    ) -> (JobsHandle, mpsc::UnboundedReceiver<JobId>) {
         let dir = paths.jobs_dir.clone();
         if let Err(e) = paths.ensure_dirs() {
             events.send(Event::notice(
@@ -406,7 +418,7 @@ impl JobsHandle {
                 format!("cannot create {}: {e}; job logs will not be kept", dir.display()),
             ));
         }
-        let store = match Store::open(&paths.state_db) {
+        let store = match store.map_or_else(|| Store::open(&paths.state_db), Ok) {
             Ok(store) => Some(store),
             Err(e) => {
                 tracing::warn!(error = %e, "cannot open the database for job records");

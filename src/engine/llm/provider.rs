@@ -340,6 +340,15 @@ async fn first_model(client: &OpenAiClient, base_url: &str) -> anyhow::Result<St
 /// Ask every local server at once; the first (in the given order) that answers in time with
 /// a usable model wins.
 async fn probe_local(probe: &LocalProbe, configured: Option<&str>) -> Option<(LocalServer, String)> {
+    // Only a port that takes a connection is asked for its models: on most machines none
+    // does, and a start finds that out without setting up an HTTP client.
+    let listening = futures_util::future::join_all(probe.servers.iter().map(|s| listens(&s.base_url, probe.timeout)));
+    let servers: Vec<&LocalServer> =
+        probe.servers.iter().zip(listening.await).filter_map(|(s, up)| up.then_some(s)).collect();
+    if servers.is_empty() {
+        tracing::debug!("no local model server: nothing listens on their ports");
+        return None;
+    }
     let http = match http_client(probe.timeout) {
         Ok(http) => http,
         Err(e) => {
@@ -347,9 +356,9 @@ async fn probe_local(probe: &LocalProbe, configured: Option<&str>) -> Option<(Lo
             return None;
         }
     };
-    let asks = probe.servers.iter().map(|s| fetch_models(&http, &s.base_url, None, probe.timeout));
+    let asks = servers.iter().map(|s| fetch_models(&http, &s.base_url, None, probe.timeout));
     let answers = futures_util::future::join_all(asks).await;
-    for (server, answer) in probe.servers.iter().zip(answers) {
+    for (server, answer) in servers.into_iter().zip(answers) {
         match answer {
             Ok(models) => match configured.map(str::to_string).or_else(|| models.into_iter().next()) {
                 Some(model) => return Some((server.clone(), model)),
@@ -359,6 +368,14 @@ async fn probe_local(probe: &LocalProbe, configured: Option<&str>) -> Option<(Lo
         }
     }
     None
+}
+
+/// Does something take a TCP connection at `base_url`'s host and port (within `timeout`)?
+async fn listens(base_url: &str, timeout: Duration) -> bool {
+    let Ok(url) = reqwest::Url::parse(base_url) else { return true };
+    let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return true };
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    matches!(tokio::time::timeout(timeout, tokio::net::TcpStream::connect((host, port))).await, Ok(Ok(_)))
 }
 
 #[cfg(test)]

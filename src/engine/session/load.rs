@@ -84,7 +84,13 @@ pub async fn start(opts: EngineOptions) -> anyhow::Result<(EngineHandle, JoinHan
     let opts_session = opts.session.clone();
     let jobs_options =
         JobsOptions { supervisor: SupervisorExe::CurrentExe, sweep: true, attach: Some(session_id.clone()) };
-    let (jobs, job_done) = JobsHandle::start_with(&opts.paths, opts.config.clone(), events.clone(), jobs_options);
+    let (jobs, job_done) = JobsHandle::start_sharing(
+        &opts.paths,
+        opts.config.clone(),
+        events.clone(),
+        jobs_options,
+        Some(opts.store.clone()),
+    );
     jobs.set_workspace(&cwd, &opts.paths);
     // A sub-agent's jobs run under its parent's policy as it is: never wider (DESIGN §14).
     if let Some(policy) = &opts.inherited_sandbox {
