@@ -17,8 +17,11 @@ use super::wrap::wrap_lines;
 use crate::protocol::{JobFate, NoticeLevel, ToolOutcome, TurnOutcome};
 use crate::text::sanitize_for_display as display_text;
 
-/// Cached wrapped lines kept at most; beyond this, cells off screen keep only their height.
-const CACHED_LINES_MAX: usize = 20_000;
+/// Cached wrapped lines kept beyond those near the view (a few screens: scrolling back
+/// re-wraps only what it shows); past this, cells far off screen keep only their height.
+/// In follow mode every cell passes through the view once, so without the bound the cache
+/// would hold the whole session's styled lines (a soak of 2,000 turns: megabytes).
+const CACHED_LINES_MAX: usize = 2_000;
 
 pub(crate) const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -118,6 +121,9 @@ pub(crate) struct Transcript {
     tools: HashMap<String, usize>,
     code_cache: CodeCache,
     cached_lines: usize,
+    /// What the last eviction left cached (the cells near the view): the next comes
+    /// `CACHED_LINES_MAX` lines later, so a view of huge cells does not evict every frame.
+    kept_lines: usize,
 }
 
 impl Default for Transcript {
@@ -131,6 +137,7 @@ impl Default for Transcript {
             tools: HashMap::new(),
             code_cache: CodeCache::default(),
             cached_lines: 0,
+            kept_lines: 0,
         }
     }
 }
@@ -518,7 +525,7 @@ impl Transcript {
             cell += 1;
             skip = 0;
         }
-        if self.cached_lines > CACHED_LINES_MAX {
+        if self.cached_lines > self.kept_lines + CACHED_LINES_MAX {
             let first = slices.first().map_or(0, |s| s.cell);
             let last = slices.last().map_or(0, |s| s.cell);
             for (i, c) in self.cells.iter_mut().enumerate() {
@@ -530,6 +537,7 @@ impl Transcript {
                     }
                 }
             }
+            self.kept_lines = self.cached_lines;
         }
         slices
     }
@@ -689,6 +697,29 @@ mod tests {
         let last = slices.last().copied().unwrap();
         let rows = t.rows(last, 40, &theme(), Instant::now());
         assert_eq!(rows.last().map(|l| l.to_string()), Some("hello world".to_string()));
+    }
+
+    /// A long session followed at the bottom passes every cell through the view once: the
+    /// cache of wrapped lines stays a few screens, and scrolling back re-wraps what it shows.
+    #[test]
+    fn the_line_cache_stays_bounded_as_a_long_session_scrolls_by() {
+        let mut t = Transcript::default();
+        for i in 0..20_000 {
+            t.push(CellBody::User { text: format!("message {i}"), origin: UserOrigin::Typed, folds: Vec::new() });
+            t.prepare(40, 30, &theme());
+            assert!(t.cached_lines <= 5_000, "{} lines cached after {i} cells", t.cached_lines);
+        }
+        let total: usize = (0..t.cells.len()).map(|i| t.ensure(i, 40, &theme()) - t.gap(i)).sum();
+        assert_eq!(total, 20_000, "every cell keeps its height");
+        t.scroll_top();
+        let rows: Vec<String> = t
+            .prepare(40, 5, &theme())
+            .into_iter()
+            .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
+            .map(|l| l.to_string())
+            .collect();
+        let shown: Vec<&str> = rows.iter().map(|r| r.trim_start_matches("› ")).collect();
+        assert_eq!(shown, ["message 0", "", "message 1", "", "message 2"]);
     }
 
     #[test]
