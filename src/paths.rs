@@ -19,6 +19,27 @@ pub(crate) fn test_panic_point(point: &str) {
     }
 }
 
+/// A hold for the tests' ordering checks: with [`TEST_GUARD_ENV`] set and
+/// `TALARIA_TEST_HOLD=<point>:<path>`, talaria at `point` creates `<path>.held` and waits
+/// there until `<path>` exists (a test sees the work in progress, then lets it go on).
+/// Without the guard the variable is ignored.
+pub(crate) const TEST_HOLD_ENV: &str = "TALARIA_TEST_HOLD";
+
+/// Wait at `point` if a test asked for it (see [`TEST_HOLD_ENV`]); a blocking wait, for
+/// threads that may block.
+pub(crate) fn test_hold_point(point: &str) {
+    if std::env::var_os(TEST_GUARD_ENV).is_none() {
+        return;
+    }
+    let Ok(hold) = std::env::var(TEST_HOLD_ENV) else { return };
+    let Some(path) = hold.strip_prefix(point).and_then(|rest| rest.strip_prefix(':')) else { return };
+    let release = PathBuf::from(path);
+    let _ = std::fs::write(format!("{path}.held"), b"");
+    while !release.exists() {
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Paths {
     pub config_file: PathBuf,

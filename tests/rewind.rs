@@ -314,3 +314,88 @@ async fn a_turn_that_fails_before_any_request_still_snapshots_and_ends() {
     assert_eq!(labels.len(), 2, "{listed}");
     assert_eq!(labels[0], "no server");
 }
+
+/// The kinds of the records in the one session journal under `home`.
+fn journal_kinds(home: &Home) -> Vec<String> {
+    let mut kinds = Vec::new();
+    for store in std::fs::read_dir(home.path().join("rewind")).into_iter().flatten().flatten() {
+        for journal in std::fs::read_dir(store.path().join("sessions")).into_iter().flatten().flatten() {
+            let text = std::fs::read_to_string(journal.path()).unwrap_or_default();
+            for line in text.lines() {
+                let record: Value = serde_json::from_str(line).unwrap();
+                kinds.push(record["record"].as_str().unwrap().to_string());
+            }
+        }
+    }
+    kinds
+}
+
+/// The next JSON line of exec's output (30 s deadline), None at its end.
+async fn next_event(lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>) -> Option<Value> {
+    let line = tokio::time::timeout(std::time::Duration::from_secs(30), lines.next_line()).await;
+    line.expect("an event within 30 s").unwrap().map(|l| serde_json::from_str(&l).unwrap())
+}
+
+/// Issue #33: exec's turn ends without waiting for the snapshot after it (held here by
+/// `TALARIA_TEST_HOLD`), and exec quitting right after the answer still waits for it: the
+/// End record is in the journal and the changes are printed, after `TurnFinished` and before
+/// `ShutdownComplete`.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_quitting_right_after_the_answer_still_writes_the_end_record_and_prints_the_changes() {
+    use tokio::io::AsyncBufReadExt;
+    let home = Home::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "write_file", r#"{"path":"a.txt","content":"one\n"}"#),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    let release = home.path().join(format!("release-{}", std::process::id()));
+    let held = home.path().join(format!("release-{}.held", std::process::id()));
+    let url = server.base_url();
+    let mut child = home
+        .command()
+        .args(["exec", "--json", "--yes", "--base-url", &url, "write a.txt"])
+        .env("TALARIA_TEST_HOLD", format!("end_snapshot:{}", release.display()))
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut events: Vec<Value> = Vec::new();
+    while !events.last().is_some_and(|e| e["type"] == "TurnFinished") {
+        events.push(next_event(&mut lines).await.expect("TurnFinished before the end of the output"));
+    }
+    // The turn is over while the snapshot after it is held: no End record, no changes yet.
+    assert!(held.exists(), "the end snapshot is held");
+    assert_eq!(journal_kinds(&home), ["start"]);
+    assert!(!events.iter().any(|e| e["type"] == "TurnChanges"));
+    std::fs::write(&release, b"").unwrap();
+    while let Some(event) = next_event(&mut lines).await {
+        events.push(event);
+    }
+    let status = tokio::time::timeout(std::time::Duration::from_secs(30), child.wait()).await.unwrap().unwrap();
+    assert_eq!(status.code(), Some(0));
+    assert_eq!(journal_kinds(&home), ["start", "end"]);
+    let at = |kind: &str| events.iter().position(|e| e["type"] == kind).unwrap_or_else(|| panic!("no {kind}"));
+    assert!(at("TurnFinished") < at("TurnChanges") && at("TurnChanges") < at("ShutdownComplete"));
+    assert_eq!(changed(&events), vec![pair("a.txt", "added")]);
+}
+
+/// The same in text mode: the changed files are on stderr when exec has quit.
+#[tokio::test(flavor = "multi_thread")]
+async fn exec_in_text_mode_prints_the_turns_changed_files() {
+    let home = Home::new();
+    let server = ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "write_file", r#"{"path":"a.txt","content":"one\n"}"#),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap();
+    let url = server.base_url();
+    let out = home.run(&["exec", "--yes", "--base-url", &url, "write a.txt"]).await;
+    assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
+    let err = stderr(&out);
+    assert!(err.contains("turn 1 changed 1 path: added a.txt (+1 −0)"), "the changed file is printed:\n{err}");
+    assert_eq!(journal_kinds(&home), ["start", "end"]);
+}

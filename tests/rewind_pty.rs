@@ -259,3 +259,126 @@ fn slash_diff_shows_a_turn_as_a_coloured_diff_to_scroll_and_esc_closes_it() {
     p.send(b"\x04");
     assert!(p.wait_exit(WAIT).is_some(), "talaria quits");
 }
+
+/// The records of the one session journal under `home` (`{"record":"start"|"end"|…}`).
+fn journal_records(home: &Home) -> Vec<serde_json::Value> {
+    let Ok(stores) = std::fs::read_dir(home.path().join("rewind")) else { return Vec::new() };
+    let mut records = Vec::new();
+    for store in stores.flatten() {
+        let Ok(sessions) = std::fs::read_dir(store.path().join("sessions")) else { continue };
+        for journal in sessions.flatten() {
+            let text = std::fs::read_to_string(journal.path()).unwrap_or_default();
+            records.extend(text.lines().filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok()));
+        }
+    }
+    records
+}
+
+/// `start 1, end 1, …`: the kinds of the records with the turn (by order of first sight).
+fn record_order(records: &[serde_json::Value]) -> Vec<String> {
+    let mut ids: Vec<u64> = Vec::new();
+    records
+        .iter()
+        .map(|r| {
+            let id = r["id"].as_u64().expect("an id");
+            if !ids.contains(&id) {
+                ids.push(id);
+            }
+            let n = ids.iter().position(|i| *i == id).unwrap() + 1;
+            format!("{} {n}", r["record"].as_str().unwrap())
+        })
+        .collect()
+}
+
+/// [`spawn`], with every snapshot after a turn held until `release` exists.
+fn spawn_holding(home: &Home, m: &Model, release: &std::path::Path) -> Pty {
+    home.write_config("[approvals]\nmode = \"off\"\n");
+    let url = m.server.base_url();
+    let hold = format!("end_snapshot:{}", release.display());
+    let args = ["--base-url", url.as_str(), "--model", "m"];
+    Pty::spawn_with_env(home.path(), &home.work(), &args, 120, 36, &[("TALARIA_TEST_HOLD", hold.as_str())])
+}
+
+/// Issue #33: the turn is over for the engine when the model's work is; the snapshot after
+/// it runs on, in order. The test holds that snapshot (`TALARIA_TEST_HOLD`): the turn still
+/// ends, the next message's request reaches the server meanwhile, and the next turn's
+/// snapshot (and its tools) come after the held one's End record.
+#[test]
+fn the_next_message_goes_out_while_the_end_snapshot_still_runs_and_the_journal_keeps_their_order() {
+    let home = Home::new();
+    std::fs::write(home.work().join("b.txt"), "one\ntwo\n").unwrap();
+    let release = home.path().join(format!("release-{}", std::process::id()));
+    let held = home.path().join(format!("release-{}.held", std::process::id()));
+    let m = model(vec![
+        ScriptedResponse::tool_call("c1", "write_file", r#"{"path":"a.txt","content":"one\n"}"#),
+        ScriptedResponse::text("wrote a.txt"),
+        ScriptedResponse::tool_call("c2", "terminal", r#"{"command":"sed -i s/two/TWO/ b.txt"}"#),
+        ScriptedResponse::text("edited b.txt"),
+    ]);
+    let mut p = spawn_holding(&home, &m, &release);
+    p.wait_for(" message ", WAIT);
+    send_message(&p, "turn one");
+    p.wait_for("wrote a.txt", WAIT);
+    wait_until("turn 1's end snapshot to be held", || held.exists());
+    // The turn is over while its end snapshot is held (before, idle came only after it).
+    p.wait_for("● idle", WAIT);
+    send_message(&p, "turn two");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let requests = rt.block_on(m.server.wait_for_chat_requests(3, WAIT));
+    assert_eq!(requests.len(), 3, "turn 2's request reached the server");
+    assert!(!release.exists(), "turn 1's end snapshot is still held");
+    assert_eq!(record_order(&journal_records(&home)), ["start 1"], "no End record yet, nor turn 2's start");
+    assert_eq!(read(&home, "b.txt"), "one\ntwo\n", "turn 2's tools wait for its snapshot");
+
+    std::fs::write(&release, b"").unwrap();
+    p.wait_for("edited b.txt", WAIT);
+    p.wait_for("● idle", WAIT);
+    wait_until("turn 2's End record", || journal_records(&home).len() == 4);
+    assert_eq!(record_order(&journal_records(&home)), ["start 1", "end 1", "start 2", "end 2"]);
+    // Rewind right after the turn sees it, with what it changed.
+    let screen = open_picker(&p);
+    let picker = &screen[screen.find("Go back to before which message?").unwrap()..];
+    assert!(picker.contains("turn two") && picker.contains("turn one"), "both turns:\n{screen}");
+    assert!(screen.contains("b.txt +1 −1"), "turn 2's file with its lines:\n{screen}");
+    p.send(b"\x1b");
+    p.wait_for("rewind cancelled", WAIT);
+    p.send(b"\x04");
+    assert!(p.wait_exit(WAIT).is_some(), "talaria quits");
+}
+
+/// The same for the user's `!command`: it is over while the snapshot after it is held, the
+/// next message's request goes out, and the journal keeps the order.
+#[test]
+fn after_a_bang_command_the_next_message_goes_out_while_its_end_snapshot_still_runs() {
+    let home = Home::new();
+    std::fs::write(home.work().join("b.txt"), "one\ntwo\n").unwrap();
+    let release = home.path().join(format!("release-{}", std::process::id()));
+    let held = home.path().join(format!("release-{}.held", std::process::id()));
+    let m = model(vec![
+        ScriptedResponse::tool_call("c2", "terminal", r#"{"command":"sed -i s/two/TWO/ b.txt"}"#),
+        ScriptedResponse::text("edited b.txt"),
+    ]);
+    let mut p = spawn_holding(&home, &m, &release);
+    p.wait_for(" message ", WAIT);
+    send_message(&p, "!echo bang-33 > c.txt");
+    wait_until("the command's end snapshot to be held", || held.exists());
+    assert_eq!(read(&home, "c.txt"), "bang-33\n");
+    p.wait_for("● idle", WAIT);
+    send_message(&p, "turn two");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let requests = rt.block_on(m.server.wait_for_chat_requests(1, WAIT));
+    assert_eq!(requests.len(), 1, "the turn's request reached the server");
+    assert_eq!(record_order(&journal_records(&home)), ["start 1"], "the command's End is not written yet");
+
+    std::fs::write(&release, b"").unwrap();
+    p.wait_for("edited b.txt", WAIT);
+    p.wait_for("● idle", WAIT);
+    wait_until("the turn's End record", || journal_records(&home).len() == 4);
+    assert_eq!(record_order(&journal_records(&home)), ["start 1", "end 1", "start 2", "end 2"]);
+    let screen = open_picker(&p);
+    assert!(screen.contains("c.txt"), "the command's file:\n{screen}");
+    p.send(b"\x1b");
+    p.wait_for("rewind cancelled", WAIT);
+    p.send(b"\x04");
+    assert!(p.wait_exit(WAIT).is_some(), "talaria quits");
+}

@@ -156,12 +156,19 @@ impl Timeline {
     }
 }
 
-/// The engine's side: snapshots before and after each turn, one at a time, off the loop.
+/// One piece of store work, run on the rewinder's own thread.
+type Job = Box<dyn FnOnce() + Send>;
+
+/// The engine's side: snapshots before and after each turn, one at a time, off the loop, in
+/// the order they were asked for. The order is taken when the work is handed over (a
+/// synchronous send to the rewinder's one worker thread), not when a future is first polled:
+/// a turn hands over its end snapshot before it reports its end, so whatever the engine does
+/// on seeing the end (the next turn's snapshot, `/rewind`, the picker's points) comes after it.
 #[derive(Debug)]
 pub struct Rewinder {
     pub ws: Workspace,
     next_id: AtomicU64,
-    lock: tokio::sync::Mutex<()>,
+    queue: std::sync::Mutex<std::sync::mpsc::Sender<Job>>,
 }
 
 impl Rewinder {
@@ -169,7 +176,18 @@ impl Rewinder {
         let ws = Workspace::open(data_dir, workspace, max_file_bytes)?;
         // Ids only need to be unique within a session's journal, across runs too.
         let first = crate::engine::heartbeat::now_ms().saturating_mul(1000);
-        Ok(Arc::new(Rewinder { ws, next_id: AtomicU64::new(first), lock: tokio::sync::Mutex::new(()) }))
+        let (tx, rx) = std::sync::mpsc::channel::<Job>();
+        // The worker ends when the rewinder (the only sender) is dropped.
+        std::thread::Builder::new()
+            .name("talaria-rewind".into())
+            .spawn(move || {
+                for job in rx {
+                    // A job that panics loses its answer (its caller is told), not the worker.
+                    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+                }
+            })
+            .map_err(|e| RewindError::Other(format!("could not start the snapshot thread: {e}")))?;
+        Ok(Arc::new(Rewinder { ws, next_id: AtomicU64::new(first), queue: std::sync::Mutex::new(tx) }))
     }
 
     /// Snapshot before a turn of `session_id`; returns its id and what was too large to keep.
@@ -198,39 +216,71 @@ impl Rewinder {
         .await
     }
 
-    /// Snapshot after turn `id`; returns its number in the list and what it changed.
-    pub async fn turn_ended(self: &Arc<Self>, session_id: &str, id: u64) -> Result<(usize, Vec<Change>), RewindError> {
-        self.with(session_id, move |ws, journal| {
-            let tree = ws.store.snapshot()?.tree;
-            journal.append(&Record::End { id, tree: tree.clone() })?;
-            let entries = journal::entries(&journal.load()?);
-            match entries.iter().rev().find(|e| e.id == id) {
-                Some(e) => Ok((e.number, ws.store.changes(&e.start, &tree)?)),
-                None => Ok((0, Vec::new())),
-            }
-        })
-        .await
+    /// Snapshot after turn `id`, in order from now on (this returns at once): `done` gets its
+    /// number in the list and what it changed, on the worker, before any later work runs.
+    pub fn turn_ended(
+        self: &Arc<Self>,
+        session_id: &str,
+        id: u64,
+        done: impl FnOnce(Result<(usize, Vec<Change>), RewindError>) + Send + 'static,
+    ) {
+        let me = self.clone();
+        let journal = self.ws.journal(session_id);
+        self.hand_over(Box::new(move || {
+            crate::paths::test_hold_point("end_snapshot");
+            done(end_snapshot(&me.ws, &journal, id))
+        }));
     }
 
-    /// Run `f` on the store and `session_id`'s journal, with no other snapshot in between.
-    pub async fn with<T: Send + 'static>(
+    /// Once every snapshot handed over before this call is done (the journal has its records).
+    pub fn settled(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.hand_over(Box::new(move || {
+            let _ = tx.send(());
+        }));
+        async move {
+            let _ = rx.await;
+        }
+    }
+
+    /// Run `f` on the store and `session_id`'s journal, with no other snapshot in between,
+    /// after every piece of work handed over before this call (the place is taken here, at
+    /// the call, not when the future is polled).
+    pub fn with<T: Send + 'static>(
         self: &Arc<Self>,
         session_id: &str,
         f: impl FnOnce(&Workspace, &Journal) -> Result<T, RewindError> + Send + 'static,
-    ) -> Result<T, RewindError> {
-        let _held = self.lock.lock().await;
+    ) -> impl std::future::Future<Output = Result<T, RewindError>> + Send + 'static {
+        let (tx, rx) = tokio::sync::oneshot::channel();
         let me = self.clone();
         let journal = self.ws.journal(session_id);
-        run_blocking(move || f(&me.ws, &journal)).await
+        self.hand_over(Box::new(move || {
+            let _ = tx.send(f(&me.ws, &journal));
+        }));
+        async move {
+            match rx.await {
+                Ok(r) => r,
+                Err(_) => Err(RewindError::Other("the snapshot task failed".into())),
+            }
+        }
+    }
+
+    fn hand_over(&self, job: Job) {
+        let queue = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        // The worker lives as long as the rewinder; a failed send drops the job, and its
+        // caller hears "the snapshot task failed".
+        let _ = queue.send(job);
     }
 }
 
-async fn run_blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, RewindError> + Send + 'static,
-) -> Result<T, RewindError> {
-    match tokio::task::spawn_blocking(f).await {
-        Ok(r) => r,
-        Err(e) => Err(RewindError::Other(format!("the snapshot task failed: {e}"))),
+/// The snapshot after turn `id` and its record; its number in the list and what it changed.
+fn end_snapshot(ws: &Workspace, journal: &Journal, id: u64) -> Result<(usize, Vec<Change>), RewindError> {
+    let tree = ws.store.snapshot()?.tree;
+    journal.append(&Record::End { id, tree: tree.clone() })?;
+    let entries = journal::entries(&journal.load()?);
+    match entries.iter().rev().find(|e| e.id == id) {
+        Some(e) => Ok((e.number, ws.store.changes(&e.start, &tree)?)),
+        None => Ok((0, Vec::new())),
     }
 }
 

@@ -198,3 +198,47 @@ fn a_timeline_keeps_the_users_edits_between_turns_and_a_rewind_is_an_entry_that_
     assert_eq!(std::fs::read_to_string(w.join("a.txt")).unwrap(), "a3\n");
     assert_eq!(std::fs::read_to_string(w.join("b.txt")).unwrap(), "b2\n");
 }
+
+/// Issue #33: the rewinder's order is taken when work is handed over, not when its future
+/// is first awaited: an end snapshot handed over while other work holds the order runs
+/// before anything asked later, whatever is awaited first, and `settled` waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn work_runs_in_the_order_it_was_handed_over_and_settled_waits_for_it() {
+    use std::sync::Mutex;
+    let data = tempfile::tempdir().unwrap();
+    let work = tempfile::tempdir().unwrap();
+    write(work.path(), "b.txt", "b\n");
+    let r = Rewinder::open(data.path(), work.path(), 1 << 20).unwrap();
+    let (id, _) = r.turn_started("s1", "user".into(), "turn one".into(), 1).await.unwrap();
+    write(work.path(), "a.txt", "a\n");
+    let log = Arc::new(Mutex::new(Vec::<String>::new()));
+    // Something holds the order (as a long snapshot would) until told to go on.
+    let (go, wait) = std::sync::mpsc::channel::<()>();
+    let holding = r.with("s1", move |_, _| {
+        wait.recv().ok();
+        Ok(())
+    });
+    let ended = log.clone();
+    r.turn_ended("s1", id, move |result| {
+        let (number, changes) = result.unwrap();
+        ended.lock().unwrap().push(format!("end {number}: {:?}", paths(&changes)));
+    });
+    let later_log = log.clone();
+    let later = r.with("s1", move |_, journal| {
+        let entries = journal::entries(&journal.load()?);
+        later_log.lock().unwrap().push(format!("later: end recorded {}", entries[0].end.is_some()));
+        Ok(())
+    });
+    let settled = r.settled();
+    go.send(()).unwrap();
+    // Awaited in the other order than handed over.
+    later.await.unwrap();
+    settled.await;
+    holding.await.unwrap();
+    assert_eq!(
+        *log.lock().unwrap(),
+        [format!("end 1: {:?}", [("a.txt".to_string(), ChangeKind::Added)]), "later: end recorded true".into()]
+    );
+    let records = r.ws.journal("s1").load().unwrap();
+    assert!(matches!(records.as_slice(), [Record::Start { .. }, Record::End { .. }]), "{records:?}");
+}

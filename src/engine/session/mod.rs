@@ -399,6 +399,13 @@ impl Engine {
                 self.events().send(Event::TurnFinished { outcome: result.outcome });
             }
         }
+        // The end snapshots still running go into the journal first (a turn's end does not
+        // wait for its own), within the same deadline as a stopping turn.
+        if let Some(rewind) = &self.rewind {
+            if tokio::time::timeout(Duration::from_secs(5), rewind.settled()).await.is_err() {
+                tracing::warn!("the last snapshot after a turn did not finish in time");
+            }
+        }
         // A session nothing was said in is not kept (nor listed, nor continued).
         let _ = self.env.store.delete_if_empty(&self.env.session_id).await;
         if let Some(mcp) = &self.env.mcp {

@@ -160,15 +160,20 @@ fn cap_diff(mut text: String) -> String {
     text
 }
 
-/// The snapshot after a turn, and what it changed for the front ends.
-pub(super) async fn after_turn(rewind: Option<&Arc<Rewinder>>, env: &TurnEnv, id: Option<u64>) {
+/// The snapshot after a turn, and what it changed for the front ends: handed over to the
+/// rewinder now, so it comes before anything asked of it later (the next turn's snapshot, a
+/// `/rewind`), and taken off the turn, whose end the engine sees without waiting for it.
+/// `TurnChanges` is sent from the snapshot's own step, so a front end hears it before
+/// [`Rewinder::settled`] returns (shutdown waits for that).
+pub(super) fn after_turn(rewind: Option<&Arc<Rewinder>>, env: &TurnEnv, id: Option<u64>) {
     let (Some(rewind), Some(id)) = (rewind, id) else { return };
-    match rewind.turn_ended(&env.session_id, id).await {
+    let events = env.events.clone();
+    rewind.turn_ended(&env.session_id, id, move |ended| match ended {
         Ok((turn, changes)) => {
-            env.events.send(Event::TurnChanges { turn, paths: changes.iter().map(changed_path).collect() })
+            events.send(Event::TurnChanges { turn, paths: changes.iter().map(changed_path).collect() })
         }
         Err(e) => tracing::warn!(error = %e, "no rewind snapshot after the turn"),
-    }
+    });
 }
 
 impl Engine {

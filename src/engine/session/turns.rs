@@ -43,14 +43,15 @@ impl Engine {
                         Some(before) => before.taken().await,
                         None => None,
                     };
-                    super::rewind::after_turn(rewind.as_ref(), &env, snap).await;
+                    // Handed over before the turn reports its end; it runs on without the turn.
+                    super::rewind::after_turn(rewind.as_ref(), &env, snap);
                     result
                 })
             }
             Work::Bang(command) => tokio::spawn(async move {
                 let snap = super::rewind::before_turn(rewind.as_ref(), &env, "bang", format!("!{command}")).await;
                 let result = run_bang(env.clone(), ctl, history, omitted, command, meter).await;
-                super::rewind::after_turn(rewind.as_ref(), &env, snap).await;
+                super::rewind::after_turn(rewind.as_ref(), &env, snap);
                 result
             }),
         };
