@@ -292,9 +292,13 @@ fn record_order(records: &[serde_json::Value]) -> Vec<String> {
 
 /// [`spawn`], with every snapshot after a turn held until `release` exists.
 fn spawn_holding(home: &Home, m: &Model, release: &std::path::Path) -> Pty {
+    spawn_holding_at(home, m, "end_snapshot", release)
+}
+
+fn spawn_holding_at(home: &Home, m: &Model, point: &str, release: &std::path::Path) -> Pty {
     home.write_config("[approvals]\nmode = \"off\"\n");
     let url = m.server.base_url();
-    let hold = format!("end_snapshot:{}", release.display());
+    let hold = format!("{point}:{}", release.display());
     let args = ["--base-url", url.as_str(), "--model", "m"];
     Pty::spawn_with_env(home.path(), &home.work(), &args, 120, 36, &[("TALARIA_TEST_HOLD", hold.as_str())])
 }
@@ -342,6 +346,35 @@ fn the_next_message_goes_out_while_the_end_snapshot_still_runs_and_the_journal_k
     assert!(screen.contains("b.txt +1 −1"), "turn 2's file with its lines:\n{screen}");
     p.send(b"\x1b");
     p.wait_for("rewind cancelled", WAIT);
+    p.send(b"\x04");
+    assert!(p.wait_exit(WAIT).is_some(), "talaria quits");
+}
+
+/// A turn whose snapshot before it is still running (the first of a big workspace takes
+/// seconds) ends when its answer is in: the next message's request goes out meanwhile, and
+/// the records keep their order once the snapshot is done.
+#[test]
+fn a_turn_ends_and_the_next_request_goes_out_while_its_snapshot_before_still_runs() {
+    let home = Home::new();
+    let release = home.path().join(format!("release-before-{}", std::process::id()));
+    let held = home.path().join(format!("release-before-{}.held", std::process::id()));
+    let m = model(vec![ScriptedResponse::text("answer one"), ScriptedResponse::text("answer two")]);
+    let mut p = spawn_holding_at(&home, &m, "before_snapshot", &release);
+    p.wait_for(" message ", WAIT);
+    send_message(&p, "turn one");
+    p.wait_for("answer one", WAIT);
+    wait_until("turn 1's snapshot before to be held", || held.exists());
+    p.wait_for("● idle", WAIT);
+    send_message(&p, "turn two");
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let requests = rt.block_on(m.server.wait_for_chat_requests(2, WAIT));
+    assert_eq!(requests.len(), 2, "turn 2's request reached the server");
+    assert!(journal_records(&home).is_empty(), "the held snapshot has written nothing yet");
+
+    std::fs::write(&release, b"").unwrap();
+    p.wait_for("answer two", WAIT);
+    wait_until("turn 2's End record", || journal_records(&home).len() == 4);
+    assert_eq!(record_order(&journal_records(&home)), ["start 1", "end 1", "start 2", "end 2"]);
     p.send(b"\x04");
     assert!(p.wait_exit(WAIT).is_some(), "talaria quits");
 }

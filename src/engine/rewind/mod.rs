@@ -198,8 +198,23 @@ impl Rewinder {
         text: String,
         seq: i64,
     ) -> Result<(u64, Vec<Skipped>), RewindError> {
+        let (id, done) = self.begin_turn(session_id, trigger, text, seq);
+        done.await.map(|skipped| (id, skipped))
+    }
+
+    /// [`Rewinder::turn_started`] with its id and its place in the order taken at the call:
+    /// the turn can hand over its end snapshot (which comes after this one) without waiting
+    /// for this one to be done. The future says what was too large to keep.
+    pub fn begin_turn(
+        self: &Arc<Self>,
+        session_id: &str,
+        trigger: String,
+        text: String,
+        seq: i64,
+    ) -> (u64, impl std::future::Future<Output = Result<Vec<Skipped>, RewindError>> + Send + 'static) {
         let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-        self.with(session_id, move |ws, journal| {
+        let done = self.with(session_id, move |ws, journal| {
+            crate::paths::test_hold_point("before_snapshot");
             let snap = ws.store.snapshot()?;
             let first_line: String = text.lines().next().unwrap_or("").chars().take(200).collect();
             journal.append(&Record::Start {
@@ -211,9 +226,9 @@ impl Rewinder {
                 at_ms: crate::engine::heartbeat::now_ms(),
                 skipped: snap.skipped.clone(),
             })?;
-            Ok((id, snap.skipped))
-        })
-        .await
+            Ok(snap.skipped)
+        });
+        (id, done)
     }
 
     /// Snapshot after turn `id`, in order from now on (this returns at once): `done` gets its
@@ -275,6 +290,10 @@ impl Rewinder {
 
 /// The snapshot after turn `id` and its record; its number in the list and what it changed.
 fn end_snapshot(ws: &Workspace, journal: &Journal, id: u64) -> Result<(usize, Vec<Change>), RewindError> {
+    // A turn whose snapshot before failed (said then) gets no end record either.
+    if !journal::entries(&journal.load()?).iter().any(|e| e.id == id) {
+        return Err(RewindError::Other(format!("turn {id} has no snapshot before it")));
+    }
     let tree = ws.store.snapshot()?.tree;
     journal.append(&Record::End { id, tree: tree.clone() })?;
     let entries = journal::entries(&journal.load()?);

@@ -48,7 +48,8 @@ pub(super) fn turn_seq(
 /// request waits for no git and shares the CPU with none. The turn's tools wait for it.
 pub(super) struct BeforeTurn {
     sent: RequestSent,
-    task: tokio::task::JoinHandle<Option<u64>>,
+    /// The snapshot's id once it is handed over (None: rewind could not place it).
+    id: tokio::sync::oneshot::Receiver<Option<u64>>,
 }
 
 impl BeforeTurn {
@@ -67,25 +68,33 @@ impl BeforeTurn {
         control.tools_wait_for(saved);
         let (sent, request_out) = RequestSent::new();
         control.on_first_request(sent.clone());
+        let (id_tx, id) = tokio::sync::oneshot::channel();
         let env = env.clone();
-        let task = tokio::spawn(async move {
+        tokio::spawn(async move {
             let seq = seq.await;
             let _ = request_out.await;
             tracing::trace!(target: "enter_request", "snapshot: starting");
-            let snap = match seq {
-                Some(seq) => snapshot_before(Some(&rewind), &env, trigger, label, seq).await,
-                None => None,
-            };
+            match seq {
+                Some(seq) => {
+                    let (snap, done) = begin_before(&rewind, &env, trigger, label, seq);
+                    let _ = id_tx.send(Some(snap));
+                    done.await;
+                }
+                None => {
+                    let _ = id_tx.send(None);
+                }
+            }
             let _ = saved_tx.send(true);
-            snap
         });
-        Some(BeforeTurn { sent, task })
+        Some(BeforeTurn { sent, id })
     }
 
-    /// After the turn: the snapshot's id (it starts now if no request went out).
+    /// After the turn: the snapshot's id (it is handed over now if no request went out).
+    /// Not its end: the turn's end snapshot is handed over after it and runs in order, so a
+    /// turn's end never waits for git (a first snapshot of a big workspace takes seconds).
     pub(super) async fn taken(self) -> Option<u64> {
         self.sent.close();
-        self.task.await.ok().flatten()
+        self.id.await.ok().flatten()
     }
 }
 
@@ -98,24 +107,42 @@ pub(super) async fn snapshot_before(
     seq: i64,
 ) -> Option<u64> {
     let rewind = rewind?;
-    match rewind.turn_started(&env.session_id, trigger.to_string(), label, seq).await {
-        Ok((id, skipped)) => {
-            if !skipped.is_empty() {
-                let list: Vec<String> =
-                    skipped.iter().map(|s| format!("{} ({} MB)", s.path, s.bytes / (1024 * 1024))).collect();
-                env.events.send(Event::notice(
-                    NoticeLevel::Info,
-                    format!("rewind: not kept (over rewind.max_file_bytes): {}", list.join(", ")),
-                ));
+    let (id, done) = begin_before(rewind, env, trigger, label, seq);
+    done.await.then_some(id)
+}
+
+/// Hand over the snapshot before a turn: its id now, and a future that says (and tells the
+/// user about what was left out or went wrong) whether it was taken.
+fn begin_before(
+    rewind: &Arc<Rewinder>,
+    env: &TurnEnv,
+    trigger: &str,
+    label: String,
+    seq: i64,
+) -> (u64, impl std::future::Future<Output = bool> + Send + 'static) {
+    let (id, done) = rewind.begin_turn(&env.session_id, trigger.to_string(), label, seq);
+    let events = env.events.clone();
+    let reported = async move {
+        match done.await {
+            Ok(skipped) => {
+                if !skipped.is_empty() {
+                    let list: Vec<String> =
+                        skipped.iter().map(|s| format!("{} ({} MB)", s.path, s.bytes / (1024 * 1024))).collect();
+                    events.send(Event::notice(
+                        NoticeLevel::Info,
+                        format!("rewind: not kept (over rewind.max_file_bytes): {}", list.join(", ")),
+                    ));
+                }
+                true
             }
-            Some(id)
+            Err(e) => {
+                tracing::warn!(error = %e, "no rewind snapshot");
+                events.send(Event::notice(NoticeLevel::Warn, format!("rewind: no snapshot before this turn: {e}")));
+                false
+            }
         }
-        Err(e) => {
-            tracing::warn!(error = %e, "no rewind snapshot");
-            env.events.send(Event::notice(NoticeLevel::Warn, format!("rewind: no snapshot before this turn: {e}")));
-            None
-        }
-    }
+    };
+    (id, reported)
 }
 
 /// The remote backends the session's tools ran on, from their results (`"backend":
