@@ -336,6 +336,16 @@ async fn next_event(lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::pro
     line.expect("an event within 30 s").unwrap().map(|l| serde_json::from_str(&l).unwrap())
 }
 
+/// A model that writes a.txt and answers "done".
+async fn server_writing_a_txt() -> ScriptedServer {
+    ScriptedServer::start([
+        ScriptedResponse::tool_call("call_1", "write_file", r#"{"path":"a.txt","content":"one\n"}"#),
+        ScriptedResponse::text("done"),
+    ])
+    .await
+    .unwrap()
+}
+
 /// Issue #33: exec's turn ends without waiting for the snapshot after it (held here by
 /// `TALARIA_TEST_HOLD`), and exec quitting right after the answer still waits for it: the
 /// End record is in the journal and the changes are printed, after `TurnFinished` and before
@@ -344,12 +354,7 @@ async fn next_event(lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::pro
 async fn exec_quitting_right_after_the_answer_still_writes_the_end_record_and_prints_the_changes() {
     use tokio::io::AsyncBufReadExt;
     let home = Home::new();
-    let server = ScriptedServer::start([
-        ScriptedResponse::tool_call("call_1", "write_file", r#"{"path":"a.txt","content":"one\n"}"#),
-        ScriptedResponse::text("done"),
-    ])
-    .await
-    .unwrap();
+    let server = server_writing_a_txt().await;
     let release = home.path().join(format!("release-{}", std::process::id()));
     let held = home.path().join(format!("release-{}.held", std::process::id()));
     let url = server.base_url();
@@ -386,12 +391,7 @@ async fn exec_quitting_right_after_the_answer_still_writes_the_end_record_and_pr
 #[tokio::test(flavor = "multi_thread")]
 async fn exec_in_text_mode_prints_the_turns_changed_files() {
     let home = Home::new();
-    let server = ScriptedServer::start([
-        ScriptedResponse::tool_call("call_1", "write_file", r#"{"path":"a.txt","content":"one\n"}"#),
-        ScriptedResponse::text("done"),
-    ])
-    .await
-    .unwrap();
+    let server = server_writing_a_txt().await;
     let url = server.base_url();
     let out = home.run(&["exec", "--yes", "--base-url", &url, "write a.txt"]).await;
     assert_eq!(out.status.code(), Some(0), "stderr: {}", stderr(&out));
