@@ -180,8 +180,9 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
              upgrade talaria"
         )));
     }
+    // Every step in one transaction: all or none, and a first start commits (and writes its
+    // new WAL) once instead of once per version.
     while version < SCHEMA_VERSION {
-        let step = MIGRATIONS[version as usize];
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         // Another process may have migrated while this one waited for the lock.
         if current_version(&tx)? != version {
@@ -189,12 +190,14 @@ pub(crate) fn migrate(conn: &mut Connection) -> Result<(), StoreError> {
             version = current_version(conn)?;
             continue;
         }
-        tx.execute_batch(step)
-            .map_err(|e| StoreError(format!("migrating the database to version {}: {e}", version + 1)))?;
-        tx.execute("UPDATE schema_version SET version = ?1", [version + 1])?;
+        for step in version..SCHEMA_VERSION {
+            tx.execute_batch(MIGRATIONS[step as usize])
+                .map_err(|e| StoreError(format!("migrating the database to version {}: {e}", step + 1)))?;
+        }
+        tx.execute("UPDATE schema_version SET version = ?1", [SCHEMA_VERSION])?;
         tx.commit()?;
-        version += 1;
-        tracing::info!(version, "database schema migrated");
+        tracing::info!(from = version, to = SCHEMA_VERSION, "database schema migrated");
+        version = SCHEMA_VERSION;
     }
     Ok(())
 }
