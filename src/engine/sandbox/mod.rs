@@ -286,13 +286,7 @@ impl Policy {
 /// The path with symlinks resolved; for a path that does not exist yet, its nearest
 /// existing ancestor resolved and the rest appended.
 pub(crate) fn canonical(path: &Path) -> PathBuf {
-    if let Ok(p) = std::fs::canonicalize(path) {
-        return p;
-    }
-    match (path.parent(), path.file_name()) {
-        (Some(parent), Some(name)) if parent != path => canonical(parent).join(name),
-        _ => path.to_path_buf(),
-    }
+    Canonical::default().of(path)
 }
 
 /// [`canonical`] for many paths, each path and directory resolved once.
@@ -598,6 +592,9 @@ mod tests {
             assert_eq!(together.of(p), canonical(p), "{}", p.display());
         }
         assert_eq!(together.of(&link.join("missing/deeper")), canonical(&real).join("missing/deeper"));
+        let real = std::fs::canonicalize(&real).unwrap();
+        assert_eq!(canonical(&link.join("missing/deeper/still")), real.join("missing/deeper/still"));
+        assert_eq!(canonical(&link.join("there")), real.join("there"));
     }
 
     #[test]
