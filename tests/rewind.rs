@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
 
-use common::{stderr, stdout, Home};
+use common::{stderr, stdout, wait_until, Home};
 use pretty_assertions::assert_eq;
 use serde_json::{json, Value};
 use talaria::testkit::scripted::{ScriptedResponse, ScriptedServer};
@@ -372,7 +372,8 @@ async fn exec_quitting_right_after_the_answer_still_writes_the_end_record_and_pr
         events.push(next_event(&mut lines).await.expect("TurnFinished before the end of the output"));
     }
     // The turn is over while the snapshot after it is held: no End record, no changes yet.
-    assert!(held.exists(), "the end snapshot is held");
+    // The worker reaches the hold on its own thread, maybe after TurnFinished is out.
+    wait_until("the end snapshot to be held", || held.exists()).await;
     assert_eq!(journal_kinds(&home), ["start"]);
     assert!(!events.iter().any(|e| e["type"] == "TurnChanges"));
     std::fs::write(&release, b"").unwrap();
