@@ -144,6 +144,9 @@ async fn a_tmux_server_outside_is_not_reached() {
     let started = std::process::Command::new("tmux")
         .args(["-S", &s, "-f", "/dev/null", "new-session", "-d", "-s", "t3004701", "sh"])
         .env("HOME", &fake.home)
+        // tmux runs the command with the user's login shell: nobody's is nologin, which
+        // exits at once and takes the server with it.
+        .env("SHELL", "/bin/sh")
         .status()
         .unwrap();
     assert!(started.success());

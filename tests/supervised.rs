@@ -523,7 +523,9 @@ async fn a_panic_in_talaria_leaves_no_orphan_and_the_database_intact() {
     let rows = jobs_list(&home).await;
     assert_eq!(row(&rows, &id)["status"], json!("killed"), "{rows:?}");
     assert_eq!(row(&rows, &id)["reason"], json!("owner gone"));
-    assert!(pids_with(&home.path().display().to_string()).is_empty(), "no supervisor of this home is left");
+    // The supervisor writes the record, then exits.
+    wait_until("no supervisor of this home to be left", || pids_with(&home.path().display().to_string()).is_empty())
+        .await;
     assert_eq!(integrity(&home), "ok");
 }
 
