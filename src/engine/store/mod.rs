@@ -266,7 +266,7 @@ impl Store {
         self.call(move |c| ops::end_session(c, &sid, &reason))
     }
 
-    /// Append a message at the end of the session; returns its row id. The first typed
+    /// Append a message at the end of the session; returns its seq. The first typed
     /// user message gives an untitled session its title.
     pub fn append_message(
         &self,
@@ -580,6 +580,12 @@ const WAL_CHECKPOINT_BYTES: u64 = 4 << 20;
 /// it the file keeps its largest size for as long as the database is open).
 const WAL_SIZE_LIMIT: i64 = 4 << 20;
 
+/// The page cache's bound (KiB). SQLite's default, 2 MiB, filled as a long session's file
+/// grew (the soak: a steady part of its memory growth); appends touch the tables' and the
+/// search index's newest pages, and what a resume or search reads once is in the OS's
+/// cache anyway.
+const PAGE_CACHE_KIB: i64 = 512;
+
 fn wal_bytes(wal: Option<&Path>) -> u64 {
     wal.and_then(|p| std::fs::metadata(p).ok()).map_or(0, |m| m.len())
 }
@@ -608,6 +614,7 @@ fn configure(conn: &Connection) -> rusqlite::Result<()> {
     // Checkpoints are run by the store thread when idle (see `serve`).
     conn.pragma_update(None, "wal_autocheckpoint", 0)?;
     conn.pragma_update(None, "journal_size_limit", WAL_SIZE_LIMIT)?;
+    conn.pragma_update(None, "cache_size", -PAGE_CACHE_KIB)?;
     Ok(())
 }
 
@@ -649,4 +656,59 @@ fn check_test_guard(path: &Path) -> Result<(), StoreError> {
     let mut paths = crate::paths::Paths::under(Path::new("/"));
     paths.state_db = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
     paths.check_test_guard().map_err(|e| StoreError(e.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Bytes the connection's page cache holds now (`SQLITE_DBSTATUS_CACHE_USED`).
+    fn cache_used(conn: &Connection) -> i32 {
+        let (mut now, mut highest) = (0, 0);
+        // SAFETY: the handle is the open connection's, used on this thread only while
+        // `conn` is borrowed; the two out-pointers are valid for the call.
+        let rc = unsafe {
+            rusqlite::ffi::sqlite3_db_status(
+                conn.handle(),
+                rusqlite::ffi::SQLITE_DBSTATUS_CACHE_USED,
+                &mut now,
+                &mut highest,
+                0,
+            )
+        };
+        assert_eq!(rc, rusqlite::ffi::SQLITE_OK);
+        now
+    }
+
+    /// A long session's database grows well past the page cache's bound, and the cache
+    /// stays within it however much is written and read back.
+    #[test]
+    fn the_page_cache_stays_bounded_as_the_database_grows() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("state.db");
+        let mut conn = Connection::open(&path).unwrap();
+        configure(&conn).unwrap();
+        schema::migrate(&mut conn).unwrap();
+        let sid = ops::create_session(&conn, "m", "/w", None).unwrap();
+        let text = "a line of a long busy day\n".repeat(80);
+        for _ in 0..3_000 {
+            let message = StoredMessage {
+                role: Role::User,
+                content: Some(text.clone()),
+                tool_calls: Vec::new(),
+                tool_call_id: None,
+                tool_name: None,
+                display_kind: None,
+                origin: None,
+            };
+            ops::append_message(&mut conn, &sid, &message).unwrap();
+        }
+        let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0)).unwrap();
+        let size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap();
+        assert!(pages * size > 4 << 20, "the database is {} bytes", pages * size);
+        assert_eq!(ops::load_page(&conn, &sid, None, 3_000).unwrap().messages.len(), 3_000);
+        let used = cache_used(&conn);
+        // The bound counts page bodies; the cache's own headers add about a tenth.
+        assert!(i64::from(used) < PAGE_CACHE_KIB * 1024 * 5 / 4, "the page cache holds {used} bytes");
+    }
 }
