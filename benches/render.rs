@@ -19,7 +19,7 @@ fn conversation(messages: usize) -> App {
     };
     for i in 0..messages {
         match i % 4 {
-            0 => feed(Event::UserMessage { text: format!("Please look at item {i} and fix it"), trigger: TurnTrigger::User, origin: Origin::Typed }),
+            0 => feed(Event::UserMessage { text: format!("Please look at item {i} and fix it"), trigger: TurnTrigger::User, origin: Origin::Typed, seq: None }),
             1 => feed(Event::AssistantDone {
                 text: format!(
                     "## Step {i}\n\nI will **check** the `src/lib.rs` file first, then run the tests. \

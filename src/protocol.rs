@@ -610,6 +610,10 @@ pub enum Event {
         trigger: TurnTrigger,
         #[serde(default)]
         origin: Origin,
+        /// Where it is stored: `Op::LoadEarlier { before: seq }` reads what came before it
+        /// (a front end that lets go of older cells reads them back so).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        seq: Option<i64>,
     },
     /// Messages typed while busy (or paused) that have not reached the model yet:
     /// `pending` for the running turn's next delivery point, `queued` for turns of their own.

@@ -472,6 +472,21 @@ async fn a_long_session_shows_its_end_first_loads_earlier_pages_on_request_and_t
     let contents: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
     assert_eq!(contents[1..1001], expected(0..1000).iter().map(String::as_str).collect::<Vec<_>>()[..]);
     assert_eq!(contents.last(), Some(&"and now?"));
+
+    // The new message says where it is stored: the page before it ends with the old history
+    // (a transcript that let go of its oldest cells reads them back so).
+    let seq = engine.seen.iter().find_map(|e| match e {
+        Event::UserMessage { text, seq, .. } if text == "and now?" => *seq,
+        _ => None,
+    });
+    engine.send(Op::LoadEarlier { before: seq.expect("the live message has its seq") });
+    let Event::EarlierHistory { items, earlier } =
+        engine.wait_for("EarlierHistory", |e| matches!(e, Event::EarlierHistory { .. })).await
+    else {
+        unreachable!()
+    };
+    assert_eq!(items.iter().map(text).collect::<Vec<_>>(), expected(1000 - page..1000));
+    assert!(earlier.is_some());
     engine.shutdown().await;
 }
 

@@ -430,7 +430,7 @@ mod tests {
     }
 
     fn user(text: &str, origin: Origin) -> Event {
-        Event::UserMessage { text: text.into(), trigger: TurnTrigger::User, origin }
+        Event::UserMessage { seq: None, text: text.into(), trigger: TurnTrigger::User, origin }
     }
 
     #[test]
@@ -465,7 +465,12 @@ mod tests {
         s.prompt(2, "second".into());
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Completed });
         assert_eq!(answers(&out), vec![(vec![1], Answer::Stop(StopReason::EndTurn))]);
-        s.on_event(Event::UserMessage { text: "second".into(), trigger: TurnTrigger::Queued, origin: Origin::Typed });
+        s.on_event(Event::UserMessage {
+            seq: None,
+            text: "second".into(),
+            trigger: TurnTrigger::Queued,
+            origin: Origin::Typed,
+        });
         let out = s.on_event(Event::TurnFinished { outcome: TurnOutcome::Interrupted });
         assert_eq!(answers(&out), vec![(vec![2], Answer::Stop(StopReason::Cancelled))]);
     }

@@ -570,15 +570,16 @@ async fn push_user(
     }
     let message = ChatMessage::user(input.text);
     let kind = DisplayKind::of(input.origin, wrapped).map(|k| k.as_str().to_string());
-    if !persist_row(env, StoredMessage { origin: Some(input.origin), ..to_stored(&message, kind) }).await {
+    let Some(seq) = persist_row(env, StoredMessage { origin: Some(input.origin), ..to_stored(&message, kind) }).await
+    else {
         // Not sent either: what the user typed goes back to the input box.
         if let Some(typed) = input.restore {
             env.events.send(Event::RestoreInput { text: typed });
         }
         return Delivery::NotSaved;
-    }
+    };
     history.push(message);
-    env.events.send(Event::UserMessage { text: input.shown, trigger, origin: input.origin });
+    env.events.send(Event::UserMessage { text: input.shown, trigger, origin: input.origin, seq: Some(seq) });
     Delivery::Sent
 }
 
@@ -642,16 +643,17 @@ async fn keep_partial(env: &TurnEnv, history: &mut Vec<ChatMessage>, partial: Pa
 
 /// Save `message`; false (after an error notice) when it could not be saved.
 pub(crate) async fn persist(env: &TurnEnv, message: &ChatMessage, display_kind: Option<DisplayKind>) -> bool {
-    persist_row(env, to_stored(message, display_kind.map(|k| k.as_str().to_string()))).await
+    persist_row(env, to_stored(message, display_kind.map(|k| k.as_str().to_string()))).await.is_some()
 }
 
-async fn persist_row(env: &TurnEnv, row: StoredMessage) -> bool {
+/// The stored row's seq, or None (said on screen) when it could not be saved.
+async fn persist_row(env: &TurnEnv, row: StoredMessage) -> Option<i64> {
     match env.store.append_message(&env.session_id, row).await {
-        Ok(_) => true,
+        Ok(seq) => Some(seq),
         Err(e) => {
             tracing::error!(error = %e, "could not persist a message");
             env.events.send(Event::notice(NoticeLevel::Error, format!("could not save a message: {e}")));
-            false
+            None
         }
     }
 }

@@ -110,6 +110,7 @@ fn conversation_with_markdown_code_and_tools() {
     feed(
         &mut app,
         Event::UserMessage {
+            seq: None,
             text: "Why does the build fail?".into(),
             trigger: TurnTrigger::User,
             origin: Origin::Typed,
@@ -138,7 +139,12 @@ fn busy_with_a_running_tool_and_pending_messages() {
     turn_started(&mut app);
     feed(
         &mut app,
-        Event::UserMessage { text: "run the slow tests".into(), trigger: TurnTrigger::User, origin: Origin::Typed },
+        Event::UserMessage {
+            seq: None,
+            text: "run the slow tests".into(),
+            trigger: TurnTrigger::User,
+            origin: Origin::Typed,
+        },
     );
     tool(&mut app, "c1", "sleep 30 && cargo test", None);
     feed(&mut app, Event::ToolOutput { call_id: "c1".into(), chunk: "running 12 tests\ntest a ... ok\n".into() });
@@ -458,6 +464,7 @@ fn a_sub_agent_in_the_jobs_pane_and_its_conversation_in_the_log_view() {
     );
     let events = [
         Event::UserMessage {
+            seq: None,
             text: "add tests for the parser".into(),
             trigger: TurnTrigger::User,
             origin: Origin::Typed,
@@ -546,7 +553,10 @@ fn resize_reflows_without_panicking() {
 fn hostile_output_never_reaches_the_terminal_as_escape_sequences() {
     let mut app = app();
     let evil = "copy\x1b]52;c;ZXZpbA==\x07 clear\x1b[2J title\x1b]0;pwned\x07\tTAB\r\nprogress 10%\rprogress 100%";
-    feed(&mut app, Event::UserMessage { text: evil.into(), trigger: TurnTrigger::User, origin: Origin::Typed });
+    feed(
+        &mut app,
+        Event::UserMessage { seq: None, text: evil.into(), trigger: TurnTrigger::User, origin: Origin::Typed },
+    );
     feed(&mut app, Event::AssistantDelta(evil.into()));
     feed(&mut app, Event::AssistantDone { text: evil.into(), reasoning: None });
     feed(&mut app, Event::ToolStarted { call_id: "c".into(), name: "terminal".into(), summary: evil.into() });
@@ -894,16 +904,21 @@ fn attachments_pastes_heartbeats_and_icons_read_as_one_line_each() {
     feed(
         &mut app,
         Event::UserMessage {
+            seq: None,
             text: format!("summarise @README.md please\n\n{readme}"),
             trigger: TurnTrigger::User,
             origin: Origin::Typed,
         },
     );
     let paste: Vec<String> = (1..=200).map(|i| format!("pasted line {i}")).collect();
-    feed(&mut app, Event::UserMessage { text: paste.join("\n"), trigger: TurnTrigger::User, origin: Origin::Typed });
+    feed(
+        &mut app,
+        Event::UserMessage { seq: None, text: paste.join("\n"), trigger: TurnTrigger::User, origin: Origin::Typed },
+    );
     feed(
         &mut app,
         Event::UserMessage {
+            seq: None,
             text: "check the build".into(),
             trigger: TurnTrigger::Heartbeat,
             origin: Origin::Heartbeat,
@@ -950,7 +965,10 @@ fn a_job_notification_shows_the_end_of_its_output_tail() {
     let ticks: Vec<String> = (1..=10).map(|i| format!("tick {i}")).collect();
     let text =
         format!("[Background job job_2 was killed after 18s. Command: ticker. Output tail: {}]", ticks.join("\n"));
-    feed(&mut app, Event::UserMessage { text, trigger: TurnTrigger::JobNotification, origin: Origin::JobNotice });
+    feed(
+        &mut app,
+        Event::UserMessage { seq: None, text, trigger: TurnTrigger::JobNotification, origin: Origin::JobNotice },
+    );
     let out = screen(&mut app, 100, 16);
     assert!(out.contains("tick 10]") && out.contains("tick 6") && !out.contains("tick 5"), "{out}");
     // The tail starts on its own row: the header is not glued to the job's first line.
@@ -1286,7 +1304,10 @@ fn an_ambiguous_resume_opens_a_picker() {
 fn a_failed_turn_advises_retry_and_never_an_enter_that_does_nothing() {
     let mut app = app();
     turn_started(&mut app);
-    feed(&mut app, Event::UserMessage { text: "hello".into(), trigger: TurnTrigger::User, origin: Origin::Typed });
+    feed(
+        &mut app,
+        Event::UserMessage { seq: None, text: "hello".into(), trigger: TurnTrigger::User, origin: Origin::Typed },
+    );
     feed(&mut app, Event::notice(NoticeLevel::Error, "model request failed: HTTP 500: upstream error"));
     turn_finished(&mut app, TurnOutcome::Failed);
     let out = screen(&mut app, 100, 16);
@@ -1436,7 +1457,12 @@ fn the_welcome_stays_on_top_of_the_first_notices() {
     // Once something is said the welcome gives the room back.
     feed(
         &mut app,
-        Event::UserMessage { text: "hello".into(), trigger: TurnTrigger::User, origin: crate::protocol::Origin::Typed },
+        Event::UserMessage {
+            seq: None,
+            text: "hello".into(),
+            trigger: TurnTrigger::User,
+            origin: crate::protocol::Origin::Typed,
+        },
     );
     let out = screen(&mut app, 100, 24);
     assert!(!out.contains("keep typing") && out.contains("› hello"), "{out}");
@@ -1598,7 +1624,10 @@ fn a_large_paste_stays_folded_in_the_transcript_and_ctrl_t_unfolds_it() {
     }
     let ops = app.update(AppEvent::Key(KeyEvent::new(KeyCode::Enter, KeyModifiers::NONE)));
     let Some(Op::Submit { text, .. }) = ops.into_iter().next() else { panic!("sent") };
-    feed(&mut app, Event::UserMessage { text, trigger: TurnTrigger::User, origin: crate::protocol::Origin::Typed });
+    feed(
+        &mut app,
+        Event::UserMessage { seq: None, text, trigger: TurnTrigger::User, origin: crate::protocol::Origin::Typed },
+    );
     let out = screen(&mut app, 100, 20);
     assert!(out.contains("› ▸ pasted 50 lines (hidden) why?"), "{out}");
     assert!(!out.contains("pasted line 1"), "{out}");

@@ -23,6 +23,13 @@ use crate::text::sanitize_for_display as display_text;
 /// would hold the whole session's styled lines (a soak of 2,000 turns: megabytes).
 const CACHED_LINES_MAX: usize = 2_000;
 
+/// Past this many cells, a transcript that follows the newest output lets go of its oldest
+/// ones at the next stored user message, keeping about [`CELLS_KEPT`]; they are read back
+/// from the database (`Op::LoadEarlier`) when the user scrolls up to them, as on resume. A
+/// long day's transcript held whole grew the process by megabytes (the soak's 2,000 turns).
+const CELLS_MAX: usize = 1_500;
+const CELLS_KEPT: usize = 500;
+
 pub(crate) const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
 /// Where a user-role message came from.
@@ -92,6 +99,9 @@ struct CellLayout {
 pub(crate) struct Cell {
     pub(crate) body: CellBody,
     layout: Option<CellLayout>,
+    /// Where its message is stored, for a user message that arrived live: the transcript
+    /// can let go of what is above it and read it back from there.
+    seq: Option<i64>,
 }
 
 /// The top row of the transcript view: a line of a cell (line 0 is the cell's gap row
@@ -178,8 +188,50 @@ impl Transcript {
         if matches!(body, CellBody::Assistant { streaming: true, .. }) {
             self.open_assistant = Some(self.cells.len());
         }
-        self.cells.push(Cell { body, layout: None });
+        self.cells.push(Cell { body, layout: None, seq: None });
         self.changed_below();
+    }
+
+    /// Push a user message stored at `seq` (see [`Transcript::let_go_of_old`]).
+    pub(crate) fn push_stored(&mut self, body: CellBody, seq: Option<i64>) {
+        self.push(body);
+        if let Some(cell) = self.cells.last_mut() {
+            cell.seq = seq;
+        }
+    }
+
+    /// With more than [`CELLS_MAX`] cells while following the newest output, drop every
+    /// cell above the first stored user message among the newest [`CELLS_KEPT`] and return
+    /// its seq: the history before it is to be read back from there. Nothing still under
+    /// way (the open answer, a running tool) is dropped; None when nothing was.
+    pub(crate) fn let_go_of_old(&mut self) -> Option<i64> {
+        if self.cells.len() <= CELLS_MAX || self.scroll != Scroll::Follow {
+            return None;
+        }
+        let from = self.cells.len() - CELLS_KEPT;
+        let (cut, seq) = self.cells.iter().enumerate().skip(from).find_map(|(i, c)| Some((i, c.seq?)))?;
+        let live = |c: &Cell| match &c.body {
+            CellBody::Tool { outcome, .. } => outcome.is_none(),
+            CellBody::Assistant { streaming, .. } => *streaming,
+            _ => false,
+        };
+        if self.cells[..cut].iter().any(live) {
+            return None;
+        }
+        for cell in self.cells.drain(..cut) {
+            if let Some(CellLayout { lines: Some(lines), .. }) = cell.layout {
+                self.cached_lines = self.cached_lines.saturating_sub(lines.len());
+            }
+        }
+        self.kept_lines = self.kept_lines.min(self.cached_lines);
+        self.tools.retain(|_, i| *i >= cut);
+        for i in self.tools.values_mut() {
+            *i -= cut;
+        }
+        if let Some(i) = &mut self.open_assistant {
+            *i -= cut;
+        }
+        Some(seq)
     }
 
     /// Put `bodies` (older history) above every cell; what the view shows stays in place.
@@ -188,7 +240,7 @@ impl Transcript {
         if n == 0 {
             return;
         }
-        let mut cells: Vec<Cell> = bodies.into_iter().map(|body| Cell { body, layout: None }).collect();
+        let mut cells: Vec<Cell> = bodies.into_iter().map(|body| Cell { body, layout: None, seq: None }).collect();
         cells.append(&mut self.cells);
         self.cells = cells;
         for index in self.tools.values_mut() {
@@ -720,6 +772,70 @@ mod tests {
             .collect();
         let shown: Vec<&str> = rows.iter().map(|r| r.trim_start_matches("› ")).collect();
         assert_eq!(shown, ["message 0", "", "message 1", "", "message 2"]);
+    }
+
+    fn done(ms: u64) -> ToolOutcome {
+        ToolOutcome { ok: true, exit_code: Some(0), status: None, duration_ms: ms, result: String::new() }
+    }
+
+    /// Turn `n`: the typed message (stored at seq 10·n), a command and the answer.
+    fn stored_turn(t: &mut Transcript, n: i64) -> Option<i64> {
+        let text = format!("turn {n}");
+        t.push_stored(CellBody::User { text, origin: UserOrigin::Typed, folds: Vec::new() }, Some(10 * n));
+        let let_go = t.let_go_of_old();
+        t.tool_started(&format!("c{n}"), "terminal", "ls", Instant::now());
+        t.tool_finished(&format!("c{n}"), done(1));
+        t.append_assistant("done");
+        t.finish_assistant("done", None);
+        t.prepare(40, 30, &theme());
+        let_go
+    }
+
+    fn first_text(t: &Transcript) -> String {
+        match &t.cells[0].body {
+            CellBody::User { text, .. } => text.clone(),
+            other => format!("{other:?}"),
+        }
+    }
+
+    /// A long day followed at the bottom: past `CELLS_MAX` cells the oldest are let go of at
+    /// a stored user message, whose seq is where to read them back; a running tool above it
+    /// holds them until it ends (and still finds its cell); a view scrolled up keeps them all.
+    #[test]
+    fn a_long_transcript_lets_go_of_its_oldest_cells_above_a_stored_message_but_not_of_live_work() {
+        let mut t = Transcript::default();
+        let mut last = None;
+        for n in 0..2_000 {
+            if let Some(seq) = stored_turn(&mut t, n) {
+                last = Some(seq);
+                assert_eq!(first_text(&t), format!("turn {}", seq / 10), "the cut is at the stored message");
+            }
+            assert!(t.cells.len() <= CELLS_MAX + 3, "{} cells after {n} turns", t.cells.len());
+        }
+        let seq = last.expect("cells were let go of");
+        assert!(t.cached_lines <= 5_000);
+
+        // A command of turn 2000 still runs: nothing above it goes, however long it takes.
+        t.push_stored(CellBody::User { text: "slow".into(), origin: UserOrigin::Typed, folds: Vec::new() }, Some(1));
+        t.tool_started("slow", "terminal", "sleep 600", Instant::now());
+        for n in 2_001..2_700 {
+            assert_eq!(stored_turn(&mut t, n), None);
+        }
+        let cells = t.cells.len();
+        assert!(cells > CELLS_MAX + 1_000, "{cells}");
+        t.tool_finished("slow", done(600_000));
+        assert_eq!(t.cells.len(), cells, "the result reached the running call's cell");
+        assert!(!t.has_running_tool());
+        let seq_after = stored_turn(&mut t, 2_700).expect("let go once the command ended");
+        assert!(seq_after > seq);
+        assert!(t.cells.len() <= CELLS_KEPT + 3);
+
+        // Scrolled up to read: nothing goes.
+        t.scroll_up(10, 40, 30, &theme());
+        for n in 2_701..3_800 {
+            assert_eq!(stored_turn(&mut t, n), None);
+        }
+        assert_eq!(first_text(&t), format!("turn {}", seq_after / 10));
     }
 
     #[test]

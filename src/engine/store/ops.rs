@@ -88,9 +88,9 @@ fn require_session(updated: usize, session_id: &str) -> Result<(), StoreError> {
 pub(crate) fn append_message(conn: &mut Connection, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
     // IMMEDIATE: another talaria on the same session must not take the same seq.
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let id = insert_message(&tx, session_id, msg)?;
+    let seq = insert_message(&tx, session_id, msg)?;
     tx.commit()?;
-    Ok(id)
+    Ok(seq)
 }
 
 /// Append several messages in one transaction: all of them are stored or none (a
@@ -101,11 +101,12 @@ pub(crate) fn append_messages(
     msgs: &[StoredMessage],
 ) -> Result<Vec<i64>, StoreError> {
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let ids = msgs.iter().map(|m| insert_message(&tx, session_id, m)).collect::<Result<Vec<_>, _>>()?;
+    let seqs = msgs.iter().map(|m| insert_message(&tx, session_id, m)).collect::<Result<Vec<_>, _>>()?;
     tx.commit()?;
-    Ok(ids)
+    Ok(seqs)
 }
 
+/// Returns the new row's seq.
 fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &StoredMessage) -> Result<i64, StoreError> {
     let tool_calls = if msg.tool_calls.is_empty() {
         None
@@ -141,7 +142,6 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
         now,
         msg.origin.map(crate::protocol::Origin::as_str),
     ])?;
-    let id = tx.last_insert_rowid();
     if msg.role == Role::User && msg.display_kind.as_deref() == Some(super::jobs::NOTICE_KIND) {
         // The exit notice of a job reaches the model: mark it delivered in the same
         // transaction, so it is never told twice, across restarts too (DESIGN §4).
@@ -159,7 +159,7 @@ fn insert_message(tx: &rusqlite::Transaction<'_>, session_id: &str, msg: &Stored
                 .execute(params![session_id, title])?;
         }
     }
-    Ok(id)
+    Ok(seq)
 }
 
 pub(crate) fn load_messages(conn: &Connection, session_id: &str) -> Result<Vec<StoredMessage>, StoreError> {

@@ -73,7 +73,7 @@ impl AgentFeed {
 /// it. True when something shows differently.
 pub(crate) fn feed(t: &mut Transcript, event: Event, now: Instant) -> bool {
     match event {
-        Event::UserMessage { text, trigger, origin } => {
+        Event::UserMessage { text, trigger, origin, .. } => {
             t.close_assistant();
             t.push(CellBody::User { text, origin: user_origin(origin, Some(&trigger)), folds: Vec::new() });
         }
@@ -203,6 +203,7 @@ mod tests {
         let now = Instant::now();
         let mut feed = AgentFeed::new("job_3".into());
         let user = Event::UserMessage {
+            seq: None,
             text: "TASK: echo hi".into(),
             trigger: TurnTrigger::User,
             origin: crate::protocol::Origin::Typed,

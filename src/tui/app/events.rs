@@ -155,7 +155,7 @@ impl App {
                 self.last_outcome = None;
             }
             Event::Phase { phase } => self.phase_changed(phase),
-            Event::UserMessage { text, trigger, origin } => self.user_message(text, &trigger, origin),
+            Event::UserMessage { text, trigger, origin, seq } => self.user_message(text, &trigger, origin, seq),
             Event::PendingChanged { pending, queued } => (self.pending, self.queued) = (pending, queued),
             Event::RestoreInput { text } => self.restore_input(text),
             Event::AssistantDelta(delta) => self.transcript.append_assistant(&delta),
@@ -298,7 +298,7 @@ impl App {
         self.transcript.follow();
     }
 
-    fn user_message(&mut self, text: String, trigger: &TurnTrigger, origin: Origin) {
+    fn user_message(&mut self, text: String, trigger: &TurnTrigger, origin: Origin, seq: Option<i64>) {
         let origin = user_origin(origin, Some(trigger));
         self.transcript.close_assistant();
         if matches!(origin, UserOrigin::Typed | UserOrigin::MidTurn | UserOrigin::Queued) {
@@ -315,7 +315,13 @@ impl App {
                 !inside
             });
         }
-        self.transcript.push(CellBody::User { text, origin, folds });
+        self.transcript.push_stored(CellBody::User { text, origin, folds }, seq);
+        // Not while a page of older history is on its way: it would go above a gap.
+        if !self.earlier_requested {
+            if let Some(before) = self.transcript.let_go_of_old() {
+                self.earlier = Some(before);
+            }
+        }
     }
 
     /// The spinner counts from when something started to run.

@@ -294,12 +294,14 @@ fn restored_input_and_mid_turn_messages() {
     assert_eq!(app.input_text(), "put back");
     busy(&mut app);
     app.update(AppEvent::Engine(Event::UserMessage {
+        seq: None,
         text: "go".into(),
         trigger: TurnTrigger::User,
         origin: Origin::Typed,
     }));
     app.update(AppEvent::Engine(Event::AssistantDelta("working".into())));
     app.update(AppEvent::Engine(Event::UserMessage {
+        seq: None,
         text: "also this".into(),
         trigger: TurnTrigger::User,
         origin: Origin::MidTurn,
@@ -671,6 +673,41 @@ fn scrolling_to_the_top_of_a_resumed_session_loads_the_page_before_it_once_and_k
     assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), Vec::<Op>::new());
     assert_eq!(app.transcript.scroll, crate::tui::transcript::Scroll::Anchor { cell: 0, line: 0 });
     assert_eq!(app.earlier, None);
+}
+
+/// A long day in one sitting: the transcript lets go of its oldest cells, and scrolling up
+/// to the oldest one left asks the engine for what came before it, by the stored seq of that
+/// cell's message — not while an earlier page is still on its way (it would go above a gap).
+#[test]
+fn a_long_session_lets_go_of_old_cells_and_scrolling_up_reads_them_back_from_the_store() {
+    let mut app = app();
+    app.update(AppEvent::Engine(ready_with(user_items("resumed", 5), Some(3))));
+    app.prepare(ratatui::layout::Rect::new(0, 0, 80, 20));
+    for n in 0..1_000 {
+        let text = format!("turn {n}");
+        let message =
+            Event::UserMessage { text, trigger: TurnTrigger::User, origin: Origin::Typed, seq: Some(100 + n) };
+        app.update(AppEvent::Engine(message));
+        app.update(AppEvent::Engine(Event::AssistantDone { text: format!("done {n}"), reasoning: None }));
+    }
+    let cells = app.transcript.cells().len();
+    assert!(cells < 1_600, "{cells} cells after 1,000 turns");
+    let first = cell_text(&app, 0);
+    let n: i64 = first.strip_prefix("turn ").and_then(|n| n.parse().ok()).expect("the oldest cell is a turn's message");
+    assert_eq!(app.earlier, Some(100 + n));
+    assert_eq!(key(&mut app, KeyCode::Home, KeyModifiers::NONE), vec![Op::LoadEarlier { before: 100 + n }]);
+
+    // Back at the end with that page still on its way: nothing more goes.
+    key(&mut app, KeyCode::End, KeyModifiers::NONE);
+    assert_eq!(app.transcript.scroll, crate::tui::transcript::Scroll::Follow);
+    for m in 1_000..2_000 {
+        let text = format!("turn {m}");
+        let message =
+            Event::UserMessage { text, trigger: TurnTrigger::User, origin: Origin::Typed, seq: Some(100 + m) };
+        app.update(AppEvent::Engine(message));
+    }
+    assert_eq!(cell_text(&app, 0), first);
+    assert_eq!(app.earlier, Some(100 + n));
 }
 
 #[test]
