@@ -95,9 +95,53 @@ pub(crate) fn trim_heap() {
     }
 }
 
+/// The least time between two [`trim_heap_now_and_then`] trims.
+const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
+
+static LAST_TRIM: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
+
+/// At a quiet moment of a long run (a turn's end), give freed heap back as [`trim_heap`]
+/// does, at most once per `TRIM_EVERY`, on a blocking thread. glibc keeps what each
+/// thread's arena freed for that arena: over the soak's 2,000 turns heaptrack's live heap
+/// stayed at about 4 MB from turn 300 on while RSS still rose. True when a trim was started.
+pub(crate) fn trim_heap_now_and_then() -> bool {
+    let due = {
+        let mut last = LAST_TRIM.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        trim_due(&mut last, std::time::Instant::now())
+    };
+    if due {
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(trim_heap);
+        } else {
+            trim_heap();
+        }
+    }
+    due
+}
+
+/// Whether a trim is due at `now` after the one at `last`; notes `now` when it is.
+fn trim_due(last: &mut Option<std::time::Instant>, now: std::time::Instant) -> bool {
+    if last.is_some_and(|at| now.saturating_duration_since(at) < TRIM_EVERY) {
+        return false;
+    }
+    *last = Some(now);
+    true
+}
+
 #[cfg(all(test, target_os = "linux"))]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_heap_is_trimmed_at_most_once_per_period() {
+        let start = std::time::Instant::now();
+        let mut last = None;
+        assert!(trim_due(&mut last, start), "the first quiet moment trims");
+        assert!(!trim_due(&mut last, start + TRIM_EVERY / 2));
+        assert!(!trim_due(&mut last, start + TRIM_EVERY - std::time::Duration::from_millis(1)));
+        assert!(trim_due(&mut last, start + TRIM_EVERY));
+        assert!(!trim_due(&mut last, start + TRIM_EVERY + std::time::Duration::from_secs(1)));
+    }
 
     /// `/proc/self/smaps`: (start, end, permissions, file-backed, anonymous KiB) per mapping.
     fn mappings() -> Vec<(usize, usize, String, bool, u64)> {

@@ -296,16 +296,6 @@ pub(super) async fn open_session(opts: &EngineOptions, cwd: &Path) -> anyhow::Re
     })
 }
 
-/// Give the pages freed after reading a long session back to the system: the rows and
-/// their copies were tens of MiB that glibc would otherwise keep for the process.
-fn release_freed_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim only returns free heap memory to the kernel; it takes no pointers.
-    unsafe {
-        libc::malloc_trim(0);
-    }
-}
-
 pub(super) fn system_prompt(config: &Config, cwd: &Path, files: &[instructions::InstructionFile]) -> String {
     let mut prompt = SYSTEM_PROMPT.trim_end().to_string();
     prompt.push_str(&format!("\n\nWorking directory: {}\n", cwd.display()));
@@ -388,7 +378,8 @@ impl Engine {
         all.extend_from_slice(&self.history);
         self.meter.reset_with(&all, self.omitted.map_or(0, |o| o.tokens));
         drop(all);
-        release_freed_memory();
+        // The rows read and their copies were tens of MiB glibc would keep for the process.
+        crate::memory::trim_heap();
         self.restore_pending().await;
         if !self.instruction_files.is_empty() {
             self.notice(NoticeLevel::Info, instructions::describe(&self.instruction_files));

@@ -78,6 +78,8 @@ impl Engine {
                 TurnOutcome::Failed
             }
         };
+        // A quiet moment: what the turn freed goes back to the system now and then.
+        crate::memory::trim_heap_now_and_then();
         // Sent once the turn no longer runs, so a message sent on seeing it is not busy input.
         self.events().send(Event::TurnFinished { outcome });
         self.feed(Input::TurnFinished { outcome }).await;
