@@ -42,6 +42,7 @@ pub mod exec;
 pub mod logging;
 pub(crate) mod loopback;
 pub(crate) mod memory;
+pub use memory::one_malloc_arena;
 pub mod paths;
 pub mod present;
 pub mod protocol;

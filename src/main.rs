@@ -223,6 +223,7 @@ enum SessionsAction {
 }
 
 fn main() {
+    talaria::one_malloc_arena();
     // The supervisor of one job: no tokio, no config, no logging (DESIGN §4).
     let mut args = std::env::args_os();
     if args.nth(1).is_some_and(|a| a == "__job") {

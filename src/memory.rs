@@ -95,6 +95,21 @@ pub(crate) fn trim_heap() {
     }
 }
 
+/// Make every thread allocate from one glibc arena; call first thing in `main`, before
+/// any thread starts. By default each new thread can get an arena of its own (up to eight
+/// per core), and each keeps the pages its freed chunks lie on: over the soak's 2,000
+/// turns RSS rose +4.5 MiB while heaptrack's live heap stayed flat at about 4 MB, and
+/// +3.0 with one arena, keystrokes no slower (BENCHMARKS). Threads still allocate small
+/// chunks from their own caches without the arena's lock. `mallopt` rather than
+/// `MALLOC_ARENA_MAX`: the variable would reach every command talaria runs.
+pub fn one_malloc_arena() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt sets an allocator parameter; it takes no pointers (nix has no call).
+    unsafe {
+        libc::mallopt(libc::M_ARENA_MAX, 1);
+    }
+}
+
 /// The least time between two [`trim_heap_now_and_then`] trims.
 const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 

