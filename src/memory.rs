@@ -116,9 +116,9 @@ const TRIM_EVERY: std::time::Duration = std::time::Duration::from_secs(30);
 static LAST_TRIM: std::sync::Mutex<Option<std::time::Instant>> = std::sync::Mutex::new(None);
 
 /// At a quiet moment of a long run (a turn's end), give freed heap back as [`trim_heap`]
-/// does, at most once per `TRIM_EVERY`, on a blocking thread. glibc keeps what each
-/// thread's arena freed for that arena: over the soak's 2,000 turns heaptrack's live heap
-/// stayed at about 4 MB from turn 300 on while RSS still rose. True when a trim was started.
+/// does, at most once per `TRIM_EVERY`, on a blocking thread: glibc returns only the free
+/// top of its heap by itself, and keeps free pages below live chunks. True when a trim was
+/// started.
 pub(crate) fn trim_heap_now_and_then() -> bool {
     let due = {
         let mut last = LAST_TRIM.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
