@@ -475,7 +475,7 @@ fn malloc_arenas(pid: u32) -> Vec<String> {
 
 /// Every thread of talaria allocates from one malloc arena (`talaria::one_malloc_arena`):
 /// with one per thread, a long day's RSS grew on pages that freed chunks kept. Checked on
-/// the real process while a turn streams, with its tokio workers, store thread and UI up.
+/// the real process (exec) while a turn streams, its tokio workers and store thread up.
 #[tokio::test(flavor = "multi_thread")]
 async fn talaria_allocates_from_one_malloc_arena() {
     let home = Home::new();
