@@ -669,6 +669,12 @@ mod tests {
         Theme::default()
     }
 
+    /// The rows a 40×5 view shows now, as text.
+    fn screen(t: &mut Transcript) -> Vec<String> {
+        let slices = t.prepare(40, 5, &theme());
+        slices.into_iter().flat_map(|s| t.rows(s, 40, &theme(), Instant::now())).map(|l| l.to_string()).collect()
+    }
+
     fn user(t: &mut Transcript, n: usize) {
         for i in 0..n {
             t.push(CellBody::User { text: format!("message {i}"), origin: UserOrigin::Typed, folds: Vec::new() });
@@ -704,24 +710,14 @@ mod tests {
         t.scroll_up(6, 40, 5, &theme());
         let before = t.scroll;
         let Scroll::Anchor { cell, line } = before else { panic!("scrolled: {before:?}") };
-        let rows_before: Vec<String> = t
-            .prepare(40, 5, &theme())
-            .into_iter()
-            .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
-            .map(|l| l.to_string())
-            .collect();
+        let rows_before = screen(&mut t);
         t.prepend(
             (0..4)
                 .map(|i| CellBody::User { text: format!("old {i}"), origin: UserOrigin::Typed, folds: Vec::new() })
                 .collect(),
         );
         assert_eq!(t.scroll, Scroll::Anchor { cell: cell + 4, line });
-        let rows_after: Vec<String> = t
-            .prepare(40, 5, &theme())
-            .into_iter()
-            .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
-            .map(|l| l.to_string())
-            .collect();
+        let rows_after = screen(&mut t);
         assert_eq!(rows_after, rows_before);
         // Live updates still reach their cells.
         t.append_assistant(" more");
@@ -764,12 +760,7 @@ mod tests {
         let total: usize = (0..t.cells.len()).map(|i| t.ensure(i, 40, &theme()) - t.gap(i)).sum();
         assert_eq!(total, 20_000, "every cell keeps its height");
         t.scroll_top();
-        let rows: Vec<String> = t
-            .prepare(40, 5, &theme())
-            .into_iter()
-            .flat_map(|s| t.rows(s, 40, &theme(), Instant::now()))
-            .map(|l| l.to_string())
-            .collect();
+        let rows = screen(&mut t);
         let shown: Vec<&str> = rows.iter().map(|r| r.trim_start_matches("› ")).collect();
         assert_eq!(shown, ["message 0", "", "message 1", "", "message 2"]);
     }
